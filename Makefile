@@ -1,0 +1,43 @@
+# quiesce: the two commands of the quick start are `make run` and `make test`.
+# Both find Redis and Postgres (QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL, else the default
+# local ports) or start private ones under .local/ (scripts/services.sh).
+
+SHELL := /bin/bash
+CARGO ?= cargo
+# Parallel test threads inside each test binary; every test has its own database and prefix.
+TEST_THREADS ?= 4
+
+.PHONY: run test check fmt clippy services build clean-local
+
+build:
+	$(CARGO) build --bin quiesce
+
+services:
+	@scripts/services.sh
+
+## run: start Redis/Postgres if needed, apply migrations, serve on http://127.0.0.1:8080
+run: build
+	@eval "$$(scripts/services.sh)" && \
+	./target/debug/quiesce migrate && \
+	scripts/example-request.sh && \
+	exec ./target/debug/quiesce serve
+
+## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke)
+test:
+	@eval "$$(scripts/services.sh)" && \
+	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
+	scripts/smoke-make-run.sh
+
+fmt:
+	$(CARGO) fmt --all
+
+## check: what CI checks besides the tests
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+## clean-local: stop private instances started by scripts/services.sh and delete their data
+clean-local:
+	-@[ -f .local/redis/redis.pid ] && kill "$$(cat .local/redis/redis.pid)" || true
+	-@[ -f .local/postgres/postmaster.pid ] && runuser -u postgres -- pg_ctl -D .local/postgres stop -m fast 2>/dev/null || pg_ctl -D .local/postgres stop -m fast 2>/dev/null || true
+	rm -rf .local

@@ -1,0 +1,45 @@
+-- claim.lua: atomically move up to N due entities of one shard into the in-flight set.
+--
+-- Each claimed entity gets a lease (in-flight score = lease deadline) and a claim token; only
+-- the holder of the token may ack, renew or retry it. An entity still in flight under an
+-- earlier claim is not claimed twice: it is pushed back by the busy delay instead, and keeps
+-- its max-wait anchor. Bounded by LIMIT, never an unbounded range.
+--
+-- KEYS[1]  due       ZSET  entity -> fire-at (ms)
+-- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
+-- KEYS[3]  inflight  ZSET  entity -> lease deadline (ms)
+-- KEYS[4]  claims    HASH  entity -> claim token
+-- ARGV[1]  most entities to claim
+-- ARGV[2]  lease (ms)
+-- ARGV[3]  token prefix, unique per call; tokens are "<prefix>:<n>"
+-- ARGV[4]  busy delay (ms) for entities still in flight
+-- Returns: { now, next fire-at or -1, busy count, entity, token, fire-at, entity, token, fire-at, ... }
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+local busy_delay = tonumber(ARGV[4])
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local out = { now, -1, 0 }
+local busy = 0
+for i = 1, #due, 2 do
+  local entity = due[i]
+  if redis.call('ZSCORE', KEYS[3], entity) then
+    redis.call('ZADD', KEYS[1], now + busy_delay, entity)
+    busy = busy + 1
+  else
+    local token = ARGV[3] .. ':' .. ((i + 1) / 2)
+    redis.call('ZREM', KEYS[1], entity)
+    redis.call('HDEL', KEYS[2], entity)
+    redis.call('ZADD', KEYS[3], now + lease, entity)
+    redis.call('HSET', KEYS[4], entity, token)
+    out[#out + 1] = entity
+    out[#out + 1] = token
+    out[#out + 1] = due[i + 1]
+  end
+end
+
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then out[2] = tonumber(head[2]) end
+out[3] = busy
+return out

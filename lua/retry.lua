@@ -1,0 +1,27 @@
+-- retry.lua: give a claim back and fire the entity again after a delay.
+--
+-- Used on lock contention, a version conflict or a transient failure. Never postpones an
+-- entry that is due sooner (an event during the evaluation may have scheduled one).
+--
+-- KEYS[1]  due       ZSET  entity -> fire-at (ms)
+-- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
+-- KEYS[3]  inflight  ZSET  entity -> lease deadline (ms)
+-- KEYS[4]  claims    HASH  entity -> claim token
+-- ARGV[1]  entity
+-- ARGV[2]  claim token
+-- ARGV[3]  delay (ms)
+-- Returns: 1 if re-scheduled, 0 if the claim had been taken over (its new owner decides).
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fire = now + tonumber(ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+local current = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if not current or fire < current then
+  redis.call('ZADD', KEYS[1], fire, ARGV[1])
+end
+redis.call('HSETNX', KEYS[2], ARGV[1], now)
+return 1

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Makes sure Redis and Postgres are reachable for `make run` and `make test`.
+#
+# Uses QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL (or the default local ports) when they answer.
+# Otherwise starts private instances from the installed server binaries under .local/
+# (git-ignored), installing Debian's packages first when they are missing and we are root.
+# Prints `export ...` lines for the caller to eval; progress goes to stderr.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+local_dir="$root/.local"
+redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
+database_url=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
+private_redis_port=${QUIESCE_PRIVATE_REDIS_PORT:-6399}
+private_pg_port=${QUIESCE_PRIVATE_PG_PORT:-5499}
+
+say() { echo "services: $*" >&2; }
+
+# host and port of a URL such as redis://user:pw@host:port/db
+host_port() {
+  local rest=${1#*://}
+  rest=${rest#*@}
+  rest=${rest%%/*}
+  rest=${rest%%\?*}
+  local host=${rest%:*} port=${rest##*:}
+  [ "$host" = "$rest" ] && port=$2
+  echo "$host $port"
+}
+
+tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+redis_ok() {
+  read -r host port < <(host_port "$1" 6379)
+  if command -v redis-cli >/dev/null; then
+    [ "$(redis-cli -u "$1" ping 2>/dev/null)" = "PONG" ]
+  else
+    tcp_open "$host" "$port"
+  fi
+}
+
+pg_ok() {
+  read -r host port < <(host_port "$1" 5432)
+  if command -v pg_isready >/dev/null; then
+    pg_isready -q -h "$host" -p "$port" -t 3
+  else
+    tcp_open "$host" "$port"
+  fi
+}
+
+can_install() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }
+
+apt_updated=
+install_packages() {
+  if ! can_install; then
+    say "cannot find $1 and cannot install it here."
+    say "install it (Debian/Ubuntu: sudo apt-get install $2), or point $3 at a running server."
+    exit 1
+  fi
+  say "installing $2 from the distribution's packages"
+  if [ -z "$apt_updated" ]; then apt-get update -qq >&2; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >&2
+}
+
+pg_bin() {
+  local candidate
+  for candidate in "$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")" /usr/lib/postgresql/*/bin; do
+    if [ -x "$candidate/initdb" ] && [ -x "$candidate/pg_ctl" ]; then echo "$candidate"; return 0; fi
+  done
+  return 1
+}
+
+if redis_ok "$redis_url"; then
+  say "redis reachable at $(host_port "$redis_url" 6379 | tr ' ' ':')"
+else
+  command -v redis-server >/dev/null || install_packages redis-server redis-server QUIESCE_REDIS_URL
+  redis_url="redis://127.0.0.1:$private_redis_port"
+  if ! redis_ok "$redis_url"; then
+    mkdir -p "$local_dir/redis"
+    say "starting a private redis on 127.0.0.1:$private_redis_port (data in .local/redis)"
+    redis-server --port "$private_redis_port" --bind 127.0.0.1 --daemonize yes \
+      --dir "$local_dir/redis" --save "" --appendonly no \
+      --pidfile "$local_dir/redis/redis.pid" --logfile "$local_dir/redis/redis.log" >&2
+    for _ in $(seq 50); do redis_ok "$redis_url" && break; sleep 0.1; done
+    redis_ok "$redis_url" || { say "redis did not start; see .local/redis/redis.log"; exit 1; }
+  fi
+fi
+
+if pg_ok "$database_url"; then
+  say "postgres reachable at $(host_port "$database_url" 5432 | tr ' ' ':')"
+else
+  bin=$(pg_bin) || { install_packages initdb postgresql QUIESCE_DATABASE_URL; bin=$(pg_bin); }
+  db_name=${database_url##*/}
+  db_name=${db_name%%\?*}
+  database_url="postgres://postgres@127.0.0.1:$private_pg_port/${db_name:-quiesce}"
+  if ! pg_ok "$database_url"; then
+    data="$local_dir/postgres"
+    # Postgres refuses to run as root: use the postgres system user when we are root.
+    run_as=()
+    if [ "$(id -u)" = 0 ]; then
+      id postgres >/dev/null 2>&1 || useradd --system --home-dir "$local_dir" postgres
+      run_as=(runuser -u postgres --)
+    fi
+    mkdir -p "$local_dir"
+    if [ ! -f "$data/PG_VERSION" ]; then
+      say "initialising a private postgres in .local/postgres"
+      mkdir -p "$data"
+      [ "$(id -u)" = 0 ] && chown postgres "$data"
+      "${run_as[@]}" "$bin/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+    fi
+    say "starting the private postgres on 127.0.0.1:$private_pg_port"
+    "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w \
+      -o "-p $private_pg_port -k $data -c listen_addresses=127.0.0.1 -c max_connections=300" start >&2
+  fi
+fi
+
+echo "export QUIESCE_REDIS_URL='$redis_url'"
+echo "export QUIESCE_DATABASE_URL='$database_url'"

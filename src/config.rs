@@ -1,0 +1,449 @@
+//! Settings, layered: built-in defaults, then an optional TOML file (`--config`), then
+//! `QUIESCE_*` environment variables and command-line flags (a flag beats its variable).
+
+use std::{net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/quiesce";
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Quiet time after an entity's last event before it is evaluated.
+pub const DEFAULT_DEBOUNCE_WINDOW: Duration = Duration::from_secs(15);
+/// Longest an entity with pending events waits, however steady its stream.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(120);
+/// Evaluations run at once per process; evaluation is I/O bound, so more than the cores.
+pub const DEFAULT_WORKERS: usize = 32;
+pub const DEFAULT_REDIS_PREFIX: &str = "quiesce";
+/// Queue shards; each is one Redis hash tag, so a cluster can spread them.
+pub const DEFAULT_SHARDS: u16 = 16;
+/// How long a claim (and the entity lock) lives without renewal; renewed every third of it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Longest the poller sleeps when nothing is due sooner.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Most entities claimed from one shard in one script call.
+pub const DEFAULT_CLAIM_BATCH: usize = 64;
+/// Base delay before an entity that was locked or in flight elsewhere is tried again (jittered).
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(250);
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+pub const DEFAULT_MAX_BATCH: usize = 1000;
+pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
+/// Longest a request or worker waits for Redis or Postgres before answering 503 / retrying.
+pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown waits for running evaluations before giving their claims back.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    ParseFile {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid {var} (--{flag}) {value:?}: {reason}")]
+    Invalid {
+        var: &'static str,
+        flag: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("invalid setting {field}: {reason}")]
+    Inconsistent { field: &'static str, reason: String },
+}
+
+/// How an event moves an entity's fire-at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleMode {
+    /// Every event pushes the fire-at to now + window (capped by max wait).
+    Sliding,
+    /// The first pending event fixes the fire-at at its time + window.
+    Fixed,
+}
+
+impl ScheduleMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleMode::Sliding => "sliding",
+            ScheduleMode::Fixed => "fixed",
+        }
+    }
+}
+
+impl FromStr for ScheduleMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sliding" => Ok(ScheduleMode::Sliding),
+            "fixed" => Ok(ScheduleMode::Fixed),
+            _ => Err("expected sliding or fixed".into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err("expected text or json".into()),
+        }
+    }
+}
+
+/// Every setting, with its default. Field docs are the reference for the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Postgres connection URL (the source of truth).
+    pub database_url: SecretString,
+    /// Redis connection URL (the debounce schedule).
+    pub redis_url: SecretString,
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Rules file (TOML); `None` uses the shipped default rules.
+    pub rules: Option<PathBuf>,
+    #[serde(with = "humantime_serde")]
+    pub debounce_window: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    pub schedule_mode: ScheduleMode,
+    /// Evaluations run at once by this process.
+    pub workers: usize,
+    /// Namespace of every Redis key.
+    pub redis_prefix: String,
+    pub shards: u16,
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    pub claim_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub retry_delay: Duration,
+    pub body_limit: usize,
+    pub max_batch: usize,
+    pub db_max_connections: u32,
+    #[serde(with = "humantime_serde")]
+    pub backend_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    pub log_format: LogFormat,
+    /// Name recorded with each evaluation; defaults to host name and process id.
+    pub worker_id: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database_url: SecretString::from(DEFAULT_DATABASE_URL),
+            redis_url: SecretString::from(DEFAULT_REDIS_URL),
+            listen: DEFAULT_LISTEN.parse().expect("default listen address"),
+            rules: None,
+            debounce_window: DEFAULT_DEBOUNCE_WINDOW,
+            max_wait: DEFAULT_MAX_WAIT,
+            schedule_mode: ScheduleMode::Sliding,
+            workers: DEFAULT_WORKERS,
+            redis_prefix: DEFAULT_REDIS_PREFIX.to_owned(),
+            shards: DEFAULT_SHARDS,
+            lease: DEFAULT_LEASE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            body_limit: DEFAULT_BODY_LIMIT,
+            max_batch: DEFAULT_MAX_BATCH,
+            db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
+            backend_timeout: DEFAULT_BACKEND_TIMEOUT,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            log_format: LogFormat::Text,
+            worker_id: default_worker_id(),
+        }
+    }
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "quiesce".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Overrides from flags or `QUIESCE_*` variables; each is parsed by [`Settings::load`] so
+/// that an invalid value is reported with the variable's name.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// TOML file with any of the settings below (keys in snake_case, e.g. max_wait = "2m").
+    #[arg(long, env = "QUIESCE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Postgres URL [default: postgres://postgres@127.0.0.1:5432/quiesce].
+    #[arg(long, env = "QUIESCE_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Redis URL [default: redis://127.0.0.1:6379].
+    #[arg(long, env = "QUIESCE_REDIS_URL", value_name = "URL", hide_env_values = true)]
+    pub redis_url: Option<String>,
+    /// HTTP listen address [default: 127.0.0.1:8080].
+    #[arg(long, env = "QUIESCE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Rules file (TOML) [default: the shipped default rules].
+    #[arg(long, env = "QUIESCE_RULES", value_name = "FILE")]
+    pub rules: Option<String>,
+    /// Quiet time after an entity's last event before it is evaluated [default: 15s].
+    #[arg(long, env = "QUIESCE_DEBOUNCE_WINDOW", value_name = "DURATION")]
+    pub debounce_window: Option<String>,
+    /// Longest an entity with pending events waits for evaluation [default: 2m].
+    #[arg(long, env = "QUIESCE_MAX_WAIT", value_name = "DURATION")]
+    pub max_wait: Option<String>,
+    /// `sliding` (each event restarts the window) or `fixed` (first event fixes it) [default: sliding].
+    #[arg(long, env = "QUIESCE_SCHEDULE_MODE", value_name = "MODE")]
+    pub schedule_mode: Option<String>,
+    /// Evaluations this process runs at once [default: 32].
+    #[arg(long, env = "QUIESCE_WORKERS", value_name = "N")]
+    pub workers: Option<String>,
+    /// Namespace of every Redis key [default: quiesce].
+    #[arg(long, env = "QUIESCE_REDIS_PREFIX", value_name = "PREFIX")]
+    pub redis_prefix: Option<String>,
+    /// Queue shards (Redis hash tags); every process must use the same number [default: 16].
+    #[arg(long, env = "QUIESCE_SHARDS", value_name = "N")]
+    pub shards: Option<String>,
+    /// Claim and lock lifetime without renewal; a dead worker's entity returns after it [default: 30s].
+    #[arg(long, env = "QUIESCE_LEASE", value_name = "DURATION")]
+    pub lease: Option<String>,
+    /// Longest the poller sleeps when nothing is due sooner [default: 100ms].
+    #[arg(long, env = "QUIESCE_POLL_INTERVAL", value_name = "DURATION")]
+    pub poll_interval: Option<String>,
+    /// Most entities claimed from a shard in one call [default: 64].
+    #[arg(long, env = "QUIESCE_CLAIM_BATCH", value_name = "N")]
+    pub claim_batch: Option<String>,
+    /// Base delay (jittered) before retrying a locked or conflicted entity [default: 250ms].
+    #[arg(long, env = "QUIESCE_RETRY_DELAY", value_name = "DURATION")]
+    pub retry_delay: Option<String>,
+    /// Largest accepted request body in bytes [default: 1048576].
+    #[arg(long, env = "QUIESCE_BODY_LIMIT", value_name = "BYTES")]
+    pub body_limit: Option<String>,
+    /// Most events in one request [default: 1000].
+    #[arg(long, env = "QUIESCE_MAX_BATCH", value_name = "N")]
+    pub max_batch: Option<String>,
+    /// Postgres pool size [default: 16].
+    #[arg(long, env = "QUIESCE_DB_MAX_CONNECTIONS", value_name = "N")]
+    pub db_max_connections: Option<String>,
+    /// Longest wait for Redis or Postgres before answering 503 or retrying [default: 5s].
+    #[arg(long, env = "QUIESCE_BACKEND_TIMEOUT", value_name = "DURATION")]
+    pub backend_timeout: Option<String>,
+    /// How long shutdown waits for running evaluations [default: 30s].
+    #[arg(long, env = "QUIESCE_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
+    pub shutdown_timeout: Option<String>,
+    /// Log format: `text` or `json` [default: text]; the level comes from RUST_LOG.
+    #[arg(long, env = "QUIESCE_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Name recorded with each evaluation [default: <hostname>-<pid>].
+    #[arg(long, env = "QUIESCE_WORKER_ID", value_name = "NAME")]
+    pub worker_id: Option<String>,
+}
+
+fn duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw).map_err(|e| format!("{e}; expected a duration such as 15s, 500ms or 2m"))
+}
+
+fn positive<T: FromStr + PartialOrd + Default>(raw: &str) -> Result<T, String> {
+    match raw.parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => Err("expected a positive whole number".into()),
+    }
+}
+
+impl Settings {
+    /// Defaults, then the file named by `--config`, then variables and flags.
+    pub fn load(args: &ConfigArgs) -> Result<Self, ConfigError> {
+        let mut settings = match &args.config {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        settings.apply(args)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn from_file(path: &PathBuf) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+            path: path.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::ParseFile {
+            path: path.clone(),
+            source: Box::new(source),
+        })
+    }
+
+    fn apply(&mut self, args: &ConfigArgs) -> Result<(), ConfigError> {
+        fn set<T>(
+            target: &mut T,
+            raw: &Option<String>,
+            var: &'static str,
+            flag: &'static str,
+            parse: impl Fn(&str) -> Result<T, String>,
+        ) -> Result<(), ConfigError> {
+            if let Some(raw) = raw {
+                *target = parse(raw.trim()).map_err(|reason| ConfigError::Invalid {
+                    var,
+                    flag,
+                    value: raw.clone(),
+                    reason,
+                })?;
+            }
+            Ok(())
+        }
+        let secret = |raw: &str| Ok(SecretString::from(raw));
+        let text = |raw: &str| {
+            if raw.is_empty() {
+                Err("must not be empty".to_owned())
+            } else {
+                Ok(raw.to_owned())
+            }
+        };
+        let a = args;
+        // Secret values are not echoed back in errors.
+        if a.database_url.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid_secret("QUIESCE_DATABASE_URL", "database-url"));
+        }
+        if a.redis_url.as_deref().is_some_and(str::is_empty) {
+            return Err(invalid_secret("QUIESCE_REDIS_URL", "redis-url"));
+        }
+        set(&mut self.database_url, &a.database_url, "QUIESCE_DATABASE_URL", "database-url", secret)?;
+        set(&mut self.redis_url, &a.redis_url, "QUIESCE_REDIS_URL", "redis-url", secret)?;
+        set(&mut self.listen, &a.listen, "QUIESCE_LISTEN", "listen", |r| {
+            r.parse().map_err(|_| "expected host:port, e.g. 127.0.0.1:8080".into())
+        })?;
+        set(&mut self.rules, &a.rules, "QUIESCE_RULES", "rules", |r| {
+            text(r).map(|p| Some(PathBuf::from(p)))
+        })?;
+        set(&mut self.debounce_window, &a.debounce_window, "QUIESCE_DEBOUNCE_WINDOW", "debounce-window", duration)?;
+        set(&mut self.max_wait, &a.max_wait, "QUIESCE_MAX_WAIT", "max-wait", duration)?;
+        set(&mut self.schedule_mode, &a.schedule_mode, "QUIESCE_SCHEDULE_MODE", "schedule-mode", str::parse)?;
+        set(&mut self.workers, &a.workers, "QUIESCE_WORKERS", "workers", positive)?;
+        set(&mut self.redis_prefix, &a.redis_prefix, "QUIESCE_REDIS_PREFIX", "redis-prefix", |r| {
+            if r.is_empty() || r.contains(['{', '}']) || r.len() > 64 {
+                Err("expected 1-64 characters without braces".into())
+            } else {
+                Ok(r.to_owned())
+            }
+        })?;
+        set(&mut self.shards, &a.shards, "QUIESCE_SHARDS", "shards", positive)?;
+        set(&mut self.lease, &a.lease, "QUIESCE_LEASE", "lease", duration)?;
+        set(&mut self.poll_interval, &a.poll_interval, "QUIESCE_POLL_INTERVAL", "poll-interval", duration)?;
+        set(&mut self.claim_batch, &a.claim_batch, "QUIESCE_CLAIM_BATCH", "claim-batch", positive)?;
+        set(&mut self.retry_delay, &a.retry_delay, "QUIESCE_RETRY_DELAY", "retry-delay", duration)?;
+        set(&mut self.body_limit, &a.body_limit, "QUIESCE_BODY_LIMIT", "body-limit", positive)?;
+        set(&mut self.max_batch, &a.max_batch, "QUIESCE_MAX_BATCH", "max-batch", positive)?;
+        set(&mut self.db_max_connections, &a.db_max_connections, "QUIESCE_DB_MAX_CONNECTIONS", "db-max-connections", positive)?;
+        set(&mut self.backend_timeout, &a.backend_timeout, "QUIESCE_BACKEND_TIMEOUT", "backend-timeout", duration)?;
+        set(&mut self.shutdown_timeout, &a.shutdown_timeout, "QUIESCE_SHUTDOWN_TIMEOUT", "shutdown-timeout", duration)?;
+        set(&mut self.log_format, &a.log_format, "QUIESCE_LOG_FORMAT", "log-format", str::parse)?;
+        set(&mut self.worker_id, &a.worker_id, "QUIESCE_WORKER_ID", "worker-id", text)?;
+        Ok(())
+    }
+
+    /// Relations between settings that no single value can break.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let inconsistent = |field, reason: &str| {
+            Err(ConfigError::Inconsistent {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.debounce_window.is_zero() {
+            return inconsistent("debounce_window", "must be greater than zero");
+        }
+        if self.max_wait < self.debounce_window {
+            return inconsistent("max_wait", "must be at least the debounce window");
+        }
+        if self.lease < Duration::from_millis(300) {
+            return inconsistent("lease", "must be at least 300ms (it is renewed every third of it)");
+        }
+        if self.poll_interval.is_zero() {
+            return inconsistent("poll_interval", "must be greater than zero");
+        }
+        if self.workers == 0 || self.shards == 0 || self.claim_batch == 0 {
+            return inconsistent("workers/shards/claim_batch", "must be greater than zero");
+        }
+        if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
+            return inconsistent("redis_prefix", "must be non-empty and without braces");
+        }
+        Ok(())
+    }
+}
+
+fn invalid_secret(var: &'static str, flag: &'static str) -> ConfigError {
+    ConfigError::Invalid {
+        var,
+        flag,
+        value: String::new(),
+        reason: "must not be empty".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_value_names_its_variable() {
+        let args = ConfigArgs {
+            max_wait: Some("soon".into()),
+            ..Default::default()
+        };
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("QUIESCE_MAX_WAIT"), "{err}");
+        let args = ConfigArgs {
+            workers: Some("0".into()),
+            ..Default::default()
+        };
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("QUIESCE_WORKERS"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("quiesce-config-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("quiesce.toml");
+        std::fs::write(&file, "max_wait = \"5m\"\ndebounce_window = \"30s\"\nworkers = 4\n").unwrap();
+        let args = ConfigArgs {
+            config: Some(file.clone()),
+            debounce_window: Some("1s".into()),
+            ..Default::default()
+        };
+        let settings = Settings::load(&args).unwrap();
+        assert_eq!(settings.max_wait, Duration::from_secs(300));
+        assert_eq!(settings.debounce_window, Duration::from_secs(1));
+        assert_eq!(settings.workers, 4);
+        assert_eq!(settings.listen.to_string(), DEFAULT_LISTEN);
+
+        std::fs::write(&file, "max_wiat = \"5m\"\n").unwrap();
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("max_wiat"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn max_wait_shorter_than_the_window_is_refused() {
+        let args = ConfigArgs {
+            debounce_window: Some("10s".into()),
+            max_wait: Some("5s".into()),
+            ..Default::default()
+        };
+        assert!(Settings::load(&args).unwrap_err().to_string().contains("max_wait"));
+    }
+}

@@ -1,0 +1,229 @@
+//! Domain values that parse at the edge, so an invalid one cannot exist past it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a value was refused; the HTTP layer adds the field name and batch position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+fn invalid(message: impl Into<String>) -> Invalid {
+    Invalid(message.into())
+}
+
+/// `<kind>:<id>`, e.g. `post:9842`: kind `[a-z][a-z0-9_]{0,31}`, id 1-128 of `[A-Za-z0-9_.:-]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct EntityId(String);
+
+impl EntityId {
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        let (kind, id) = raw
+            .split_once(':')
+            .ok_or_else(|| invalid("must be <kind>:<id>, e.g. post:9842"))?;
+        let mut kind_chars = kind.chars();
+        let kind_ok = kind.len() <= 32
+            && kind_chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && kind_chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !kind_ok {
+            return Err(invalid(
+                "kind must match [a-z][a-z0-9_]{0,31} (e.g. post, comment, user)",
+            ));
+        }
+        let id_ok = (1..=128).contains(&id.len())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'));
+        if !id_ok {
+            return Err(invalid("id must be 1-128 characters of [A-Za-z0-9_.:-]"));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The part before the first colon: `post` for `post:9842`.
+    pub fn kind(&self) -> &str {
+        self.0.split_once(':').map_or("", |(kind, _)| kind)
+    }
+}
+
+impl fmt::Display for EntityId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A signal name such as `upvote`, `flag` or `report.spam`: `[a-z][a-z0-9_.]{0,63}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Signal(String);
+
+impl Signal {
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        let mut chars = raw.chars();
+        let ok = raw.len() <= 64
+            && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.');
+        if ok {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(invalid(
+                "must match [a-z][a-z0-9_.]{0,63} (e.g. upvote, flag, report.spam)",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An event id: 1-128 visible ASCII characters; the sender's idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct EventId(String);
+
+impl EventId {
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        if (1..=128).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_graphic()) {
+            Ok(Self(raw.to_owned()))
+        } else {
+            Err(invalid("must be 1-128 visible ASCII characters"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Critical events skip the debounce window and fire at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    #[default]
+    Normal,
+    Critical,
+}
+
+impl Priority {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Normal => "normal",
+            Priority::Critical => "critical",
+        }
+    }
+}
+
+/// An entity's moderation status, ordered by severity; automation only escalates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Visible,
+    Flagged,
+    Hidden,
+    Suspended,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Visible => "visible",
+            Status::Flagged => "flagged",
+            Status::Hidden => "hidden",
+            Status::Suspended => "suspended",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        match raw {
+            "visible" => Ok(Status::Visible),
+            "flagged" => Ok(Status::Flagged),
+            "hidden" => Ok(Status::Hidden),
+            "suspended" => Ok(Status::Suspended),
+            other => Err(invalid(format!("unknown status {other:?}"))),
+        }
+    }
+}
+
+/// What a rule may do to an entity; each sets a status, never adds to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Flag,
+    Hide,
+    Suspend,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Flag => "flag",
+            Action::Hide => "hide",
+            Action::Suspend => "suspend",
+        }
+    }
+
+    /// The status this action sets.
+    pub fn status(self) -> Status {
+        match self {
+            Action::Flag => Status::Flagged,
+            Action::Hide => Status::Hidden,
+            Action::Suspend => Status::Suspended,
+        }
+    }
+}
+
+/// One validated event, ready to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: EventId,
+    pub entity: EntityId,
+    pub signal: Signal,
+    pub actor: Option<String>,
+    pub weight: f64,
+    pub occurred_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub priority: Priority,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_ids_follow_the_documented_grammar() {
+        for ok in ["post:9842", "comment:a.b:c-d_e", "u:x", "user_2:77"] {
+            assert!(EntityId::parse(ok).is_ok(), "{ok}");
+        }
+        let long_kind = format!("{}:1", "a".repeat(33));
+        let long_id = format!("post:{}", "1".repeat(129));
+        for bad in ["post", "Post:1", "1post:1", "post:", "post:a b", ":1", &long_kind, &long_id] {
+            assert!(EntityId::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(EntityId::parse("post:1:2").unwrap().kind(), "post");
+    }
+
+    #[test]
+    fn signals_and_event_ids_follow_the_documented_grammar() {
+        assert!(Signal::parse("report.spam").is_ok());
+        assert!(Signal::parse("Flag").is_err());
+        assert!(Signal::parse(&"a".repeat(65)).is_err());
+        assert!(EventId::parse("evt-1").is_ok());
+        assert!(EventId::parse("has space").is_err());
+        assert!(EventId::parse("").is_err());
+        assert!(EventId::parse(&"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn statuses_are_ordered_by_severity() {
+        assert!(Status::Visible < Status::Flagged);
+        assert!(Status::Flagged < Status::Hidden);
+        assert!(Status::Hidden < Status::Suspended);
+        assert_eq!(Action::Hide.status(), Status::Hidden);
+    }
+}

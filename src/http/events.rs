@@ -1,0 +1,236 @@
+//! `POST /v1/events`: validate the whole request, then hand it to the group committer.
+//! A request is all or nothing: one invalid event rejects it before anything is written.
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{State, rejection::BytesRejection},
+    http::{HeaderMap, StatusCode, header},
+};
+use serde_json::{Map, Value};
+
+use super::{AppState, error::ApiError};
+use crate::{
+    domain::{EntityId, Event, EventId, Priority, Signal},
+    ingest::{IngestError, IngestOutcome},
+    telemetry::names,
+};
+
+const FIELDS: [&str; 7] = ["id", "entity", "type", "actor", "weight", "occurred_at", "priority"];
+const MAX_ACTOR_LEN: usize = 128;
+const MAX_WEIGHT: f64 = 1000.0;
+
+pub async fn post_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
+    let result = accept(&state, &headers, body).await;
+    if let Err(error) = &result {
+        if error.status.is_client_error() {
+            metrics::counter!(names::EVENTS_REJECTED, "reason" => error.body.code).increment(1);
+        }
+    }
+    result
+}
+
+async fn accept(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
+    if !is_json(headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the events as Content-Type: application/json",
+        ));
+    }
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("the body is larger than {} bytes", state.limits.body_limit),
+            )
+        } else {
+            ApiError::bad_request("unreadable_body", rejection.body_text())
+        }
+    })?;
+    let events = parse_events(&body, state.limits.max_batch)?;
+    match state.ingestor.submit(events).await {
+        Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
+        Err(error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_))) => {
+            Err(ApiError::unavailable(&error))
+        }
+        Err(error @ IngestError::ShuttingDown) => Err(ApiError::unavailable(&error)),
+    }
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Parses one event object or an array of them; every event is checked before any is used.
+pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
+    let unprocessable = |message: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", message);
+    let (items, batched) = match value {
+        Value::Array(items) => {
+            if items.is_empty() {
+                return Err(unprocessable("the array holds no events"));
+            }
+            if items.len() > max_batch {
+                return Err(unprocessable(&format!(
+                    "the array holds {} events; at most {max_batch} are accepted per request",
+                    items.len()
+                )));
+            }
+            (items, true)
+        }
+        Value::Object(_) => (vec![value], false),
+        _ => return Err(unprocessable("the body must be an event object or an array of events")),
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            parse_event(item).map_err(|(field, message)| {
+                let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message)
+                    .with_index(batched.then_some(index));
+                match field {
+                    Some(field) => error.with_field(field),
+                    None => error,
+                }
+            })
+        })
+        .collect()
+}
+
+type FieldError = (Option<String>, String);
+
+fn parse_event(item: &Value) -> Result<Event, FieldError> {
+    let Value::Object(object) = item else {
+        return Err((None, "an event must be a JSON object".into()));
+    };
+    if let Some(unknown) = object.keys().find(|key| !FIELDS.contains(&key.as_str())) {
+        return Err((
+            Some(unknown.clone()),
+            format!("unknown field; an event has only {}", FIELDS.join(", ")),
+        ));
+    }
+    let field_error = |field: &str, message: String| (Some(field.to_owned()), message);
+    let id = required_str(object, "id")?;
+    let id = EventId::parse(id).map_err(|e| field_error("id", e.0))?;
+    let entity = required_str(object, "entity")?;
+    let entity = EntityId::parse(entity).map_err(|e| field_error("entity", e.0))?;
+    let signal = required_str(object, "type")?;
+    let signal = Signal::parse(signal).map_err(|e| field_error("type", e.0))?;
+
+    let actor = match optional(object, "actor") {
+        None => None,
+        Some(Value::String(actor))
+            if (1..=MAX_ACTOR_LEN).contains(&actor.len()) && !actor.chars().any(char::is_control) =>
+        {
+            Some(actor.clone())
+        }
+        Some(_) => {
+            return Err(field_error(
+                "actor",
+                format!("must be a string of 1-{MAX_ACTOR_LEN} characters without control characters"),
+            ));
+        }
+    };
+    let weight = match optional(object, "weight") {
+        None => 1.0,
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(w) if w.is_finite() && w > 0.0 && w <= MAX_WEIGHT => w,
+            _ => return Err(field_error("weight", format!("must be a number greater than 0 and at most {MAX_WEIGHT}"))),
+        },
+        Some(_) => return Err(field_error("weight", format!("must be a number greater than 0 and at most {MAX_WEIGHT}"))),
+    };
+    let occurred_at = match optional(object, "occurred_at") {
+        None => None,
+        Some(Value::String(raw)) => Some(
+            chrono::DateTime::parse_from_rfc3339(raw)
+                .map_err(|e| field_error("occurred_at", format!("must be an RFC 3339 timestamp: {e}")))?
+                .with_timezone(&chrono::Utc),
+        ),
+        Some(_) => return Err(field_error("occurred_at", "must be an RFC 3339 timestamp string".into())),
+    };
+    let priority = match optional(object, "priority") {
+        None => Priority::Normal,
+        Some(Value::String(p)) if p == "normal" => Priority::Normal,
+        Some(Value::String(p)) if p == "critical" => Priority::Critical,
+        Some(_) => return Err(field_error("priority", "must be \"normal\" or \"critical\"".into())),
+    };
+    Ok(Event {
+        id,
+        entity,
+        signal,
+        actor,
+        weight,
+        occurred_at,
+        priority,
+    })
+}
+
+fn required_str<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, FieldError> {
+    match object.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err((Some(field.to_owned()), "is required".into())),
+        Some(_) => Err((Some(field.to_owned()), "must be a string".into())),
+    }
+}
+
+/// An optional field; `null` counts as absent.
+fn optional<'a>(object: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    object.get(field).filter(|v| !v.is_null())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(body: &str) -> ApiError {
+        parse_events(body.as_bytes(), 1000).unwrap_err()
+    }
+
+    #[test]
+    fn a_single_object_and_an_array_both_parse() {
+        let one = r#"{"id":"e1","entity":"post:1","type":"flag"}"#;
+        let events = parse_events(one.as_bytes(), 1000).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].weight, 1.0);
+        assert_eq!(events[0].priority, Priority::Normal);
+        let many = format!("[{one},{}]", one.replace("e1", "e2"));
+        assert_eq!(parse_events(many.as_bytes(), 1000).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_error_names_the_field_and_the_position() {
+        let body = r#"[{"id":"e1","entity":"post:1","type":"flag"},{"id":"e2","entity":"post","type":"flag"}]"#;
+        let error = error_of(body);
+        assert_eq!(error.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(error.body.index, Some(1));
+        assert_eq!(error.body.field.as_deref(), Some("entity"));
+        let error = error_of(r#"{"id":"e1","entity":"post:1","type":"flag","colour":"red"}"#);
+        assert_eq!(error.body.field.as_deref(), Some("colour"));
+        assert_eq!(error.body.index, None);
+    }
+
+    #[test]
+    fn weights_must_be_finite_positive_and_bounded() {
+        for weight in ["0", "-1", "1000.5", "\"2\""] {
+            let body = format!(r#"{{"id":"e","entity":"post:1","type":"flag","weight":{weight}}}"#);
+            assert_eq!(error_of(&body).body.field.as_deref(), Some("weight"), "{weight}");
+        }
+        let body = r#"{"id":"e","entity":"post:1","type":"flag","weight":1000}"#;
+        assert!(parse_events(body.as_bytes(), 1000).is_ok());
+    }
+}

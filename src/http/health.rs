@@ -1,0 +1,50 @@
+//! Liveness, readiness and the Prometheus scrape.
+
+use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
+use serde_json::json;
+
+use super::AppState;
+use crate::telemetry::names;
+
+/// The process is up.
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Redis and Postgres answer within the backend timeout.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let timeout = state.limits.backend_timeout;
+    let (redis, postgres) = tokio::join!(
+        tokio::time::timeout(timeout, state.queue.ping()),
+        tokio::time::timeout(timeout, state.store.ping()),
+    );
+    let describe = |ok: bool, error: Option<String>| if ok { "ok".to_owned() } else { error.unwrap_or_else(|| "timed out".into()) };
+    let redis_ok = matches!(redis, Ok(Ok(())));
+    let postgres_ok = matches!(postgres, Ok(Ok(())));
+    let body = json!({
+        "status": if redis_ok && postgres_ok { "ready" } else { "unavailable" },
+        "redis": describe(redis_ok, redis.ok().and_then(|r| r.err()).map(|e| e.to_string())),
+        "postgres": describe(postgres_ok, postgres.ok().and_then(|r| r.err()).map(|e| e.to_string())),
+    });
+    let status = if redis_ok && postgres_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body))
+}
+
+/// Prometheus text format; queue depths are read from Redis at scrape time.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    match tokio::time::timeout(state.limits.backend_timeout, state.queue.depths()).await {
+        Ok(Ok(depths)) => {
+            for (shard, due, inflight) in depths {
+                let shard = shard.to_string();
+                metrics::gauge!(names::QUEUE_DUE, "shard" => shard.clone()).set(due as f64);
+                metrics::gauge!(names::QUEUE_INFLIGHT, "shard" => shard).set(inflight as f64);
+            }
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "queue depth unavailable for the scrape"),
+        Err(_) => tracing::warn!("queue depth timed out for the scrape"),
+    }
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,73 @@
+//! The HTTP API: ingest, read, health and metrics. Authentication (issue: security) will be
+//! a layer on the `/v1` router.
+
+mod error;
+mod events;
+mod health;
+mod read;
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, MatchedPath, Request},
+    middleware::{self, Next},
+    response::Response,
+    routing::{get, post},
+};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::trace::TraceLayer;
+
+pub use self::{error::ApiError, events::parse_events};
+use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
+
+/// Request limits from the settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub body_limit: usize,
+    pub max_batch: usize,
+    pub backend_timeout: std::time::Duration,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub queue: Queue,
+    pub ingestor: Ingestor,
+    pub metrics: PrometheusHandle,
+    pub limits: Arc<Limits>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.limits.body_limit;
+    let api = Router::new()
+        .route("/v1/events", post(events::post_events))
+        .route("/v1/entities/{entity}", get(read::get_entity))
+        .route("/v1/actions", get(read::list_actions))
+        .layer(DefaultBodyLimit::max(body_limit));
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(middleware::from_fn(record_request))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Counts requests by route template (never the raw path) and status.
+async fn record_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(names::HTTP_REQUESTS, "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!(names::HTTP_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
+    response
+}

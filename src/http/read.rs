@@ -1,0 +1,89 @@
+//! Read API: one entity's state, and applied actions.
+
+use std::collections::HashMap;
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::{AppState, error::ApiError};
+use crate::{domain::EntityId, store::StoreError};
+
+const DEFAULT_ACTIONS_LIMIT: i64 = 50;
+const MAX_ACTIONS_LIMIT: i64 = 500;
+
+fn store_error(error: StoreError) -> ApiError {
+    match &error {
+        StoreError::Database(db) if crate::store::is_unavailable(db) => ApiError::unavailable(&error),
+        _ => ApiError::internal(&error),
+    }
+}
+
+fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
+    EntityId::parse(raw).map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
+}
+
+fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+}
+
+pub async fn get_entity(State(state): State<AppState>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+    let entity = parse_entity(&raw)?;
+    let record = state
+        .store
+        .entity(&entity)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found(format!("no events were ever recorded for {entity}")))?;
+    let schedule = state.queue.state_of(&entity).await.map_err(|e| ApiError::unavailable(&e))?;
+    let pending = schedule.due_at_ms.is_some()
+        || schedule.lease_until_ms.is_some()
+        || record.event_count > record.evaluated_event_count;
+    Ok(Json(json!({
+        "entity": record.entity,
+        "kind": record.kind,
+        "status": record.status,
+        "moderation_version": record.moderation_version,
+        "signals": record.signals,
+        "event_count": record.event_count,
+        "evaluation": {
+            "pending": pending,
+            "fires_at": schedule.due_at_ms.and_then(millis_to_time),
+            "running": schedule.lease_until_ms.is_some(),
+            "pending_since": record.pending_since,
+            "count": record.evaluation_count,
+            "last_evaluated_at": record.last_evaluated_at,
+            "evaluated_event_count": record.evaluated_event_count,
+        },
+        "last_event_at": record.last_event_at,
+    })))
+}
+
+pub async fn list_actions(
+    State(state): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(unknown) = params.keys().find(|k| !matches!(k.as_str(), "entity" | "limit")) {
+        return Err(ApiError::bad_request("invalid_query", "unknown query parameter; use entity and limit")
+            .with_field(unknown.clone()));
+    }
+    let entity = params.get("entity").map(|raw| parse_entity(raw)).transpose()?;
+    let limit = match params.get("limit") {
+        None => DEFAULT_ACTIONS_LIMIT,
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(n) if (1..=MAX_ACTIONS_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_query",
+                    format!("limit must be a whole number from 1 to {MAX_ACTIONS_LIMIT}"),
+                )
+                .with_field("limit"));
+            }
+        },
+    };
+    let actions = state.store.actions(entity.as_ref(), limit).await.map_err(store_error)?;
+    Ok(Json(json!({ "actions": actions })))
+}

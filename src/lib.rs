@@ -1,0 +1,17 @@
+//! quiesce: evaluate moderation rules once per entity, when it has gone quiet.
+//!
+//! Events are recorded in Postgres (the source of truth) and the entity's evaluation is
+//! pushed into the future in a Redis sorted set. When the entity is quiet a worker claims it
+//! atomically, locks it, reads one snapshot, runs the rules and applies at most one
+//! version-checked action. See docs/design.md.
+
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod ingest;
+pub mod queue;
+pub mod rules;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+pub mod worker;

@@ -1,0 +1,349 @@
+//! The debounce schedule in Redis: schedule, claim, renew, ack, retry and reap, one Lua
+//! script each. See docs/state-machine.md for an entity's life in these sets.
+
+mod keys;
+mod scripts;
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use redis::aio::ConnectionManager;
+
+pub use self::keys::{Keyspace, ShardKeys};
+use self::scripts::SCRIPTS;
+use crate::{
+    config::{ScheduleMode, Settings},
+    domain::{EntityId, Priority},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis returned an unexpected reply: {0}")]
+    Reply(String),
+}
+
+pub type Result<T> = std::result::Result<T, QueueError>;
+
+/// Debounce timing, in milliseconds as the scripts take it.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub window_ms: u64,
+    pub max_wait_ms: u64,
+    pub mode: ScheduleMode,
+    pub lease_ms: u64,
+}
+
+impl Timing {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            window_ms: settings.debounce_window.as_millis() as u64,
+            max_wait_ms: settings.max_wait.as_millis() as u64,
+            mode: settings.schedule_mode,
+            lease_ms: settings.lease.as_millis() as u64,
+        }
+    }
+}
+
+/// One claimed entity: only the holder of `token` may renew, ack or retry it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub shard: u16,
+    pub entity: EntityId,
+    pub token: String,
+    /// The fire-at the entity was claimed at (unix ms).
+    pub due_at_ms: i64,
+}
+
+/// What one claim call on one shard returned.
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    /// Redis' clock at the claim (unix ms).
+    pub now_ms: i64,
+    /// The earliest fire-at still waiting in the shard, if any.
+    pub next_due_ms: Option<i64>,
+    /// Due entities pushed back because an earlier claim of theirs was still running.
+    pub busy: usize,
+    pub claims: Vec<Claim>,
+    /// Members that failed to parse as entity ids (never written by quiesce).
+    pub malformed: Vec<String>,
+}
+
+/// Where an entity stands in the schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleState {
+    pub due_at_ms: Option<i64>,
+    pub lease_until_ms: Option<i64>,
+}
+
+#[derive(Clone)]
+pub struct Queue {
+    redis: ConnectionManager,
+    keys: Keyspace,
+    timing: Timing,
+}
+
+impl Queue {
+    pub fn new(redis: ConnectionManager, keys: Keyspace, timing: Timing) -> Self {
+        Self {
+            redis,
+            keys,
+            timing,
+        }
+    }
+
+    pub fn keys(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    pub fn connection(&self) -> ConnectionManager {
+        self.redis.clone()
+    }
+
+    /// Schedules (or re-schedules) entities, one script call per shard, run concurrently.
+    /// Returns the earliest fire-at set (unix ms).
+    pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
+        let mut by_shard: Vec<Vec<(&EntityId, bool)>> = vec![Vec::new(); self.keys.shards() as usize];
+        for (entity, priority) in entities {
+            by_shard[self.keys.shard_of(entity) as usize].push((entity, *priority == Priority::Critical));
+        }
+        let calls = by_shard
+            .iter()
+            .enumerate()
+            .filter(|(_, members)| !members.is_empty())
+            .map(|(shard, members)| {
+                let keys = self.keys.for_shard(shard as u16);
+                let mut invocation = SCRIPTS.schedule.prepare_invoke();
+                invocation
+                    .key(keys.due())
+                    .key(keys.pending())
+                    .arg(self.timing.window_ms)
+                    .arg(self.timing.max_wait_ms)
+                    .arg(self.timing.mode.as_str());
+                for (entity, critical) in members {
+                    invocation.arg(entity.as_str()).arg(if *critical { "1" } else { "0" });
+                }
+                let mut redis = self.redis.clone();
+                async move { invocation.invoke_async::<Option<i64>>(&mut redis).await }
+            });
+        let earliest = try_join_all(calls).await?;
+        Ok(earliest.into_iter().flatten().min())
+    }
+
+    /// Claims up to `limit` due entities of one shard.
+    pub async fn claim(&self, shard: u16, limit: usize, busy_delay: Duration) -> Result<ClaimBatch> {
+        let keys = self.keys.for_shard(shard);
+        let token_prefix = uuid::Uuid::new_v4().simple().to_string();
+        let mut redis = self.redis.clone();
+        let reply: Vec<redis::Value> = SCRIPTS
+            .claim
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(limit)
+            .arg(self.timing.lease_ms)
+            .arg(&token_prefix)
+            .arg(busy_delay.as_millis() as u64)
+            .invoke_async(&mut redis)
+            .await?;
+        parse_claim_reply(shard, reply)
+    }
+
+    /// Finishes a claim; false if it had been taken over (lease expired and reaped).
+    pub async fn ack(&self, claim: &Claim) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .ack
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Gives a claim back, to fire again after `delay`.
+    pub async fn retry(&self, claim: &Claim, delay: Duration) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .retry
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(delay.as_millis() as u64)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Extends the claim's lease and its entity lock; false if either was lost.
+    pub async fn renew(&self, claim: &Claim) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .renew
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.lock(&claim.entity))
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(self.timing.lease_ms)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Returns entities whose lease expired (their worker died) to the due set.
+    pub async fn reap(&self, shard: u16, limit: usize) -> Result<usize> {
+        let keys = self.keys.for_shard(shard);
+        let mut redis = self.redis.clone();
+        let reaped: usize = SCRIPTS
+            .reap
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(limit)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(reaped)
+    }
+
+    /// Takes the entity lock for a claim: `SET lock token NX PX lease`.
+    pub async fn lock(&self, claim: &Claim) -> Result<bool> {
+        let key = self.keys.for_shard(claim.shard).lock(&claim.entity);
+        let mut redis = self.redis.clone();
+        let reply: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&claim.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.timing.lease_ms)
+            .query_async(&mut redis)
+            .await?;
+        Ok(reply.is_some())
+    }
+
+    /// Releases the entity lock if it still holds the claim's token.
+    pub async fn unlock(&self, claim: &Claim) -> Result<bool> {
+        let key = self.keys.for_shard(claim.shard).lock(&claim.entity);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .unlock
+            .key(key)
+            .arg(&claim.token)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Whether the action with this dedup key is known to be applied (a cache: Postgres decides).
+    pub async fn action_known_applied(&self, entity: &EntityId, dedup_key: &str) -> Result<bool> {
+        let key = self.keys.for_entity(entity).applied_action(dedup_key);
+        let mut redis = self.redis.clone();
+        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut redis).await?;
+        Ok(exists)
+    }
+
+    /// Remembers an applied action's dedup key for a day; only after Postgres committed it.
+    pub async fn remember_applied_action(&self, entity: &EntityId, dedup_key: &str) -> Result<()> {
+        let key = self.keys.for_entity(entity).applied_action(dedup_key);
+        let mut redis = self.redis.clone();
+        let _: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(86_400)
+            .query_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+
+    /// When the entity fires next and whether an evaluation of it is running.
+    pub async fn state_of(&self, entity: &EntityId) -> Result<ScheduleState> {
+        let keys = self.keys.for_entity(entity);
+        let mut redis = self.redis.clone();
+        let (due, lease): (Option<f64>, Option<f64>) = redis::pipe()
+            .zscore(keys.due(), entity.as_str())
+            .zscore(keys.inflight(), entity.as_str())
+            .query_async(&mut redis)
+            .await?;
+        Ok(ScheduleState {
+            due_at_ms: due.map(|s| s as i64),
+            lease_until_ms: lease.map(|s| s as i64),
+        })
+    }
+
+    /// Due and in-flight counts per shard, for the metrics.
+    pub async fn depths(&self) -> Result<Vec<(u16, u64, u64)>> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            let keys = self.keys.for_shard(shard);
+            pipe.zcard(keys.due()).zcard(keys.inflight());
+        }
+        let mut redis = self.redis.clone();
+        let counts: Vec<u64> = pipe.query_async(&mut redis).await?;
+        Ok(counts
+            .chunks(2)
+            .enumerate()
+            .map(|(shard, pair)| (shard as u16, pair[0], pair[1]))
+            .collect())
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        let mut redis = self.redis.clone();
+        let _: String = redis::cmd("PING").query_async(&mut redis).await?;
+        Ok(())
+    }
+}
+
+fn parse_claim_reply(shard: u16, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
+    use redis::FromRedisValue;
+    let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
+    if reply.len() < 3 || (reply.len() - 3) % 3 != 0 {
+        return Err(bad("wrong length"));
+    }
+    let number = |v: &redis::Value| -> Result<i64> {
+        match v {
+            redis::Value::Int(n) => Ok(*n),
+            other => {
+                let text = String::from_redis_value(other.clone()).map_err(|_| bad("not a number"))?;
+                text.parse::<f64>().map(|f| f as i64).map_err(|_| bad("not a number"))
+            }
+        }
+    };
+    let text = |v: &redis::Value| String::from_redis_value(v.clone()).map_err(|_| bad("not a string"));
+    let next = number(&reply[1])?;
+    let mut batch = ClaimBatch {
+        now_ms: number(&reply[0])?,
+        next_due_ms: (next >= 0).then_some(next),
+        busy: number(&reply[2])? as usize,
+        ..Default::default()
+    };
+    for chunk in reply[3..].chunks(3) {
+        let raw = text(&chunk[0])?;
+        match EntityId::parse(&raw) {
+            Ok(entity) => batch.claims.push(Claim {
+                shard,
+                entity,
+                token: text(&chunk[1])?,
+                due_at_ms: number(&chunk[2])?,
+            }),
+            Err(_) => batch.malformed.push(raw),
+        }
+    }
+    Ok(batch)
+}

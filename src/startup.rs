@@ -1,0 +1,175 @@
+//! Wiring: connect to Postgres and Redis, build the HTTP server and the workers, and run them
+//! until a shutdown signal.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use secrecy::ExposeSecret;
+use sqlx::{Postgres, migrate::MigrateDatabase};
+use tokio::{net::TcpListener, sync::Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::Settings,
+    http::{self, AppState, Limits},
+    ingest::Ingestor,
+    queue::{Keyspace, Queue, Timing},
+    rules::RuleSet,
+    store::{self, Store},
+    telemetry,
+    worker::{Worker, WorkerSettings},
+};
+
+/// Loads the configured rules file, or the shipped defaults.
+pub fn load_rules(settings: &Settings) -> anyhow::Result<RuleSet> {
+    match &settings.rules {
+        Some(path) => RuleSet::from_file(path).context("the rules were refused"),
+        None => Ok(RuleSet::default_rules()),
+    }
+}
+
+/// Creates the database if it does not exist and applies pending migrations.
+pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
+    let url = settings.database_url.expose_secret();
+    if !Postgres::database_exists(url).await.context("cannot reach Postgres")? {
+        Postgres::create_database(url).await.context("cannot create the database")?;
+        tracing::info!("created the database");
+    }
+    let pool = store::connect(settings).await.context("cannot connect to Postgres")?;
+    store::migrate(&pool).await.context("migrations failed")?;
+    pool.close().await;
+    Ok(())
+}
+
+pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionManager> {
+    let client = redis::Client::open(settings.redis_url.expose_secret()).context("invalid Redis URL")?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.backend_timeout))
+        .set_response_timeout(Some(settings.backend_timeout))
+        .set_number_of_retries(2);
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .context("cannot connect to Redis")
+}
+
+/// Postgres, Redis and the rules: what both the API and the workers run on.
+#[derive(Clone)]
+pub struct Backends {
+    pub store: Store,
+    pub queue: Queue,
+    pub rules: Arc<RuleSet>,
+    pub wakeup: Arc<Notify>,
+}
+
+impl Backends {
+    pub async fn connect(settings: &Settings, rules: Arc<RuleSet>) -> anyhow::Result<Self> {
+        let pool = store::connect(settings).await.context("cannot connect to Postgres")?;
+        let redis = connect_redis(settings).await?;
+        let keys = Keyspace::new(settings.redis_prefix.clone(), settings.shards);
+        Ok(Self {
+            store: Store::new(pool),
+            queue: Queue::new(redis, keys, Timing::from_settings(settings)),
+            rules,
+            wakeup: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn worker(&self, settings: &Settings) -> Worker {
+        Worker::new(
+            self.queue.clone(),
+            self.store.clone(),
+            Arc::clone(&self.rules),
+            WorkerSettings::from_settings(settings),
+            Arc::clone(&self.wakeup),
+        )
+    }
+}
+
+/// The HTTP API, bound to its port, with the workers of the same process.
+pub struct Application {
+    listener: TcpListener,
+    address: SocketAddr,
+    state: AppState,
+    worker: Option<Worker>,
+}
+
+impl Application {
+    /// Binds the listener (port 0 picks a free port) and builds the state; `worker` is the
+    /// evaluation loop to run beside the API (`None` for an API-only process).
+    pub async fn build(settings: &Settings, backends: &Backends, worker: Option<Worker>) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let address = listener.local_addr()?;
+        let ingestor = Ingestor::start(
+            backends.store.clone(),
+            backends.queue.clone(),
+            Arc::clone(&backends.wakeup),
+            settings.backend_timeout,
+        );
+        let state = AppState {
+            store: backends.store.clone(),
+            queue: backends.queue.clone(),
+            ingestor,
+            metrics: telemetry::metrics_handle(),
+            limits: Arc::new(Limits {
+                body_limit: settings.body_limit,
+                max_batch: settings.max_batch,
+                backend_timeout: settings.backend_timeout,
+            }),
+        };
+        Ok(Self {
+            listener,
+            address,
+            state,
+            worker,
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
+    /// workers drain.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let worker = self.worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+        let signal = shutdown.clone();
+        axum::serve(self.listener, http::router(self.state))
+            .with_graceful_shutdown(async move { signal.cancelled().await })
+            .await
+            .context("the HTTP server failed")?;
+        if let Some(worker) = worker {
+            worker.await.context("the worker loop panicked")?;
+        }
+        Ok(())
+    }
+}
+
+/// A token cancelled on SIGTERM or ctrl-c; the HTTP server and the workers share it.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let terminate = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = terminate => {}
+        }
+        tracing::info!("shutdown requested: no new claims, finishing running evaluations");
+        trigger.cancel();
+    });
+    token
+}

@@ -1,0 +1,491 @@
+//! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
+//! the outbox. All SQL of the service lives here.
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::{
+    PgPool, Postgres, Row, Transaction,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+use crate::{
+    config::Settings,
+    domain::{EntityId, Event, Status},
+    rules::{Decision, Verdict},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("postgres: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The entity's moderation version moved after the snapshot: a newer writer won.
+    #[error("moderation version changed since the snapshot (read {read})")]
+    VersionConflict { read: i64 },
+    #[error("stored data is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+pub async fn connect(settings: &Settings) -> Result<PgPool> {
+    let options: PgConnectOptions = settings.database_url.expose_secret().parse()?;
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.db_max_connections)
+        .acquire_timeout(settings.backend_timeout)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    sqlx::migrate!("./migrations").run(pool).await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct SignalTotals {
+    pub count: i64,
+    pub weight: f64,
+}
+
+/// One consistent read of an entity: what the rules decide on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub entity: EntityId,
+    pub kind: String,
+    pub status: Status,
+    pub moderation_version: i64,
+    /// Events recorded when the snapshot was taken; the evaluation covers these.
+    pub event_count: i64,
+    pub signals: BTreeMap<String, SignalTotals>,
+    pub taken_at: DateTime<Utc>,
+}
+
+impl Snapshot {
+    /// An entity with no events, for checking rules before any data exists.
+    pub fn empty_for_validation() -> Self {
+        Self {
+            entity: EntityId::parse("post:0").expect("valid id"),
+            kind: "post".into(),
+            status: Status::Visible,
+            moderation_version: 0,
+            event_count: 0,
+            signals: BTreeMap::new(),
+            taken_at: DateTime::<Utc>::UNIX_EPOCH,
+        }
+    }
+
+    /// hash(entity, rule, hour of the snapshot): the same rule acts on an entity once an hour.
+    pub fn dedup_key(&self, rule: &str) -> String {
+        let hour = self.taken_at.timestamp().div_euclid(3600);
+        let digest = Sha256::digest(format!("{}\n{}\n{}", self.entity, rule, hour));
+        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// An entity as the read API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntityRecord {
+    pub entity: String,
+    pub kind: String,
+    pub status: Status,
+    pub moderation_version: i64,
+    pub event_count: i64,
+    pub evaluated_event_count: i64,
+    pub pending_since: Option<DateTime<Utc>>,
+    pub last_event_at: DateTime<Utc>,
+    pub evaluation_count: i64,
+    pub last_evaluated_at: Option<DateTime<Utc>>,
+    pub signals: BTreeMap<String, SignalTotals>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionRecord {
+    pub id: i64,
+    pub entity: String,
+    pub action: String,
+    pub rule: String,
+    pub reason: String,
+    pub previous_status: String,
+    pub new_status: String,
+    pub applied_version: i64,
+    pub dedup_key: String,
+    pub created_at: DateTime<Utc>,
+    pub snapshot: serde_json::Value,
+}
+
+/// What a completed evaluation wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// No action was due; the evaluation is recorded.
+    NoAction,
+    /// The action was applied now, as this action row.
+    Applied { action_id: i64 },
+    /// The action's dedup key exists: it took effect before (a retry after a crash).
+    AlreadyApplied,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Records events in one transaction (group commit); returns the ids that were new.
+    ///
+    /// Counters are upserted sorted by key, so concurrent group commits lock rows in the same
+    /// order and cannot deadlock. Only newly inserted events move the counters.
+    pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
+        let mut tx = self.pool.begin().await?;
+        let inserted: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
+                                  $6::timestamptz[], $7::text[])
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id",
+        )
+        .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.entity.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.signal.as_str()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.actor.as_deref()).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.weight).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
+        .bind(events.iter().map(|e| e.priority.as_str()).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+        let inserted: HashSet<String> = inserted.into_iter().collect();
+        if !inserted.is_empty() {
+            let fresh = events.iter().filter(|e| inserted.contains(e.id.as_str()));
+            let mut per_entity: BTreeMap<&str, i64> = BTreeMap::new();
+            let mut per_signal: BTreeMap<(&str, &str), SignalTotals> = BTreeMap::new();
+            for event in fresh {
+                *per_entity.entry(event.entity.as_str()).or_default() += 1;
+                let totals = per_signal
+                    .entry((event.entity.as_str(), event.signal.as_str()))
+                    .or_default();
+                totals.count += 1;
+                totals.weight += event.weight;
+            }
+            upsert_entities(&mut tx, &per_entity).await?;
+            upsert_signal_totals(&mut tx, &per_signal).await?;
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// Reads the entity's status, version and every signal total in one repeatable-read
+    /// transaction, so the rules see one moment. `None` for an entity with no events.
+    pub async fn snapshot(&self, entity: &EntityId) -> Result<Option<Snapshot>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let Some(row) = sqlx::query(
+            "SELECT kind, status, moderation_version, event_count, now() AS taken_at
+             FROM entities WHERE entity = $1",
+        )
+        .bind(entity.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let signals = signal_totals(&mut tx, entity.as_str()).await?;
+        tx.commit().await?;
+        let status: String = row.get("status");
+        Ok(Some(Snapshot {
+            entity: entity.clone(),
+            kind: row.get("kind"),
+            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
+            moderation_version: row.get("moderation_version"),
+            event_count: row.get("event_count"),
+            signals,
+            taken_at: row.get("taken_at"),
+        }))
+    }
+
+    /// Records a completed evaluation and applies its decision, in one transaction, fenced by
+    /// the moderation version read in the snapshot.
+    ///
+    /// The action row's unique dedup key is the authority that an action takes effect once;
+    /// the status is set, never incremented. If the version moved, nothing is written and
+    /// [`StoreError::VersionConflict`] is returned.
+    pub async fn complete_evaluation(
+        &self,
+        snapshot: &Snapshot,
+        verdict: &Verdict,
+        decision: Option<&Decision>,
+        worker: &str,
+        started_at: DateTime<Utc>,
+    ) -> Result<Completion> {
+        let mut tx = self.pool.begin().await?;
+        let mut completion = Completion::NoAction;
+        let mut new_status = snapshot.status;
+        if let Some(decision) = decision {
+            let dedup_key = snapshot.dedup_key(&decision.rule);
+            let action_id: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                      snapshot, applied_version, dedup_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
+                 RETURNING id",
+            )
+            .bind(snapshot.entity.as_str())
+            .bind(decision.action.as_str())
+            .bind(&decision.rule)
+            .bind(&decision.reason)
+            .bind(snapshot.status.as_str())
+            .bind(decision.action.status().as_str())
+            .bind(sqlx::types::Json(snapshot))
+            .bind(snapshot.moderation_version)
+            .bind(&dedup_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            match action_id {
+                Some(action_id) => {
+                    new_status = decision.action.status();
+                    completion = Completion::Applied { action_id };
+                    sqlx::query(
+                        "INSERT INTO outbox (topic, idempotency_key, payload)
+                         VALUES ('action.applied', $1, $2)",
+                    )
+                    .bind(&dedup_key)
+                    .bind(serde_json::json!({
+                        "action_id": action_id,
+                        "entity": snapshot.entity,
+                        "action": decision.action,
+                        "rule": decision.rule,
+                        "reason": decision.reason,
+                        "status": new_status,
+                    }))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                None => completion = Completion::AlreadyApplied,
+            }
+        }
+        let bump = i64::from(matches!(completion, Completion::Applied { .. }));
+        let updated = sqlx::query(
+            "UPDATE entities SET
+                 status = $3,
+                 moderation_version = moderation_version + $4,
+                 evaluated_event_count = GREATEST(evaluated_event_count, $5),
+                 pending_since = CASE WHEN event_count <= $5 THEN NULL ELSE pending_since END,
+                 evaluation_count = evaluation_count + 1,
+                 last_evaluated_at = now()
+             WHERE entity = $1 AND moderation_version = $2",
+        )
+        .bind(snapshot.entity.as_str())
+        .bind(snapshot.moderation_version)
+        .bind(new_status.as_str())
+        .bind(bump)
+        .bind(snapshot.event_count)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Err(StoreError::VersionConflict {
+                read: snapshot.moderation_version,
+            });
+        }
+        let action_id = match completion {
+            Completion::Applied { action_id } => Some(action_id),
+            _ => None,
+        };
+        sqlx::query(
+            "INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
+                                      decisions, action_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(snapshot.entity.as_str())
+        .bind(worker)
+        .bind(started_at)
+        .bind(snapshot.moderation_version)
+        .bind(snapshot.event_count)
+        .bind(sqlx::types::Json(verdict))
+        .bind(action_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(completion)
+    }
+
+    pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let Some(row) = sqlx::query(
+            "SELECT entity, kind, status, moderation_version, event_count, evaluated_event_count,
+                    pending_since, last_event_at, evaluation_count, last_evaluated_at
+             FROM entities WHERE entity = $1",
+        )
+        .bind(entity.as_str())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let signals = signal_totals(&mut tx, entity.as_str()).await?;
+        tx.commit().await?;
+        let status: String = row.get("status");
+        Ok(Some(EntityRecord {
+            entity: row.get("entity"),
+            kind: row.get("kind"),
+            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
+            moderation_version: row.get("moderation_version"),
+            event_count: row.get("event_count"),
+            evaluated_event_count: row.get("evaluated_event_count"),
+            pending_since: row.get("pending_since"),
+            last_event_at: row.get("last_event_at"),
+            evaluation_count: row.get("evaluation_count"),
+            last_evaluated_at: row.get("last_evaluated_at"),
+            signals,
+        }))
+    }
+
+    /// Applied actions, newest first, optionally for one entity.
+    pub async fn actions(&self, entity: Option<&EntityId>, limit: i64) -> Result<Vec<ActionRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
+                    dedup_key, created_at, snapshot
+             FROM actions
+             WHERE $1::text IS NULL OR entity = $1
+             ORDER BY id DESC
+             LIMIT $2",
+        )
+        .bind(entity.map(EntityId::as_str))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| ActionRecord {
+                id: row.get("id"),
+                entity: row.get("entity"),
+                action: row.get("action"),
+                rule: row.get("rule"),
+                reason: row.get("reason"),
+                previous_status: row.get("previous_status"),
+                new_status: row.get("new_status"),
+                applied_version: row.get("applied_version"),
+                dedup_key: row.get("dedup_key"),
+                created_at: row.get("created_at"),
+                snapshot: row.get("snapshot"),
+            })
+            .collect())
+    }
+}
+
+async fn upsert_entities(tx: &mut Transaction<'_, Postgres>, per_entity: &BTreeMap<&str, i64>) -> Result<()> {
+    let ids: Vec<&str> = per_entity.keys().copied().collect();
+    let kinds: Vec<&str> = ids.iter().map(|id| id.split_once(':').map_or("", |(k, _)| k)).collect();
+    let counts: Vec<i64> = per_entity.values().copied().collect();
+    sqlx::query(
+        "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at)
+         SELECT entity, kind, n, now(), now()
+         FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS t(entity, kind, n)
+         ORDER BY entity
+         ON CONFLICT (entity) DO UPDATE SET
+             event_count = entities.event_count + EXCLUDED.event_count,
+             pending_since = COALESCE(entities.pending_since, now()),
+             last_event_at = now()",
+    )
+    .bind(ids)
+    .bind(kinds)
+    .bind(counts)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn upsert_signal_totals(
+    tx: &mut Transaction<'_, Postgres>,
+    per_signal: &BTreeMap<(&str, &str), SignalTotals>,
+) -> Result<()> {
+    let entities: Vec<&str> = per_signal.keys().map(|(e, _)| *e).collect();
+    let signals: Vec<&str> = per_signal.keys().map(|(_, s)| *s).collect();
+    let counts: Vec<i64> = per_signal.values().map(|t| t.count).collect();
+    let weights: Vec<f64> = per_signal.values().map(|t| t.weight).collect();
+    sqlx::query(
+        "INSERT INTO signal_totals (entity, signal, count, weight_sum)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
+         ORDER BY e, s
+         ON CONFLICT (entity, signal) DO UPDATE SET
+             count = signal_totals.count + EXCLUDED.count,
+             weight_sum = signal_totals.weight_sum + EXCLUDED.weight_sum",
+    )
+    .bind(&entities)
+    .bind(&signals)
+    .bind(&counts)
+    .bind(&weights)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
+         SELECT e, s, date_trunc('minute', now()), c, w
+         FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
+         ORDER BY e, s
+         ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
+             count = signal_buckets.count + EXCLUDED.count,
+             weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum",
+    )
+    .bind(&entities)
+    .bind(&signals)
+    .bind(&counts)
+    .bind(&weights)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn signal_totals(
+    tx: &mut Transaction<'_, Postgres>,
+    entity: &str,
+) -> Result<BTreeMap<String, SignalTotals>> {
+    let rows = sqlx::query("SELECT signal, count, weight_sum FROM signal_totals WHERE entity = $1")
+        .bind(entity)
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.get("signal"),
+                SignalTotals {
+                    count: row.get("count"),
+                    weight: row.get("weight_sum"),
+                },
+            )
+        })
+        .collect())
+}
+
+/// Whether an error means Postgres could not be reached (answer 503 / retry), as opposed to a
+/// query or data problem.
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_)
+    )
+}
+

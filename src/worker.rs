@@ -1,0 +1,404 @@
+//! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
+//! version-checked action, ack. Bounded concurrency, graceful shutdown, lease reaping.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use futures::future::BoxFuture;
+use rand::Rng;
+use tokio::{
+    sync::{Notify, Semaphore},
+    task::JoinSet,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::Settings,
+    queue::{Claim, Queue, QueueError},
+    rules::RuleSet,
+    store::{Completion, Snapshot, Store, StoreError},
+    telemetry::names,
+};
+
+/// Most expired leases returned per shard in one reaper pass.
+const REAP_BATCH: usize = 256;
+/// Longest back-off after Redis errors in the poll loop.
+const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How one evaluation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Evaluated and recorded (with or without an action).
+    Done(Completion),
+    /// The entity was locked or in flight elsewhere: tried again shortly.
+    Snooze(Duration),
+    /// A transient failure (version conflict, Postgres error): re-scheduled after a delay.
+    Retry(String),
+    /// Can never succeed as it stands (e.g. no such entity in Postgres): dropped and logged.
+    Fatal(String),
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done(_) => "done",
+            Outcome::Snooze(_) => "snooze",
+            Outcome::Retry(_) => "retry",
+            Outcome::Fatal(_) => "fatal",
+        }
+    }
+}
+
+/// A test seam: runs after the snapshot is read and before the decision is written.
+pub type BeforeApplyHook = Arc<dyn Fn(Snapshot) -> BoxFuture<'static, ()> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub concurrency: usize,
+    pub poll_interval: Duration,
+    pub claim_batch: usize,
+    pub retry_delay: Duration,
+    pub lease: Duration,
+    pub shutdown_timeout: Duration,
+    pub worker_id: String,
+}
+
+impl WorkerSettings {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            concurrency: settings.workers,
+            poll_interval: settings.poll_interval,
+            claim_batch: settings.claim_batch,
+            retry_delay: settings.retry_delay,
+            lease: settings.lease,
+            shutdown_timeout: settings.shutdown_timeout,
+            worker_id: settings.worker_id.clone(),
+        }
+    }
+}
+
+/// The result of one pass over every shard.
+#[derive(Debug, Default)]
+pub struct ClaimRound {
+    pub claims: Vec<Claim>,
+    /// How long until the earliest entity still waiting is due (None: nothing waits).
+    pub next_due_in: Option<Duration>,
+}
+
+#[derive(Clone)]
+pub struct Worker {
+    queue: Queue,
+    store: Store,
+    rules: Arc<RuleSet>,
+    settings: WorkerSettings,
+    wakeup: Arc<Notify>,
+    before_apply: Option<BeforeApplyHook>,
+}
+
+impl Worker {
+    pub fn new(
+        queue: Queue,
+        store: Store,
+        rules: Arc<RuleSet>,
+        settings: WorkerSettings,
+        wakeup: Arc<Notify>,
+    ) -> Self {
+        Self {
+            queue,
+            store,
+            rules,
+            settings,
+            wakeup,
+            before_apply: None,
+        }
+    }
+
+    pub fn with_before_apply(mut self, hook: BeforeApplyHook) -> Self {
+        self.before_apply = Some(hook);
+        self
+    }
+
+    /// Claims up to `limit` due entities across the shards, starting at a random shard so
+    /// that processes do not all drain shard 0 first.
+    pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
+        let shards = self.queue.keys().shards();
+        let start = rand::rng().random_range(0..shards);
+        let mut round = ClaimRound::default();
+        let mut next_due_in: Option<i64> = None;
+        for offset in 0..shards {
+            let remaining = limit.saturating_sub(round.claims.len());
+            if remaining == 0 {
+                break;
+            }
+            let shard = (start + offset) % shards;
+            let batch = self
+                .queue
+                .claim(shard, remaining.min(self.settings.claim_batch), self.jittered(self.settings.retry_delay))
+                .await?;
+            if batch.busy > 0 {
+                metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
+            }
+            for raw in &batch.malformed {
+                tracing::error!(member = %raw, shard, "due set holds a member that is not an entity id");
+            }
+            for claim in &batch.claims {
+                let delay_ms = (batch.now_ms - claim.due_at_ms).max(0);
+                metrics::histogram!(names::FIRE_DELAY_SECONDS).record(delay_ms as f64 / 1000.0);
+            }
+            if let Some(next) = batch.next_due_ms {
+                let wait = (next - batch.now_ms).max(0);
+                next_due_in = Some(next_due_in.map_or(wait, |w| w.min(wait)));
+            }
+            round.claims.extend(batch.claims);
+        }
+        round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
+        Ok(round)
+    }
+
+    /// Returns every expired lease to the due set; the count returned.
+    pub async fn reap_once(&self) -> Result<usize, QueueError> {
+        let mut total = 0;
+        for shard in 0..self.queue.keys().shards() {
+            total += self.queue.reap(shard, REAP_BATCH).await?;
+        }
+        if total > 0 {
+            metrics::counter!(names::LEASES_REAPED).increment(total as u64);
+            tracing::warn!(reaped = total, "returned entities whose worker lease expired");
+        }
+        Ok(total)
+    }
+
+    /// Evaluates one claimed entity and settles its claim (ack, or re-schedule).
+    #[tracing::instrument(skip_all, fields(entity = %claim.entity))]
+    pub async fn process(&self, claim: Claim) -> Outcome {
+        let started = Instant::now();
+        let outcome = self.process_inner(&claim).await;
+        metrics::counter!(names::EVALUATIONS, "outcome" => outcome.label()).increment(1);
+        metrics::histogram!(names::EVALUATION_SECONDS).record(started.elapsed().as_secs_f64());
+        match &outcome {
+            Outcome::Retry(reason) => tracing::info!(%reason, "evaluation will be retried"),
+            Outcome::Fatal(reason) => tracing::error!(%reason, "evaluation dropped"),
+            _ => {}
+        }
+        outcome
+    }
+
+    async fn process_inner(&self, claim: &Claim) -> Outcome {
+        match self.queue.lock(claim).await {
+            Ok(true) => {}
+            Ok(false) => {
+                metrics::counter!(names::LOCK_CONTENTION).increment(1);
+                let delay = self.jittered(self.settings.retry_delay);
+                return match self.queue.retry(claim, delay).await {
+                    Ok(_) => Outcome::Snooze(delay),
+                    // The lease will expire and the reaper returns the entity.
+                    Err(error) => Outcome::Retry(format!("lock busy, and re-scheduling failed: {error}")),
+                };
+            }
+            Err(error) => return self.give_back(claim, format!("lock: {error}")).await,
+        }
+
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewal = self.spawn_renewal(claim.clone(), Arc::clone(&lost));
+        let result = self.evaluate(claim).await;
+        renewal.abort();
+
+        let outcome = match result {
+            Ok(completion) => {
+                if let Err(error) = self.queue.ack(claim).await {
+                    // Not acked: the lease expires and the entity is evaluated again, which
+                    // the dedup key and version fence make harmless.
+                    tracing::warn!(%error, "ack failed");
+                }
+                Outcome::Done(completion)
+            }
+            Err(EvaluationError::UnknownEntity) => {
+                let _ = self.queue.ack(claim).await;
+                Outcome::Fatal("entity is scheduled but has no record in Postgres".into())
+            }
+            Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
+                metrics::counter!(names::VERSION_CONFLICTS).increment(1);
+                self.give_back(claim, format!("moderation version moved past {read}")).await
+            }
+            Err(error) => self.give_back(claim, error.to_string()).await,
+        };
+        if lost.load(Ordering::Relaxed) {
+            tracing::warn!("lease or lock was lost during the evaluation");
+        }
+        if let Err(error) = self.queue.unlock(claim).await {
+            tracing::warn!(%error, "unlock failed; the lock expires with its lease");
+        }
+        outcome
+    }
+
+    async fn give_back(&self, claim: &Claim, reason: String) -> Outcome {
+        if let Err(error) = self.queue.retry(claim, self.jittered(self.settings.retry_delay)).await {
+            tracing::warn!(%error, "re-scheduling failed; the lease expires and the reaper returns it");
+        }
+        Outcome::Retry(reason)
+    }
+
+    async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
+        let started_at = Utc::now();
+        let snapshot = self
+            .store
+            .snapshot(&claim.entity)
+            .await?
+            .ok_or(EvaluationError::UnknownEntity)?;
+        let verdict = self.rules.evaluate(&snapshot);
+        for (rule, error) in &verdict.errors {
+            metrics::counter!(names::RULE_ERRORS).increment(1);
+            tracing::warn!(%rule, %error, "rule could not be evaluated");
+        }
+        let mut decision = verdict.to_apply(snapshot.status);
+        if let Some(d) = decision {
+            // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
+            let key = snapshot.dedup_key(&d.rule);
+            if self.queue.action_known_applied(&claim.entity, &key).await.unwrap_or(false) {
+                decision = None;
+            }
+        }
+        if let Some(hook) = &self.before_apply {
+            hook(snapshot.clone()).await;
+        }
+        let completion = self
+            .store
+            .complete_evaluation(&snapshot, &verdict, decision, &self.settings.worker_id, started_at)
+            .await?;
+        if let (Some(d), Completion::Applied { .. } | Completion::AlreadyApplied) = (decision, &completion) {
+            if matches!(completion, Completion::Applied { .. }) {
+                metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
+                    .increment(1);
+                tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
+            }
+            let key = snapshot.dedup_key(&d.rule);
+            if let Err(error) = self.queue.remember_applied_action(&claim.entity, &key).await {
+                tracing::debug!(%error, "could not cache the applied action");
+            }
+        }
+        Ok(completion)
+    }
+
+    /// Renews lease and lock every third of the lease while the evaluation runs.
+    fn spawn_renewal(&self, claim: Claim, lost: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+        let queue = self.queue.clone();
+        let period = self.settings.lease / 3;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                match queue.renew(&claim).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        lost.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(error) => tracing::warn!(%error, "lease renewal failed; will try again"),
+                }
+            }
+        })
+    }
+
+    /// Half the base plus a random part of it ("equal jitter"), so retries spread out.
+    fn jittered(&self, base: Duration) -> Duration {
+        let base_ms = base.as_millis().max(2) as u64;
+        Duration::from_millis(base_ms / 2 + rand::rng().random_range(0..=base_ms / 2))
+    }
+
+    /// The poll loop: claims while permits are free, sleeps until the earliest due entity (at
+    /// most the poll interval) or a wake-up, reaps expired leases, and on shutdown stops
+    /// claiming, waits for running evaluations, and gives back what did not finish in time.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
+        let mut tasks = JoinSet::new();
+        let reap_every = (self.settings.lease / 2).max(Duration::from_millis(50));
+        let mut next_reap = Instant::now();
+        let mut backoff = self.settings.poll_interval;
+
+        while !shutdown.is_cancelled() {
+            while tasks.try_join_next().is_some() {}
+            if Instant::now() >= next_reap {
+                if let Err(error) = self.reap_once().await {
+                    tracing::warn!(%error, "reaper pass failed");
+                }
+                next_reap = Instant::now() + reap_every;
+            }
+
+            let available = permits.available_permits();
+            let mut sleep_for = self.settings.poll_interval;
+            if available > 0 {
+                match self.claim_once(available).await {
+                    Ok(round) => {
+                        backoff = self.settings.poll_interval;
+                        let full = round.claims.len() == available;
+                        for claim in round.claims {
+                            let permit = Arc::clone(&permits)
+                                .try_acquire_owned()
+                                .expect("claimed no more than the free permits");
+                            running.lock().expect("not poisoned").insert(claim.token.clone(), claim.clone());
+                            let worker = self.clone();
+                            let running = Arc::clone(&running);
+                            tasks.spawn(async move {
+                                let token = claim.token.clone();
+                                worker.process(claim).await;
+                                running.lock().expect("not poisoned").remove(&token);
+                                drop(permit);
+                            });
+                        }
+                        if full {
+                            // More may be due; come back as soon as a permit frees.
+                            sleep_for = Duration::ZERO;
+                        } else if let Some(next) = round.next_due_in {
+                            sleep_for = next.min(self.settings.poll_interval);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "claim failed; backing off");
+                        backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
+                        sleep_for = self.jittered(backoff);
+                    }
+                }
+            }
+
+            let at_capacity = permits.available_permits() == 0;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wakeup.notified() => {}
+                _ = tokio::time::sleep(sleep_for), if !at_capacity => {}
+                Some(_) = tasks.join_next(), if at_capacity => {}
+            }
+        }
+
+        let drained = tokio::time::timeout(self.settings.shutdown_timeout, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+            let unfinished: Vec<Claim> = running.lock().expect("not poisoned").drain().map(|(_, c)| c).collect();
+            tracing::warn!(count = unfinished.len(), "shutdown timeout: giving unfinished claims back");
+            for claim in unfinished {
+                let _ = self.queue.retry(&claim, Duration::ZERO).await;
+                let _ = self.queue.unlock(&claim).await;
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum EvaluationError {
+    #[error("entity has no record in Postgres")]
+    UnknownEntity,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,94 @@
+//! No two evaluations of one entity run at once, across worker tasks and processes, and no
+//! action is applied twice.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use futures::{FutureExt, future::join_all};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+
+#[tokio::test]
+async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
+    // Widen each in-process evaluation so that overlaps, if the claim or lock let any through,
+    // would be seen.
+    let hook = Arc::new(|_snapshot| tokio::time::sleep(Duration::from_millis(15)).boxed());
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(30),
+        max_wait: Duration::from_millis(200),
+        workers: 8,
+        before_apply: Some(hook),
+        ..Default::default()
+    })
+    .await;
+    let mut process = app.spawn_worker_process("second-process");
+
+    // Waves of flags on a few hot entities: each wave re-schedules them while earlier
+    // evaluations may still run.
+    let entities: Vec<String> = (0..12).map(|i| format!("post:hot{i}")).collect();
+    for wave in 0..12 {
+        let bodies: Vec<Value> = entities
+            .iter()
+            .map(|entity| json!([event(&format!("{entity}-w{wave}"), entity, "flag")]))
+            .collect();
+        join_all(bodies.iter().map(|b| app.send(b))).await;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    app.wait_settled(Duration::from_secs(60)).await;
+
+    let rows: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> =
+        sqlx::query_as("SELECT entity, worker, started_at, finished_at FROM evaluations ORDER BY entity, started_at")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    let mut by_entity: HashMap<&str, Vec<(DateTime<Utc>, DateTime<Utc>, &str)>> = HashMap::new();
+    for (entity, worker, started, finished) in &rows {
+        by_entity.entry(entity).or_default().push((*started, *finished, worker));
+    }
+    assert_eq!(by_entity.len(), entities.len());
+    for (entity, runs) in &by_entity {
+        for pair in runs.windows(2) {
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "{entity}: an evaluation by {} started at {} before one by {} finished at {}",
+                pair[1].2,
+                pair[1].0,
+                pair[0].2,
+                pair[0].1
+            );
+        }
+    }
+    let workers: std::collections::HashSet<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert!(workers.contains("second-process"), "the second process took part: {workers:?}");
+    assert!(workers.contains("in-process"), "the in-process workers took part: {workers:?}");
+
+    // Each entity got 12 flags: at most one flag action and one hide action, ending hidden.
+    let duplicated = app
+        .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
+        .await;
+    assert_eq!(duplicated, 0, "an action was applied twice");
+    assert_eq!(app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'").await, 12);
+
+    process.start_kill().unwrap();
+    process.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_process_stops_cleanly_on_sigterm() {
+    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let mut process = app.spawn_worker_process("stopping");
+    let pid = process.id().expect("running") as i32;
+    // Wait until it is up and polling: its first claim leaves no trace, so give it work.
+    app.send(&event("e1", "post:stop", "flag")).await;
+    wait_for(Duration::from_secs(20), "the worker process to evaluate", || async {
+        app.evaluation_count("post:stop").await == 1
+    })
+    .await;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), process.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
+}

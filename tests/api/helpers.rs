@@ -1,0 +1,327 @@
+//! Test harness: every test gets its own Postgres database (UUID-named), its own Redis key
+//! prefix and its own port, so tests run in parallel against the shared servers.
+
+use std::{
+    future::Future,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use quiesce::{
+    config::Settings,
+    rules::RuleSet,
+    startup::{self, Application, Backends},
+    worker::{BeforeApplyHook, Worker},
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub fn database_base_url() -> String {
+    let url = std::env::var("QUIESCE_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/quiesce".to_owned());
+    url.rsplit_once('/').map_or(url.clone(), |(base, _)| base.to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("QUIESCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// What a test changes from the defaults: millisecond windows, a small lease, workers or not.
+pub struct TestOptions {
+    pub window: Duration,
+    pub max_wait: Duration,
+    pub lease: Duration,
+    /// Evaluation concurrency of the in-process workers; 0 runs no worker loop.
+    pub workers: usize,
+    pub body_limit: usize,
+    pub max_batch: usize,
+    pub before_apply: Option<BeforeApplyHook>,
+    pub rules: Option<RuleSet>,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_millis(300),
+            max_wait: Duration::from_secs(10),
+            lease: Duration::from_secs(5),
+            workers: 4,
+            body_limit: 1024 * 1024,
+            max_batch: 1000,
+            before_apply: None,
+            rules: None,
+        }
+    }
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub settings: Settings,
+    pub backends: Backends,
+    pub pool: PgPool,
+    db_name: String,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+pub async fn spawn_app(options: TestOptions) -> TestApp {
+    if std::env::var_os("TEST_LOG").is_some() {
+        quiesce::telemetry::init_tracing(quiesce::config::LogFormat::Text, "info,quiesce=debug");
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let db_name = format!("quiesce_test_{id}");
+    let mut admin = PgConnection::connect(&format!("{}/postgres", database_base_url()))
+        .await
+        .expect("Postgres reachable (see scripts/services.sh)");
+    sqlx::query(&format!("CREATE DATABASE {db_name}"))
+        .execute(&mut admin)
+        .await
+        .expect("create the test database");
+    admin.close().await.ok();
+
+    let settings = Settings {
+        database_url: SecretString::from(format!("{}/{db_name}", database_base_url())),
+        redis_url: SecretString::from(redis_url()),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        debounce_window: options.window,
+        max_wait: options.max_wait,
+        workers: options.workers.max(1),
+        redis_prefix: format!("test-{id}"),
+        shards: 4,
+        lease: options.lease,
+        poll_interval: Duration::from_millis(20),
+        retry_delay: Duration::from_millis(40),
+        body_limit: options.body_limit,
+        max_batch: options.max_batch,
+        db_max_connections: 8,
+        shutdown_timeout: Duration::from_secs(5),
+        worker_id: "in-process".to_owned(),
+        ..Settings::default()
+    };
+    settings.validate().expect("valid test settings");
+    startup::prepare_database(&settings).await.expect("migrations");
+    let rules = Arc::new(options.rules.unwrap_or_else(RuleSet::default_rules));
+    let backends = Backends::connect(&settings, rules).await.expect("backends");
+    let worker = (options.workers > 0).then(|| {
+        let worker = backends.worker(&settings);
+        match options.before_apply {
+            Some(hook) => worker.with_before_apply(hook),
+            None => worker,
+        }
+    });
+    let app = Application::build(&settings, &backends, worker).await.expect("application");
+    let base = format!("http://{}", app.address());
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    TestApp {
+        base,
+        client: reqwest::Client::new(),
+        pool: backends.store.pool().clone(),
+        settings,
+        backends,
+        db_name,
+        shutdown,
+        server: Some(server),
+    }
+}
+
+/// One event as a platform would send it.
+pub fn event(id: &str, entity: &str, signal: &str) -> Value {
+    json!({ "id": id, "entity": entity, "type": signal })
+}
+
+/// Polls `condition` until it holds or `timeout` passes; panics with `what` on timeout.
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl TestApp {
+    pub async fn post_events(&self, body: &Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}/v1/events", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// Posts and asserts 202; returns (accepted, duplicates).
+    pub async fn send(&self, body: &Value) -> (u64, u64) {
+        let response = self.post_events(body).await;
+        let status = response.status();
+        let reply: Value = response.json().await.expect("json reply");
+        assert_eq!(status, 202, "{reply}");
+        (reply["accepted"].as_u64().unwrap(), reply["duplicates"].as_u64().unwrap())
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql).fetch_one(&self.pool).await.expect(sql)
+    }
+
+    pub async fn evaluation_count(&self, entity: &str) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM evaluations WHERE entity = $1")
+            .bind(entity)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub async fn status_of(&self, entity: &str) -> String {
+        sqlx::query_scalar("SELECT status FROM entities WHERE entity = $1")
+            .bind(entity)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Nothing due or in flight in any shard.
+    pub async fn queue_is_empty(&self) -> bool {
+        let depths = self.backends.queue.depths().await.expect("redis");
+        depths.iter().all(|(_, due, inflight)| *due == 0 && *inflight == 0)
+    }
+
+    /// Every recorded event has been covered by an evaluation and nothing waits in Redis.
+    pub async fn settled(&self) -> bool {
+        self.queue_is_empty().await
+            && self
+                .scalar("SELECT count(*) FROM entities WHERE event_count <> evaluated_event_count")
+                .await
+                == 0
+    }
+
+    pub async fn wait_settled(&self, timeout: Duration) {
+        wait_for(timeout, "every entity to be evaluated and the queue to drain", || self.settled()).await;
+    }
+
+    /// Every Redis key under this test's prefix.
+    pub async fn redis_keys(&self) -> Vec<String> {
+        let mut redis = self.backends.queue.connection();
+        let pattern = format!("{{{}:*", self.settings.redis_prefix);
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            keys.extend(batch);
+            if next == 0 {
+                return keys;
+            }
+            cursor = next;
+        }
+    }
+
+    /// A worker on this app's backends, for driving claims step by step.
+    pub fn worker(&self) -> Worker {
+        self.backends.worker(&self.settings)
+    }
+
+    /// Starts `quiesce worker` as a separate process on this test's database and prefix.
+    pub fn spawn_worker_process(&self, worker_id: &str) -> tokio::process::Child {
+        let s = &self.settings;
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+            .arg("worker")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("QUIESCE_DATABASE_URL", s.database_url.expose_secret())
+            .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
+            .env("QUIESCE_REDIS_PREFIX", &s.redis_prefix)
+            .env("QUIESCE_SHARDS", s.shards.to_string())
+            .env("QUIESCE_DEBOUNCE_WINDOW", humantime::format_duration(s.debounce_window).to_string())
+            .env("QUIESCE_MAX_WAIT", humantime::format_duration(s.max_wait).to_string())
+            .env("QUIESCE_LEASE", humantime::format_duration(s.lease).to_string())
+            .env("QUIESCE_POLL_INTERVAL", "20ms")
+            .env("QUIESCE_RETRY_DELAY", "40ms")
+            .env("QUIESCE_WORKERS", "4")
+            .env("QUIESCE_DB_MAX_CONNECTIONS", "4")
+            .env("QUIESCE_WORKER_ID", worker_id)
+            .env("RUST_LOG", if std::env::var_os("TEST_LOG").is_some() { "info" } else { "error" })
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start quiesce worker")
+    }
+
+    /// Stops the server and its workers the way SIGTERM does, and waits for them.
+    pub async fn stop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task").expect("server stopped cleanly");
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        let db_name = self.db_name.clone();
+        let prefix = self.settings.redis_prefix.clone();
+        // Clean up on a separate runtime: Drop cannot await.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", database_base_url())).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+                if let Ok(client) = redis::Client::open(redis_url()) {
+                    if let Ok(mut redis) = client.get_multiplexed_async_connection().await {
+                        let pattern = format!("{{{prefix}:*");
+                        let mut cursor: u64 = 0;
+                        loop {
+                            let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
+                                .arg(cursor)
+                                .arg("MATCH")
+                                .arg(&pattern)
+                                .arg("COUNT")
+                                .arg(1000)
+                                .query_async(&mut redis)
+                                .await
+                            else {
+                                break;
+                            };
+                            if !keys.is_empty() {
+                                let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await;
+                            }
+                            if next == 0 {
+                                break;
+                            }
+                            cursor = next;
+                        }
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}

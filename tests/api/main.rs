@@ -1,0 +1,12 @@
+//! Integration tests against real Redis and Postgres. One binary; `helpers` builds an
+//! isolated app (own database, own Redis prefix, own port) per test.
+
+mod helpers;
+
+mod bad_input;
+mod concurrency;
+mod crash;
+mod debounce;
+mod ingest;
+mod read_api;
+mod version_fence;

@@ -1,0 +1,110 @@
+//! Read API, health and metrics.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+
+#[tokio::test]
+async fn an_entity_shows_its_status_aggregates_and_schedule() {
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        window: Duration::from_secs(30),
+        max_wait: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await;
+    app.send(&json!([event("a", "post:9842", "flag"), event("b", "post:9842", "upvote"), event("c", "post:9842", "upvote")]))
+        .await;
+
+    let (status, body) = app.get("/v1/entities/post:9842").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "visible");
+    assert_eq!(body["kind"], "post");
+    assert_eq!(body["moderation_version"], 0);
+    assert_eq!(body["signals"]["upvote"]["count"], 2);
+    assert_eq!(body["signals"]["flag"]["count"], 1);
+    assert_eq!(body["evaluation"]["pending"], true);
+    assert_eq!(body["evaluation"]["count"], 0);
+    let fires_at = chrono::DateTime::parse_from_rfc3339(body["evaluation"]["fires_at"].as_str().unwrap()).unwrap();
+    let ahead = fires_at.signed_duration_since(chrono::Utc::now());
+    assert!(ahead > chrono::Duration::seconds(20) && ahead <= chrono::Duration::seconds(31), "{ahead}");
+
+    let (status, body) = app.get("/v1/entities/post:404").await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+    let (status, body) = app.get("/v1/entities/Post").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["field"], "entity");
+}
+
+#[tokio::test]
+async fn actions_are_listed_newest_first_and_filtered() {
+    let app = spawn_app(TestOptions { window: Duration::from_millis(100), ..Default::default() }).await;
+    for (entity, flags) in [("post:1", 10), ("post:2", 3)] {
+        let events: Vec<_> = (0..flags).map(|i| event(&format!("{entity}-{i}"), entity, "flag")).collect();
+        app.send(&json!(events)).await;
+    }
+    app.wait_settled(Duration::from_secs(20)).await;
+
+    let (status, body) = app.get("/v1/actions").await;
+    assert_eq!(status, 200, "{body}");
+    let actions = body["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2, "{body}");
+    assert!(actions[0]["id"].as_i64() > actions[1]["id"].as_i64());
+
+    let (_, body) = app.get("/v1/actions?entity=post:1").await;
+    let actions = body["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1);
+    assert_eq!(actions[0]["action"], "hide");
+    assert_eq!(actions[0]["rule"], "hide_flag_pile_on");
+    assert_eq!(actions[0]["previous_status"], "visible");
+    assert_eq!(actions[0]["new_status"], "hidden");
+    assert_eq!(actions[0]["reason"], "10 flags against 0 upvotes");
+    assert_eq!(actions[0]["snapshot"]["signals"]["flag"]["count"], 10);
+
+    let (_, body) = app.get("/v1/actions?entity=post:2&limit=1").await;
+    assert_eq!(body["actions"][0]["action"], "flag");
+
+    for bad in ["/v1/actions?limit=0", "/v1/actions?limit=x", "/v1/actions?entity=nope", "/v1/actions?colour=red"] {
+        let (status, body) = app.get(bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body["error"]["field"].is_string(), "{bad}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_answer() {
+    let mut app = spawn_app(TestOptions { window: Duration::from_millis(50), ..Default::default() }).await;
+    assert_eq!(app.get("/healthz").await.0, 200);
+    let (status, body) = app.get("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["redis"], "ok");
+    assert_eq!(body["postgres"], "ok");
+
+    let events: Vec<_> = (0..10).map(|i| event(&format!("m{i}"), "post:m", "flag")).collect();
+    app.send(&json!(events)).await;
+    wait_for(Duration::from_secs(20), "the hide action", || async { app.status_of("post:m").await == "hidden" }).await;
+
+    let (status, body) = app.get("/metrics").await;
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap();
+    for name in [
+        "quiesce_events_ingested_total",
+        "quiesce_evaluations_total",
+        "quiesce_actions_total",
+        "quiesce_fire_delay_seconds_bucket",
+        "quiesce_queue_due",
+        "quiesce_queue_inflight",
+        "quiesce_http_requests_total",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+    assert!(text.contains("route=\"/v1/events\""), "requests are labelled by route template");
+    assert!(!text.contains("post:m"), "no entity ids in metric labels");
+
+    // Graceful shutdown: the server and its workers stop without error.
+    app.stop().await;
+    assert!(app.client.get(format!("{}/healthz", app.base)).send().await.is_err(), "no longer listening");
+}

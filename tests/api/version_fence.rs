@@ -1,0 +1,101 @@
+//! The version fence: an evaluation whose snapshot version is overtaken writes nothing and is
+//! retried on the new version.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::FutureExt;
+use serde_json::json;
+
+use crate::helpers::{TestOptions, event, spawn_app};
+
+#[tokio::test]
+async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
+    // Between the snapshot and the write, a moderator changes the entity (bumping its version).
+    let database_url = Arc::new(std::sync::Mutex::new(String::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let hook = {
+        let (database_url, calls) = (Arc::clone(&database_url), Arc::clone(&calls));
+        Arc::new(move |snapshot: quiesce::store::Snapshot| {
+            let (database_url, calls) = (Arc::clone(&database_url), Arc::clone(&calls));
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    let url = database_url.lock().unwrap().clone();
+                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                    sqlx::query("UPDATE entities SET moderation_version = moderation_version + 1 WHERE entity = $1")
+                        .bind(snapshot.entity.as_str())
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                    pool.close().await;
+                }
+            }
+            .boxed()
+        })
+    };
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(50),
+        before_apply: Some(hook),
+        ..Default::default()
+    })
+    .await;
+    *database_url.lock().unwrap() = secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
+
+    let events: Vec<_> = (0..10).map(|i| event(&format!("f{i}"), "post:fenced", "flag")).collect();
+    app.send(&json!(events)).await;
+    app.wait_settled(Duration::from_secs(20)).await;
+
+    assert!(calls.load(Ordering::SeqCst) >= 2, "the overtaken evaluation was retried");
+    // Only the retry wrote: one evaluation row, one action applied on top of version 1.
+    assert_eq!(app.evaluation_count("post:fenced").await, 1);
+    let (applied_version, moderation_version): (i64, i64) = sqlx::query_as(
+        "SELECT a.applied_version, e.moderation_version FROM actions a JOIN entities e USING (entity)
+         WHERE entity = 'post:fenced'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!((applied_version, moderation_version), (1, 2));
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+}
+
+#[tokio::test]
+async fn the_store_refuses_a_write_on_a_stale_version() {
+    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let events: Vec<_> = (0..10).map(|i| event(&format!("f{i}"), "post:stale", "flag")).collect();
+    app.send(&json!(events)).await;
+    let entity = quiesce::domain::EntityId::parse("post:stale").unwrap();
+    let store = &app.backends.store;
+
+    let snapshot = store.snapshot(&entity).await.unwrap().unwrap();
+    let verdict = app.backends.rules.evaluate(&snapshot);
+    let decision = verdict.to_apply(snapshot.status).cloned();
+    assert_eq!(decision.as_ref().unwrap().action, quiesce::domain::Action::Hide);
+    sqlx::query("UPDATE entities SET moderation_version = 5 WHERE entity = 'post:stale'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let result = store
+        .complete_evaluation(&snapshot, &verdict, decision.as_ref(), "test", chrono::Utc::now())
+        .await;
+    assert!(matches!(result, Err(quiesce::store::StoreError::VersionConflict { read: 0 })), "{result:?}");
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 0);
+    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 0);
+    assert_eq!(app.status_of("post:stale").await, "visible");
+
+    // The same decision on a fresh snapshot applies, once; repeating it is recognised.
+    let fresh = store.snapshot(&entity).await.unwrap().unwrap();
+    let done = store.complete_evaluation(&fresh, &verdict, decision.as_ref(), "test", chrono::Utc::now()).await.unwrap();
+    assert!(matches!(done, quiesce::store::Completion::Applied { .. }));
+    let again = store.snapshot(&entity).await.unwrap().unwrap();
+    let repeat = store.complete_evaluation(&again, &verdict, decision.as_ref(), "test", chrono::Utc::now()).await.unwrap();
+    assert_eq!(repeat, quiesce::store::Completion::AlreadyApplied);
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+}
