@@ -13,10 +13,10 @@ use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     // Widen each in-process evaluation so that overlaps, if the claim or lock let any through,
     // would be seen.
-    let hook = Arc::new(|_snapshot| tokio::time::sleep(Duration::from_millis(15)).boxed());
+    let hook = Arc::new(|_snapshot| tokio::time::sleep(Duration::from_millis(40)).boxed());
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(30),
-        max_wait: Duration::from_millis(200),
+        window: Duration::from_millis(10),
+        max_wait: Duration::from_millis(100),
         workers: 8,
         before_apply: Some(hook),
         ..Default::default()
@@ -27,13 +27,13 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     // Waves of flags on a few hot entities: each wave re-schedules them while earlier
     // evaluations may still run.
     let entities: Vec<String> = (0..12).map(|i| format!("post:hot{i}")).collect();
-    for wave in 0..12 {
+    for wave in 0..20 {
         let bodies: Vec<Value> = entities
             .iter()
             .map(|entity| json!([event(&format!("{entity}-w{wave}"), entity, "flag")]))
             .collect();
         join_all(bodies.iter().map(|b| app.send(b))).await;
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::sleep(Duration::from_millis(15)).await;
     }
     app.wait_settled(Duration::from_secs(60)).await;
 
@@ -63,7 +63,7 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     assert!(workers.contains("second-process"), "the second process took part: {workers:?}");
     assert!(workers.contains("in-process"), "the in-process workers took part: {workers:?}");
 
-    // Each entity got 12 flags: at most one flag action and one hide action, ending hidden.
+    // Each entity got 20 flags: at most one flag action and one hide action, ending hidden.
     let duplicated = app
         .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
         .await;
