@@ -189,10 +189,20 @@ pub struct ConfigArgs {
     #[arg(long, env = "QUIESCE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Postgres URL [default: postgres://postgres@127.0.0.1:5432/quiesce].
-    #[arg(long, env = "QUIESCE_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "QUIESCE_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
     /// Redis URL [default: redis://127.0.0.1:6379].
-    #[arg(long, env = "QUIESCE_REDIS_URL", value_name = "URL", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "QUIESCE_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub redis_url: Option<String>,
     /// HTTP listen address [default: 127.0.0.1:8080].
     #[arg(long, env = "QUIESCE_LISTEN", value_name = "ADDR")]
@@ -254,7 +264,8 @@ pub struct ConfigArgs {
 }
 
 fn duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw).map_err(|e| format!("{e}; expected a duration such as 15s, 500ms or 2m"))
+    humantime::parse_duration(raw)
+        .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms or 2m"))
 }
 
 fn positive<T: FromStr + PartialOrd + Default>(raw: &str) -> Result<T, String> {
@@ -321,37 +332,158 @@ impl Settings {
         if a.redis_url.as_deref().is_some_and(str::is_empty) {
             return Err(invalid_secret("QUIESCE_REDIS_URL", "redis-url"));
         }
-        set(&mut self.database_url, &a.database_url, "QUIESCE_DATABASE_URL", "database-url", secret)?;
-        set(&mut self.redis_url, &a.redis_url, "QUIESCE_REDIS_URL", "redis-url", secret)?;
-        set(&mut self.listen, &a.listen, "QUIESCE_LISTEN", "listen", |r| {
-            r.parse().map_err(|_| "expected host:port, e.g. 127.0.0.1:8080".into())
-        })?;
+        set(
+            &mut self.database_url,
+            &a.database_url,
+            "QUIESCE_DATABASE_URL",
+            "database-url",
+            secret,
+        )?;
+        set(
+            &mut self.redis_url,
+            &a.redis_url,
+            "QUIESCE_REDIS_URL",
+            "redis-url",
+            secret,
+        )?;
+        set(
+            &mut self.listen,
+            &a.listen,
+            "QUIESCE_LISTEN",
+            "listen",
+            |r| {
+                r.parse()
+                    .map_err(|_| "expected host:port, e.g. 127.0.0.1:8080".into())
+            },
+        )?;
         set(&mut self.rules, &a.rules, "QUIESCE_RULES", "rules", |r| {
             text(r).map(|p| Some(PathBuf::from(p)))
         })?;
-        set(&mut self.debounce_window, &a.debounce_window, "QUIESCE_DEBOUNCE_WINDOW", "debounce-window", duration)?;
-        set(&mut self.max_wait, &a.max_wait, "QUIESCE_MAX_WAIT", "max-wait", duration)?;
-        set(&mut self.schedule_mode, &a.schedule_mode, "QUIESCE_SCHEDULE_MODE", "schedule-mode", str::parse)?;
-        set(&mut self.workers, &a.workers, "QUIESCE_WORKERS", "workers", positive)?;
-        set(&mut self.redis_prefix, &a.redis_prefix, "QUIESCE_REDIS_PREFIX", "redis-prefix", |r| {
-            if r.is_empty() || r.contains(['{', '}']) || r.len() > 64 {
-                Err("expected 1-64 characters without braces".into())
-            } else {
-                Ok(r.to_owned())
-            }
-        })?;
-        set(&mut self.shards, &a.shards, "QUIESCE_SHARDS", "shards", positive)?;
-        set(&mut self.lease, &a.lease, "QUIESCE_LEASE", "lease", duration)?;
-        set(&mut self.poll_interval, &a.poll_interval, "QUIESCE_POLL_INTERVAL", "poll-interval", duration)?;
-        set(&mut self.claim_batch, &a.claim_batch, "QUIESCE_CLAIM_BATCH", "claim-batch", positive)?;
-        set(&mut self.retry_delay, &a.retry_delay, "QUIESCE_RETRY_DELAY", "retry-delay", duration)?;
-        set(&mut self.body_limit, &a.body_limit, "QUIESCE_BODY_LIMIT", "body-limit", positive)?;
-        set(&mut self.max_batch, &a.max_batch, "QUIESCE_MAX_BATCH", "max-batch", positive)?;
-        set(&mut self.db_max_connections, &a.db_max_connections, "QUIESCE_DB_MAX_CONNECTIONS", "db-max-connections", positive)?;
-        set(&mut self.backend_timeout, &a.backend_timeout, "QUIESCE_BACKEND_TIMEOUT", "backend-timeout", duration)?;
-        set(&mut self.shutdown_timeout, &a.shutdown_timeout, "QUIESCE_SHUTDOWN_TIMEOUT", "shutdown-timeout", duration)?;
-        set(&mut self.log_format, &a.log_format, "QUIESCE_LOG_FORMAT", "log-format", str::parse)?;
-        set(&mut self.worker_id, &a.worker_id, "QUIESCE_WORKER_ID", "worker-id", text)?;
+        set(
+            &mut self.debounce_window,
+            &a.debounce_window,
+            "QUIESCE_DEBOUNCE_WINDOW",
+            "debounce-window",
+            duration,
+        )?;
+        set(
+            &mut self.max_wait,
+            &a.max_wait,
+            "QUIESCE_MAX_WAIT",
+            "max-wait",
+            duration,
+        )?;
+        set(
+            &mut self.schedule_mode,
+            &a.schedule_mode,
+            "QUIESCE_SCHEDULE_MODE",
+            "schedule-mode",
+            str::parse,
+        )?;
+        set(
+            &mut self.workers,
+            &a.workers,
+            "QUIESCE_WORKERS",
+            "workers",
+            positive,
+        )?;
+        set(
+            &mut self.redis_prefix,
+            &a.redis_prefix,
+            "QUIESCE_REDIS_PREFIX",
+            "redis-prefix",
+            |r| {
+                if r.is_empty() || r.contains(['{', '}']) || r.len() > 64 {
+                    Err("expected 1-64 characters without braces".into())
+                } else {
+                    Ok(r.to_owned())
+                }
+            },
+        )?;
+        set(
+            &mut self.shards,
+            &a.shards,
+            "QUIESCE_SHARDS",
+            "shards",
+            positive,
+        )?;
+        set(
+            &mut self.lease,
+            &a.lease,
+            "QUIESCE_LEASE",
+            "lease",
+            duration,
+        )?;
+        set(
+            &mut self.poll_interval,
+            &a.poll_interval,
+            "QUIESCE_POLL_INTERVAL",
+            "poll-interval",
+            duration,
+        )?;
+        set(
+            &mut self.claim_batch,
+            &a.claim_batch,
+            "QUIESCE_CLAIM_BATCH",
+            "claim-batch",
+            positive,
+        )?;
+        set(
+            &mut self.retry_delay,
+            &a.retry_delay,
+            "QUIESCE_RETRY_DELAY",
+            "retry-delay",
+            duration,
+        )?;
+        set(
+            &mut self.body_limit,
+            &a.body_limit,
+            "QUIESCE_BODY_LIMIT",
+            "body-limit",
+            positive,
+        )?;
+        set(
+            &mut self.max_batch,
+            &a.max_batch,
+            "QUIESCE_MAX_BATCH",
+            "max-batch",
+            positive,
+        )?;
+        set(
+            &mut self.db_max_connections,
+            &a.db_max_connections,
+            "QUIESCE_DB_MAX_CONNECTIONS",
+            "db-max-connections",
+            positive,
+        )?;
+        set(
+            &mut self.backend_timeout,
+            &a.backend_timeout,
+            "QUIESCE_BACKEND_TIMEOUT",
+            "backend-timeout",
+            duration,
+        )?;
+        set(
+            &mut self.shutdown_timeout,
+            &a.shutdown_timeout,
+            "QUIESCE_SHUTDOWN_TIMEOUT",
+            "shutdown-timeout",
+            duration,
+        )?;
+        set(
+            &mut self.log_format,
+            &a.log_format,
+            "QUIESCE_LOG_FORMAT",
+            "log-format",
+            str::parse,
+        )?;
+        set(
+            &mut self.worker_id,
+            &a.worker_id,
+            "QUIESCE_WORKER_ID",
+            "worker-id",
+            text,
+        )?;
         Ok(())
     }
 
@@ -370,7 +502,10 @@ impl Settings {
             return inconsistent("max_wait", "must be at least the debounce window");
         }
         if self.lease < Duration::from_millis(300) {
-            return inconsistent("lease", "must be at least 300ms (it is renewed every third of it)");
+            return inconsistent(
+                "lease",
+                "must be at least 300ms (it is renewed every third of it)",
+            );
         }
         if self.poll_interval.is_zero() {
             return inconsistent("poll_interval", "must be greater than zero");
@@ -419,7 +554,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("quiesce-config-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("quiesce.toml");
-        std::fs::write(&file, "max_wait = \"5m\"\ndebounce_window = \"30s\"\nworkers = 4\n").unwrap();
+        std::fs::write(
+            &file,
+            "max_wait = \"5m\"\ndebounce_window = \"30s\"\nworkers = 4\n",
+        )
+        .unwrap();
         let args = ConfigArgs {
             config: Some(file.clone()),
             debounce_window: Some("1s".into()),
@@ -444,6 +583,11 @@ mod tests {
             max_wait: Some("5s".into()),
             ..Default::default()
         };
-        assert!(Settings::load(&args).unwrap_err().to_string().contains("max_wait"));
+        assert!(
+            Settings::load(&args)
+                .unwrap_err()
+                .to_string()
+                .contains("max_wait")
+        );
     }
 }

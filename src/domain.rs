@@ -202,7 +202,9 @@ mod tests {
         }
         let long_kind = format!("{}:1", "a".repeat(33));
         let long_id = format!("post:{}", "1".repeat(129));
-        for bad in ["post", "Post:1", "1post:1", "post:", "post:a b", ":1", &long_kind, &long_id] {
+        for bad in [
+            "post", "Post:1", "1post:1", "post:", "post:a b", ":1", &long_kind, &long_id,
+        ] {
             assert!(EntityId::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(EntityId::parse("post:1:2").unwrap().kind(), "post");

@@ -131,7 +131,8 @@ impl Committer {
             };
             let started = Instant::now();
             let result = tokio::time::timeout(self.timeout, self.commit(&group)).await;
-            metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+            metrics::histogram!(names::INGEST_COMMIT_SECONDS)
+                .record(started.elapsed().as_secs_f64());
             match result {
                 Ok(Ok(outcomes)) => {
                     for (job, outcome) in group.into_iter().zip(outcomes) {

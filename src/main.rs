@@ -69,7 +69,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = Arc::new(startup::load_rules(&settings)?);
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
-            let app = Application::build(&settings, &backends, Some(backends.worker(&settings))).await?;
+            let app =
+                Application::build(&settings, &backends, Some(backends.worker(&settings))).await?;
             tracing::info!(address = %app.address(), rules = backends.rules.rules().len(), "quiesce is serving");
             app.run_until_stopped(startup::shutdown_on_signal()).await
         }
@@ -80,7 +81,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let backends = Backends::connect(&settings, rules).await?;
             let _ = telemetry::metrics_handle();
             tracing::info!(workers = settings.workers, "quiesce worker started");
-            backends.worker(&settings).run(startup::shutdown_on_signal()).await;
+            backends
+                .worker(&settings)
+                .run(startup::shutdown_on_signal())
+                .await;
             Ok(())
         }
         Command::Migrate(args) => {
@@ -94,7 +98,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let rules = RuleSet::from_file(&file)?;
             for rule in rules.rules() {
-                println!("{}\t{}\tkinds={:?}\twhen: {}", rule.name, rule.action.as_str(), rule.kinds, rule.when);
+                println!(
+                    "{}\t{}\tkinds={:?}\twhen: {}",
+                    rule.name,
+                    rule.action.as_str(),
+                    rule.kinds,
+                    rule.when
+                );
             }
             println!("{}: {} rules, valid", file.display(), rules.rules().len());
             Ok(())

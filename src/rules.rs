@@ -228,7 +228,6 @@ fn render_reason(template: &str, snapshot: &Snapshot) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,9 +253,15 @@ mod tests {
     fn default_rules_give_the_three_required_outcomes() {
         let rules = RuleSet::default_rules();
         let hidden = rules.evaluate(&post(&[("flag", 10)]));
-        assert_eq!(hidden.to_apply(Status::Visible).unwrap().action, Action::Hide);
+        assert_eq!(
+            hidden.to_apply(Status::Visible).unwrap().action,
+            Action::Hide
+        );
         let flagged = rules.evaluate(&post(&[("flag", 3)]));
-        assert_eq!(flagged.to_apply(Status::Visible).unwrap().action, Action::Flag);
+        assert_eq!(
+            flagged.to_apply(Status::Visible).unwrap().action,
+            Action::Flag
+        );
         let sloan = rules.evaluate(&post(&[("flag", 10), ("upvote", 500)]));
         assert!(sloan.matched.is_empty(), "{sloan:?}");
         assert!(rules.evaluate(&post(&[])).matched.is_empty());
@@ -274,7 +279,10 @@ mod tests {
     fn reasons_are_rendered_from_the_snapshot() {
         let rules = RuleSet::default_rules();
         let verdict = rules.evaluate(&post(&[("flag", 12), ("upvote", 2)]));
-        assert_eq!(verdict.strongest().unwrap().reason, "12 flags against 2 upvotes");
+        assert_eq!(
+            verdict.strongest().unwrap().reason,
+            "12 flags against 2 upvotes"
+        );
     }
 
     #[test]
@@ -286,10 +294,24 @@ mod tests {
         let err = RuleSet::from_toml(unknown).err().unwrap().to_string();
         assert!(err.contains("typo"), "{err}");
         let not_bool = "[[rule]]\nname = \"number\"\nwhen = 'count(\"flag\")'\naction = \"hide\"\nreason = \"x\"\n";
-        assert!(RuleSet::from_toml(not_bool).err().unwrap().to_string().contains("number"));
-        let bad_action = "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"ban\"\nreason = \"x\"\n";
+        assert!(
+            RuleSet::from_toml(not_bool)
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("number")
+        );
+        let bad_action =
+            "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"ban\"\nreason = \"x\"\n";
         assert!(RuleSet::from_toml(bad_action).is_err());
-        let duplicate = "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"hide\"\nreason = \"x\"\n".repeat(2);
-        assert!(RuleSet::from_toml(&duplicate).err().unwrap().to_string().contains("unique"));
+        let duplicate =
+            "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"hide\"\nreason = \"x\"\n".repeat(2);
+        assert!(
+            RuleSet::from_toml(&duplicate)
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("unique")
+        );
     }
 }

@@ -32,18 +32,26 @@ pub fn load_rules(settings: &Settings) -> anyhow::Result<RuleSet> {
 /// Creates the database if it does not exist and applies pending migrations.
 pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
     let url = settings.database_url.expose_secret();
-    if !Postgres::database_exists(url).await.context("cannot reach Postgres")? {
-        Postgres::create_database(url).await.context("cannot create the database")?;
+    if !Postgres::database_exists(url)
+        .await
+        .context("cannot reach Postgres")?
+    {
+        Postgres::create_database(url)
+            .await
+            .context("cannot create the database")?;
         tracing::info!("created the database");
     }
-    let pool = store::connect(settings).await.context("cannot connect to Postgres")?;
+    let pool = store::connect(settings)
+        .await
+        .context("cannot connect to Postgres")?;
     store::migrate(&pool).await.context("migrations failed")?;
     pool.close().await;
     Ok(())
 }
 
 pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(settings.redis_url.expose_secret()).context("invalid Redis URL")?;
+    let client =
+        redis::Client::open(settings.redis_url.expose_secret()).context("invalid Redis URL")?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.backend_timeout))
         .set_response_timeout(Some(settings.backend_timeout))
@@ -64,7 +72,9 @@ pub struct Backends {
 
 impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<RuleSet>) -> anyhow::Result<Self> {
-        let pool = store::connect(settings).await.context("cannot connect to Postgres")?;
+        let pool = store::connect(settings)
+            .await
+            .context("cannot connect to Postgres")?;
         let redis = connect_redis(settings).await?;
         let keys = Keyspace::new(settings.redis_prefix.clone(), settings.shards);
         Ok(Self {
@@ -97,7 +107,11 @@ pub struct Application {
 impl Application {
     /// Binds the listener (port 0 picks a free port) and builds the state; `worker` is the
     /// evaluation loop to run beside the API (`None` for an API-only process).
-    pub async fn build(settings: &Settings, backends: &Backends, worker: Option<Worker>) -> anyhow::Result<Self> {
+    pub async fn build(
+        settings: &Settings,
+        backends: &Backends,
+        worker: Option<Worker>,
+    ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -134,7 +148,9 @@ impl Application {
     /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
     /// workers drain.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let worker = self.worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+        let worker = self
+            .worker
+            .map(|worker| tokio::spawn(worker.run(shutdown.clone())));
         let signal = shutdown.clone();
         axum::serve(self.listener, http::router(self.state))
             .with_graceful_shutdown(async move { signal.cancelled().await })

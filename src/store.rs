@@ -166,10 +166,20 @@ impl Store {
         .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.entity.as_str()).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.signal.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.actor.as_deref()).collect::<Vec<_>>())
+        .bind(
+            events
+                .iter()
+                .map(|e| e.actor.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .bind(events.iter().map(|e| e.weight).collect::<Vec<_>>())
         .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.priority.as_str()).collect::<Vec<_>>())
+        .bind(
+            events
+                .iter()
+                .map(|e| e.priority.as_str())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *tx)
         .await?;
         let inserted: HashSet<String> = inserted.into_iter().collect();
@@ -364,7 +374,11 @@ impl Store {
     }
 
     /// Applied actions, newest first, optionally for one entity.
-    pub async fn actions(&self, entity: Option<&EntityId>, limit: i64) -> Result<Vec<ActionRecord>> {
+    pub async fn actions(
+        &self,
+        entity: Option<&EntityId>,
+        limit: i64,
+    ) -> Result<Vec<ActionRecord>> {
         let rows = sqlx::query(
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot
@@ -396,9 +410,15 @@ impl Store {
     }
 }
 
-async fn upsert_entities(tx: &mut Transaction<'_, Postgres>, per_entity: &BTreeMap<&str, i64>) -> Result<()> {
+async fn upsert_entities(
+    tx: &mut Transaction<'_, Postgres>,
+    per_entity: &BTreeMap<&str, i64>,
+) -> Result<()> {
     let ids: Vec<&str> = per_entity.keys().copied().collect();
-    let kinds: Vec<&str> = ids.iter().map(|id| id.split_once(':').map_or("", |(k, _)| k)).collect();
+    let kinds: Vec<&str> = ids
+        .iter()
+        .map(|id| id.split_once(':').map_or("", |(k, _)| k))
+        .collect();
     let counts: Vec<i64> = per_entity.values().copied().collect();
     sqlx::query(
         "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at)
@@ -485,7 +505,9 @@ async fn signal_totals(
 pub fn is_unavailable(error: &sqlx::Error) -> bool {
     matches!(
         error,
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_)
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
     )
 }
-

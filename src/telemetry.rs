@@ -30,7 +30,8 @@ pub mod names {
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.
 /// Tests stay quiet unless `TEST_LOG` is set.
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
         LogFormat::Text => registry.with(fmt::layer()).try_init(),
@@ -43,11 +44,20 @@ pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let seconds_fast = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
-            let fire_delay = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+            let seconds_fast = [
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ];
+            let fire_delay = [
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+            ];
             let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(names::FIRE_DELAY_SECONDS.into()), &fire_delay)
-                .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds_fast))
+                .set_buckets_for_metric(
+                    Matcher::Full(names::FIRE_DELAY_SECONDS.into()),
+                    &fire_delay,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds_fast)
+                })
                 .expect("bucket lists are non-empty")
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
@@ -59,20 +69,63 @@ pub fn metrics_handle() -> PrometheusHandle {
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(names::EVENTS_INGESTED, "Events accepted and recorded (first time seen).");
-    describe_counter!(names::EVENTS_DUPLICATE, "Events whose id had been seen before.");
+    describe_counter!(
+        names::EVENTS_INGESTED,
+        "Events accepted and recorded (first time seen)."
+    );
+    describe_counter!(
+        names::EVENTS_DUPLICATE,
+        "Events whose id had been seen before."
+    );
     describe_counter!(names::EVENTS_REJECTED, "Requests rejected, by reason.");
-    describe_histogram!(names::INGEST_COMMIT_SECONDS, Unit::Seconds, "Group commit: Postgres transaction plus Redis schedule.");
-    describe_counter!(names::EVALUATIONS, "Evaluations by outcome (done, retry, snooze, fatal).");
-    describe_histogram!(names::EVALUATION_SECONDS, Unit::Seconds, "Lock to ack of one evaluation.");
-    describe_histogram!(names::FIRE_DELAY_SECONDS, Unit::Seconds, "Claim time minus due time.");
+    describe_histogram!(
+        names::INGEST_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Group commit: Postgres transaction plus Redis schedule."
+    );
+    describe_counter!(
+        names::EVALUATIONS,
+        "Evaluations by outcome (done, retry, snooze, fatal)."
+    );
+    describe_histogram!(
+        names::EVALUATION_SECONDS,
+        Unit::Seconds,
+        "Lock to ack of one evaluation."
+    );
+    describe_histogram!(
+        names::FIRE_DELAY_SECONDS,
+        Unit::Seconds,
+        "Claim time minus due time."
+    );
     describe_counter!(names::ACTIONS, "Actions applied, by action and rule.");
-    describe_counter!(names::LOCK_CONTENTION, "Claims that found the entity locked or still in flight.");
-    describe_counter!(names::VERSION_CONFLICTS, "Evaluations refused by the moderation version fence.");
-    describe_counter!(names::RULE_ERRORS, "Rules that failed to evaluate on a snapshot.");
-    describe_counter!(names::LEASES_REAPED, "In-flight entities returned to the queue after their lease expired.");
-    describe_gauge!(names::QUEUE_DUE, "Entities waiting in the due set, by shard.");
+    describe_counter!(
+        names::LOCK_CONTENTION,
+        "Claims that found the entity locked or still in flight."
+    );
+    describe_counter!(
+        names::VERSION_CONFLICTS,
+        "Evaluations refused by the moderation version fence."
+    );
+    describe_counter!(
+        names::RULE_ERRORS,
+        "Rules that failed to evaluate on a snapshot."
+    );
+    describe_counter!(
+        names::LEASES_REAPED,
+        "In-flight entities returned to the queue after their lease expired."
+    );
+    describe_gauge!(
+        names::QUEUE_DUE,
+        "Entities waiting in the due set, by shard."
+    );
     describe_gauge!(names::QUEUE_INFLIGHT, "Entities being evaluated, by shard.");
-    describe_counter!(names::HTTP_REQUESTS, "HTTP requests by route template, method and status.");
-    describe_histogram!(names::HTTP_SECONDS, Unit::Seconds, "HTTP request duration by route template.");
+    describe_counter!(
+        names::HTTP_REQUESTS,
+        "HTTP requests by route template, method and status."
+    );
+    describe_histogram!(
+        names::HTTP_SECONDS,
+        Unit::Seconds,
+        "HTTP request duration by route template."
+    );
 }

@@ -140,7 +140,11 @@ impl Worker {
             let shard = (start + offset) % shards;
             let batch = self
                 .queue
-                .claim(shard, remaining.min(self.settings.claim_batch), self.jittered(self.settings.retry_delay))
+                .claim(
+                    shard,
+                    remaining.min(self.settings.claim_batch),
+                    self.jittered(self.settings.retry_delay),
+                )
                 .await?;
             if batch.busy > 0 {
                 metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
@@ -170,7 +174,10 @@ impl Worker {
         }
         if total > 0 {
             metrics::counter!(names::LEASES_REAPED).increment(total as u64);
-            tracing::warn!(reaped = total, "returned entities whose worker lease expired");
+            tracing::warn!(
+                reaped = total,
+                "returned entities whose worker lease expired"
+            );
         }
         Ok(total)
     }
@@ -199,7 +206,9 @@ impl Worker {
                 return match self.queue.retry(claim, delay).await {
                     Ok(_) => Outcome::Snooze(delay),
                     // The lease will expire and the reaper returns the entity.
-                    Err(error) => Outcome::Retry(format!("lock busy, and re-scheduling failed: {error}")),
+                    Err(error) => {
+                        Outcome::Retry(format!("lock busy, and re-scheduling failed: {error}"))
+                    }
                 };
             }
             Err(error) => return self.give_back(claim, format!("lock: {error}")).await,
@@ -225,7 +234,8 @@ impl Worker {
             }
             Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
                 metrics::counter!(names::VERSION_CONFLICTS).increment(1);
-                self.give_back(claim, format!("moderation version moved past {read}")).await
+                self.give_back(claim, format!("moderation version moved past {read}"))
+                    .await
             }
             Err(error) => self.give_back(claim, error.to_string()).await,
         };
@@ -239,7 +249,11 @@ impl Worker {
     }
 
     async fn give_back(&self, claim: &Claim, reason: String) -> Outcome {
-        if let Err(error) = self.queue.retry(claim, self.jittered(self.settings.retry_delay)).await {
+        if let Err(error) = self
+            .queue
+            .retry(claim, self.jittered(self.settings.retry_delay))
+            .await
+        {
             tracing::warn!(%error, "re-scheduling failed; the lease expires and the reaper returns it");
         }
         Outcome::Retry(reason)
@@ -261,7 +275,12 @@ impl Worker {
         if let Some(d) = decision {
             // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
             let key = snapshot.dedup_key(&d.rule);
-            if self.queue.action_known_applied(&claim.entity, &key).await.unwrap_or(false) {
+            if self
+                .queue
+                .action_known_applied(&claim.entity, &key)
+                .await
+                .unwrap_or(false)
+            {
                 decision = None;
             }
         }
@@ -270,16 +289,28 @@ impl Worker {
         }
         let completion = self
             .store
-            .complete_evaluation(&snapshot, &verdict, decision, &self.settings.worker_id, started_at)
+            .complete_evaluation(
+                &snapshot,
+                &verdict,
+                decision,
+                &self.settings.worker_id,
+                started_at,
+            )
             .await?;
-        if let (Some(d), Completion::Applied { .. } | Completion::AlreadyApplied) = (decision, &completion) {
+        if let (Some(d), Completion::Applied { .. } | Completion::AlreadyApplied) =
+            (decision, &completion)
+        {
             if matches!(completion, Completion::Applied { .. }) {
                 metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
                     .increment(1);
                 tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
             }
             let key = snapshot.dedup_key(&d.rule);
-            if let Err(error) = self.queue.remember_applied_action(&claim.entity, &key).await {
+            if let Err(error) = self
+                .queue
+                .remember_applied_action(&claim.entity, &key)
+                .await
+            {
                 tracing::debug!(%error, "could not cache the applied action");
             }
         }
@@ -344,7 +375,10 @@ impl Worker {
                             let permit = Arc::clone(&permits)
                                 .try_acquire_owned()
                                 .expect("claimed no more than the free permits");
-                            running.lock().expect("not poisoned").insert(claim.token.clone(), claim.clone());
+                            running
+                                .lock()
+                                .expect("not poisoned")
+                                .insert(claim.token.clone(), claim.clone());
                             let worker = self.clone();
                             let running = Arc::clone(&running);
                             tasks.spawn(async move {
@@ -385,8 +419,16 @@ impl Worker {
         if drained.is_err() {
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
-            let unfinished: Vec<Claim> = running.lock().expect("not poisoned").drain().map(|(_, c)| c).collect();
-            tracing::warn!(count = unfinished.len(), "shutdown timeout: giving unfinished claims back");
+            let unfinished: Vec<Claim> = running
+                .lock()
+                .expect("not poisoned")
+                .drain()
+                .map(|(_, c)| c)
+                .collect();
+            tracing::warn!(
+                count = unfinished.len(),
+                "shutdown timeout: giving unfinished claims back"
+            );
             for claim in unfinished {
                 let _ = self.queue.retry(&claim, Duration::ZERO).await;
                 let _ = self.queue.unlock(&claim).await;

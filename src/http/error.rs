@@ -71,14 +71,19 @@ impl ApiError {
     /// Anything unexpected: logged with its cause, opaque to the client.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;
-        let mut response = (self.status, Json(serde_json::json!({ "error": self.body }))).into_response();
+        let mut response =
+            (self.status, Json(serde_json::json!({ "error": self.body }))).into_response();
         if retry {
             response
                 .headers_mut()

@@ -16,7 +16,15 @@ use crate::{
     telemetry::names,
 };
 
-const FIELDS: [&str; 7] = ["id", "entity", "type", "actor", "weight", "occurred_at", "priority"];
+const FIELDS: [&str; 7] = [
+    "id",
+    "entity",
+    "type",
+    "actor",
+    "weight",
+    "occurred_at",
+    "priority",
+];
 const MAX_ACTOR_LEN: usize = 128;
 const MAX_WEIGHT: f64 = 1000.0;
 
@@ -26,10 +34,10 @@ pub async fn post_events(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     let result = accept(&state, &headers, body).await;
-    if let Err(error) = &result {
-        if error.status.is_client_error() {
-            metrics::counter!(names::EVENTS_REJECTED, "reason" => error.body.code).increment(1);
-        }
+    if let Err(error) = &result
+        && error.status.is_client_error()
+    {
+        metrics::counter!(names::EVENTS_REJECTED, "reason" => error.body.code).increment(1);
     }
     result
 }
@@ -60,26 +68,37 @@ async fn accept(
     let events = parse_events(&body, state.limits.max_batch)?;
     match state.ingestor.submit(events).await {
         Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
-        Err(error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_))) => {
-            Err(ApiError::unavailable(&error))
-        }
+        Err(
+            error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_)),
+        ) => Err(ApiError::unavailable(&error)),
         Err(error @ IngestError::ShuttingDown) => Err(ApiError::unavailable(&error)),
     }
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// Parses one event object or an array of them; every event is checked before any is used.
 pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
-    let unprocessable = |message: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", message);
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+    })?;
+    let unprocessable =
+        |message: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", message);
     let (items, batched) = match value {
         Value::Array(items) => {
             if items.is_empty() {
@@ -94,15 +113,20 @@ pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiErro
             (items, true)
         }
         Value::Object(_) => (vec![value], false),
-        _ => return Err(unprocessable("the body must be an event object or an array of events")),
+        _ => {
+            return Err(unprocessable(
+                "the body must be an event object or an array of events",
+            ));
+        }
     };
     items
         .iter()
         .enumerate()
         .map(|(index, item)| {
             parse_event(item).map_err(|(field, message)| {
-                let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message)
-                    .with_index(batched.then_some(index));
+                let error =
+                    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message)
+                        .with_index(batched.then_some(index));
                 match field {
                     Some(field) => error.with_field(field),
                     None => error,
@@ -135,14 +159,17 @@ fn parse_event(item: &Value) -> Result<Event, FieldError> {
     let actor = match optional(object, "actor") {
         None => None,
         Some(Value::String(actor))
-            if (1..=MAX_ACTOR_LEN).contains(&actor.len()) && !actor.chars().any(char::is_control) =>
+            if (1..=MAX_ACTOR_LEN).contains(&actor.len())
+                && !actor.chars().any(char::is_control) =>
         {
             Some(actor.clone())
         }
         Some(_) => {
             return Err(field_error(
                 "actor",
-                format!("must be a string of 1-{MAX_ACTOR_LEN} characters without control characters"),
+                format!(
+                    "must be a string of 1-{MAX_ACTOR_LEN} characters without control characters"
+                ),
             ));
         }
     };
@@ -150,24 +177,46 @@ fn parse_event(item: &Value) -> Result<Event, FieldError> {
         None => 1.0,
         Some(Value::Number(n)) => match n.as_f64() {
             Some(w) if w.is_finite() && w > 0.0 && w <= MAX_WEIGHT => w,
-            _ => return Err(field_error("weight", format!("must be a number greater than 0 and at most {MAX_WEIGHT}"))),
+            _ => {
+                return Err(field_error(
+                    "weight",
+                    format!("must be a number greater than 0 and at most {MAX_WEIGHT}"),
+                ));
+            }
         },
-        Some(_) => return Err(field_error("weight", format!("must be a number greater than 0 and at most {MAX_WEIGHT}"))),
+        Some(_) => {
+            return Err(field_error(
+                "weight",
+                format!("must be a number greater than 0 and at most {MAX_WEIGHT}"),
+            ));
+        }
     };
     let occurred_at = match optional(object, "occurred_at") {
         None => None,
         Some(Value::String(raw)) => Some(
             chrono::DateTime::parse_from_rfc3339(raw)
-                .map_err(|e| field_error("occurred_at", format!("must be an RFC 3339 timestamp: {e}")))?
+                .map_err(|e| {
+                    field_error("occurred_at", format!("must be an RFC 3339 timestamp: {e}"))
+                })?
                 .with_timezone(&chrono::Utc),
         ),
-        Some(_) => return Err(field_error("occurred_at", "must be an RFC 3339 timestamp string".into())),
+        Some(_) => {
+            return Err(field_error(
+                "occurred_at",
+                "must be an RFC 3339 timestamp string".into(),
+            ));
+        }
     };
     let priority = match optional(object, "priority") {
         None => Priority::Normal,
         Some(Value::String(p)) if p == "normal" => Priority::Normal,
         Some(Value::String(p)) if p == "critical" => Priority::Critical,
-        Some(_) => return Err(field_error("priority", "must be \"normal\" or \"critical\"".into())),
+        Some(_) => {
+            return Err(field_error(
+                "priority",
+                "must be \"normal\" or \"critical\"".into(),
+            ));
+        }
     };
     Ok(Event {
         id,
@@ -228,7 +277,11 @@ mod tests {
     fn weights_must_be_finite_positive_and_bounded() {
         for weight in ["0", "-1", "1000.5", "\"2\""] {
             let body = format!(r#"{{"id":"e","entity":"post:1","type":"flag","weight":{weight}}}"#);
-            assert_eq!(error_of(&body).body.field.as_deref(), Some("weight"), "{weight}");
+            assert_eq!(
+                error_of(&body).body.field.as_deref(),
+                Some("weight"),
+                "{weight}"
+            );
         }
         let body = r#"{"id":"e","entity":"post:1","type":"flag","weight":1000}"#;
         assert!(parse_events(body.as_bytes(), 1000).is_ok());

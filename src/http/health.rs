@@ -18,7 +18,13 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         tokio::time::timeout(timeout, state.queue.ping()),
         tokio::time::timeout(timeout, state.store.ping()),
     );
-    let describe = |ok: bool, error: Option<String>| if ok { "ok".to_owned() } else { error.unwrap_or_else(|| "timed out".into()) };
+    let describe = |ok: bool, error: Option<String>| {
+        if ok {
+            "ok".to_owned()
+        } else {
+            error.unwrap_or_else(|| "timed out".into())
+        }
+    };
     let redis_ok = matches!(redis, Ok(Ok(())));
     let postgres_ok = matches!(postgres, Ok(Ok(())));
     let body = json!({
@@ -26,7 +32,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         "redis": describe(redis_ok, redis.ok().and_then(|r| r.err()).map(|e| e.to_string())),
         "postgres": describe(postgres_ok, postgres.ok().and_then(|r| r.err()).map(|e| e.to_string())),
     });
-    let status = if redis_ok && postgres_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if redis_ok && postgres_ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body))
 }
 
@@ -44,7 +54,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         Err(_) => tracing::warn!("queue depth timed out for the scrape"),
     }
     (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
         state.metrics.render(),
     )
 }

@@ -68,6 +68,7 @@ async fn record_request(request: Request, next: Next) -> Response {
     let status = response.status().as_u16().to_string();
     metrics::counter!(names::HTTP_REQUESTS, "route" => route.clone(), "method" => method, "status" => status)
         .increment(1);
-    metrics::histogram!(names::HTTP_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(names::HTTP_SECONDS, "route" => route)
+        .record(started.elapsed().as_secs_f64());
     response
 }

@@ -17,20 +17,26 @@ const MAX_ACTIONS_LIMIT: i64 = 500;
 
 fn store_error(error: StoreError) -> ApiError {
     match &error {
-        StoreError::Database(db) if crate::store::is_unavailable(db) => ApiError::unavailable(&error),
+        StoreError::Database(db) if crate::store::is_unavailable(db) => {
+            ApiError::unavailable(&error)
+        }
         _ => ApiError::internal(&error),
     }
 }
 
 fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
-    EntityId::parse(raw).map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
+    EntityId::parse(raw)
+        .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
 }
 
 fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_millis(ms)
 }
 
-pub async fn get_entity(State(state): State<AppState>, Path(raw): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_entity(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let entity = parse_entity(&raw)?;
     let record = state
         .store
@@ -38,7 +44,11 @@ pub async fn get_entity(State(state): State<AppState>, Path(raw): Path<String>) 
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no events were ever recorded for {entity}")))?;
-    let schedule = state.queue.state_of(&entity).await.map_err(|e| ApiError::unavailable(&e))?;
+    let schedule = state
+        .queue
+        .state_of(&entity)
+        .await
+        .map_err(|e| ApiError::unavailable(&e))?;
     let pending = schedule.due_at_ms.is_some()
         || schedule.lease_until_ms.is_some()
         || record.event_count > record.evaluated_event_count;
@@ -66,11 +76,20 @@ pub async fn list_actions(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some(unknown) = params.keys().find(|k| !matches!(k.as_str(), "entity" | "limit")) {
-        return Err(ApiError::bad_request("invalid_query", "unknown query parameter; use entity and limit")
-            .with_field(unknown.clone()));
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !matches!(k.as_str(), "entity" | "limit"))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "unknown query parameter; use entity and limit",
+        )
+        .with_field(unknown.clone()));
     }
-    let entity = params.get("entity").map(|raw| parse_entity(raw)).transpose()?;
+    let entity = params
+        .get("entity")
+        .map(|raw| parse_entity(raw))
+        .transpose()?;
     let limit = match params.get("limit") {
         None => DEFAULT_ACTIONS_LIMIT,
         Some(raw) => match raw.parse::<i64>() {
@@ -84,6 +103,10 @@ pub async fn list_actions(
             }
         },
     };
-    let actions = state.store.actions(entity.as_ref(), limit).await.map_err(store_error)?;
+    let actions = state
+        .store
+        .actions(entity.as_ref(), limit)
+        .await
+        .map_err(store_error)?;
     Ok(Json(json!({ "actions": actions })))
 }

@@ -108,9 +108,11 @@ impl Queue {
     /// Schedules (or re-schedules) entities, one script call per shard, run concurrently.
     /// Returns the earliest fire-at set (unix ms).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
-        let mut by_shard: Vec<Vec<(&EntityId, bool)>> = vec![Vec::new(); self.keys.shards() as usize];
+        let mut by_shard: Vec<Vec<(&EntityId, bool)>> =
+            vec![Vec::new(); self.keys.shards() as usize];
         for (entity, priority) in entities {
-            by_shard[self.keys.shard_of(entity) as usize].push((entity, *priority == Priority::Critical));
+            by_shard[self.keys.shard_of(entity) as usize]
+                .push((entity, *priority == Priority::Critical));
         }
         let calls = by_shard
             .iter()
@@ -126,7 +128,9 @@ impl Queue {
                     .arg(self.timing.max_wait_ms)
                     .arg(self.timing.mode.as_str());
                 for (entity, critical) in members {
-                    invocation.arg(entity.as_str()).arg(if *critical { "1" } else { "0" });
+                    invocation
+                        .arg(entity.as_str())
+                        .arg(if *critical { "1" } else { "0" });
                 }
                 let mut redis = self.redis.clone();
                 async move { invocation.invoke_async::<Option<i64>>(&mut redis).await }
@@ -136,7 +140,12 @@ impl Queue {
     }
 
     /// Claims up to `limit` due entities of one shard.
-    pub async fn claim(&self, shard: u16, limit: usize, busy_delay: Duration) -> Result<ClaimBatch> {
+    pub async fn claim(
+        &self,
+        shard: u16,
+        limit: usize,
+        busy_delay: Duration,
+    ) -> Result<ClaimBatch> {
         let keys = self.keys.for_shard(shard);
         let token_prefix = uuid::Uuid::new_v4().simple().to_string();
         let mut redis = self.redis.clone();
@@ -253,7 +262,10 @@ impl Queue {
     pub async fn action_known_applied(&self, entity: &EntityId, dedup_key: &str) -> Result<bool> {
         let key = self.keys.for_entity(entity).applied_action(dedup_key);
         let mut redis = self.redis.clone();
-        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut redis).await?;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut redis)
+            .await?;
         Ok(exists)
     }
 
@@ -313,19 +325,23 @@ impl Queue {
 fn parse_claim_reply(shard: u16, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
     use redis::FromRedisValue;
     let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
-    if reply.len() < 3 || (reply.len() - 3) % 3 != 0 {
+    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(3) {
         return Err(bad("wrong length"));
     }
     let number = |v: &redis::Value| -> Result<i64> {
         match v {
             redis::Value::Int(n) => Ok(*n),
             other => {
-                let text = String::from_redis_value(other.clone()).map_err(|_| bad("not a number"))?;
-                text.parse::<f64>().map(|f| f as i64).map_err(|_| bad("not a number"))
+                let text =
+                    String::from_redis_value(other.clone()).map_err(|_| bad("not a number"))?;
+                text.parse::<f64>()
+                    .map(|f| f as i64)
+                    .map_err(|_| bad("not a number"))
             }
         }
     };
-    let text = |v: &redis::Value| String::from_redis_value(v.clone()).map_err(|_| bad("not a string"));
+    let text =
+        |v: &redis::Value| String::from_redis_value(v.clone()).map_err(|_| bad("not a string"));
     let next = number(&reply[1])?;
     let mut batch = ClaimBatch {
         now_ms: number(&reply[0])?,

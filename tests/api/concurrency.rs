@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 
 use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 
+/// One evaluation: started, finished, by which worker.
+type Run<'a> = (DateTime<Utc>, DateTime<Utc>, &'a str);
+
 #[tokio::test]
 async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     // Widen each in-process evaluation so that overlaps, if the claim or lock let any through,
@@ -42,9 +45,12 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
             .fetch_all(&app.pool)
             .await
             .unwrap();
-    let mut by_entity: HashMap<&str, Vec<(DateTime<Utc>, DateTime<Utc>, &str)>> = HashMap::new();
+    let mut by_entity: HashMap<&str, Vec<Run>> = HashMap::new();
     for (entity, worker, started, finished) in &rows {
-        by_entity.entry(entity).or_default().push((*started, *finished, worker));
+        by_entity
+            .entry(entity)
+            .or_default()
+            .push((*started, *finished, worker));
     }
     assert_eq!(by_entity.len(), entities.len());
     for (entity, runs) in &by_entity {
@@ -60,15 +66,25 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
         }
     }
     let workers: std::collections::HashSet<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-    assert!(workers.contains("second-process"), "the second process took part: {workers:?}");
-    assert!(workers.contains("in-process"), "the in-process workers took part: {workers:?}");
+    assert!(
+        workers.contains("second-process"),
+        "the second process took part: {workers:?}"
+    );
+    assert!(
+        workers.contains("in-process"),
+        "the in-process workers took part: {workers:?}"
+    );
 
     // Each entity got 20 flags: at most one flag action and one hide action, ending hidden.
     let duplicated = app
         .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
         .await;
     assert_eq!(duplicated, 0, "an action was applied twice");
-    assert_eq!(app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'").await, 12);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
+            .await,
+        12
+    );
 
     process.start_kill().unwrap();
     process.wait().await.unwrap();
@@ -76,16 +92,26 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
 
 #[tokio::test]
 async fn a_worker_process_stops_cleanly_on_sigterm() {
-    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
     let mut process = app.spawn_worker_process("stopping");
     let pid = process.id().expect("running") as i32;
     // Wait until it is up and polling: its first claim leaves no trace, so give it work.
     app.send(&event("e1", "post:stop", "flag")).await;
-    wait_for(Duration::from_secs(20), "the worker process to evaluate", || async {
-        app.evaluation_count("post:stop").await == 1
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the worker process to evaluate",
+        || async { app.evaluation_count("post:stop").await == 1 },
+    )
     .await;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let status = tokio::time::timeout(Duration::from_secs(20), process.wait())
         .await
         .expect("exits after SIGTERM")

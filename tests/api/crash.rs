@@ -17,11 +17,15 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
         ..Default::default()
     })
     .await;
-    let events: Vec<_> = (0..10).map(|i| event(&format!("f{i}"), "post:crash", "flag")).collect();
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("f{i}"), "post:crash", "flag"))
+        .collect();
     app.send(&json!(events)).await;
 
     // Hold the entity's row so the worker blocks inside its write, after claim and snapshot.
-    let mut blocker = sqlx::PgConnection::connect_with(&app.pool.connect_options()).await.unwrap();
+    let mut blocker = sqlx::PgConnection::connect_with(&app.pool.connect_options())
+        .await
+        .unwrap();
     let mut hold = blocker.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:crash' FOR UPDATE")
         .execute(&mut *hold)
@@ -36,7 +40,16 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     })
     .await;
     let entity = quiesce::domain::EntityId::parse("post:crash").unwrap();
-    assert!(app.backends.queue.state_of(&entity).await.unwrap().lease_until_ms.is_some(), "claimed, not acked");
+    assert!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .lease_until_ms
+            .is_some(),
+        "claimed, not acked"
+    );
 
     doomed.start_kill().unwrap();
     doomed.wait().await.unwrap();
@@ -46,21 +59,32 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     let survivor = app.worker();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(survivor.run(shutdown.clone()));
-    wait_for(Duration::from_secs(20), "the survivor to apply the action", || async {
-        app.status_of("post:crash").await == "hidden"
-    })
+    wait_for(
+        Duration::from_secs(20),
+        "the survivor to apply the action",
+        || async { app.status_of("post:crash").await == "hidden" },
+    )
     .await;
     app.wait_settled(Duration::from_secs(20)).await;
     shutdown.cancel();
     running.await.unwrap();
 
-    assert_eq!(app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:crash'").await, 1);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:crash'")
+            .await,
+        1
+    );
     assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 1);
-    let workers: Vec<String> = sqlx::query_scalar("SELECT worker FROM evaluations WHERE entity = 'post:crash'")
-        .fetch_all(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(workers, vec!["in-process".to_owned()], "the killed worker wrote nothing");
+    let workers: Vec<String> =
+        sqlx::query_scalar("SELECT worker FROM evaluations WHERE entity = 'post:crash'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        workers,
+        vec!["in-process".to_owned()],
+        "the killed worker wrote nothing"
+    );
 }
 
 #[tokio::test]
@@ -73,31 +97,45 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
         ..Default::default()
     })
     .await;
-    let events: Vec<_> = (0..3).map(|i| event(&format!("f{i}"), "post:dropped", "flag")).collect();
+    let events: Vec<_> = (0..3)
+        .map(|i| event(&format!("f{i}"), "post:dropped", "flag"))
+        .collect();
     app.send(&json!(events)).await;
     let worker = app.worker();
 
     let claimed = std::sync::Mutex::new(Vec::new());
-    wait_for(Duration::from_secs(10), "the entity to be claimed", || async {
-        let claims = worker.claim_once(10).await.unwrap().claims;
-        let mut claimed = claimed.lock().unwrap();
-        claimed.extend(claims);
-        !claimed.is_empty()
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "the entity to be claimed",
+        || async {
+            let claims = worker.claim_once(10).await.unwrap().claims;
+            let mut claimed = claimed.lock().unwrap();
+            claimed.extend(claims);
+            !claimed.is_empty()
+        },
+    )
     .await;
     let claimed = claimed.into_inner().unwrap();
     assert_eq!(claimed.len(), 1);
     // Nothing else can claim it while the lease runs.
     assert!(worker.claim_once(10).await.unwrap().claims.is_empty());
 
-    wait_for(Duration::from_secs(10), "the lease to expire and be reaped", || async {
-        worker.reap_once().await.unwrap() == 1
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "the lease to expire and be reaped",
+        || async { worker.reap_once().await.unwrap() == 1 },
+    )
     .await;
     let again = worker.claim_once(10).await.unwrap().claims;
     assert_eq!(again.len(), 1);
     let outcome = worker.process(again.into_iter().next().unwrap()).await;
-    assert!(matches!(outcome, quiesce::worker::Outcome::Done(quiesce::store::Completion::Applied { .. })), "{outcome:?}");
+    assert!(
+        matches!(
+            outcome,
+            quiesce::worker::Outcome::Done(quiesce::store::Completion::Applied { .. })
+        ),
+        "{outcome:?}"
+    );
     // The first claim's owner comes back late: its token no longer acks anything.
     assert!(!app.backends.queue.ack(&claimed[0]).await.unwrap());
     assert_eq!(app.status_of("post:dropped").await, "flagged");

@@ -40,7 +40,9 @@ async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_lef
     let replies = join_all(bodies.iter().map(|body| app.send(body))).await;
     assert_eq!(replies.iter().map(|r| r.0).sum::<u64>(), 510);
 
-    let flags_only: Vec<Value> = (0..10).map(|i| event(&format!("lone-flag-{i}"), "post:flagged", "flag")).collect();
+    let flags_only: Vec<Value> = (0..10)
+        .map(|i| event(&format!("lone-flag-{i}"), "post:flagged", "flag"))
+        .collect();
     let bodies: Vec<Value> = flags_only.chunks(2).map(|chunk| json!(chunk)).collect();
     join_all(bodies.iter().map(|body| app.send(body))).await;
 
@@ -48,13 +50,26 @@ async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_lef
 
     assert_eq!(app.evaluation_count("post:sloan").await, 1);
     assert_eq!(app.status_of("post:sloan").await, "visible");
-    assert_eq!(app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:sloan'").await, 0);
-    let snapshot_events: i64 = app.scalar("SELECT event_count FROM evaluations WHERE entity = 'post:sloan'").await;
-    assert_eq!(snapshot_events, 510, "the one evaluation saw the whole burst");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:sloan'")
+            .await,
+        0
+    );
+    let snapshot_events: i64 = app
+        .scalar("SELECT event_count FROM evaluations WHERE entity = 'post:sloan'")
+        .await;
+    assert_eq!(
+        snapshot_events, 510,
+        "the one evaluation saw the whole burst"
+    );
 
     assert_eq!(app.evaluation_count("post:flagged").await, 1);
     assert_eq!(app.status_of("post:flagged").await, "hidden");
-    assert_eq!(app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:flagged'").await, 1);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:flagged'")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -70,9 +85,15 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
     // 50 requests, each carrying one event for each of the 200 entities, all in flight at once.
     let requests: Vec<Value> = (0..50)
         .map(|round| {
-            json!((0..200)
-                .map(|e| event(&format!("r{round}-e{e}"), &format!("comment:{e}"), if round % 7 == 0 { "flag" } else { "upvote" }))
-                .collect::<Vec<_>>())
+            json!(
+                (0..200)
+                    .map(|e| event(
+                        &format!("r{round}-e{e}"),
+                        &format!("comment:{e}"),
+                        if round % 7 == 0 { "flag" } else { "upvote" }
+                    ))
+                    .collect::<Vec<_>>()
+            )
         })
         .collect();
     let replies = join_all(requests.iter().map(|body| app.send(body))).await;
@@ -80,16 +101,33 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
 
     app.wait_settled(Duration::from_secs(60)).await;
     assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 200);
-    assert_eq!(app.scalar("SELECT count(DISTINCT entity) FROM evaluations").await, 200);
-    assert_eq!(app.scalar("SELECT count(*) FROM entities WHERE event_count = 50").await, 200);
-    assert_eq!(app.scalar("SELECT count(*) FROM evaluations WHERE event_count <> 50").await, 0);
+    assert_eq!(
+        app.scalar("SELECT count(DISTINCT entity) FROM evaluations")
+            .await,
+        200
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE event_count = 50")
+            .await,
+        200
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM evaluations WHERE event_count <> 50")
+            .await,
+        0
+    );
 }
 
 #[tokio::test]
 async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
     let window = Duration::from_millis(300);
     let max_wait = Duration::from_millis(900);
-    let app = spawn_app(TestOptions { window, max_wait, ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        window,
+        max_wait,
+        ..Default::default()
+    })
+    .await;
 
     let started = Instant::now();
     let stream_for = max_wait * 4;
@@ -97,7 +135,8 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
     let mut ticker = tokio::time::interval(window / 3);
     while started.elapsed() < stream_for {
         ticker.tick().await;
-        app.send(&event(&format!("s{sent}"), "post:stream", "upvote")).await;
+        app.send(&event(&format!("s{sent}"), "post:stream", "upvote"))
+            .await;
         sent += 1;
     }
     let stream_end = chrono::Utc::now();
@@ -109,17 +148,26 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
             .fetch_all(&app.pool)
             .await
             .unwrap();
-    assert!(during.len() >= 3, "only {} evaluations during a {stream_for:?} stream", during.len());
+    assert!(
+        during.len() >= 3,
+        "only {} evaluations during a {stream_for:?} stream",
+        during.len()
+    );
 
     // Consecutive evaluations are at most max wait apart, plus the gap until the next event
     // (window / 3) and scheduling slack.
-    let bound = chrono::Duration::from_std(max_wait + window / 3 + Duration::from_millis(700)).unwrap();
+    let bound =
+        chrono::Duration::from_std(max_wait + window / 3 + Duration::from_millis(700)).unwrap();
     for pair in during.windows(2) {
         let gap = pair[1] - pair[0];
         assert!(gap <= bound, "evaluations {gap} apart, more than {bound}");
     }
     app.wait_settled(Duration::from_secs(20)).await;
-    assert_eq!(app.scalar("SELECT event_count FROM entities WHERE entity = 'post:stream'").await, sent);
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:stream'")
+            .await,
+        sent
+    );
 }
 
 #[tokio::test]
@@ -128,9 +176,17 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
     let release = Arc::new(Notify::new());
     let calls = Arc::new(AtomicUsize::new(0));
     let hook = {
-        let (entered, release, calls) = (Arc::clone(&entered), Arc::clone(&release), Arc::clone(&calls));
+        let (entered, release, calls) = (
+            Arc::clone(&entered),
+            Arc::clone(&release),
+            Arc::clone(&calls),
+        );
         Arc::new(move |_snapshot| {
-            let (entered, release, calls) = (Arc::clone(&entered), Arc::clone(&release), Arc::clone(&calls));
+            let (entered, release, calls) = (
+                Arc::clone(&entered),
+                Arc::clone(&release),
+                Arc::clone(&calls),
+            );
             async move {
                 if calls.fetch_add(1, Ordering::SeqCst) == 0 {
                     entered.notify_one();
@@ -148,18 +204,26 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
     .await;
 
     app.send(&event("first", "post:busy", "flag")).await;
-    tokio::time::timeout(Duration::from_secs(10), entered.notified()).await.expect("first evaluation started");
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("first evaluation started");
 
     // Accepted while the first evaluation holds the entity.
     app.send(&event("second", "post:busy", "flag")).await;
     release.notify_one();
 
     app.wait_settled(Duration::from_secs(20)).await;
-    let seen: Vec<i64> = sqlx::query_scalar("SELECT event_count FROM evaluations WHERE entity = 'post:busy' ORDER BY id")
-        .fetch_all(&app.pool)
-        .await
-        .unwrap();
-    assert_eq!(seen, vec![1, 2], "one evaluation before the second event, exactly one after");
+    let seen: Vec<i64> = sqlx::query_scalar(
+        "SELECT event_count FROM evaluations WHERE entity = 'post:busy' ORDER BY id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        seen,
+        vec![1, 2],
+        "one evaluation before the second event, exactly one after"
+    );
 }
 
 #[tokio::test]
@@ -175,9 +239,15 @@ async fn a_critical_event_skips_the_window() {
     critical["priority"] = json!("critical");
     app.send(&critical).await;
 
-    wait_for(Duration::from_secs(10), "the critical entity's evaluation", || async {
-        app.evaluation_count("post:urgent").await == 1
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "the critical entity's evaluation",
+        || async { app.evaluation_count("post:urgent").await == 1 },
+    )
     .await;
-    assert_eq!(app.evaluation_count("post:calm").await, 0, "a normal event still waits for its window");
+    assert_eq!(
+        app.evaluation_count("post:calm").await,
+        0,
+        "a normal event still waits for its window"
+    );
 }

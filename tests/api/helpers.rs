@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 pub fn database_base_url() -> String {
     let url = std::env::var("QUIESCE_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/quiesce".to_owned());
-    url.rsplit_once('/').map_or(url.clone(), |(base, _)| base.to_owned())
+    url.rsplit_once('/')
+        .map_or(url.clone(), |(base, _)| base.to_owned())
 }
 
 pub fn redis_url() -> String {
@@ -104,7 +105,9 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         ..Settings::default()
     };
     settings.validate().expect("valid test settings");
-    startup::prepare_database(&settings).await.expect("migrations");
+    startup::prepare_database(&settings)
+        .await
+        .expect("migrations");
     let rules = Arc::new(options.rules.unwrap_or_else(RuleSet::default_rules));
     let backends = Backends::connect(&settings, rules).await.expect("backends");
     let worker = (options.workers > 0).then(|| {
@@ -114,7 +117,9 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
             None => worker,
         }
     });
-    let app = Application::build(&settings, &backends, worker).await.expect("application");
+    let app = Application::build(&settings, &backends, worker)
+        .await
+        .expect("application");
     let base = format!("http://{}", app.address());
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -146,7 +151,10 @@ where
         if condition().await {
             return;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -167,18 +175,32 @@ impl TestApp {
         let status = response.status();
         let reply: Value = response.json().await.expect("json reply");
         assert_eq!(status, 202, "{reply}");
-        (reply["accepted"].as_u64().unwrap(), reply["duplicates"].as_u64().unwrap())
+        (
+            reply["accepted"].as_u64().unwrap(),
+            reply["duplicates"].as_u64().unwrap(),
+        )
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self.client.get(format!("{}{path}", self.base)).send().await.expect("request sent");
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("request sent");
         let status = response.status().as_u16();
         let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
-        sqlx::query_scalar::<_, i64>(sql).fetch_one(&self.pool).await.expect(sql)
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.pool)
+            .await
+            .expect(sql)
     }
 
     pub async fn evaluation_count(&self, entity: &str) -> i64 {
@@ -200,7 +222,9 @@ impl TestApp {
     /// Nothing due or in flight in any shard.
     pub async fn queue_is_empty(&self) -> bool {
         let depths = self.backends.queue.depths().await.expect("redis");
-        depths.iter().all(|(_, due, inflight)| *due == 0 && *inflight == 0)
+        depths
+            .iter()
+            .all(|(_, due, inflight)| *due == 0 && *inflight == 0)
     }
 
     /// Every recorded event has been covered by an evaluation and nothing waits in Redis.
@@ -213,31 +237,18 @@ impl TestApp {
     }
 
     pub async fn wait_settled(&self, timeout: Duration) {
-        wait_for(timeout, "every entity to be evaluated and the queue to drain", || self.settled()).await;
+        wait_for(
+            timeout,
+            "every entity to be evaluated and the queue to drain",
+            || self.settled(),
+        )
+        .await;
     }
 
     /// Every Redis key under this test's prefix.
     pub async fn redis_keys(&self) -> Vec<String> {
         let mut redis = self.backends.queue.connection();
-        let pattern = format!("{{{}:*", self.settings.redis_prefix);
-        let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut redis)
-                .await
-                .unwrap();
-            keys.extend(batch);
-            if next == 0 {
-                return keys;
-            }
-            cursor = next;
-        }
+        scan_keys(&mut redis, &self.settings.redis_prefix).await
     }
 
     /// A worker on this app's backends, for driving claims step by step.
@@ -256,15 +267,31 @@ impl TestApp {
             .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
             .env("QUIESCE_REDIS_PREFIX", &s.redis_prefix)
             .env("QUIESCE_SHARDS", s.shards.to_string())
-            .env("QUIESCE_DEBOUNCE_WINDOW", humantime::format_duration(s.debounce_window).to_string())
-            .env("QUIESCE_MAX_WAIT", humantime::format_duration(s.max_wait).to_string())
-            .env("QUIESCE_LEASE", humantime::format_duration(s.lease).to_string())
+            .env(
+                "QUIESCE_DEBOUNCE_WINDOW",
+                humantime::format_duration(s.debounce_window).to_string(),
+            )
+            .env(
+                "QUIESCE_MAX_WAIT",
+                humantime::format_duration(s.max_wait).to_string(),
+            )
+            .env(
+                "QUIESCE_LEASE",
+                humantime::format_duration(s.lease).to_string(),
+            )
             .env("QUIESCE_POLL_INTERVAL", "20ms")
             .env("QUIESCE_RETRY_DELAY", "40ms")
             .env("QUIESCE_WORKERS", "4")
             .env("QUIESCE_DB_MAX_CONNECTIONS", "4")
             .env("QUIESCE_WORKER_ID", worker_id)
-            .env("RUST_LOG", if std::env::var_os("TEST_LOG").is_some() { "info" } else { "error" })
+            .env(
+                "RUST_LOG",
+                if std::env::var_os("TEST_LOG").is_some() {
+                    "info"
+                } else {
+                    "error"
+                },
+            )
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -275,7 +302,10 @@ impl TestApp {
     pub async fn stop(&mut self) {
         self.shutdown.cancel();
         if let Some(server) = self.server.take() {
-            server.await.expect("server task").expect("server stopped cleanly");
+            server
+                .await
+                .expect("server task")
+                .expect("server stopped cleanly");
         }
     }
 }
@@ -287,41 +317,57 @@ impl Drop for TestApp {
         let prefix = self.settings.redis_prefix.clone();
         // Clean up on a separate runtime: Drop cannot await.
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async move {
-                if let Ok(mut admin) = PgConnection::connect(&format!("{}/postgres", database_base_url())).await {
+                if let Ok(mut admin) =
+                    PgConnection::connect(&format!("{}/postgres", database_base_url())).await
+                {
                     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
                         .execute(&mut admin)
                         .await;
                 }
-                if let Ok(client) = redis::Client::open(redis_url()) {
-                    if let Ok(mut redis) = client.get_multiplexed_async_connection().await {
-                        let pattern = format!("{{{prefix}:*");
-                        let mut cursor: u64 = 0;
-                        loop {
-                            let Ok((next, keys)): Result<(u64, Vec<String>), _> = redis::cmd("SCAN")
-                                .arg(cursor)
-                                .arg("MATCH")
-                                .arg(&pattern)
-                                .arg("COUNT")
-                                .arg(1000)
-                                .query_async(&mut redis)
-                                .await
-                            else {
-                                break;
-                            };
-                            if !keys.is_empty() {
-                                let _: Result<(), _> = redis::cmd("DEL").arg(&keys).query_async(&mut redis).await;
-                            }
-                            if next == 0 {
-                                break;
-                            }
-                            cursor = next;
-                        }
-                    }
-                }
+                delete_redis_prefix(&prefix).await;
             });
         })
         .join();
+    }
+}
+
+/// Every key under a test's prefix, by SCAN (never KEYS or FLUSHDB on a shared server).
+async fn scan_keys(redis: &mut impl redis::aio::ConnectionLike, prefix: &str) -> Vec<String> {
+    let pattern = format!("{{{prefix}:*");
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(redis)
+            .await
+            .expect("redis SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+async fn delete_redis_prefix(prefix: &str) {
+    let Ok(client) = redis::Client::open(redis_url()) else {
+        return;
+    };
+    let Ok(mut redis) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let keys = scan_keys(&mut redis, prefix).await;
+    for chunk in keys.chunks(500) {
+        let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query_async(&mut redis).await;
     }
 }

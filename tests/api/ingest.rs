@@ -9,7 +9,11 @@ use crate::helpers::{TestOptions, event, spawn_app};
 
 #[tokio::test]
 async fn an_event_id_sent_twice_is_counted_once() {
-    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
     let body = event("evt-1", "post:1", "flag");
 
     assert_eq!(app.send(&body).await, (1, 0));
@@ -22,28 +26,67 @@ async fn an_event_id_sent_twice_is_counted_once() {
     assert_eq!(replies.iter().map(|r| r.1).sum::<u64>(), 9, "{replies:?}");
 
     // An id repeated inside one batch counts once too.
-    assert_eq!(app.send(&json!([event("evt-3", "post:1", "flag"), event("evt-3", "post:1", "flag")])).await, (1, 1));
+    assert_eq!(
+        app.send(&json!([
+            event("evt-3", "post:1", "flag"),
+            event("evt-3", "post:1", "flag")
+        ]))
+        .await,
+        (1, 1)
+    );
 
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 3);
-    assert_eq!(app.scalar("SELECT event_count FROM entities WHERE entity = 'post:1'").await, 3);
-    assert_eq!(app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:1' AND signal = 'flag'").await, 3);
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:1'")
+            .await,
+        3
+    );
+    assert_eq!(
+        app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:1' AND signal = 'flag'")
+            .await,
+        3
+    );
 }
 
 #[tokio::test]
 async fn a_duplicate_still_reschedules_its_entity() {
     // A sender retries after a Redis failure: the retry finds the id recorded but must repair
     // the schedule, or the entity would never be evaluated.
-    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
     let body = event("evt-1", "post:7", "flag");
     app.send(&body).await;
     let entity = quiesce::domain::EntityId::parse("post:7").unwrap();
     let keys = app.backends.queue.keys().for_entity(&entity);
     let mut redis = app.backends.queue.connection();
-    let _: () = redis::cmd("DEL").arg(keys.due()).query_async(&mut redis).await.unwrap();
-    assert!(app.backends.queue.state_of(&entity).await.unwrap().due_at_ms.is_none());
+    let _: () = redis::cmd("DEL")
+        .arg(keys.due())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_none()
+    );
 
     assert_eq!(app.send(&body).await, (0, 1));
-    assert!(app.backends.queue.state_of(&entity).await.unwrap().due_at_ms.is_some());
+    assert!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some()
+    );
 }
 
 #[tokio::test]
@@ -55,18 +98,28 @@ async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
         ..Default::default()
     })
     .await;
-    let events: Vec<_> = (0..300).map(|i| event(&format!("e{i}"), &format!("comment:{}", i % 30), "upvote")).collect();
+    let events: Vec<_> = (0..300)
+        .map(|i| event(&format!("e{i}"), &format!("comment:{}", i % 30), "upvote"))
+        .collect();
     let (accepted, duplicates) = app.send(&json!(events)).await;
     assert_eq!((accepted, duplicates), (300, 0));
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 300);
-    assert_eq!(app.scalar("SELECT count(*) FROM entities WHERE event_count = 10").await, 30);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE event_count = 10")
+            .await,
+        30
+    );
     let depths = app.backends.queue.depths().await.unwrap();
     assert_eq!(depths.iter().map(|(_, due, _)| due).sum::<u64>(), 30);
 }
 
 #[tokio::test]
 async fn optional_fields_are_recorded() {
-    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
     let body = json!({
         "id": "evt-full", "entity": "post:3", "type": "report.spam", "actor": "user:9",
         "weight": 2.5, "occurred_at": "2026-11-30T10:00:00+01:00", "priority": "normal"
@@ -80,9 +133,10 @@ async fn optional_fields_are_recorded() {
     assert_eq!(actor, "user:9");
     assert_eq!(weight, 2.5);
     assert_eq!(occurred.to_rfc3339(), "2026-11-30T09:00:00+00:00");
-    let weight_sum: f64 = sqlx::query_scalar("SELECT weight_sum FROM signal_totals WHERE entity = 'post:3'")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let weight_sum: f64 =
+        sqlx::query_scalar("SELECT weight_sum FROM signal_totals WHERE entity = 'post:3'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
     assert_eq!(weight_sum, 2.5);
 }

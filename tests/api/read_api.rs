@@ -15,8 +15,12 @@ async fn an_entity_shows_its_status_aggregates_and_schedule() {
         ..Default::default()
     })
     .await;
-    app.send(&json!([event("a", "post:9842", "flag"), event("b", "post:9842", "upvote"), event("c", "post:9842", "upvote")]))
-        .await;
+    app.send(&json!([
+        event("a", "post:9842", "flag"),
+        event("b", "post:9842", "upvote"),
+        event("c", "post:9842", "upvote")
+    ]))
+    .await;
 
     let (status, body) = app.get("/v1/entities/post:9842").await;
     assert_eq!(status, 200, "{body}");
@@ -27,9 +31,14 @@ async fn an_entity_shows_its_status_aggregates_and_schedule() {
     assert_eq!(body["signals"]["flag"]["count"], 1);
     assert_eq!(body["evaluation"]["pending"], true);
     assert_eq!(body["evaluation"]["count"], 0);
-    let fires_at = chrono::DateTime::parse_from_rfc3339(body["evaluation"]["fires_at"].as_str().unwrap()).unwrap();
+    let fires_at =
+        chrono::DateTime::parse_from_rfc3339(body["evaluation"]["fires_at"].as_str().unwrap())
+            .unwrap();
     let ahead = fires_at.signed_duration_since(chrono::Utc::now());
-    assert!(ahead > chrono::Duration::seconds(20) && ahead <= chrono::Duration::seconds(31), "{ahead}");
+    assert!(
+        ahead > chrono::Duration::seconds(20) && ahead <= chrono::Duration::seconds(31),
+        "{ahead}"
+    );
 
     let (status, body) = app.get("/v1/entities/post:404").await;
     assert_eq!(status, 404, "{body}");
@@ -41,9 +50,15 @@ async fn an_entity_shows_its_status_aggregates_and_schedule() {
 
 #[tokio::test]
 async fn actions_are_listed_newest_first_and_filtered() {
-    let app = spawn_app(TestOptions { window: Duration::from_millis(100), ..Default::default() }).await;
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
     for (entity, flags) in [("post:1", 10), ("post:2", 3)] {
-        let events: Vec<_> = (0..flags).map(|i| event(&format!("{entity}-{i}"), entity, "flag")).collect();
+        let events: Vec<_> = (0..flags)
+            .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
+            .collect();
         app.send(&json!(events)).await;
     }
     app.wait_settled(Duration::from_secs(20)).await;
@@ -67,7 +82,12 @@ async fn actions_are_listed_newest_first_and_filtered() {
     let (_, body) = app.get("/v1/actions?entity=post:2&limit=1").await;
     assert_eq!(body["actions"][0]["action"], "flag");
 
-    for bad in ["/v1/actions?limit=0", "/v1/actions?limit=x", "/v1/actions?entity=nope", "/v1/actions?colour=red"] {
+    for bad in [
+        "/v1/actions?limit=0",
+        "/v1/actions?limit=x",
+        "/v1/actions?entity=nope",
+        "/v1/actions?colour=red",
+    ] {
         let (status, body) = app.get(bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(body["error"]["field"].is_string(), "{bad}: {body}");
@@ -76,16 +96,25 @@ async fn actions_are_listed_newest_first_and_filtered() {
 
 #[tokio::test]
 async fn health_readiness_and_metrics_answer() {
-    let mut app = spawn_app(TestOptions { window: Duration::from_millis(50), ..Default::default() }).await;
+    let mut app = spawn_app(TestOptions {
+        window: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await;
     assert_eq!(app.get("/healthz").await.0, 200);
     let (status, body) = app.get("/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["redis"], "ok");
     assert_eq!(body["postgres"], "ok");
 
-    let events: Vec<_> = (0..10).map(|i| event(&format!("m{i}"), "post:m", "flag")).collect();
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("m{i}"), "post:m", "flag"))
+        .collect();
     app.send(&json!(events)).await;
-    wait_for(Duration::from_secs(20), "the hide action", || async { app.status_of("post:m").await == "hidden" }).await;
+    wait_for(Duration::from_secs(20), "the hide action", || async {
+        app.status_of("post:m").await == "hidden"
+    })
+    .await;
 
     let (status, body) = app.get("/metrics").await;
     assert_eq!(status, 200);
@@ -101,10 +130,20 @@ async fn health_readiness_and_metrics_answer() {
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
-    assert!(text.contains("route=\"/v1/events\""), "requests are labelled by route template");
+    assert!(
+        text.contains("route=\"/v1/events\""),
+        "requests are labelled by route template"
+    );
     assert!(!text.contains("post:m"), "no entity ids in metric labels");
 
     // Graceful shutdown: the server and its workers stop without error.
     app.stop().await;
-    assert!(app.client.get(format!("{}/healthz", app.base)).send().await.is_err(), "no longer listening");
+    assert!(
+        app.client
+            .get(format!("{}/healthz", app.base))
+            .send()
+            .await
+            .is_err(),
+        "no longer listening"
+    );
 }

@@ -44,13 +44,19 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
         ..Default::default()
     })
     .await;
-    *database_url.lock().unwrap() = secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
+    *database_url.lock().unwrap() =
+        secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
 
-    let events: Vec<_> = (0..10).map(|i| event(&format!("f{i}"), "post:fenced", "flag")).collect();
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("f{i}"), "post:fenced", "flag"))
+        .collect();
     app.send(&json!(events)).await;
     app.wait_settled(Duration::from_secs(20)).await;
 
-    assert!(calls.load(Ordering::SeqCst) >= 2, "the overtaken evaluation was retried");
+    assert!(
+        calls.load(Ordering::SeqCst) >= 2,
+        "the overtaken evaluation was retried"
+    );
     // Only the retry wrote: one evaluation row, one action applied on top of version 1.
     assert_eq!(app.evaluation_count("post:fenced").await, 1);
     let (applied_version, moderation_version): (i64, i64) = sqlx::query_as(
@@ -66,8 +72,14 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
 
 #[tokio::test]
 async fn the_store_refuses_a_write_on_a_stale_version() {
-    let app = spawn_app(TestOptions { workers: 0, ..Default::default() }).await;
-    let events: Vec<_> = (0..10).map(|i| event(&format!("f{i}"), "post:stale", "flag")).collect();
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("f{i}"), "post:stale", "flag"))
+        .collect();
     app.send(&json!(events)).await;
     let entity = quiesce::domain::EntityId::parse("post:stale").unwrap();
     let store = &app.backends.store;
@@ -75,16 +87,31 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     let snapshot = store.snapshot(&entity).await.unwrap().unwrap();
     let verdict = app.backends.rules.evaluate(&snapshot);
     let decision = verdict.to_apply(snapshot.status).cloned();
-    assert_eq!(decision.as_ref().unwrap().action, quiesce::domain::Action::Hide);
+    assert_eq!(
+        decision.as_ref().unwrap().action,
+        quiesce::domain::Action::Hide
+    );
     sqlx::query("UPDATE entities SET moderation_version = 5 WHERE entity = 'post:stale'")
         .execute(&app.pool)
         .await
         .unwrap();
 
     let result = store
-        .complete_evaluation(&snapshot, &verdict, decision.as_ref(), "test", chrono::Utc::now())
+        .complete_evaluation(
+            &snapshot,
+            &verdict,
+            decision.as_ref(),
+            "test",
+            chrono::Utc::now(),
+        )
         .await;
-    assert!(matches!(result, Err(quiesce::store::StoreError::VersionConflict { read: 0 })), "{result:?}");
+    assert!(
+        matches!(
+            result,
+            Err(quiesce::store::StoreError::VersionConflict { read: 0 })
+        ),
+        "{result:?}"
+    );
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 0);
     assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
     assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 0);
@@ -92,10 +119,28 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
 
     // The same decision on a fresh snapshot applies, once; repeating it is recognised.
     let fresh = store.snapshot(&entity).await.unwrap().unwrap();
-    let done = store.complete_evaluation(&fresh, &verdict, decision.as_ref(), "test", chrono::Utc::now()).await.unwrap();
+    let done = store
+        .complete_evaluation(
+            &fresh,
+            &verdict,
+            decision.as_ref(),
+            "test",
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
     assert!(matches!(done, quiesce::store::Completion::Applied { .. }));
     let again = store.snapshot(&entity).await.unwrap().unwrap();
-    let repeat = store.complete_evaluation(&again, &verdict, decision.as_ref(), "test", chrono::Utc::now()).await.unwrap();
+    let repeat = store
+        .complete_evaluation(
+            &again,
+            &verdict,
+            decision.as_ref(),
+            "test",
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
     assert_eq!(repeat, quiesce::store::Completion::AlreadyApplied);
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
 }
