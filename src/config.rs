@@ -53,8 +53,12 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
-    #[error("invalid setting {field}: {reason}")]
-    Inconsistent { field: &'static str, reason: String },
+    #[error("invalid {var} ({field}): {reason}")]
+    Inconsistent {
+        var: &'static str,
+        field: &'static str,
+        reason: String,
+    },
 }
 
 /// How an event moves an entity's fire-at.
@@ -487,34 +491,76 @@ impl Settings {
         Ok(())
     }
 
-    /// Relations between settings that no single value can break.
+    /// Checks every value, whichever layer set it, and the relations between them. Errors
+    /// name the variable (and the config-file key).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let inconsistent = |field, reason: &str| {
+        let fail = |var, field, reason: &str| {
             Err(ConfigError::Inconsistent {
+                var,
                 field,
                 reason: reason.to_owned(),
             })
         };
         if self.debounce_window.is_zero() {
-            return inconsistent("debounce_window", "must be greater than zero");
+            return fail(
+                "QUIESCE_DEBOUNCE_WINDOW",
+                "debounce_window",
+                "must be greater than zero",
+            );
         }
         if self.max_wait < self.debounce_window {
-            return inconsistent("max_wait", "must be at least the debounce window");
+            return fail(
+                "QUIESCE_MAX_WAIT",
+                "max_wait",
+                "must be at least the debounce window",
+            );
         }
         if self.lease < Duration::from_millis(300) {
-            return inconsistent(
+            return fail(
+                "QUIESCE_LEASE",
                 "lease",
                 "must be at least 300ms (it is renewed every third of it)",
             );
         }
-        if self.poll_interval.is_zero() {
-            return inconsistent("poll_interval", "must be greater than zero");
+        let zero_checks: [(&'static str, &'static str, bool); 9] = [
+            (
+                "QUIESCE_POLL_INTERVAL",
+                "poll_interval",
+                self.poll_interval.is_zero(),
+            ),
+            (
+                "QUIESCE_RETRY_DELAY",
+                "retry_delay",
+                self.retry_delay.is_zero(),
+            ),
+            (
+                "QUIESCE_BACKEND_TIMEOUT",
+                "backend_timeout",
+                self.backend_timeout.is_zero(),
+            ),
+            ("QUIESCE_WORKERS", "workers", self.workers == 0),
+            ("QUIESCE_SHARDS", "shards", self.shards == 0),
+            ("QUIESCE_CLAIM_BATCH", "claim_batch", self.claim_batch == 0),
+            ("QUIESCE_BODY_LIMIT", "body_limit", self.body_limit == 0),
+            ("QUIESCE_MAX_BATCH", "max_batch", self.max_batch == 0),
+            (
+                "QUIESCE_DB_MAX_CONNECTIONS",
+                "db_max_connections",
+                self.db_max_connections == 0,
+            ),
+        ];
+        if let Some((var, field, _)) = zero_checks.iter().find(|(_, _, zero)| *zero) {
+            return fail(var, field, "must be greater than zero");
         }
-        if self.workers == 0 || self.shards == 0 || self.claim_batch == 0 {
-            return inconsistent("workers/shards/claim_batch", "must be greater than zero");
-        }
-        if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
-            return inconsistent("redis_prefix", "must be non-empty and without braces");
+        if self.redis_prefix.is_empty()
+            || self.redis_prefix.len() > 64
+            || self.redis_prefix.contains(['{', '}'])
+        {
+            return fail(
+                "QUIESCE_REDIS_PREFIX",
+                "redis_prefix",
+                "must be 1-64 characters without braces",
+            );
         }
         Ok(())
     }
@@ -583,11 +629,22 @@ mod tests {
             max_wait: Some("5s".into()),
             ..Default::default()
         };
-        assert!(
-            Settings::load(&args)
-                .unwrap_err()
-                .to_string()
-                .contains("max_wait")
-        );
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("QUIESCE_MAX_WAIT"), "{err}");
+    }
+
+    #[test]
+    fn values_from_the_file_are_checked_too() {
+        let dir = std::env::temp_dir().join(format!("quiesce-config-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("quiesce.toml");
+        std::fs::write(&file, "max_batch = 0\n").unwrap();
+        let args = ConfigArgs {
+            config: Some(file),
+            ..Default::default()
+        };
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("QUIESCE_MAX_BATCH"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

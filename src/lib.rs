@@ -3,7 +3,8 @@
 //! Events are recorded in Postgres (the source of truth) and the entity's evaluation is
 //! pushed into the future in a Redis sorted set. When the entity is quiet a worker claims it
 //! atomically, locks it, reads one snapshot, runs the rules and applies at most one
-//! version-checked action. See docs/design.md.
+//! version-checked action. README.md states the guarantees; docs/state-machine.md follows an
+//! entity through the Redis sets.
 
 pub mod config;
 pub mod domain;

@@ -159,7 +159,7 @@ fn parse_event(item: &Value) -> Result<Event, FieldError> {
     let actor = match optional(object, "actor") {
         None => None,
         Some(Value::String(actor))
-            if (1..=MAX_ACTOR_LEN).contains(&actor.len())
+            if (1..=MAX_ACTOR_LEN).contains(&actor.chars().count())
                 && !actor.chars().any(char::is_control) =>
         {
             Some(actor.clone())

@@ -102,6 +102,20 @@ async fn health_readiness_and_metrics_answer() {
     })
     .await;
     assert_eq!(app.get("/healthz").await.0, 200);
+    let response = app
+        .client
+        .delete(format!("{}/v1/events", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+    let (status, body) = app.get("/v2/nothing").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
     let (status, body) = app.get("/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["redis"], "ok");
