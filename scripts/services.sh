@@ -74,7 +74,9 @@ if redis_ok "$redis_url"; then
 else
   command -v redis-server >/dev/null || install_packages redis-server redis-server QUIESCE_REDIS_URL
   redis_url="redis://127.0.0.1:$private_redis_port"
-  if ! redis_ok "$redis_url"; then
+  if redis_ok "$redis_url"; then
+    say "using the private redis on 127.0.0.1:$private_redis_port"
+  else
     mkdir -p "$local_dir/redis"
     say "starting a private redis on 127.0.0.1:$private_redis_port (data in .local/redis)"
     redis-server --port "$private_redis_port" --bind 127.0.0.1 --daemonize yes \
@@ -92,7 +94,9 @@ else
   db_name=${database_url##*/}
   db_name=${db_name%%\?*}
   database_url="postgres://postgres@127.0.0.1:$private_pg_port/${db_name:-quiesce}"
-  if ! pg_ok "$database_url"; then
+  if pg_ok "$database_url"; then
+    say "using the private postgres on 127.0.0.1:$private_pg_port"
+  else
     data="$local_dir/postgres"
     # Postgres refuses to run as root: use the postgres system user when we are root.
     run_as=()

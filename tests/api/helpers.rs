@@ -20,6 +20,8 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::proxy::{TcpProxy, redirect};
+
 pub fn database_base_url() -> String {
     let url = std::env::var("QUIESCE_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/quiesce".to_owned());
@@ -42,6 +44,9 @@ pub struct TestOptions {
     pub max_batch: usize,
     pub before_apply: Option<BeforeApplyHook>,
     pub rules: Option<RuleSet>,
+    /// Route Redis and Postgres through proxies the test can cut.
+    pub through_proxies: bool,
+    pub backend_timeout: Duration,
 }
 
 impl Default for TestOptions {
@@ -55,6 +60,8 @@ impl Default for TestOptions {
             max_batch: 1000,
             before_apply: None,
             rules: None,
+            through_proxies: false,
+            backend_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -65,6 +72,8 @@ pub struct TestApp {
     pub settings: Settings,
     pub backends: Backends,
     pub pool: PgPool,
+    pub redis_proxy: Option<TcpProxy>,
+    pub postgres_proxy: Option<TcpProxy>,
     db_name: String,
     shutdown: CancellationToken,
     server: Option<JoinHandle<anyhow::Result<()>>>,
@@ -85,9 +94,22 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .expect("create the test database");
     admin.close().await.ok();
 
+    let mut database_url = format!("{}/{db_name}", database_base_url());
+    let mut redis_url = redis_url();
+    let (mut redis_proxy, mut postgres_proxy) = (None, None);
+    if options.through_proxies {
+        let (target, _) = redirect(&redis_url, 6379, "127.0.0.1:1".parse().unwrap());
+        let proxy = TcpProxy::start(target).await;
+        redis_url = redirect(&redis_url, 6379, proxy.address).1;
+        redis_proxy = Some(proxy);
+        let (target, _) = redirect(&database_url, 5432, "127.0.0.1:1".parse().unwrap());
+        let proxy = TcpProxy::start(target).await;
+        database_url = redirect(&database_url, 5432, proxy.address).1;
+        postgres_proxy = Some(proxy);
+    }
     let settings = Settings {
-        database_url: SecretString::from(format!("{}/{db_name}", database_base_url())),
-        redis_url: SecretString::from(redis_url()),
+        database_url: SecretString::from(database_url),
+        redis_url: SecretString::from(redis_url),
         listen: "127.0.0.1:0".parse().unwrap(),
         debounce_window: options.window,
         max_wait: options.max_wait,
@@ -100,6 +122,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         body_limit: options.body_limit,
         max_batch: options.max_batch,
         db_max_connections: 8,
+        backend_timeout: options.backend_timeout,
         shutdown_timeout: Duration::from_secs(5),
         worker_id: "in-process".to_owned(),
         ..Settings::default()
@@ -127,6 +150,8 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         base,
         client: reqwest::Client::new(),
         pool: backends.store.pool().clone(),
+        redis_proxy,
+        postgres_proxy,
         settings,
         backends,
         db_name,

@@ -2,11 +2,13 @@
 //! isolated app (own database, own Redis prefix, own port) per test.
 
 mod helpers;
+mod proxy;
 
 mod bad_input;
 mod concurrency;
 mod crash;
 mod debounce;
 mod ingest;
+mod outages;
 mod read_api;
 mod version_fence;

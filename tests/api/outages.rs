@@ -1,0 +1,102 @@
+//! Redis or Postgres unreachable: ingest answers 503 with Retry-After within the backend
+//! timeout, readiness says which one is down, and everything resumes when it is back.
+
+use std::time::{Duration, Instant};
+
+use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+
+#[tokio::test]
+async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedule() {
+    let app = spawn_app(TestOptions {
+        through_proxies: true,
+        backend_timeout: Duration::from_secs(1),
+        window: Duration::from_millis(100),
+        ..Default::default()
+    })
+    .await;
+    let redis = app.redis_proxy.as_ref().unwrap();
+    assert_eq!(app.send(&event("before", "post:r", "flag")).await, (1, 0));
+
+    redis.cut();
+    let started = Instant::now();
+    let response = app.post_events(&event("during", "post:r", "flag")).await;
+    assert_eq!(response.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    assert!(response.headers().get("retry-after").is_some());
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable");
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_ne!(ready["redis"], "ok");
+    assert_eq!(ready["postgres"], "ok");
+
+    redis.restore();
+    // The sender retries: the event was already durable, so it is a duplicate, and the retry
+    // schedules the entity that the failed request could not.
+    wait_for(
+        Duration::from_secs(20),
+        "the retry to be accepted",
+        || async {
+            app.post_events(&event("during", "post:r", "flag"))
+                .await
+                .status()
+                == 202
+        },
+    )
+    .await;
+    app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:r'")
+            .await,
+        2
+    );
+    assert_eq!(
+        app.scalar("SELECT evaluated_event_count FROM entities WHERE entity = 'post:r'")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis() {
+    let app = spawn_app(TestOptions {
+        through_proxies: true,
+        backend_timeout: Duration::from_secs(1),
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let postgres = app.postgres_proxy.as_ref().unwrap();
+    postgres.cut();
+
+    let started = Instant::now();
+    let response = app.post_events(&event("lost?", "post:p", "flag")).await;
+    assert_eq!(response.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered in {:?}",
+        started.elapsed()
+    );
+    assert!(response.headers().get("retry-after").is_some());
+    assert!(
+        app.redis_keys().await.is_empty(),
+        "nothing scheduled for an event that is not durable"
+    );
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_ne!(ready["postgres"], "ok");
+
+    postgres.restore();
+    wait_for(Duration::from_secs(20), "ingest to recover", || async {
+        app.post_events(&event("lost?", "post:p", "flag"))
+            .await
+            .status()
+            == 202
+    })
+    .await;
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+}
