@@ -103,6 +103,8 @@ pub struct EntityRecord {
     pub evaluation_count: i64,
     pub last_evaluated_at: Option<DateTime<Utc>>,
     pub signals: BTreeMap<String, SignalTotals>,
+    /// Postgres' clock when this was read.
+    pub read_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -205,31 +207,14 @@ impl Store {
     /// Reads the entity's status, version and every signal total in one repeatable-read
     /// transaction, so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId) -> Result<Option<Snapshot>> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let Some(row) = sqlx::query(
-            "SELECT kind, status, moderation_version, event_count, now() AS taken_at
-             FROM entities WHERE entity = $1",
-        )
-        .bind(entity.as_str())
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let signals = signal_totals(&mut tx, entity.as_str()).await?;
-        tx.commit().await?;
-        let status: String = row.get("status");
-        Ok(Some(Snapshot {
+        Ok(self.entity(entity).await?.map(|record| Snapshot {
             entity: entity.clone(),
-            kind: row.get("kind"),
-            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
-            moderation_version: row.get("moderation_version"),
-            event_count: row.get("event_count"),
-            signals,
-            taken_at: row.get("taken_at"),
+            kind: record.kind,
+            status: record.status,
+            moderation_version: record.moderation_version,
+            event_count: record.event_count,
+            signals: record.signals,
+            taken_at: record.read_at,
         }))
     }
 
@@ -339,6 +324,7 @@ impl Store {
         Ok(completion)
     }
 
+    /// The entity row and its signal totals, read together in one repeatable-read transaction.
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -346,7 +332,7 @@ impl Store {
             .await?;
         let Some(row) = sqlx::query(
             "SELECT entity, kind, status, moderation_version, event_count, evaluated_event_count,
-                    pending_since, last_event_at, evaluation_count, last_evaluated_at
+                    pending_since, last_event_at, evaluation_count, last_evaluated_at, now() AS read_at
              FROM entities WHERE entity = $1",
         )
         .bind(entity.as_str())
@@ -370,6 +356,7 @@ impl Store {
             evaluation_count: row.get("evaluation_count"),
             last_evaluated_at: row.get("last_evaluated_at"),
             signals,
+            read_at: row.get("read_at"),
         }))
     }
 
