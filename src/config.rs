@@ -119,6 +119,8 @@ pub struct Settings {
     pub redis_url: SecretString,
     /// HTTP listen address.
     pub listen: SocketAddr,
+    /// Extra listener serving only /metrics and /healthz (how `quiesce worker` is scraped).
+    pub metrics_listen: Option<SocketAddr>,
     /// Rules file (TOML); `None` uses the shipped default rules.
     pub rules: Option<PathBuf>,
     #[serde(with = "humantime_serde")]
@@ -156,6 +158,7 @@ impl Default for Settings {
             database_url: SecretString::from(DEFAULT_DATABASE_URL),
             redis_url: SecretString::from(DEFAULT_REDIS_URL),
             listen: DEFAULT_LISTEN.parse().expect("default listen address"),
+            metrics_listen: None,
             rules: None,
             debounce_window: DEFAULT_DEBOUNCE_WINDOW,
             max_wait: DEFAULT_MAX_WAIT,
@@ -211,6 +214,9 @@ pub struct ConfigArgs {
     /// HTTP listen address [default: 127.0.0.1:8080].
     #[arg(long, env = "QUIESCE_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Extra listener serving only /metrics and /healthz; how a `worker` process is scraped [default: none].
+    #[arg(long, env = "QUIESCE_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     /// Rules file (TOML) [default: the shipped default rules].
     #[arg(long, env = "QUIESCE_RULES", value_name = "FILE")]
     pub rules: Option<String>,
@@ -358,6 +364,17 @@ impl Settings {
             |r| {
                 r.parse()
                     .map_err(|_| "expected host:port, e.g. 127.0.0.1:8080".into())
+            },
+        )?;
+        set(
+            &mut self.metrics_listen,
+            &a.metrics_listen,
+            "QUIESCE_METRICS_LISTEN",
+            "metrics-listen",
+            |r| {
+                r.parse()
+                    .map(Some)
+                    .map_err(|_| "expected host:port, e.g. 127.0.0.1:9090".into())
             },
         )?;
         set(&mut self.rules, &a.rules, "QUIESCE_RULES", "rules", |r| {

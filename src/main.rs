@@ -69,10 +69,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = Arc::new(startup::load_rules(&settings)?);
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
-            let app =
-                Application::build(&settings, &backends, Some(backends.worker(&settings))).await?;
-            tracing::info!(address = %app.address(), rules = backends.rules.rules().len(), "quiesce is serving");
-            app.run_until_stopped(startup::shutdown_on_signal()).await
+            let worker = backends.worker(&settings);
+            let app = Application::build(&settings, &backends, Some(worker)).await?;
+            let rule_count = backends.rules.rules().len();
+            tracing::info!(address = %app.address(), rules = rule_count, "quiesce is serving");
+            let shutdown = startup::shutdown_on_signal();
+            let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
+            let metrics = metrics.await?;
+            app.run_until_stopped(shutdown).await?;
+            if let Some(metrics) = metrics {
+                metrics.await?;
+            }
+            Ok(())
         }
         Command::Worker(args) => {
             let settings = settings(&args)?;
@@ -81,10 +89,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let backends = Backends::connect(&settings, rules).await?;
             let _ = telemetry::metrics_handle();
             tracing::info!(workers = settings.workers, "quiesce worker started");
-            backends
-                .worker(&settings)
-                .run(startup::shutdown_on_signal())
-                .await;
+            let shutdown = startup::shutdown_on_signal();
+            let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
+            let metrics = metrics.await?;
+            backends.worker(&settings).run(shutdown).await;
+            if let Some(metrics) = metrics {
+                metrics.await?;
+            }
             Ok(())
         }
         Command::Migrate(args) => {

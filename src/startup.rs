@@ -163,6 +163,34 @@ impl Application {
     }
 }
 
+/// Serves `/metrics` and `/healthz` on `settings.metrics_listen`, if set, until `shutdown`.
+pub async fn spawn_metrics_listener(
+    settings: &Settings,
+    backends: &Backends,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(address) = settings.metrics_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {address}"))?;
+    tracing::info!(address = %listener.local_addr()?, "metrics listener started");
+    let router = http::metrics_router(
+        backends.queue.clone(),
+        telemetry::metrics_handle(),
+        settings.backend_timeout,
+    );
+    Ok(Some(tokio::spawn(async move {
+        let stopped = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = stopped {
+            tracing::error!(%error, "the metrics listener failed");
+        }
+    })))
+}
+
 /// A token cancelled on SIGTERM or ctrl-c; the HTTP server and the workers share it.
 pub fn shutdown_on_signal() -> CancellationToken {
     let token = CancellationToken::new();

@@ -3,8 +3,12 @@
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
 use serde_json::json;
 
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
 use super::AppState;
-use crate::telemetry::names;
+use crate::{queue::Queue, telemetry::names};
 
 /// The process is up.
 pub async fn healthz() -> impl IntoResponse {
@@ -42,7 +46,15 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Prometheus text format; queue depths are read from Redis at scrape time.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match tokio::time::timeout(state.limits.backend_timeout, state.queue.depths()).await {
+    render_metrics(&state.queue, &state.metrics, state.limits.backend_timeout).await
+}
+
+pub(super) async fn render_metrics(
+    queue: &Queue,
+    handle: &PrometheusHandle,
+    timeout: Duration,
+) -> impl IntoResponse + use<> {
+    match tokio::time::timeout(timeout, queue.depths()).await {
         Ok(Ok(depths)) => {
             for (shard, due, inflight) in depths {
                 let shard = shard.to_string();
@@ -58,6 +70,6 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        state.metrics.render(),
+        handle.render(),
     )
 }

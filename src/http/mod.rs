@@ -63,6 +63,24 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// A listener with only `/metrics` and `/healthz`, for worker processes (and for keeping
+/// metrics off the API's address).
+pub fn metrics_router(
+    queue: Queue,
+    handle: PrometheusHandle,
+    timeout: std::time::Duration,
+) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let (queue, handle) = (queue.clone(), handle.clone());
+                async move { health::render_metrics(&queue, &handle, timeout).await }
+            }),
+        )
+        .route("/healthz", get(health::healthz))
+}
+
 /// Counts requests by route template (never the raw path) and status.
 async fn record_request(request: Request, next: Next) -> Response {
     let route = request

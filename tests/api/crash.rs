@@ -32,7 +32,7 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
         .await
         .unwrap();
 
-    let mut doomed = app.spawn_worker_process("doomed");
+    let mut doomed = app.spawn_worker_process("doomed", None);
     wait_for(Duration::from_secs(20), "the worker to block in its write", || async {
         app.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
             .await

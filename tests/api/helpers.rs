@@ -282,11 +282,20 @@ impl TestApp {
     }
 
     /// Starts `quiesce worker` as a separate process on this test's database and prefix.
-    pub fn spawn_worker_process(&self, worker_id: &str) -> tokio::process::Child {
+    /// With `metrics_listen`, the process also serves /metrics there.
+    pub fn spawn_worker_process(
+        &self,
+        worker_id: &str,
+        metrics_listen: Option<std::net::SocketAddr>,
+    ) -> tokio::process::Child {
         let s = &self.settings;
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+        command.env_clear();
+        if let Some(address) = metrics_listen {
+            command.env("QUIESCE_METRICS_LISTEN", address.to_string());
+        }
+        command
             .arg("worker")
-            .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("QUIESCE_DATABASE_URL", s.database_url.expose_secret())
             .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
