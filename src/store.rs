@@ -154,9 +154,12 @@ impl Store {
 
     /// Records events in one transaction (group commit); returns the ids that were new.
     ///
-    /// Counters are upserted sorted by key, so concurrent group commits lock rows in the same
-    /// order and cannot deadlock. Only newly inserted events move the counters.
+    /// Events are inserted sorted by id and counters upserted sorted by key, so concurrent
+    /// group commits that share ids or entities wait on each other in one order, never in a
+    /// cycle. Only newly inserted events move the counters.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
+        let mut events = events.to_vec();
+        events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
         let mut tx = self.pool.begin().await?;
         let inserted: Vec<String> = sqlx::query_scalar(
             "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority)

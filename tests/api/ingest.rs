@@ -140,3 +140,42 @@ async fn optional_fields_are_recorded() {
             .unwrap();
     assert_eq!(weight_sum, 2.5);
 }
+
+#[tokio::test]
+async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
+    // Senders retrying overlapping batches: the group commits must not deadlock each other.
+    let app = spawn_app(TestOptions {
+        workers: 0,
+        ..Default::default()
+    })
+    .await;
+    let forward: Vec<_> = (0..1000)
+        .map(|i| {
+            event(
+                &format!("shared-{i:03}"),
+                &format!("post:{}", i % 20),
+                "flag",
+            )
+        })
+        .collect();
+    let backward: Vec<_> = forward.iter().rev().cloned().collect();
+    let bodies: Vec<_> = (0..24)
+        .map(|n| {
+            if n % 2 == 0 {
+                json!(forward)
+            } else {
+                json!(backward)
+            }
+        })
+        .collect();
+    let replies = futures::future::join_all(bodies.iter().map(|body| app.post_events(body))).await;
+    for reply in replies {
+        assert_eq!(reply.status(), 202);
+    }
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1000);
+    assert_eq!(
+        app.scalar("SELECT sum(event_count)::bigint FROM entities")
+            .await,
+        1000
+    );
+}
