@@ -1,9 +1,10 @@
 -- claim.lua: atomically move up to N due entities of one shard into the in-flight set.
 --
 -- Each claimed entity gets a lease (in-flight score = lease deadline) and a claim token; only
--- the holder of the token may ack, renew or retry it. An entity still in flight under an
--- earlier claim is not claimed twice: it is pushed back by the busy delay instead, and keeps
--- its max-wait anchor. Bounded by LIMIT, never an unbounded range.
+-- the holder of the token may ack, renew or retry it. The token ends with the entity's max-wait
+-- anchor, so that retry and reap can restore it if this evaluation does not complete. An entity
+-- still in flight under an earlier claim is not claimed twice: it is pushed back by the busy
+-- delay instead, and keeps its anchor. Bounded by LIMIT, never an unbounded range.
 --
 -- KEYS[1]  due       ZSET  entity -> fire-at (ms)
 -- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
@@ -11,7 +12,7 @@
 -- KEYS[4]  claims    HASH  entity -> claim token
 -- ARGV[1]  most entities to claim
 -- ARGV[2]  lease (ms)
--- ARGV[3]  token prefix, unique per call; tokens are "<prefix>:<n>"
+-- ARGV[3]  token prefix, unique per call; tokens are "<prefix>:<n>:<anchor ms>"
 -- ARGV[4]  busy delay (ms) for entities still in flight
 -- Returns: { now, next fire-at or -1, busy count, entity, token, fire-at, entity, token, fire-at, ... }
 local t = redis.call('TIME')
@@ -28,7 +29,8 @@ for i = 1, #due, 2 do
     redis.call('ZADD', KEYS[1], now + busy_delay, entity)
     busy = busy + 1
   else
-    local token = ARGV[3] .. ':' .. ((i + 1) / 2)
+    local anchor = redis.call('HGET', KEYS[2], entity) or due[i + 1]
+    local token = ARGV[3] .. ':' .. ((i + 1) / 2) .. ':' .. anchor
     redis.call('ZREM', KEYS[1], entity)
     redis.call('HDEL', KEYS[2], entity)
     redis.call('ZADD', KEYS[3], now + lease, entity)

@@ -1,7 +1,9 @@
 -- retry.lua: give a claim back and fire the entity again after a delay.
 --
 -- Used on lock contention, a version conflict or a transient failure. Never postpones an
--- entry that is due sooner (an event during the evaluation may have scheduled one).
+-- entry that is due sooner (an event during the evaluation may have scheduled one). The
+-- max-wait anchor goes back to the claimed one (carried at the end of the token), so retries
+-- do not stretch max wait.
 --
 -- KEYS[1]  due       ZSET  entity -> fire-at (ms)
 -- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
@@ -14,6 +16,7 @@
 if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
   return 0
 end
+local anchor = tonumber(string.match(ARGV[2], ':(%d+)$'))
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fire = now + tonumber(ARGV[3])
@@ -23,5 +26,9 @@ local current = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not current or fire < current then
   redis.call('ZADD', KEYS[1], fire, ARGV[1])
 end
-redis.call('HSETNX', KEYS[2], ARGV[1], now)
+local pending = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
+anchor = anchor or now
+if not pending or anchor < pending then
+  redis.call('HSET', KEYS[2], ARGV[1], anchor)
+end
 return 1

@@ -31,6 +31,8 @@ pub const DEFAULT_MAX_BATCH: usize = 1000;
 pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
 /// Longest a request or worker waits for Redis or Postgres before answering 503 / retrying.
 pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest one evaluation may run (snapshot, rules, write) before it is abandoned and retried.
+pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running evaluations before giving their claims back.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -146,6 +148,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub backend_timeout: Duration,
     #[serde(with = "humantime_serde")]
+    pub evaluation_timeout: Duration,
+    #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
     pub log_format: LogFormat,
     /// Name recorded with each evaluation; defaults to host name and process id.
@@ -174,6 +178,7 @@ impl Default for Settings {
             max_batch: DEFAULT_MAX_BATCH,
             db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
             backend_timeout: DEFAULT_BACKEND_TIMEOUT,
+            evaluation_timeout: DEFAULT_EVALUATION_TIMEOUT,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             log_format: LogFormat::Text,
             worker_id: default_worker_id(),
@@ -262,6 +267,9 @@ pub struct ConfigArgs {
     /// Longest wait for Redis or Postgres before answering 503 or retrying [default: 5s].
     #[arg(long, env = "QUIESCE_BACKEND_TIMEOUT", value_name = "DURATION")]
     pub backend_timeout: Option<String>,
+    /// Longest one evaluation may run before it is abandoned and retried [default: 10s].
+    #[arg(long, env = "QUIESCE_EVALUATION_TIMEOUT", value_name = "DURATION")]
+    pub evaluation_timeout: Option<String>,
     /// How long shutdown waits for running evaluations [default: 30s].
     #[arg(long, env = "QUIESCE_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
     pub shutdown_timeout: Option<String>,
@@ -485,6 +493,13 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.evaluation_timeout,
+            &a.evaluation_timeout,
+            "QUIESCE_EVALUATION_TIMEOUT",
+            "evaluation-timeout",
+            duration,
+        )?;
+        set(
             &mut self.shutdown_timeout,
             &a.shutdown_timeout,
             "QUIESCE_SHUTDOWN_TIMEOUT",
@@ -539,7 +554,12 @@ impl Settings {
                 "must be at least 300ms (it is renewed every third of it)",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 9] = [
+        let zero_checks: [(&'static str, &'static str, bool); 10] = [
+            (
+                "QUIESCE_EVALUATION_TIMEOUT",
+                "evaluation_timeout",
+                self.evaluation_timeout.is_zero(),
+            ),
             (
                 "QUIESCE_POLL_INTERVAL",
                 "poll_interval",

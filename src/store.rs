@@ -34,7 +34,14 @@ pub enum StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 pub async fn connect(settings: &Settings) -> Result<PgPool> {
-    let options: PgConnectOptions = settings.database_url.expose_secret().parse()?;
+    // A statement that cannot finish within the backend timeout (a row lock held elsewhere, a
+    // network black hole) is cancelled by Postgres rather than holding its caller forever.
+    let statement_timeout = settings.backend_timeout.as_millis().to_string();
+    let options: PgConnectOptions = settings
+        .database_url
+        .expose_secret()
+        .parse::<PgConnectOptions>()?
+        .options([("statement_timeout", statement_timeout.as_str())]);
     let pool = PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.backend_timeout)

@@ -66,6 +66,7 @@ pub struct WorkerSettings {
     pub claim_batch: usize,
     pub retry_delay: Duration,
     pub lease: Duration,
+    pub evaluation_timeout: Duration,
     pub shutdown_timeout: Duration,
     pub worker_id: String,
 }
@@ -78,6 +79,7 @@ impl WorkerSettings {
             claim_batch: settings.claim_batch,
             retry_delay: settings.retry_delay,
             lease: settings.lease,
+            evaluation_timeout: settings.evaluation_timeout,
             shutdown_timeout: settings.shutdown_timeout,
             worker_id: settings.worker_id.clone(),
         }
@@ -90,6 +92,8 @@ pub struct ClaimRound {
     pub claims: Vec<Claim>,
     /// How long until the earliest entity still waiting is due (None: nothing waits).
     pub next_due_in: Option<Duration>,
+    /// Due entities pushed back because an earlier claim of theirs is still running.
+    pub busy: usize,
 }
 
 #[derive(Clone)]
@@ -138,14 +142,25 @@ impl Worker {
                 break;
             }
             let shard = (start + offset) % shards;
-            let batch = self
+            let claimed = self
                 .queue
                 .claim(
                     shard,
                     remaining.min(self.settings.claim_batch),
                     self.jittered(self.settings.retry_delay),
                 )
-                .await?;
+                .await;
+            let batch = match claimed {
+                Ok(batch) => batch,
+                // Keep what other shards gave: dropping it would strand those claims until
+                // their leases expire.
+                Err(error) if !round.claims.is_empty() => {
+                    tracing::warn!(%error, shard, "claim failed on one shard");
+                    return Ok(round);
+                }
+                Err(error) => return Err(error),
+            };
+            round.busy += batch.busy;
             if batch.busy > 0 {
                 metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
             }
@@ -211,13 +226,22 @@ impl Worker {
                     }
                 };
             }
-            Err(error) => return self.give_back(claim, format!("lock: {error}")).await,
+            Err(error) => {
+                // The SET may have taken effect with its reply lost: release it if it is ours.
+                let _ = self.queue.unlock(claim).await;
+                return self.give_back(claim, format!("lock: {error}")).await;
+            }
         }
 
         let lost = Arc::new(AtomicBool::new(false));
-        let renewal = self.spawn_renewal(claim.clone(), Arc::clone(&lost));
-        let result = self.evaluate(claim).await;
-        renewal.abort();
+        // Renewal stops when the guard drops: on return, on timeout, and on a panic.
+        let renewal = RenewalGuard(self.spawn_renewal(claim.clone(), Arc::clone(&lost)));
+        let result = tokio::time::timeout(self.settings.evaluation_timeout, self.evaluate(claim))
+            .await
+            .unwrap_or(Err(EvaluationError::TimedOut(
+                self.settings.evaluation_timeout,
+            )));
+        drop(renewal);
 
         let outcome = match result {
             Ok(completion) => {
@@ -351,18 +375,11 @@ impl Worker {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
         let mut tasks = JoinSet::new();
-        let reap_every = (self.settings.lease / 2).max(Duration::from_millis(50));
-        let mut next_reap = Instant::now();
+        let reaper = tokio::spawn(self.clone().run_reaper(shutdown.clone()));
         let mut backoff = self.settings.poll_interval;
 
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
-            if Instant::now() >= next_reap {
-                if let Err(error) = self.reap_once().await {
-                    tracing::warn!(%error, "reaper pass failed");
-                }
-                next_reap = Instant::now() + reap_every;
-            }
 
             let available = permits.available_permits();
             let mut sleep_for = self.settings.poll_interval;
@@ -434,6 +451,34 @@ impl Worker {
                 let _ = self.queue.unlock(&claim).await;
             }
         }
+        let _ = reaper.await;
+    }
+
+    /// Returns expired leases every half lease, on its own timer so that a process whose
+    /// evaluation slots are all busy still rescues what other processes left behind.
+    async fn run_reaper(self, shutdown: CancellationToken) {
+        let mut ticker =
+            tokio::time::interval((self.settings.lease / 2).max(Duration::from_millis(50)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {
+                    if let Err(error) = self.reap_once().await {
+                        tracing::warn!(%error, "reaper pass failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Aborts the lease renewal task when dropped, so a claim is never renewed past its evaluation.
+struct RenewalGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for RenewalGuard {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -441,6 +486,8 @@ impl Worker {
 enum EvaluationError {
     #[error("entity has no record in Postgres")]
     UnknownEntity,
+    #[error("evaluation did not finish within {0:?}")]
+    TimedOut(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -25,7 +25,7 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
         ..Default::default()
     })
     .await;
-    let mut process = app.spawn_worker_process("second-process", None);
+    let (mut process, _) = app.spawn_ready_worker_process("second-process").await;
 
     // Waves of flags on a few hot entities: each wave re-schedules them while earlier
     // evaluations may still run.
@@ -97,11 +97,7 @@ async fn a_worker_process_exports_metrics_and_stops_cleanly_on_sigterm() {
         ..Default::default()
     })
     .await;
-    let metrics_address = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
-    let mut process = app.spawn_worker_process("stopping", Some(metrics_address));
+    let (mut process, metrics_address) = app.spawn_ready_worker_process("stopping").await;
     let pid = process.id().expect("running") as i32;
     // Wait until it is up and polling: its first claim leaves no trace, so give it work.
     app.send(&event("e1", "post:stop", "flag")).await;
@@ -111,19 +107,26 @@ async fn a_worker_process_exports_metrics_and_stops_cleanly_on_sigterm() {
         || async { app.evaluation_count("post:stop").await == 1 },
     )
     .await;
-    // A worker process has no API; its metrics listener is how it is scraped.
-    let scrape = app
-        .client
-        .get(format!("http://{metrics_address}/metrics"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(scrape.status(), 200);
-    let text = scrape.text().await.unwrap();
-    assert!(
-        text.contains("quiesce_evaluations_total{outcome=\"done\"} 1"),
-        "{text}"
-    );
+    // A worker process has no API; its metrics listener is how it is scraped. The counter is
+    // recorded after the ack, a moment after the evaluation row is committed.
+    wait_for(
+        Duration::from_secs(10),
+        "the evaluation in the process's metrics",
+        || async {
+            let scrape = app
+                .client
+                .get(format!("http://{metrics_address}/metrics"))
+                .send()
+                .await
+                .unwrap();
+            scrape
+                .text()
+                .await
+                .unwrap()
+                .contains("quiesce_evaluations_total{outcome=\"done\"} 1")
+        },
+    )
+    .await;
 
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),

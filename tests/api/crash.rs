@@ -1,8 +1,15 @@
 //! A worker killed between claim and ack: its lease expires, another worker evaluates the
 //! entity, and the action is applied once.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
+use futures::FutureExt;
 use serde_json::json;
 use sqlx::Connection;
 
@@ -87,6 +94,23 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     );
 }
 
+/// Claims until the entity comes up (its window has to pass first).
+async fn claim_next(worker: &quiesce::worker::Worker) -> quiesce::queue::Claim {
+    let claimed = std::sync::Mutex::new(None);
+    wait_for(
+        Duration::from_secs(10),
+        "a due entity to be claimed",
+        || async {
+            let mut claims = worker.claim_once(1).await.unwrap().claims;
+            let mut claimed = claimed.lock().unwrap();
+            *claimed = claims.pop();
+            claimed.is_some()
+        },
+    )
+    .await;
+    claimed.into_inner().unwrap().unwrap()
+}
+
 #[tokio::test]
 async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     // The same crash, driven step by step inside one process: claim, then drop the claim.
@@ -101,24 +125,33 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
         .map(|i| event(&format!("f{i}"), "post:dropped", "flag"))
         .collect();
     app.send(&json!(events)).await;
+    let entity = quiesce::domain::EntityId::parse("post:dropped").unwrap();
+    let anchor = app
+        .max_wait_anchor(&entity)
+        .await
+        .expect("scheduled with an anchor");
     let worker = app.worker();
 
-    let claimed = std::sync::Mutex::new(Vec::new());
+    let lost = claim_next(&worker).await;
+    assert_eq!(
+        app.max_wait_anchor(&entity).await,
+        None,
+        "the claim takes the anchor along"
+    );
+
+    // An event while the claim is out makes the entity due again, but it is not claimed
+    // twice: each poll pushes it back as busy.
+    app.send(&event("f3", "post:dropped", "flag")).await;
     wait_for(
         Duration::from_secs(10),
-        "the entity to be claimed",
+        "the re-due entity to be seen as busy",
         || async {
-            let claims = worker.claim_once(10).await.unwrap().claims;
-            let mut claimed = claimed.lock().unwrap();
-            claimed.extend(claims);
-            !claimed.is_empty()
+            let round = worker.claim_once(10).await.unwrap();
+            assert!(round.claims.is_empty(), "claimed twice: {:?}", round.claims);
+            round.busy > 0
         },
     )
     .await;
-    let claimed = claimed.into_inner().unwrap();
-    assert_eq!(claimed.len(), 1);
-    // Nothing else can claim it while the lease runs.
-    assert!(worker.claim_once(10).await.unwrap().claims.is_empty());
 
     wait_for(
         Duration::from_secs(10),
@@ -126,9 +159,25 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
         || async { worker.reap_once().await.unwrap() == 1 },
     )
     .await;
-    let again = worker.claim_once(10).await.unwrap().claims;
-    assert_eq!(again.len(), 1);
-    let outcome = worker.process(again.into_iter().next().unwrap()).await;
+    assert_eq!(
+        app.max_wait_anchor(&entity).await,
+        Some(anchor),
+        "the reaped entity keeps its first event's max-wait anchor"
+    );
+
+    // A retried claim restores the anchor too, so retries cannot stretch max wait.
+    let retried = claim_next(&worker).await;
+    assert!(
+        app.backends
+            .queue
+            .retry(&retried, Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    assert_eq!(app.max_wait_anchor(&entity).await, Some(anchor));
+
+    let claim = claim_next(&worker).await;
+    let outcome = worker.process(claim).await;
     assert!(
         matches!(
             outcome,
@@ -137,8 +186,47 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
         "{outcome:?}"
     );
     // The first claim's owner comes back late: its token no longer acks anything.
-    assert!(!app.backends.queue.ack(&claimed[0]).await.unwrap());
+    assert!(!app.backends.queue.ack(&lost).await.unwrap());
+    assert!(!app.backends.queue.ack(&retried).await.unwrap());
     assert_eq!(app.status_of("post:dropped").await, "flagged");
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.evaluation_count("post:dropped").await, 1);
     assert!(app.settled().await);
+}
+
+#[tokio::test]
+async fn a_hung_evaluation_is_abandoned_at_the_timeout_and_retried() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let hook = {
+        let calls = Arc::clone(&calls);
+        Arc::new(move |_snapshot| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    // Hangs far longer than the test waits: only the timeout gets it unstuck.
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                }
+            }
+            .boxed()
+        })
+    };
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        evaluation_timeout: Duration::from_millis(500),
+        before_apply: Some(hook),
+        ..Default::default()
+    })
+    .await;
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("h{i}"), "post:hung", "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(app.status_of("post:hung").await, "hidden");
+    assert_eq!(
+        app.evaluation_count("post:hung").await,
+        1,
+        "the abandoned run wrote nothing"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }

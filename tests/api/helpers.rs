@@ -47,6 +47,7 @@ pub struct TestOptions {
     /// Route Redis and Postgres through proxies the test can cut.
     pub through_proxies: bool,
     pub backend_timeout: Duration,
+    pub evaluation_timeout: Duration,
 }
 
 impl Default for TestOptions {
@@ -62,6 +63,7 @@ impl Default for TestOptions {
             rules: None,
             through_proxies: false,
             backend_timeout: Duration::from_secs(5),
+            evaluation_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -123,6 +125,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         max_batch: options.max_batch,
         db_max_connections: 8,
         backend_timeout: options.backend_timeout,
+        evaluation_timeout: options.evaluation_timeout,
         shutdown_timeout: Duration::from_secs(5),
         worker_id: "in-process".to_owned(),
         ..Settings::default()
@@ -276,6 +279,18 @@ impl TestApp {
         scan_keys(&mut redis, &self.settings.redis_prefix).await
     }
 
+    /// The entity's max-wait anchor (unix ms) in Redis, if it has one.
+    pub async fn max_wait_anchor(&self, entity: &quiesce::domain::EntityId) -> Option<i64> {
+        let keys = self.backends.queue.keys().for_entity(entity);
+        let mut redis = self.backends.queue.connection();
+        redis::cmd("HGET")
+            .arg(keys.pending())
+            .arg(entity.as_str())
+            .query_async(&mut redis)
+            .await
+            .unwrap()
+    }
+
     /// A worker on this app's backends, for driving claims step by step.
     pub fn worker(&self) -> Worker {
         self.backends.worker(&self.settings)
@@ -330,6 +345,31 @@ impl TestApp {
             .kill_on_drop(true)
             .spawn()
             .expect("start quiesce worker")
+    }
+
+    /// Starts a worker process with a metrics listener and waits until it answers.
+    pub async fn spawn_ready_worker_process(
+        &self,
+        worker_id: &str,
+    ) -> (tokio::process::Child, std::net::SocketAddr) {
+        let address = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let process = self.spawn_worker_process(worker_id, Some(address));
+        wait_for(
+            Duration::from_secs(30),
+            "the worker process to start",
+            || async {
+                self.client
+                    .get(format!("http://{address}/healthz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200)
+            },
+        )
+        .await;
+        (process, address)
     }
 
     /// Stops the server and its workers the way SIGTERM does, and waits for them.
