@@ -443,25 +443,20 @@ async fn upsert_signal_totals(
     let signals: Vec<&str> = per_signal.keys().map(|(_, s)| *s).collect();
     let counts: Vec<i64> = per_signal.values().map(|t| t.count).collect();
     let weights: Vec<f64> = per_signal.values().map(|t| t.weight).collect();
+    // Running totals and this minute's bucket in one statement (one round trip); both sorted.
     sqlx::query(
-        "INSERT INTO signal_totals (entity, signal, count, weight_sum)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
-         ORDER BY e, s
-         ON CONFLICT (entity, signal) DO UPDATE SET
-             count = signal_totals.count + EXCLUDED.count,
-             weight_sum = signal_totals.weight_sum + EXCLUDED.weight_sum",
-    )
-    .bind(&entities)
-    .bind(&signals)
-    .bind(&counts)
-    .bind(&weights)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
-         SELECT e, s, date_trunc('minute', now()), c, w
-         FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
-         ORDER BY e, s
+        "WITH input AS (
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
+         ),
+         totals AS (
+             INSERT INTO signal_totals (entity, signal, count, weight_sum)
+             SELECT e, s, c, w FROM input ORDER BY e, s
+             ON CONFLICT (entity, signal) DO UPDATE SET
+                 count = signal_totals.count + EXCLUDED.count,
+                 weight_sum = signal_totals.weight_sum + EXCLUDED.weight_sum
+         )
+         INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
+         SELECT e, s, date_trunc('minute', now()), c, w FROM input ORDER BY e, s
          ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
              count = signal_buckets.count + EXCLUDED.count,
              weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum",

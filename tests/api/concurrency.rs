@@ -92,11 +92,7 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
 
 #[tokio::test]
 async fn a_worker_process_exports_metrics_and_stops_cleanly_on_sigterm() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let (mut process, metrics_address) = app.spawn_ready_worker_process("stopping").await;
     let pid = process.id().expect("running") as i32;
     // Wait until it is up and polling: its first claim leaves no trace, so give it work.

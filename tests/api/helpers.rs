@@ -68,6 +68,16 @@ impl Default for TestOptions {
     }
 }
 
+impl TestOptions {
+    /// No worker loop: the test drives or inspects the queue itself.
+    pub fn idle() -> Self {
+        Self {
+            workers: 0,
+            ..Self::default()
+        }
+    }
+}
+
 pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,

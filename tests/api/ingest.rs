@@ -9,11 +9,7 @@ use crate::helpers::{TestOptions, event, spawn_app};
 
 #[tokio::test]
 async fn an_event_id_sent_twice_is_counted_once() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let body = event("evt-1", "post:1", "flag");
 
     assert_eq!(app.send(&body).await, (1, 0));
@@ -52,11 +48,7 @@ async fn an_event_id_sent_twice_is_counted_once() {
 async fn a_duplicate_still_reschedules_its_entity() {
     // A sender retries after a Redis failure: the retry finds the id recorded but must repair
     // the schedule, or the entity would never be evaluated.
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let body = event("evt-1", "post:7", "flag");
     app.send(&body).await;
     let entity = quiesce::domain::EntityId::parse("post:7").unwrap();
@@ -109,17 +101,19 @@ async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
             .await,
         30
     );
+    // Minute buckets for windowed rules count the same events.
+    assert_eq!(
+        app.scalar("SELECT sum(count)::bigint FROM signal_buckets")
+            .await,
+        300
+    );
     let depths = app.backends.queue.depths().await.unwrap();
     assert_eq!(depths.iter().map(|(_, due, _)| due).sum::<u64>(), 30);
 }
 
 #[tokio::test]
 async fn optional_fields_are_recorded() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let body = json!({
         "id": "evt-full", "entity": "post:3", "type": "report.spam", "actor": "user:9",
         "weight": 2.5, "occurred_at": "2026-11-30T10:00:00+01:00", "priority": "normal"
@@ -144,11 +138,7 @@ async fn optional_fields_are_recorded() {
 #[tokio::test]
 async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
     // Senders retrying overlapping batches: the group commits must not deadlock each other.
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let forward: Vec<_> = (0..1000)
         .map(|i| {
             event(

@@ -72,11 +72,7 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
 
 #[tokio::test]
 async fn the_store_refuses_a_write_on_a_stale_version() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        ..Default::default()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle()).await;
     let events: Vec<_> = (0..10)
         .map(|i| event(&format!("f{i}"), "post:stale", "flag"))
         .collect();
