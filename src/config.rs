@@ -33,6 +33,13 @@ pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
 pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest one evaluation may run (snapshot, rules, write) before it is abandoned and retried.
 pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the repair sweep looks in Postgres for entities owed an evaluation that Redis lost.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
+/// Most entities one sweep pass examines.
+pub const DEFAULT_SWEEP_BATCH: usize = 1000;
+/// How long after its last event an entity may be missing from Redis before the sweep repairs
+/// it: longer than an ingest takes from its Postgres commit to its Redis schedule.
+pub const DEFAULT_SWEEP_GRACE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running evaluations before giving their claims back.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -150,6 +157,11 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub evaluation_timeout: Duration,
     #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    pub sweep_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub sweep_grace: Duration,
+    #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
     pub log_format: LogFormat,
     /// Name recorded with each evaluation; defaults to host name and process id.
@@ -179,6 +191,9 @@ impl Default for Settings {
             db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
             backend_timeout: DEFAULT_BACKEND_TIMEOUT,
             evaluation_timeout: DEFAULT_EVALUATION_TIMEOUT,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+            sweep_batch: DEFAULT_SWEEP_BATCH,
+            sweep_grace: DEFAULT_SWEEP_GRACE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             log_format: LogFormat::Text,
             worker_id: default_worker_id(),
@@ -270,6 +285,15 @@ pub struct ConfigArgs {
     /// Longest one evaluation may run before it is abandoned and retried [default: 10s].
     #[arg(long, env = "QUIESCE_EVALUATION_TIMEOUT", value_name = "DURATION")]
     pub evaluation_timeout: Option<String>,
+    /// How often the repair sweep re-schedules, from Postgres, entities Redis lost [default: 30s].
+    #[arg(long, env = "QUIESCE_SWEEP_INTERVAL", value_name = "DURATION")]
+    pub sweep_interval: Option<String>,
+    /// Most entities one sweep pass examines [default: 1000].
+    #[arg(long, env = "QUIESCE_SWEEP_BATCH", value_name = "N")]
+    pub sweep_batch: Option<String>,
+    /// Quiet time after an entity's last event before the sweep may repair it; at least the backend timeout [default: 10s].
+    #[arg(long, env = "QUIESCE_SWEEP_GRACE", value_name = "DURATION")]
+    pub sweep_grace: Option<String>,
     /// How long shutdown waits for running evaluations [default: 30s].
     #[arg(long, env = "QUIESCE_SHUTDOWN_TIMEOUT", value_name = "DURATION")]
     pub shutdown_timeout: Option<String>,
@@ -500,6 +524,27 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.sweep_interval,
+            &a.sweep_interval,
+            "QUIESCE_SWEEP_INTERVAL",
+            "sweep-interval",
+            duration,
+        )?;
+        set(
+            &mut self.sweep_batch,
+            &a.sweep_batch,
+            "QUIESCE_SWEEP_BATCH",
+            "sweep-batch",
+            positive,
+        )?;
+        set(
+            &mut self.sweep_grace,
+            &a.sweep_grace,
+            "QUIESCE_SWEEP_GRACE",
+            "sweep-grace",
+            duration,
+        )?;
+        set(
             &mut self.shutdown_timeout,
             &a.shutdown_timeout,
             "QUIESCE_SHUTDOWN_TIMEOUT",
@@ -554,7 +599,20 @@ impl Settings {
                 "must be at least 300ms (it is renewed every third of it)",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 10] = [
+        if self.sweep_grace < self.backend_timeout {
+            return fail(
+                "QUIESCE_SWEEP_GRACE",
+                "sweep_grace",
+                "must be at least the backend timeout (an ingest may take that long to schedule)",
+            );
+        }
+        let zero_checks: [(&'static str, &'static str, bool); 12] = [
+            (
+                "QUIESCE_SWEEP_INTERVAL",
+                "sweep_interval",
+                self.sweep_interval.is_zero(),
+            ),
+            ("QUIESCE_SWEEP_BATCH", "sweep_batch", self.sweep_batch == 0),
             (
                 "QUIESCE_EVALUATION_TIMEOUT",
                 "evaluation_timeout",

@@ -21,6 +21,7 @@ pub mod names {
     pub const VERSION_CONFLICTS: &str = "quiesce_version_conflicts_total";
     pub const RULE_ERRORS: &str = "quiesce_rule_errors_total";
     pub const LEASES_REAPED: &str = "quiesce_leases_reaped_total";
+    pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
     pub const QUEUE_INFLIGHT: &str = "quiesce_queue_inflight";
     pub const HTTP_REQUESTS: &str = "quiesce_http_requests_total";
@@ -113,6 +114,10 @@ fn describe() {
     describe_counter!(
         names::LEASES_REAPED,
         "In-flight entities returned to the queue after their lease expired."
+    );
+    describe_counter!(
+        names::SWEEP_REPAIRED,
+        "Entities owed an evaluation that Redis had lost, re-scheduled by the repair sweep."
     );
     describe_gauge!(
         names::QUEUE_DUE,

@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Settings,
+    domain::EntityId,
     queue::{Claim, Queue, QueueError},
     rules::RuleSet,
-    store::{Completion, Snapshot, Store, StoreError},
+    store::{Completion, Snapshot, Store, StoreError, SweepCursor},
     telemetry::names,
 };
 
@@ -67,6 +68,9 @@ pub struct WorkerSettings {
     pub retry_delay: Duration,
     pub lease: Duration,
     pub evaluation_timeout: Duration,
+    pub sweep_interval: Duration,
+    pub sweep_batch: usize,
+    pub sweep_grace: Duration,
     pub shutdown_timeout: Duration,
     pub worker_id: String,
 }
@@ -80,6 +84,9 @@ impl WorkerSettings {
             retry_delay: settings.retry_delay,
             lease: settings.lease,
             evaluation_timeout: settings.evaluation_timeout,
+            sweep_interval: settings.sweep_interval,
+            sweep_batch: settings.sweep_batch,
+            sweep_grace: settings.sweep_grace,
             shutdown_timeout: settings.shutdown_timeout,
             worker_id: settings.worker_id.clone(),
         }
@@ -94,6 +101,17 @@ pub struct ClaimRound {
     pub next_due_in: Option<Duration>,
     /// Due entities pushed back because an earlier claim of theirs is still running.
     pub busy: usize,
+}
+
+/// What one repair-sweep pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    /// False when another process held the sweep lock, so this pass did nothing.
+    pub ran: bool,
+    /// Entities owed an evaluation that the pass looked up in Redis.
+    pub examined: usize,
+    /// Of those, the ones Redis had lost and that are now due again.
+    pub repaired: usize,
 }
 
 #[derive(Clone)]
@@ -195,6 +213,62 @@ impl Worker {
             );
         }
         Ok(total)
+    }
+
+    /// One repair-sweep pass: entities that Postgres says are owed an evaluation and that
+    /// Redis holds neither due nor in flight are scheduled again, due now. One process sweeps
+    /// at a time (a Postgres advisory lock); a pass examines at most `sweep_batch` entities,
+    /// continuing after `cursor`. Returns the report and where the next pass continues.
+    pub async fn sweep_once(
+        &self,
+        cursor: Option<SweepCursor>,
+    ) -> Result<(SweepReport, Option<SweepCursor>), SweepError> {
+        let lock_name = format!("quiesce-sweep:{}", self.queue.keys().prefix());
+        let Some(mut tx) = self.store.begin_sweep(&lock_name).await? else {
+            return Ok((SweepReport::default(), cursor));
+        };
+        let owed = Store::owed_evaluations(
+            &mut tx,
+            self.settings.sweep_grace,
+            cursor.as_ref(),
+            self.settings.sweep_batch,
+        )
+        .await?;
+        let entities: Vec<EntityId> = owed
+            .iter()
+            .filter_map(|(_, entity)| EntityId::parse(entity).ok())
+            .collect();
+        let repaired = self.queue.repair(&entities).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        if repaired > 0 {
+            metrics::counter!(names::SWEEP_REPAIRED).increment(repaired as u64);
+            tracing::warn!(repaired, "re-scheduled entities that Redis had lost");
+        }
+        // A short page means the end was reached: the next pass starts from the oldest again.
+        let next = (owed.len() >= self.settings.sweep_batch)
+            .then(|| owed.last().cloned())
+            .flatten();
+        let report = SweepReport {
+            ran: true,
+            examined: owed.len(),
+            repaired,
+        };
+        Ok((report, next))
+    }
+
+    async fn run_sweeper(self, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.settings.sweep_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut cursor = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => match self.sweep_once(cursor.take()).await {
+                    Ok((_, next)) => cursor = next,
+                    Err(error) => tracing::warn!(%error, "repair sweep failed"),
+                },
+            }
+        }
     }
 
     /// Evaluates one claimed entity and settles its claim (ack, or re-schedule).
@@ -376,6 +450,7 @@ impl Worker {
         let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let reaper = tokio::spawn(self.clone().run_reaper(shutdown.clone()));
+        let sweeper = tokio::spawn(self.clone().run_sweeper(shutdown.clone()));
         let mut backoff = self.settings.poll_interval;
 
         while !shutdown.is_cancelled() {
@@ -452,6 +527,7 @@ impl Worker {
             }
         }
         let _ = reaper.await;
+        let _ = sweeper.await;
     }
 
     /// Returns expired leases every half lease, on its own timer so that a process whose
@@ -480,6 +556,14 @@ impl Drop for RenewalGuard {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -108,35 +108,44 @@ impl Queue {
     /// Schedules (or re-schedules) entities, one script call per shard, run concurrently.
     /// Returns the earliest fire-at set (unix ms).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
-        let mut by_shard: Vec<Vec<(&EntityId, bool)>> =
-            vec![Vec::new(); self.keys.shards() as usize];
-        for (entity, priority) in entities {
-            by_shard[self.keys.shard_of(entity) as usize]
-                .push((entity, *priority == Priority::Critical));
-        }
-        let calls = by_shard
-            .iter()
-            .enumerate()
-            .filter(|(_, members)| !members.is_empty())
-            .map(|(shard, members)| {
-                let keys = self.keys.for_shard(shard as u16);
-                let mut invocation = SCRIPTS.schedule.prepare_invoke();
+        let groups = self.by_shard(entities.iter().map(|(e, p)| (e, *p == Priority::Critical)));
+        let calls = groups.into_iter().map(|(keys, members)| {
+            let mut invocation = SCRIPTS.schedule.prepare_invoke();
+            invocation
+                .key(keys.due())
+                .key(keys.pending())
+                .arg(self.timing.window_ms)
+                .arg(self.timing.max_wait_ms)
+                .arg(self.timing.mode.as_str());
+            for (entity, critical) in members {
                 invocation
-                    .key(keys.due())
-                    .key(keys.pending())
-                    .arg(self.timing.window_ms)
-                    .arg(self.timing.max_wait_ms)
-                    .arg(self.timing.mode.as_str());
-                for (entity, critical) in members {
-                    invocation
-                        .arg(entity.as_str())
-                        .arg(if *critical { "1" } else { "0" });
-                }
-                let mut redis = self.redis.clone();
-                async move { invocation.invoke_async::<Option<i64>>(&mut redis).await }
-            });
+                    .arg(entity.as_str())
+                    .arg(if critical { "1" } else { "0" });
+            }
+            let mut redis = self.redis.clone();
+            async move { invocation.invoke_async::<Option<i64>>(&mut redis).await }
+        });
         let earliest = try_join_all(calls).await?;
         Ok(earliest.into_iter().flatten().min())
+    }
+
+    /// Groups entities by the shard that owns them (non-empty shards only), so that each
+    /// script call touches one shard's keys.
+    fn by_shard<'a, T>(
+        &self,
+        items: impl IntoIterator<Item = (&'a EntityId, T)>,
+    ) -> Vec<(ShardKeys, Vec<(&'a EntityId, T)>)> {
+        let mut groups: Vec<Vec<(&EntityId, T)>> =
+            (0..self.keys.shards()).map(|_| Vec::new()).collect();
+        for (entity, value) in items {
+            groups[self.keys.shard_of(entity) as usize].push((entity, value));
+        }
+        groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, members)| !members.is_empty())
+            .map(|(shard, members)| (self.keys.for_shard(shard as u16), members))
+            .collect()
     }
 
     /// Claims up to `limit` due entities of one shard.
@@ -228,6 +237,25 @@ impl Queue {
             .invoke_async(&mut redis)
             .await?;
         Ok(reaped)
+    }
+
+    /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight.
+    /// Returns how many were re-scheduled.
+    pub async fn repair(&self, entities: &[EntityId]) -> Result<usize> {
+        let groups = self.by_shard(entities.iter().map(|e| (e, ())));
+        let calls = groups.into_iter().map(|(keys, members)| {
+            let mut invocation = SCRIPTS.repair.prepare_invoke();
+            invocation
+                .key(keys.due())
+                .key(keys.pending())
+                .key(keys.inflight());
+            for (entity, ()) in members {
+                invocation.arg(entity.as_str());
+            }
+            let mut redis = self.redis.clone();
+            async move { invocation.invoke_async::<usize>(&mut redis).await }
+        });
+        Ok(try_join_all(calls).await?.into_iter().sum())
     }
 
     /// Takes the entity lock for a claim: `SET lock token NX PX lease`.

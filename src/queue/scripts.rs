@@ -12,6 +12,7 @@ pub struct Scripts {
     pub reap: Script,
     pub renew: Script,
     pub unlock: Script,
+    pub repair: Script,
 }
 
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -22,4 +23,5 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reap: Script::new(include_str!("../../lua/reap.lua")),
     renew: Script::new(include_str!("../../lua/renew.lua")),
     unlock: Script::new(include_str!("../../lua/unlock.lua")),
+    repair: Script::new(include_str!("../../lua/repair.lua")),
 });

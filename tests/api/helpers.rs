@@ -48,6 +48,8 @@ pub struct TestOptions {
     pub through_proxies: bool,
     pub backend_timeout: Duration,
     pub evaluation_timeout: Duration,
+    pub sweep_interval: Duration,
+    pub sweep_grace: Duration,
 }
 
 impl Default for TestOptions {
@@ -64,6 +66,8 @@ impl Default for TestOptions {
             through_proxies: false,
             backend_timeout: Duration::from_secs(5),
             evaluation_timeout: Duration::from_secs(10),
+            sweep_interval: Duration::from_secs(30),
+            sweep_grace: Duration::from_secs(10),
         }
     }
 }
@@ -136,6 +140,8 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         db_max_connections: 8,
         backend_timeout: options.backend_timeout,
         evaluation_timeout: options.evaluation_timeout,
+        sweep_interval: options.sweep_interval,
+        sweep_grace: options.sweep_grace,
         shutdown_timeout: Duration::from_secs(5),
         worker_id: "in-process".to_owned(),
         ..Settings::default()
@@ -299,6 +305,13 @@ impl TestApp {
             .query_async(&mut redis)
             .await
             .unwrap()
+    }
+
+    /// Deletes every Redis key of this test, as a restart without persistence or a flush would
+    /// (only this test's prefix: the server is shared).
+    pub async fn lose_redis_data(&self) {
+        delete_redis_prefix(&self.settings.redis_prefix).await;
+        assert!(self.redis_keys().await.is_empty());
     }
 
     /// A worker on this app's backends, for driving claims step by step.

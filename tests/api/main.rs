@@ -11,4 +11,5 @@ mod debounce;
 mod ingest;
 mod outages;
 mod read_api;
+mod repair;
 mod version_fence;

@@ -1,0 +1,86 @@
+//! The repair sweep: entities that Postgres says are owed an evaluation are scheduled again
+//! when Redis has lost them, so lost Redis data still ends in an evaluation.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+
+#[tokio::test]
+async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
+    let app = spawn_app(TestOptions {
+        backend_timeout: Duration::from_secs(1),
+        sweep_grace: Duration::from_secs(1),
+        window: Duration::from_secs(60),
+        max_wait: Duration::from_secs(120),
+        ..TestOptions::idle()
+    })
+    .await;
+    let events: Vec<_> = (0..3)
+        .map(|i| event(&format!("e{i}"), &format!("post:lost{i}"), "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    app.lose_redis_data().await;
+    let worker = app.worker();
+
+    // Within the grace an ingest may still be on its way to Redis: nothing is touched.
+    let (report, _) = worker.sweep_once(None).await.unwrap();
+    assert!(report.ran);
+    assert_eq!(report.repaired, 0);
+
+    wait_for(
+        Duration::from_secs(15),
+        "the sweep to repair all three",
+        || async { worker.sweep_once(None).await.unwrap().0.repaired == 3 },
+    )
+    .await;
+    for i in 0..3 {
+        let entity = quiesce::domain::EntityId::parse(&format!("post:lost{i}")).unwrap();
+        let state = app.backends.queue.state_of(&entity).await.unwrap();
+        assert!(state.due_at_ms.is_some(), "post:lost{i} is due again");
+    }
+    // What is already scheduled is left as it is.
+    let (again, _) = worker.sweep_once(None).await.unwrap();
+    assert_eq!((again.examined, again.repaired), (3, 0));
+
+    // One sweep at a time: while another process holds the sweep lock, a pass does nothing.
+    let lock_name = format!("quiesce-sweep:{}", app.settings.redis_prefix);
+    let held = app
+        .backends
+        .store
+        .begin_sweep(&lock_name)
+        .await
+        .unwrap()
+        .expect("lock free");
+    assert!(!worker.sweep_once(None).await.unwrap().0.ran);
+    held.rollback().await.unwrap();
+    assert!(worker.sweep_once(None).await.unwrap().0.ran);
+}
+
+#[tokio::test]
+async fn entities_whose_schedule_redis_lost_are_still_evaluated_once() {
+    let app = spawn_app(TestOptions {
+        backend_timeout: Duration::from_secs(1),
+        sweep_grace: Duration::from_secs(1),
+        sweep_interval: Duration::from_millis(200),
+        window: Duration::from_secs(3),
+        max_wait: Duration::from_secs(30),
+        ..Default::default()
+    })
+    .await;
+    let events: Vec<_> = (0..200)
+        .map(|i| event(&format!("e{i}"), &format!("post:{}", i % 20), "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    // Redis restarts without persistence while the 20 entities wait for their window.
+    app.lose_redis_data().await;
+
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 20);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
+            .await,
+        20
+    );
+}
