@@ -3,15 +3,18 @@
 -- A normal event slides the entity's fire-at to now + window, but never past the first
 -- pending event + max wait, so a steady stream cannot postpone evaluation forever. In fixed
 -- mode the first event's fire-at stands. A critical event fires now. An entity that is
--- already due is never postponed. "Now" is this server's TIME, so callers' clocks do not matter.
+-- already due is never postponed. A dead-lettered entity is not scheduled (its events are
+-- recorded in Postgres; a redrive evaluates them). "Now" is this server's TIME, so callers'
+-- clocks do not matter.
 --
 -- KEYS[1]  due      ZSET  entity -> fire-at (unix ms)
 -- KEYS[2]  pending  HASH  entity -> time of the first event not yet claimed (max-wait anchor)
+-- KEYS[3]  dead     ZSET  entity -> dead-lettered at (ms)
 -- ARGV[1]  window (ms)
 -- ARGV[2]  max wait (ms)
 -- ARGV[3]  mode: "sliding" or "fixed"
 -- ARGV[4..] pairs of (entity, critical "1" | "0")
--- Returns: the earliest fire-at (ms) among the entities scheduled by this call.
+-- Returns: the earliest fire-at (ms) among the entities scheduled by this call (nil if none).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
@@ -22,25 +25,27 @@ local earliest = nil
 for i = 4, #ARGV, 2 do
   local entity = ARGV[i]
   local critical = ARGV[i + 1] == '1'
-  local first = tonumber(redis.call('HGET', KEYS[2], entity))
-  if not first then
-    first = now
-    redis.call('HSET', KEYS[2], entity, now)
+  if not redis.call('ZSCORE', KEYS[3], entity) then
+    local first = tonumber(redis.call('HGET', KEYS[2], entity))
+    if not first then
+      first = now
+      redis.call('HSET', KEYS[2], entity, now)
+    end
+    local current = tonumber(redis.call('ZSCORE', KEYS[1], entity))
+    local fire
+    if critical then
+      fire = now
+      if current and current < fire then fire = current end
+    elseif current and (current <= now or fixed) then
+      fire = current
+    else
+      fire = math.min(now + window, first + max_wait)
+    end
+    if fire ~= current then
+      redis.call('ZADD', KEYS[1], fire, entity)
+    end
+    if not earliest or fire < earliest then earliest = fire end
   end
-  local current = tonumber(redis.call('ZSCORE', KEYS[1], entity))
-  local fire
-  if critical then
-    fire = now
-    if current and current < fire then fire = current end
-  elseif current and (current <= now or fixed) then
-    fire = current
-  else
-    fire = math.min(now + window, first + max_wait)
-  end
-  if fire ~= current then
-    redis.call('ZADD', KEYS[1], fire, entity)
-  end
-  if not earliest or fire < earliest then earliest = fire end
 end
 
 return earliest

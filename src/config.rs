@@ -33,6 +33,12 @@ pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
 pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest one evaluation may run (snapshot, rules, write) before it is abandoned and retried.
 pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Failed attempts (errors, panics, timeouts, expired leases) before an entity is dead-lettered.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// First retry backoff after a failed attempt; doubles per attempt, with full jitter.
+pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest retry backoff.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How often the repair sweep looks in Postgres for entities owed an evaluation that Redis lost.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// Most entities one sweep pass examines.
@@ -156,6 +162,11 @@ pub struct Settings {
     pub backend_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub evaluation_timeout: Duration,
+    pub max_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub sweep_interval: Duration,
     pub sweep_batch: usize,
@@ -191,6 +202,9 @@ impl Default for Settings {
             db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
             backend_timeout: DEFAULT_BACKEND_TIMEOUT,
             evaluation_timeout: DEFAULT_EVALUATION_TIMEOUT,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            backoff_base: DEFAULT_BACKOFF_BASE,
+            backoff_max: DEFAULT_BACKOFF_MAX,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             sweep_batch: DEFAULT_SWEEP_BATCH,
             sweep_grace: DEFAULT_SWEEP_GRACE,
@@ -285,6 +299,15 @@ pub struct ConfigArgs {
     /// Longest one evaluation may run before it is abandoned and retried [default: 10s].
     #[arg(long, env = "QUIESCE_EVALUATION_TIMEOUT", value_name = "DURATION")]
     pub evaluation_timeout: Option<String>,
+    /// Failed attempts before an entity is dead-lettered [default: 5].
+    #[arg(long, env = "QUIESCE_MAX_ATTEMPTS", value_name = "N")]
+    pub max_attempts: Option<String>,
+    /// First retry backoff after a failed attempt; doubles each attempt, full jitter [default: 1s].
+    #[arg(long, env = "QUIESCE_BACKOFF_BASE", value_name = "DURATION")]
+    pub backoff_base: Option<String>,
+    /// Longest retry backoff [default: 5m].
+    #[arg(long, env = "QUIESCE_BACKOFF_MAX", value_name = "DURATION")]
+    pub backoff_max: Option<String>,
     /// How often the repair sweep re-schedules, from Postgres, entities Redis lost [default: 30s].
     #[arg(long, env = "QUIESCE_SWEEP_INTERVAL", value_name = "DURATION")]
     pub sweep_interval: Option<String>,
@@ -524,6 +547,27 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.max_attempts,
+            &a.max_attempts,
+            "QUIESCE_MAX_ATTEMPTS",
+            "max-attempts",
+            positive,
+        )?;
+        set(
+            &mut self.backoff_base,
+            &a.backoff_base,
+            "QUIESCE_BACKOFF_BASE",
+            "backoff-base",
+            duration,
+        )?;
+        set(
+            &mut self.backoff_max,
+            &a.backoff_max,
+            "QUIESCE_BACKOFF_MAX",
+            "backoff-max",
+            duration,
+        )?;
+        set(
             &mut self.sweep_interval,
             &a.sweep_interval,
             "QUIESCE_SWEEP_INTERVAL",
@@ -606,7 +650,24 @@ impl Settings {
                 "must be at least the backend timeout (an ingest may take that long to schedule)",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 12] = [
+        if self.backoff_max < self.backoff_base {
+            return fail(
+                "QUIESCE_BACKOFF_MAX",
+                "backoff_max",
+                "must be at least the backoff base",
+            );
+        }
+        let zero_checks: [(&'static str, &'static str, bool); 14] = [
+            (
+                "QUIESCE_MAX_ATTEMPTS",
+                "max_attempts",
+                self.max_attempts == 0,
+            ),
+            (
+                "QUIESCE_BACKOFF_BASE",
+                "backoff_base",
+                self.backoff_base.is_zero(),
+            ),
             (
                 "QUIESCE_SWEEP_INTERVAL",
                 "sweep_interval",

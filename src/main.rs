@@ -3,6 +3,9 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 use clap::{Parser, Subcommand};
 use quiesce::{
     config::{ConfigArgs, Settings},
+    domain::EntityId,
+    http::redrive_matching,
+    queue::{DeadLetterCursor, Keyspace, Queue, Timing},
     rules::RuleSet,
     startup::{self, Application, Backends},
     telemetry,
@@ -28,10 +31,42 @@ enum Command {
     Worker(ConfigArgs),
     /// Create the database if needed and apply pending migrations, then exit.
     Migrate(ConfigArgs),
+    /// List or redrive dead-lettered entities.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadLettersCommand,
+    },
     /// Check a rules file and print its rules.
     Rules {
         #[command(subcommand)]
         command: RulesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeadLettersCommand {
+    /// Print dead letters, oldest first: entity, reason, attempts, last failure, last error.
+    List {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Most entries to print.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Make dead-lettered entities due again with fresh attempts.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["entity", "all", "reason"]))]
+    Redrive {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// One entity, e.g. post:9842.
+        #[arg(long)]
+        entity: Option<String>,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+        /// Every dead letter of this reason: fatal or attempts_exhausted.
+        #[arg(long, value_parser = ["fatal", "attempts_exhausted"])]
+        reason: Option<String>,
     },
 }
 
@@ -104,6 +139,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
+        Command::DeadLetters { command } => dead_letters(command).await,
         Command::Rules {
             command: RulesCommand::Check { file },
         } => {
@@ -121,4 +157,53 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
+    let config = match &command {
+        DeadLettersCommand::List { config, .. } | DeadLettersCommand::Redrive { config, .. } => {
+            config
+        }
+    };
+    let settings = settings(config)?;
+    let queue = Queue::new(
+        startup::connect_redis(&settings).await?,
+        Keyspace::new(settings.redis_prefix.clone(), settings.shards),
+        Timing::from_settings(&settings),
+    );
+    match command {
+        DeadLettersCommand::List { limit, .. } => {
+            let page = queue
+                .dead_letters(DeadLetterCursor::default(), limit)
+                .await?;
+            for dead in &page.entries {
+                let at = chrono::DateTime::from_timestamp_millis(dead.record.last_failure_ms)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default();
+                println!(
+                    "{}\t{}\tattempts={}\tlast_failure={}\t{}",
+                    dead.entity,
+                    dead.record.reason.as_deref().unwrap_or("-"),
+                    dead.record.attempts,
+                    at,
+                    dead.record.last_error
+                );
+            }
+            if page.next.is_some() {
+                println!("(more than {limit}; raise --limit or use GET /v1/dead-letters)");
+            }
+        }
+        DeadLettersCommand::Redrive { entity, reason, .. } => {
+            let redriven = match entity {
+                Some(raw) => {
+                    let entity = EntityId::parse(&raw)
+                        .map_err(|e| anyhow::anyhow!("invalid --entity {raw:?}: {e}"))?;
+                    queue.redrive(&[entity]).await?
+                }
+                None => redrive_matching(&queue, reason.as_deref()).await?,
+            };
+            println!("redriven: {redriven}");
+        }
+    }
+    Ok(())
 }

@@ -33,6 +33,17 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// Postgres could not be reached or refused work for a reason of its own (connection lost,
+    /// shutting down, out of resources, statement cancelled): not the entity's fault.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(error) => is_unavailable(error),
+            _ => false,
+        }
+    }
+}
+
 pub async fn connect(settings: &Settings) -> Result<PgPool> {
     // A statement that cannot finish within the backend timeout (a row lock held elsewhere, a
     // network black hole) is cancelled by Postgres rather than holding its caller forever.
@@ -541,11 +552,22 @@ async fn signal_totals(
 /// Whether an error means Postgres could not be reached (answer 503 / retry), as opposed to a
 /// query or data problem.
 pub fn is_unavailable(error: &sqlx::Error) -> bool {
-    matches!(
-        error,
+    match error {
         sqlx::Error::Io(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Tls(_)
-    )
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart,
+        // 57014: statement cancelled (our statement_timeout), 40001/40P01: serialization.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "57014"
+                || code == "40001"
+                || code == "40P01"
+        }),
+        _ => false,
+    }
 }

@@ -22,6 +22,8 @@ pub mod names {
     pub const RULE_ERRORS: &str = "quiesce_rule_errors_total";
     pub const LEASES_REAPED: &str = "quiesce_leases_reaped_total";
     pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
+    pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
+    pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
     pub const QUEUE_INFLIGHT: &str = "quiesce_queue_inflight";
     pub const HTTP_REQUESTS: &str = "quiesce_http_requests_total";
@@ -114,6 +116,14 @@ fn describe() {
     describe_counter!(
         names::LEASES_REAPED,
         "In-flight entities returned to the queue after their lease expired."
+    );
+    describe_counter!(
+        names::DEAD_LETTERED,
+        "Entities moved to the dead-letter set, by reason (fatal, attempts_exhausted)."
+    );
+    describe_gauge!(
+        names::DEAD_LETTERS,
+        "Entities in the dead-letter set, by shard."
     );
     describe_counter!(
         names::SWEEP_REPAIRED,

@@ -3,6 +3,7 @@
 
 use std::{
     collections::HashMap,
+    panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -11,7 +12,7 @@ use std::{
 };
 
 use chrono::Utc;
-use futures::future::BoxFuture;
+use futures::{FutureExt, future::BoxFuture};
 use rand::Rng;
 use tokio::{
     sync::{Notify, Semaphore},
@@ -22,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::Settings,
     domain::EntityId,
-    queue::{Claim, Queue, QueueError},
+    queue::{Claim, Failed, Queue, QueueError, Reaped},
     rules::RuleSet,
     store::{Completion, Snapshot, Store, StoreError, SweepCursor},
     telemetry::names,
@@ -38,12 +39,16 @@ const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 pub enum Outcome {
     /// Evaluated and recorded (with or without an action).
     Done(Completion),
-    /// The entity was locked or in flight elsewhere: tried again shortly.
+    /// The entity was locked or in flight elsewhere: tried again shortly, no attempt used.
     Snooze(Duration),
-    /// A transient failure (version conflict, Postgres error): re-scheduled after a delay.
+    /// A transient failure that is not the entity's fault (version conflict, Postgres or Redis
+    /// unreachable): re-scheduled after a short jittered delay, no attempt used.
     Retry(String),
-    /// Can never succeed as it stands (e.g. no such entity in Postgres): dropped and logged.
-    Fatal(String),
+    /// A failed attempt (error, panic, timeout): re-scheduled after an exponential backoff with
+    /// full jitter.
+    Failed(String),
+    /// Moved to the dead-letter set: a fatal failure, or the last allowed attempt failed.
+    DeadLettered(String),
 }
 
 impl Outcome {
@@ -52,7 +57,8 @@ impl Outcome {
             Outcome::Done(_) => "done",
             Outcome::Snooze(_) => "snooze",
             Outcome::Retry(_) => "retry",
-            Outcome::Fatal(_) => "fatal",
+            Outcome::Failed(_) => "failed",
+            Outcome::DeadLettered(_) => "dead_lettered",
         }
     }
 }
@@ -199,17 +205,24 @@ impl Worker {
         Ok(round)
     }
 
-    /// Returns every expired lease to the due set; the count returned.
-    pub async fn reap_once(&self) -> Result<usize, QueueError> {
-        let mut total = 0;
+    /// Returns every expired lease to the due set (or, on its last attempt, to the dead
+    /// letters).
+    pub async fn reap_once(&self) -> Result<Reaped, QueueError> {
+        let mut total = Reaped::default();
         for shard in 0..self.queue.keys().shards() {
-            total += self.queue.reap(shard, REAP_BATCH).await?;
+            let reaped = self.queue.reap(shard, REAP_BATCH).await?;
+            total.returned += reaped.returned;
+            total.dead_lettered += reaped.dead_lettered;
         }
-        if total > 0 {
-            metrics::counter!(names::LEASES_REAPED).increment(total as u64);
+        if total.returned + total.dead_lettered > 0 {
+            metrics::counter!(names::LEASES_REAPED)
+                .increment((total.returned + total.dead_lettered) as u64);
+            metrics::counter!(names::DEAD_LETTERED, "reason" => "attempts_exhausted")
+                .increment(total.dead_lettered as u64);
             tracing::warn!(
-                reaped = total,
-                "returned entities whose worker lease expired"
+                returned = total.returned,
+                dead_lettered = total.dead_lettered,
+                "entities whose worker lease expired"
             );
         }
         Ok(total)
@@ -271,16 +284,35 @@ impl Worker {
         }
     }
 
-    /// Evaluates one claimed entity and settles its claim (ack, or re-schedule).
+    /// Evaluates one claimed entity and settles its claim (ack, re-schedule or dead-letter).
+    /// A panic inside the evaluation is caught and counted as a failed attempt.
     #[tracing::instrument(skip_all, fields(entity = %claim.entity))]
     pub async fn process(&self, claim: Claim) -> Outcome {
         let started = Instant::now();
-        let outcome = self.process_inner(&claim).await;
+        let outcome = match AssertUnwindSafe(self.process_inner(&claim))
+            .catch_unwind()
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".to_owned());
+                let outcome = self.fail(&claim, format!("panic: {message}"), false).await;
+                let _ = self.queue.unlock(&claim).await;
+                outcome
+            }
+        };
         metrics::counter!(names::EVALUATIONS, "outcome" => outcome.label()).increment(1);
         metrics::histogram!(names::EVALUATION_SECONDS).record(started.elapsed().as_secs_f64());
         match &outcome {
             Outcome::Retry(reason) => tracing::info!(%reason, "evaluation will be retried"),
-            Outcome::Fatal(reason) => tracing::error!(%reason, "evaluation dropped"),
+            Outcome::Failed(error) => {
+                tracing::warn!(%error, "evaluation failed; retrying with backoff")
+            }
+            Outcome::DeadLettered(error) => tracing::error!(%error, "entity dead-lettered"),
             _ => {}
         }
         outcome
@@ -326,16 +358,19 @@ impl Worker {
                 }
                 Outcome::Done(completion)
             }
-            Err(EvaluationError::UnknownEntity) => {
-                let _ = self.queue.ack(claim).await;
-                Outcome::Fatal("entity is scheduled but has no record in Postgres".into())
+            Err(error @ (EvaluationError::UnknownEntity | EvaluationError::Rules(_))) => {
+                self.fail(claim, error.to_string(), true).await
             }
             Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
                 metrics::counter!(names::VERSION_CONFLICTS).increment(1);
                 self.give_back(claim, format!("moderation version moved past {read}"))
                     .await
             }
-            Err(error) => self.give_back(claim, error.to_string()).await,
+            // An outage is not the entity's fault: it must not use up its attempts.
+            Err(EvaluationError::Store(error)) if error.is_unavailable() => {
+                self.give_back(claim, error.to_string()).await
+            }
+            Err(error) => self.fail(claim, error.to_string(), false).await,
         };
         if lost.load(Ordering::Relaxed) {
             tracing::warn!("lease or lock was lost during the evaluation");
@@ -346,6 +381,7 @@ impl Worker {
         outcome
     }
 
+    /// Re-schedules after a short jittered delay without using an attempt.
     async fn give_back(&self, claim: &Claim, reason: String) -> Outcome {
         if let Err(error) = self
             .queue
@@ -357,6 +393,22 @@ impl Worker {
         Outcome::Retry(reason)
     }
 
+    /// Records a failed attempt: backoff and retry, or dead letter (at once if `fatal`).
+    async fn fail(&self, claim: &Claim, error: String, fatal: bool) -> Outcome {
+        match self.queue.fail(claim, &error, fatal).await {
+            Ok(Failed::DeadLettered) => {
+                let reason = if fatal { "fatal" } else { "attempts_exhausted" };
+                metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(1);
+                Outcome::DeadLettered(error)
+            }
+            Ok(Failed::Retried | Failed::TakenOver) => Outcome::Failed(error),
+            Err(redis_error) => {
+                tracing::warn!(%redis_error, "recording the failure failed; the lease expires and the reaper counts it");
+                Outcome::Failed(error)
+            }
+        }
+    }
+
     async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
         let started_at = Utc::now();
         let snapshot = self
@@ -365,9 +417,14 @@ impl Worker {
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
         let verdict = self.rules.evaluate(&snapshot);
-        for (rule, error) in &verdict.errors {
-            metrics::counter!(names::RULE_ERRORS).increment(1);
-            tracing::warn!(%rule, %error, "rule could not be evaluated");
+        if !verdict.errors.is_empty() {
+            metrics::counter!(names::RULE_ERRORS).increment(verdict.errors.len() as u64);
+            let errors: Vec<String> = verdict
+                .errors
+                .iter()
+                .map(|(rule, error)| format!("rule {rule:?}: {error}"))
+                .collect();
+            return Err(EvaluationError::Rules(errors.join("; ")));
         }
         let mut decision = verdict.to_apply(snapshot.status);
         if let Some(d) = decision {
@@ -568,8 +625,10 @@ pub enum SweepError {
 
 #[derive(Debug, thiserror::Error)]
 enum EvaluationError {
-    #[error("entity has no record in Postgres")]
+    #[error("entity is scheduled but has no record in Postgres")]
     UnknownEntity,
+    #[error("the rules cannot evaluate this entity: {0}")]
+    Rules(String),
     #[error("evaluation did not finish within {0:?}")]
     TimedOut(Duration),
     #[error(transparent)]

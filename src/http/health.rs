@@ -56,10 +56,12 @@ pub(super) async fn render_metrics(
 ) -> impl IntoResponse + use<> {
     match tokio::time::timeout(timeout, queue.depths()).await {
         Ok(Ok(depths)) => {
-            for (shard, due, inflight) in depths {
-                let shard = shard.to_string();
-                metrics::gauge!(names::QUEUE_DUE, "shard" => shard.clone()).set(due as f64);
-                metrics::gauge!(names::QUEUE_INFLIGHT, "shard" => shard).set(inflight as f64);
+            for depth in depths {
+                let shard = depth.shard.to_string();
+                metrics::gauge!(names::QUEUE_DUE, "shard" => shard.clone()).set(depth.due as f64);
+                metrics::gauge!(names::QUEUE_INFLIGHT, "shard" => shard.clone())
+                    .set(depth.inflight as f64);
+                metrics::gauge!(names::DEAD_LETTERS, "shard" => shard).set(depth.dead as f64);
             }
         }
         Ok(Err(error)) => tracing::warn!(%error, "queue depth unavailable for the scrape"),

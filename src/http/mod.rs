@@ -1,6 +1,7 @@
 //! The HTTP API: ingest, read, health and metrics. Authentication (issue: security) will be
 //! a layer on the `/v1` router.
 
+mod dead_letters;
 mod error;
 mod events;
 mod health;
@@ -18,7 +19,7 @@ use axum::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::trace::TraceLayer;
 
-pub use self::{error::ApiError, events::parse_events};
+pub use self::{dead_letters::redrive_matching, error::ApiError, events::parse_events};
 use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
 
 /// Request limits from the settings.
@@ -44,6 +45,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", post(events::post_events))
         .route("/v1/entities/{entity}", get(read::get_entity))
         .route("/v1/actions", get(read::list_actions))
+        .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/dead-letters/redrive", post(dead_letters::redrive_many))
+        .route(
+            "/v1/dead-letters/{entity}/redrive",
+            post(dead_letters::redrive_one),
+        )
         .layer(DefaultBodyLimit::max(body_limit));
     Router::new()
         .merge(api)

@@ -75,6 +75,19 @@ impl ShardKeys {
     pub fn claims(&self) -> String {
         format!("{}:claims", self.tag)
     }
+    /// HASH entity -> JSON failure record (attempts, first/last failure, last error) of an
+    /// entity that is still being retried.
+    pub fn failures(&self) -> String {
+        format!("{}:failures", self.tag)
+    }
+    /// ZSET entity -> time it was dead-lettered (unix ms).
+    pub fn dead(&self) -> String {
+        format!("{}:dead", self.tag)
+    }
+    /// HASH entity -> JSON failure record of a dead-lettered entity, with its reason.
+    pub fn dead_info(&self) -> String {
+        format!("{}:dead:info", self.tag)
+    }
     /// STRING holding the token of the evaluation that owns the entity.
     pub fn lock(&self, entity: &EntityId) -> String {
         format!("{}:lock:{}", self.tag, entity)
@@ -100,6 +113,9 @@ mod tests {
             shard.pending(),
             shard.inflight(),
             shard.claims(),
+            shard.failures(),
+            shard.dead(),
+            shard.dead_info(),
             shard.lock(&entity),
             shard.applied_action("abc"),
         ] {

@@ -26,13 +26,16 @@ pub enum QueueError {
 
 pub type Result<T> = std::result::Result<T, QueueError>;
 
-/// Debounce timing, in milliseconds as the scripts take it.
+/// Debounce timing and the retry policy, in milliseconds as the scripts take them.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     pub window_ms: u64,
     pub max_wait_ms: u64,
     pub mode: ScheduleMode,
     pub lease_ms: u64,
+    pub max_attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
 }
 
 impl Timing {
@@ -42,6 +45,9 @@ impl Timing {
             max_wait_ms: settings.max_wait.as_millis() as u64,
             mode: settings.schedule_mode,
             lease_ms: settings.lease.as_millis() as u64,
+            max_attempts: settings.max_attempts,
+            backoff_base_ms: settings.backoff_base.as_millis() as u64,
+            backoff_max_ms: settings.backoff_max.as_millis() as u64,
         }
     }
 }
@@ -68,6 +74,86 @@ pub struct ClaimBatch {
     pub claims: Vec<Claim>,
     /// Members that failed to parse as entity ids (never written by quiesce).
     pub malformed: Vec<String>,
+}
+
+/// How many entities one shard holds in each set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardDepth {
+    pub shard: u16,
+    pub due: u64,
+    pub inflight: u64,
+    pub dead: u64,
+}
+
+/// What one reaper call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    /// Entities whose lease expired, due again.
+    pub returned: usize,
+    /// Entities whose lease expired on their last allowed attempt.
+    pub dead_lettered: usize,
+}
+
+/// What became of a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// Due again after its backoff.
+    Retried,
+    /// Moved to the dead-letter set.
+    DeadLettered,
+    /// The claim had been taken over; its new owner decides.
+    TakenOver,
+}
+
+/// The failure history an entity carries in Redis while retried, and into the dead letters.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FailureRecord {
+    /// `fatal` or `attempts_exhausted`, for dead letters.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub last_error: String,
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default)]
+    pub first_failure_ms: i64,
+    #[serde(default)]
+    pub last_failure_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DeadLetter {
+    pub entity: String,
+    pub dead_lettered_at_ms: i64,
+    #[serde(flatten)]
+    pub record: FailureRecord,
+}
+
+/// Position in a dead-letter listing: a shard and an offset in its set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadLetterCursor {
+    pub shard: u16,
+    pub offset: usize,
+}
+
+impl DeadLetterCursor {
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (shard, offset) = raw.split_once('.')?;
+        Some(Self {
+            shard: shard.parse().ok()?,
+            offset: offset.parse().ok()?,
+        })
+    }
+
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.shard, self.offset)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct DeadLetterPage {
+    pub entries: Vec<DeadLetter>,
+    pub next: Option<DeadLetterCursor>,
 }
 
 /// Where an entity stands in the schedule.
@@ -114,6 +200,7 @@ impl Queue {
             invocation
                 .key(keys.due())
                 .key(keys.pending())
+                .key(keys.dead())
                 .arg(self.timing.window_ms)
                 .arg(self.timing.max_wait_ms)
                 .arg(self.timing.mode.as_str());
@@ -181,6 +268,7 @@ impl Queue {
             .ack
             .key(keys.inflight())
             .key(keys.claims())
+            .key(keys.failures())
             .arg(claim.entity.as_str())
             .arg(&claim.token)
             .invoke_async(&mut redis)
@@ -224,19 +312,129 @@ impl Queue {
     }
 
     /// Returns entities whose lease expired (their worker died) to the due set.
-    pub async fn reap(&self, shard: u16, limit: usize) -> Result<usize> {
+    pub async fn reap(&self, shard: u16, limit: usize) -> Result<Reaped> {
         let keys = self.keys.for_shard(shard);
         let mut redis = self.redis.clone();
-        let reaped: usize = SCRIPTS
+        let (returned, dead_lettered): (usize, usize) = SCRIPTS
             .reap
             .key(keys.due())
             .key(keys.pending())
             .key(keys.inflight())
             .key(keys.claims())
+            .key(keys.failures())
+            .key(keys.dead())
+            .key(keys.dead_info())
             .arg(limit)
+            .arg(self.timing.max_attempts)
             .invoke_async(&mut redis)
             .await?;
-        Ok(reaped)
+        Ok(Reaped {
+            returned,
+            dead_lettered,
+        })
+    }
+
+    /// Records a failed attempt: due again after a jittered exponential backoff, or
+    /// dead-lettered at the attempt limit (at once if `fatal`).
+    pub async fn fail(&self, claim: &Claim, error: &str, fatal: bool) -> Result<Failed> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let jitter: f64 = rand::random();
+        let result: i64 = SCRIPTS
+            .fail
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.failures())
+            .key(keys.dead())
+            .key(keys.dead_info())
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(error)
+            .arg(self.timing.max_attempts)
+            .arg(self.timing.backoff_base_ms)
+            .arg(self.timing.backoff_max_ms)
+            .arg(if fatal { "1" } else { "0" })
+            .arg(jitter)
+            .invoke_async(&mut redis)
+            .await?;
+        Ok(match result {
+            1 => Failed::Retried,
+            2 => Failed::DeadLettered,
+            _ => Failed::TakenOver,
+        })
+    }
+
+    /// Dead-lettered entities, oldest first, shard by shard; `cursor` continues a listing.
+    pub async fn dead_letters(
+        &self,
+        cursor: DeadLetterCursor,
+        limit: usize,
+    ) -> Result<DeadLetterPage> {
+        let mut page = DeadLetterPage::default();
+        let mut shard = cursor.shard;
+        let mut offset = cursor.offset;
+        while shard < self.keys.shards() && page.entries.len() < limit {
+            let keys = self.keys.for_shard(shard);
+            let want = limit - page.entries.len();
+            let mut redis = self.redis.clone();
+            let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(keys.dead())
+                .arg(offset)
+                .arg(offset + want - 1)
+                .arg("WITHSCORES")
+                .query_async(&mut redis)
+                .await?;
+            if !members.is_empty() {
+                let infos: Vec<Option<String>> = redis::cmd("HMGET")
+                    .arg(keys.dead_info())
+                    .arg(members.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>())
+                    .query_async(&mut redis)
+                    .await?;
+                for ((entity, at), info) in members.iter().zip(infos) {
+                    let record: FailureRecord = info
+                        .and_then(|raw| serde_json::from_str(&raw).ok())
+                        .unwrap_or_default();
+                    page.entries.push(DeadLetter {
+                        entity: entity.clone(),
+                        dead_lettered_at_ms: *at as i64,
+                        record,
+                    });
+                }
+            }
+            if members.len() == want {
+                offset += want;
+            } else {
+                shard += 1;
+                offset = 0;
+            }
+        }
+        if shard < self.keys.shards() {
+            page.next = Some(DeadLetterCursor { shard, offset });
+        }
+        Ok(page)
+    }
+
+    /// Takes entities out of the dead-letter set, due now with fresh attempts; returns how
+    /// many were dead-lettered.
+    pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
+        let groups = self.by_shard(entities.iter().map(|e| (e, ())));
+        let calls = groups.into_iter().map(|(keys, members)| {
+            let mut invocation = SCRIPTS.redrive.prepare_invoke();
+            invocation
+                .key(keys.dead())
+                .key(keys.dead_info())
+                .key(keys.due())
+                .key(keys.pending())
+                .key(keys.failures());
+            for (entity, ()) in members {
+                invocation.arg(entity.as_str());
+            }
+            let mut redis = self.redis.clone();
+            async move { invocation.invoke_async::<usize>(&mut redis).await }
+        });
+        Ok(try_join_all(calls).await?.into_iter().sum())
     }
 
     /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight.
@@ -248,7 +446,8 @@ impl Queue {
             invocation
                 .key(keys.due())
                 .key(keys.pending())
-                .key(keys.inflight());
+                .key(keys.inflight())
+                .key(keys.dead());
             for (entity, ()) in members {
                 invocation.arg(entity.as_str());
             }
@@ -328,18 +527,25 @@ impl Queue {
     }
 
     /// Due and in-flight counts per shard, for the metrics.
-    pub async fn depths(&self) -> Result<Vec<(u16, u64, u64)>> {
+    pub async fn depths(&self) -> Result<Vec<ShardDepth>> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             let keys = self.keys.for_shard(shard);
-            pipe.zcard(keys.due()).zcard(keys.inflight());
+            pipe.zcard(keys.due())
+                .zcard(keys.inflight())
+                .zcard(keys.dead());
         }
         let mut redis = self.redis.clone();
         let counts: Vec<u64> = pipe.query_async(&mut redis).await?;
         Ok(counts
-            .chunks(2)
+            .chunks(3)
             .enumerate()
-            .map(|(shard, pair)| (shard as u16, pair[0], pair[1]))
+            .map(|(shard, c)| ShardDepth {
+                shard: shard as u16,
+                due: c[0],
+                inflight: c[1],
+                dead: c[2],
+            })
             .collect())
     }
 

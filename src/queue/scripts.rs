@@ -13,6 +13,8 @@ pub struct Scripts {
     pub renew: Script,
     pub unlock: Script,
     pub repair: Script,
+    pub fail: Script,
+    pub redrive: Script,
 }
 
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -24,4 +26,6 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: Script::new(include_str!("../../lua/renew.lua")),
     unlock: Script::new(include_str!("../../lua/unlock.lua")),
     repair: Script::new(include_str!("../../lua/repair.lua")),
+    fail: Script::new(include_str!("../../lua/fail.lua")),
+    redrive: Script::new(include_str!("../../lua/redrive.lua")),
 });

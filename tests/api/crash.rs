@@ -13,7 +13,7 @@ use futures::FutureExt;
 use serde_json::json;
 use sqlx::Connection;
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
 
 #[tokio::test]
 async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
@@ -94,23 +94,6 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     );
 }
 
-/// Claims until the entity comes up (its window has to pass first).
-async fn claim_next(worker: &quiesce::worker::Worker) -> quiesce::queue::Claim {
-    let claimed = std::sync::Mutex::new(None);
-    wait_for(
-        Duration::from_secs(10),
-        "a due entity to be claimed",
-        || async {
-            let mut claims = worker.claim_once(1).await.unwrap().claims;
-            let mut claimed = claimed.lock().unwrap();
-            *claimed = claims.pop();
-            claimed.is_some()
-        },
-    )
-    .await;
-    claimed.into_inner().unwrap().unwrap()
-}
-
 #[tokio::test]
 async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     // The same crash, driven step by step inside one process: claim, then drop the claim.
@@ -156,7 +139,7 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     wait_for(
         Duration::from_secs(10),
         "the lease to expire and be reaped",
-        || async { worker.reap_once().await.unwrap() == 1 },
+        || async { worker.reap_once().await.unwrap().returned == 1 },
     )
     .await;
     assert_eq!(

@@ -50,6 +50,7 @@ pub struct TestOptions {
     pub evaluation_timeout: Duration,
     pub sweep_interval: Duration,
     pub sweep_grace: Duration,
+    pub max_attempts: u32,
 }
 
 impl Default for TestOptions {
@@ -68,6 +69,7 @@ impl Default for TestOptions {
             evaluation_timeout: Duration::from_secs(10),
             sweep_interval: Duration::from_secs(30),
             sweep_grace: Duration::from_secs(10),
+            max_attempts: 5,
         }
     }
 }
@@ -142,6 +144,9 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         evaluation_timeout: options.evaluation_timeout,
         sweep_interval: options.sweep_interval,
         sweep_grace: options.sweep_grace,
+        max_attempts: options.max_attempts,
+        backoff_base: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
         shutdown_timeout: Duration::from_secs(5),
         worker_id: "in-process".to_owned(),
         ..Settings::default()
@@ -266,9 +271,7 @@ impl TestApp {
     /// Nothing due or in flight in any shard.
     pub async fn queue_is_empty(&self) -> bool {
         let depths = self.backends.queue.depths().await.expect("redis");
-        depths
-            .iter()
-            .all(|(_, due, inflight)| *due == 0 && *inflight == 0)
+        depths.iter().all(|d| d.due == 0 && d.inflight == 0)
     }
 
     /// Every recorded event has been covered by an evaluation and nothing waits in Redis.
@@ -353,6 +356,9 @@ impl TestApp {
             )
             .env("QUIESCE_POLL_INTERVAL", "20ms")
             .env("QUIESCE_RETRY_DELAY", "40ms")
+            .env("QUIESCE_MAX_ATTEMPTS", s.max_attempts.to_string())
+            .env("QUIESCE_BACKOFF_BASE", "20ms")
+            .env("QUIESCE_BACKOFF_MAX", "200ms")
             .env("QUIESCE_WORKERS", "4")
             .env("QUIESCE_DB_MAX_CONNECTIONS", "4")
             .env("QUIESCE_WORKER_ID", worker_id)
@@ -368,6 +374,29 @@ impl TestApp {
             .kill_on_drop(true)
             .spawn()
             .expect("start quiesce worker")
+    }
+
+    /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.
+    pub async fn run_cli(&self, args: &[&str]) -> String {
+        let s = &self.settings;
+        let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
+            .env("QUIESCE_DATABASE_URL", s.database_url.expose_secret())
+            .env("QUIESCE_REDIS_PREFIX", &s.redis_prefix)
+            .env("QUIESCE_SHARDS", s.shards.to_string())
+            .env("RUST_LOG", "error")
+            .output()
+            .await
+            .expect("run quiesce");
+        assert!(
+            output.status.success(),
+            "quiesce {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
     }
 
     /// Starts a worker process with a metrics listener and waits until it answers.
@@ -467,4 +496,21 @@ async fn delete_redis_prefix(prefix: &str) {
     for chunk in keys.chunks(500) {
         let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query_async(&mut redis).await;
     }
+}
+
+/// Claims until the entity comes up (its window has to pass first).
+pub async fn claim_next(worker: &quiesce::worker::Worker) -> quiesce::queue::Claim {
+    let claimed = std::sync::Mutex::new(None);
+    wait_for(
+        Duration::from_secs(10),
+        "a due entity to be claimed",
+        || async {
+            let mut claims = worker.claim_once(1).await.unwrap().claims;
+            let mut claimed = claimed.lock().unwrap();
+            *claimed = claims.pop();
+            claimed.is_some()
+        },
+    )
+    .await;
+    claimed.into_inner().unwrap().unwrap()
 }

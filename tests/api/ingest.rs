@@ -108,7 +108,7 @@ async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
         300
     );
     let depths = app.backends.queue.depths().await.unwrap();
-    assert_eq!(depths.iter().map(|(_, due, _)| due).sum::<u64>(), 30);
+    assert_eq!(depths.iter().map(|d| d.due).sum::<u64>(), 30);
 }
 
 #[tokio::test]

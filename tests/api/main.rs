@@ -7,6 +7,7 @@ mod proxy;
 mod bad_input;
 mod concurrency;
 mod crash;
+mod dead_letters;
 mod debounce;
 mod ingest;
 mod outages;

@@ -1,0 +1,23 @@
+-- redrive.lua: take entities out of the dead-letter set and make them due now, with fresh
+-- attempts.
+--
+-- KEYS[1]  dead       ZSET  entity -> dead-lettered at (ms)
+-- KEYS[2]  dead_info  HASH  entity -> JSON failure record
+-- KEYS[3]  due        ZSET  entity -> fire-at (ms)
+-- KEYS[4]  pending    HASH  entity -> max-wait anchor (ms)
+-- KEYS[5]  failures   HASH  entity -> JSON failure record of a live entity
+-- ARGV[1..] entities
+-- Returns: how many of them were dead-lettered and are now due.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local redriven = 0
+for _, entity in ipairs(ARGV) do
+  if redis.call('ZREM', KEYS[1], entity) == 1 then
+    redis.call('HDEL', KEYS[2], entity)
+    redis.call('HDEL', KEYS[5], entity)
+    redis.call('ZADD', KEYS[3], now, entity)
+    redis.call('HSETNX', KEYS[4], entity, now)
+    redriven = redriven + 1
+  end
+end
+return redriven

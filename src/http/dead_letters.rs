@@ -1,0 +1,157 @@
+//! Dead letters: list them, and redrive one, all, or those of one reason.
+
+use std::collections::HashMap;
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, Query, State},
+    http::StatusCode,
+};
+use serde_json::{Value, json};
+
+use super::{AppState, error::ApiError};
+use crate::{
+    domain::EntityId,
+    queue::{DeadLetterCursor, Queue, QueueError},
+};
+
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 1000;
+const REASONS: [&str; 2] = ["fatal", "attempts_exhausted"];
+
+fn unavailable(error: QueueError) -> ApiError {
+    ApiError::unavailable(&error)
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(unknown) = params
+        .keys()
+        .find(|k| !matches!(k.as_str(), "limit" | "cursor"))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "unknown query parameter; use limit and cursor",
+        )
+        .with_field(unknown.clone()));
+    }
+    let limit = match params.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_query",
+                    format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
+                )
+                .with_field("limit")
+            })?,
+    };
+    let cursor = match params.get("cursor") {
+        None => DeadLetterCursor::default(),
+        Some(raw) => DeadLetterCursor::parse(raw).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_query",
+                "cursor must be a next_cursor from an earlier page",
+            )
+            .with_field("cursor")
+        })?,
+    };
+    let page = state
+        .queue
+        .dead_letters(cursor, limit)
+        .await
+        .map_err(unavailable)?;
+    Ok(Json(json!({
+        "dead_letters": page.entries,
+        "next_cursor": page.next.map(|c| c.encode()),
+    })))
+}
+
+pub async fn redrive_one(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let entity = EntityId::parse(&raw)
+        .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))?;
+    let redriven = state
+        .queue
+        .redrive(std::slice::from_ref(&entity))
+        .await
+        .map_err(unavailable)?;
+    if redriven == 0 {
+        return Err(ApiError::not_found(format!(
+            "{entity} is not dead-lettered"
+        )));
+    }
+    Ok(Json(json!({ "redriven": redriven })))
+}
+
+/// Body (optional): `{"reason": "fatal" | "attempts_exhausted"}`; without it, all.
+pub async fn redrive_many(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let reason = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+        })?;
+        let invalid = |message: &str| {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
+        };
+        let Value::Object(object) = value else {
+            return Err(invalid(
+                "the body must be an object such as {\"reason\": \"fatal\"}",
+            ));
+        };
+        if let Some(unknown) = object.keys().find(|k| k.as_str() != "reason") {
+            return Err(
+                invalid("unknown field; the body has only reason").with_field(unknown.clone())
+            );
+        }
+        match object.get("reason") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(reason)) if REASONS.contains(&reason.as_str()) => {
+                Some(reason.clone())
+            }
+            Some(_) => {
+                return Err(
+                    invalid("reason must be \"fatal\" or \"attempts_exhausted\"")
+                        .with_field("reason"),
+                );
+            }
+        }
+    };
+    let redriven = redrive_matching(&state.queue, reason.as_deref())
+        .await
+        .map_err(unavailable)?;
+    Ok((StatusCode::OK, Json(json!({ "redriven": redriven }))))
+}
+
+/// Redrives every dead letter (of `reason`, if given); returns how many.
+pub async fn redrive_matching(queue: &Queue, reason: Option<&str>) -> Result<usize, QueueError> {
+    let mut matching = Vec::new();
+    let mut cursor = Some(DeadLetterCursor::default());
+    while let Some(at) = cursor {
+        let page = queue.dead_letters(at, MAX_LIMIT).await?;
+        matching.extend(
+            page.entries
+                .into_iter()
+                .filter(|d| reason.is_none() || d.record.reason.as_deref() == reason)
+                .filter_map(|d| EntityId::parse(&d.entity).ok()),
+        );
+        cursor = page.next;
+    }
+    let mut redriven = 0;
+    for chunk in matching.chunks(MAX_LIMIT) {
+        redriven += queue.redrive(chunk).await?;
+    }
+    Ok(redriven)
+}
