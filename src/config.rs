@@ -39,6 +39,12 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest retry backoff.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long event ids are kept for dedup: longer than senders retry (about 3 days).
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How often expired events are deleted.
+pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(600);
+/// Most events deleted by one statement.
+pub const DEFAULT_RETENTION_BATCH: usize = 10_000;
 /// How often the repair sweep looks in Postgres for entities owed an evaluation that Redis lost.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// Most entities one sweep pass examines.
@@ -168,6 +174,11 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retention_interval: Duration,
+    pub retention_batch: usize,
+    #[serde(with = "humantime_serde")]
     pub sweep_interval: Duration,
     pub sweep_batch: usize,
     #[serde(with = "humantime_serde")]
@@ -205,6 +216,9 @@ impl Default for Settings {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            retention: DEFAULT_RETENTION,
+            retention_interval: DEFAULT_RETENTION_INTERVAL,
+            retention_batch: DEFAULT_RETENTION_BATCH,
             sweep_interval: DEFAULT_SWEEP_INTERVAL,
             sweep_batch: DEFAULT_SWEEP_BATCH,
             sweep_grace: DEFAULT_SWEEP_GRACE,
@@ -308,6 +322,15 @@ pub struct ConfigArgs {
     /// Longest retry backoff [default: 5m].
     #[arg(long, env = "QUIESCE_BACKOFF_MAX", value_name = "DURATION")]
     pub backoff_max: Option<String>,
+    /// How long event ids are kept for dedup; older events are deleted (totals stay) [default: 7days].
+    #[arg(long, env = "QUIESCE_RETENTION", value_name = "DURATION")]
+    pub retention: Option<String>,
+    /// How often expired events are deleted [default: 10m].
+    #[arg(long, env = "QUIESCE_RETENTION_INTERVAL", value_name = "DURATION")]
+    pub retention_interval: Option<String>,
+    /// Most events one delete statement removes [default: 10000].
+    #[arg(long, env = "QUIESCE_RETENTION_BATCH", value_name = "N")]
+    pub retention_batch: Option<String>,
     /// How often the repair sweep re-schedules, from Postgres, entities Redis lost [default: 30s].
     #[arg(long, env = "QUIESCE_SWEEP_INTERVAL", value_name = "DURATION")]
     pub sweep_interval: Option<String>,
@@ -568,6 +591,27 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.retention,
+            &a.retention,
+            "QUIESCE_RETENTION",
+            "retention",
+            duration,
+        )?;
+        set(
+            &mut self.retention_interval,
+            &a.retention_interval,
+            "QUIESCE_RETENTION_INTERVAL",
+            "retention-interval",
+            duration,
+        )?;
+        set(
+            &mut self.retention_batch,
+            &a.retention_batch,
+            "QUIESCE_RETENTION_BATCH",
+            "retention-batch",
+            positive,
+        )?;
+        set(
             &mut self.sweep_interval,
             &a.sweep_interval,
             "QUIESCE_SWEEP_INTERVAL",
@@ -657,7 +701,24 @@ impl Settings {
                 "must be at least the backoff base",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 14] = [
+        if self.retention < Duration::from_secs(3600) {
+            return fail(
+                "QUIESCE_RETENTION",
+                "retention",
+                "must be at least 1h (senders retry for days; 7days is the default)",
+            );
+        }
+        let zero_checks: [(&'static str, &'static str, bool); 16] = [
+            (
+                "QUIESCE_RETENTION_INTERVAL",
+                "retention_interval",
+                self.retention_interval.is_zero(),
+            ),
+            (
+                "QUIESCE_RETENTION_BATCH",
+                "retention_batch",
+                self.retention_batch == 0,
+            ),
             (
                 "QUIESCE_MAX_ATTEMPTS",
                 "max_attempts",

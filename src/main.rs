@@ -104,6 +104,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = Arc::new(startup::load_rules(&settings)?);
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
+            backends.check_redis_durability().await;
             let worker = backends.worker(&settings);
             let app = Application::build(&settings, &backends, Some(worker)).await?;
             let rule_count = backends.rules.rules().len();
@@ -122,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = Arc::new(startup::load_rules(&settings)?);
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
+            backends.check_redis_durability().await;
             let _ = telemetry::metrics_handle();
             tracing::info!(workers = settings.workers, "quiesce worker started");
             let shutdown = startup::shutdown_on_signal();

@@ -85,6 +85,21 @@ impl Backends {
         })
     }
 
+    /// Warns loudly when Redis may drop queue keys (eviction) or lose them on restart (no AOF).
+    pub async fn check_redis_durability(&self) {
+        match self.queue.durability().await {
+            Ok(Some(durability)) => {
+                for warning in durability.warnings() {
+                    tracing::warn!("{warning}");
+                }
+            }
+            Ok(None) => tracing::info!(
+                "Redis does not allow CONFIG GET; eviction policy and AOF not checked"
+            ),
+            Err(error) => tracing::warn!(%error, "could not check the Redis configuration"),
+        }
+    }
+
     pub fn worker(&self, settings: &Settings) -> Worker {
         Worker::new(
             self.queue.clone(),

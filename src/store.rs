@@ -391,6 +391,45 @@ impl Store {
             .collect())
     }
 
+    /// Deletes events (and minute buckets) received more than `retention` ago, in statements
+    /// of at most `batch` rows, at most `max_batches` of them; totals are not touched. Returns
+    /// the number of events deleted.
+    pub async fn purge_expired_events(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+        max_batches: usize,
+    ) -> Result<u64> {
+        let age = format!("{} milliseconds", retention.as_millis());
+        let mut deleted = 0;
+        for _ in 0..max_batches {
+            // SKIP LOCKED: processes purging at the same time take different rows.
+            let done = sqlx::query(
+                "DELETE FROM events WHERE id IN (
+                     SELECT id FROM events WHERE received_at < now() - $1::interval
+                     ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .bind(&age)
+            .bind(batch as i64)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            deleted += done;
+            if done < batch as u64 {
+                break;
+            }
+        }
+        sqlx::query(
+            "DELETE FROM signal_buckets WHERE ctid IN (
+                 SELECT ctid FROM signal_buckets WHERE bucket_start < now() - $1::interval LIMIT $2)",
+        )
+        .bind(&age)
+        .bind(batch as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(deleted)
+    }
+
     /// The entity row and its signal totals, read together in one repeatable-read transaction.
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         let mut tx = self.pool.begin().await?;

@@ -22,6 +22,7 @@ pub mod names {
     pub const RULE_ERRORS: &str = "quiesce_rule_errors_total";
     pub const LEASES_REAPED: &str = "quiesce_leases_reaped_total";
     pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
+    pub const EVENTS_PURGED: &str = "quiesce_events_purged_total";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
@@ -124,6 +125,10 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_counter!(
+        names::EVENTS_PURGED,
+        "Events deleted after the retention window (their totals stay)."
     );
     describe_counter!(
         names::SWEEP_REPAIRED,

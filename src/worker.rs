@@ -31,6 +31,8 @@ use crate::{
 
 /// Most expired leases returned per shard in one reaper pass.
 const REAP_BATCH: usize = 256;
+/// Delete statements one retention pass runs at most (each of `retention_batch` rows).
+const PURGE_BATCHES_PER_PASS: usize = 10;
 /// Longest back-off after Redis errors in the poll loop.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -74,6 +76,9 @@ pub struct WorkerSettings {
     pub retry_delay: Duration,
     pub lease: Duration,
     pub evaluation_timeout: Duration,
+    pub retention: Duration,
+    pub retention_interval: Duration,
+    pub retention_batch: usize,
     pub sweep_interval: Duration,
     pub sweep_batch: usize,
     pub sweep_grace: Duration,
@@ -90,6 +95,9 @@ impl WorkerSettings {
             retry_delay: settings.retry_delay,
             lease: settings.lease,
             evaluation_timeout: settings.evaluation_timeout,
+            retention: settings.retention,
+            retention_interval: settings.retention_interval,
+            retention_batch: settings.retention_batch,
             sweep_interval: settings.sweep_interval,
             sweep_batch: settings.sweep_batch,
             sweep_grace: settings.sweep_grace,
@@ -267,6 +275,38 @@ impl Worker {
             repaired,
         };
         Ok((report, next))
+    }
+
+    /// Deletes events older than the retention (bounded per pass); totals stay as they are.
+    pub async fn purge_once(&self) -> Result<u64, StoreError> {
+        let deleted = self
+            .store
+            .purge_expired_events(
+                self.settings.retention,
+                self.settings.retention_batch,
+                PURGE_BATCHES_PER_PASS,
+            )
+            .await?;
+        if deleted > 0 {
+            metrics::counter!(names::EVENTS_PURGED).increment(deleted);
+            tracing::info!(deleted, "deleted events past the retention window");
+        }
+        Ok(deleted)
+    }
+
+    async fn run_retention(self, shutdown: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.settings.retention_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticker.tick() => {
+                    if let Err(error) = self.purge_once().await {
+                        tracing::warn!(%error, "retention pass failed");
+                    }
+                }
+            }
+        }
     }
 
     async fn run_sweeper(self, shutdown: CancellationToken) {
@@ -508,6 +548,7 @@ impl Worker {
         let mut tasks = JoinSet::new();
         let reaper = tokio::spawn(self.clone().run_reaper(shutdown.clone()));
         let sweeper = tokio::spawn(self.clone().run_sweeper(shutdown.clone()));
+        let retention = tokio::spawn(self.clone().run_retention(shutdown.clone()));
         let mut backoff = self.settings.poll_interval;
 
         while !shutdown.is_cancelled() {
@@ -585,6 +626,7 @@ impl Worker {
         }
         let _ = reaper.await;
         let _ = sweeper.await;
+        let _ = retention.await;
     }
 
     /// Returns expired leases every half lease, on its own timer so that a process whose

@@ -76,6 +76,36 @@ pub struct ClaimBatch {
     pub malformed: Vec<String>,
 }
 
+/// What Redis keeps through a restart or under memory pressure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisDurability {
+    pub maxmemory_policy: String,
+    pub appendonly: bool,
+}
+
+impl RedisDurability {
+    /// What an operator should fix. quiesce stays correct without them (Postgres and the repair
+    /// sweep recover lost schedules) but evaluations then wait for the sweep.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.maxmemory_policy != "noeviction" {
+            warnings.push(format!(
+                "Redis maxmemory-policy is {:?}, not \"noeviction\": under memory pressure Redis may evict \
+                 queue keys; entities are then evaluated only after the repair sweep finds them",
+                self.maxmemory_policy
+            ));
+        }
+        if !self.appendonly {
+            warnings.push(
+                "Redis runs without AOF (appendonly no): a restart loses the schedule, and entities wait \
+                 for the repair sweep; set appendonly yes (appendfsync everysec)"
+                    .to_owned(),
+            );
+        }
+        warnings
+    }
+}
+
 /// How many entities one shard holds in each set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardDepth {
@@ -549,6 +579,29 @@ impl Queue {
             .collect())
     }
 
+    /// Reads the settings that decide what Redis keeps through a restart or under memory
+    /// pressure; `None` where the server refuses CONFIG (some managed services do).
+    pub async fn durability(&self) -> Result<Option<RedisDurability>> {
+        let mut redis = self.redis.clone();
+        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut redis)
+            .await;
+        let Ok(policy) = reply else {
+            return Ok(None);
+        };
+        let appendonly: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendonly")
+            .query_async(&mut redis)
+            .await?;
+        Ok(Some(RedisDurability {
+            maxmemory_policy: policy.get(1).cloned().unwrap_or_default(),
+            appendonly: appendonly.get(1).is_some_and(|v| v == "yes"),
+        }))
+    }
+
     pub async fn ping(&self) -> Result<()> {
         let mut redis = self.redis.clone();
         let _: String = redis::cmd("PING").query_async(&mut redis).await?;
@@ -596,4 +649,26 @@ fn parse_claim_reply(shard: u16, reply: Vec<redis::Value>) -> Result<ClaimBatch>
         }
     }
     Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisDurability;
+
+    #[test]
+    fn eviction_and_missing_aof_are_reported() {
+        let safe = RedisDurability {
+            maxmemory_policy: "noeviction".into(),
+            appendonly: true,
+        };
+        assert!(safe.warnings().is_empty());
+        let risky = RedisDurability {
+            maxmemory_policy: "allkeys-lru".into(),
+            appendonly: false,
+        };
+        let warnings = risky.warnings();
+        assert_eq!(warnings.len(), 2);
+        assert!(warnings[0].contains("allkeys-lru"));
+        assert!(warnings[1].contains("AOF"));
+    }
 }

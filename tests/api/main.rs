@@ -10,6 +10,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod ingest;
+mod maintenance;
 mod outages;
 mod read_api;
 mod repair;

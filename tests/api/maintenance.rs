@@ -1,0 +1,65 @@
+//! Retention of event ids, and the Redis configuration check at startup.
+
+use serde_json::json;
+
+use crate::helpers::{TestOptions, event, spawn_app};
+
+#[tokio::test]
+async fn events_past_retention_are_deleted_and_totals_stay() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let events: Vec<_> = (0..5)
+        .map(|i| event(&format!("e{i}"), "post:old", "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    // Three of them were received eight days ago (the default retention is seven).
+    sqlx::query(
+        "UPDATE events SET received_at = now() - interval '8 days' WHERE id IN ('e0', 'e1', 'e2')",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    assert_eq!(app.worker().purge_once().await.unwrap(), 3);
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 2);
+    assert_eq!(
+        app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:old'")
+            .await,
+        5,
+        "aggregates are unchanged"
+    );
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:old'")
+            .await,
+        5
+    );
+    assert_eq!(app.worker().purge_once().await.unwrap(), 0);
+
+    // Within the window an id is still a duplicate; past it, the id is forgotten.
+    assert_eq!(app.send(&event("e3", "post:old", "flag")).await, (0, 1));
+    assert_eq!(app.send(&event("e0", "post:old", "flag")).await, (1, 0));
+}
+
+#[tokio::test]
+async fn the_redis_durability_check_reads_the_server_settings() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let mut redis = app.backends.queue.connection();
+    let appendonly: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let durability = app
+        .backends
+        .queue
+        .durability()
+        .await
+        .unwrap()
+        .expect("CONFIG allowed");
+    assert_eq!(durability.appendonly, appendonly[1] == "yes");
+    assert!(!durability.maxmemory_policy.is_empty());
+    assert_eq!(
+        durability.warnings().iter().any(|w| w.contains("AOF")),
+        !durability.appendonly
+    );
+}
