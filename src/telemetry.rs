@@ -23,6 +23,7 @@ pub mod names {
     pub const LEASES_REAPED: &str = "quiesce_leases_reaped_total";
     pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
     pub const EVENTS_PURGED: &str = "quiesce_events_purged_total";
+    pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
@@ -125,6 +126,10 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_gauge!(
+        names::POSTGRES_BREAKER_OPEN,
+        "1 while this process's workers pause claiming because Postgres is unreachable."
     );
     describe_counter!(
         names::EVENTS_PURGED,

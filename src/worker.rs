@@ -6,7 +6,7 @@ use std::{
     panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -33,6 +33,8 @@ use crate::{
 const REAP_BATCH: usize = 256;
 /// Delete statements one retention pass runs at most (each of `retention_batch` rows).
 const PURGE_BATCHES_PER_PASS: usize = 10;
+/// Longest pause of the Postgres circuit breaker between probes.
+const MAX_BREAKER_PAUSE: Duration = Duration::from_secs(5);
 /// Longest back-off after Redis errors in the poll loop.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -136,6 +138,67 @@ pub struct Worker {
     settings: WorkerSettings,
     wakeup: Arc<Notify>,
     before_apply: Option<BeforeApplyHook>,
+    breaker: Arc<Breaker>,
+    stats: Arc<WorkerStats>,
+}
+
+/// Counters of one worker, for tests and logs (Prometheus has the process-wide figures).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Entities claimed by this worker's poll loop and single-step calls.
+    pub claims: AtomicU64,
+    /// Postgres probes made while the circuit breaker was open.
+    pub probes: AtomicU64,
+}
+
+/// Stops claiming while Postgres is unreachable, so that workers neither churn through claims
+/// nor hammer a database that is down. Opens on an evaluation that found Postgres unreachable;
+/// after an exponential, jittered pause a ping decides whether to close or stay open.
+#[derive(Debug, Default)]
+struct Breaker {
+    state: Mutex<BreakerState>,
+}
+
+#[derive(Debug, Default)]
+struct BreakerState {
+    trips: u32,
+    open_until: Option<Instant>,
+}
+
+impl Breaker {
+    fn trip(&self, base: Duration) {
+        let mut state = self.state.lock().expect("not poisoned");
+        state.trips = state.trips.saturating_add(1);
+        let exponent = state.trips.min(16) - 1;
+        let pause = (base * 2u32.pow(exponent)).min(MAX_BREAKER_PAUSE);
+        let jittered = pause.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+        state.open_until = Some(Instant::now() + jittered);
+        metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(1.0);
+    }
+
+    /// How long the breaker stays open, if it is.
+    fn open_for(&self) -> Option<Duration> {
+        let state = self.state.lock().expect("not poisoned");
+        state
+            .open_until
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Tripped and its pause is over: the next step is a probe.
+    fn needs_probe(&self) -> bool {
+        let tripped = self.state.lock().expect("not poisoned").trips > 0;
+        tripped && self.open_for().is_none()
+    }
+
+    fn close(&self) {
+        let mut state = self.state.lock().expect("not poisoned");
+        if state.trips > 0 {
+            tracing::info!("Postgres is reachable again; claiming resumes");
+        }
+        *state = BreakerState::default();
+        metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+    }
 }
 
 impl Worker {
@@ -153,7 +216,18 @@ impl Worker {
             settings,
             wakeup,
             before_apply: None,
+            breaker: Arc::default(),
+            stats: Arc::default(),
         }
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+
+    /// Whether this worker has stopped claiming because Postgres is unreachable.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.state.lock().expect("not poisoned").trips > 0
     }
 
     pub fn with_before_apply(mut self, hook: BeforeApplyHook) -> Self {
@@ -207,6 +281,9 @@ impl Worker {
                 let wait = (next - batch.now_ms).max(0);
                 next_due_in = Some(next_due_in.map_or(wait, |w| w.min(wait)));
             }
+            self.stats
+                .claims
+                .fetch_add(batch.claims.len() as u64, Ordering::Relaxed);
             round.claims.extend(batch.claims);
         }
         round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
@@ -406,8 +483,13 @@ impl Worker {
                 self.give_back(claim, format!("moderation version moved past {read}"))
                     .await
             }
-            // An outage is not the entity's fault: it must not use up its attempts.
+            // An outage is not the entity's fault: it must not use up its attempts, and
+            // claiming pauses until Postgres answers again.
             Err(EvaluationError::Store(error)) if error.is_unavailable() => {
+                if !self.breaker_open() {
+                    tracing::warn!(%error, "Postgres unreachable; pausing claims");
+                }
+                self.breaker.trip(self.settings.poll_interval);
                 self.give_back(claim, error.to_string()).await
             }
             Err(error) => self.fail(claim, error.to_string(), false).await,
@@ -556,7 +638,34 @@ impl Worker {
 
             let available = permits.available_permits();
             let mut sleep_for = self.settings.poll_interval;
-            if available > 0 {
+            let claiming = if let Some(pause) = self.breaker.open_for() {
+                sleep_for = pause;
+                false
+            } else if self.breaker.needs_probe() {
+                self.stats.probes.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(
+                    self.settings.poll_interval.max(Duration::from_secs(1)),
+                    self.store.ping(),
+                )
+                .await
+                {
+                    Ok(Ok(())) => {
+                        self.breaker.close();
+                        true
+                    }
+                    _ => {
+                        self.breaker.trip(self.settings.poll_interval);
+                        sleep_for = self
+                            .breaker
+                            .open_for()
+                            .unwrap_or(self.settings.poll_interval);
+                        false
+                    }
+                }
+            } else {
+                true
+            };
+            if claiming && available > 0 {
                 match self.claim_once(available).await {
                     Ok(round) => {
                         backoff = self.settings.poll_interval;

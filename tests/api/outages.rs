@@ -100,3 +100,61 @@ async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis()
     .await;
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
 }
+
+#[tokio::test]
+async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves() {
+    let app = spawn_app(TestOptions {
+        through_proxies: true,
+        backend_timeout: Duration::from_secs(1),
+        window: Duration::from_millis(20),
+        max_attempts: 2,
+        ..TestOptions::idle()
+    })
+    .await;
+    let events: Vec<_> = (0..50)
+        .map(|i| event(&format!("e{i}"), &format!("post:{}", i % 5), "flag"))
+        .collect();
+    app.send(&serde_json::json!(events)).await;
+    let postgres = app.postgres_proxy.as_ref().unwrap();
+    postgres.cut();
+
+    let worker = app.worker();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.clone().run(shutdown.clone()));
+    wait_for(
+        Duration::from_secs(20),
+        "the breaker to probe a down Postgres 3 times",
+        || async {
+            worker
+                .stats()
+                .probes
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 3
+        },
+    )
+    .await;
+    assert!(worker.breaker_open());
+    // Each entity was claimed about once before the breaker opened; no churn since.
+    let claims = worker
+        .stats()
+        .claims
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(claims <= 5 + 3, "{claims} claims while Postgres was down");
+
+    postgres.restore();
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert!(!worker.breaker_open());
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
+            .await,
+        5
+    );
+    let depths = app.backends.queue.depths().await.unwrap();
+    assert_eq!(
+        depths.iter().map(|d| d.dead).sum::<u64>(),
+        0,
+        "no entity dead-lettered"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
