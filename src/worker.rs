@@ -149,6 +149,8 @@ pub struct WorkerStats {
     pub claims: AtomicU64,
     /// Postgres probes made while the circuit breaker was open.
     pub probes: AtomicU64,
+    /// Writes refused by the moderation version fence (a stale evaluation).
+    pub fenced: AtomicU64,
 }
 
 /// Stops claiming while Postgres is unreachable, so that workers neither churn through claims
@@ -480,6 +482,7 @@ impl Worker {
             }
             Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
                 metrics::counter!(names::VERSION_CONFLICTS).increment(1);
+                self.stats.fenced.fetch_add(1, Ordering::Relaxed);
                 self.give_back(claim, format!("moderation version moved past {read}"))
                     .await
             }

@@ -14,4 +14,5 @@ mod maintenance;
 mod outages;
 mod read_api;
 mod repair;
+mod stale_writer;
 mod version_fence;

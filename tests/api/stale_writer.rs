@@ -1,0 +1,155 @@
+//! Leases and locks under pauses: a worker paused past its lease is fenced off when it wakes,
+//! and a slow evaluation that keeps renewing is not taken over.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::FutureExt;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use quiesce::{store::Completion, worker::Outcome};
+
+use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
+
+/// A hook that signals `entered` and then waits for `resume` (at most 20 s).
+fn pausing_hook(entered: Arc<Notify>, resume: Arc<Notify>) -> quiesce::worker::BeforeApplyHook {
+    Arc::new(move |_snapshot| {
+        let (entered, resume) = (Arc::clone(&entered), Arc::clone(&resume));
+        async move {
+            entered.notify_one();
+            let _ = tokio::time::timeout(Duration::from_secs(20), resume.notified()).await;
+        }
+        .boxed()
+    })
+}
+
+#[tokio::test]
+async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_action_stands() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        lease: Duration::from_millis(600),
+        evaluation_timeout: Duration::from_secs(30),
+        ..TestOptions::idle()
+    })
+    .await;
+    let flags: Vec<_> = (0..10)
+        .map(|i| event(&format!("f{i}"), "post:paused", "flag"))
+        .collect();
+    app.send(&json!(flags)).await;
+
+    let (entered, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let paused = app
+        .worker()
+        .with_before_apply(pausing_hook(Arc::clone(&entered), Arc::clone(&resume)));
+    let claim = claim_next(&paused).await;
+    let paused_run = tokio::spawn({
+        let paused = paused.clone();
+        async move { paused.process(claim).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the paused worker read its snapshot");
+
+    // It is now paused between its snapshot and its write, and its lease and lock run out as
+    // if its renewals had stopped (a SIGSTOP, a long GC pause).
+    let entity = quiesce::domain::EntityId::parse("post:paused").unwrap();
+    let keys = app.backends.queue.keys().for_entity(&entity);
+    let mut redis = app.backends.queue.connection();
+    let _: () = redis::pipe()
+        .zadd(keys.inflight(), entity.as_str(), 0)
+        .del(keys.lock(&entity))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    // Another worker rescues the entity and applies the action.
+    let rescuer = app.worker();
+    wait_for(
+        Duration::from_secs(10),
+        "the expired lease to be reaped",
+        || async { rescuer.reap_once().await.unwrap().returned == 1 },
+    )
+    .await;
+    let outcome = rescuer.process(claim_next(&rescuer).await).await;
+    assert!(
+        matches!(outcome, Outcome::Done(Completion::Applied { .. })),
+        "{outcome:?}"
+    );
+
+    // The paused worker wakes up and tries to write its decision on the old version: fenced.
+    resume.notify_one();
+    let outcome = paused_run.await.unwrap();
+    assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
+    assert_eq!(paused.stats().fenced.load(Ordering::Relaxed), 1);
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(
+        app.evaluation_count("post:paused").await,
+        1,
+        "the stale worker wrote nothing"
+    );
+    assert_eq!(
+        app.scalar("SELECT moderation_version FROM entities").await,
+        1
+    );
+    assert_eq!(app.status_of("post:paused").await, "hidden");
+}
+
+#[tokio::test]
+async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
+    let lease = Duration::from_millis(400);
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        lease,
+        ..TestOptions::idle()
+    })
+    .await;
+    let flags: Vec<_> = (0..10)
+        .map(|i| event(&format!("f{i}"), "post:slow", "flag"))
+        .collect();
+    app.send(&json!(flags)).await;
+
+    let (entered, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let slow = app.worker().with_before_apply({
+        let (calls, pause) = (
+            Arc::clone(&calls),
+            pausing_hook(entered.clone(), resume.clone()),
+        );
+        Arc::new(move |snapshot| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            pause(snapshot)
+        })
+    });
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let slow_run = tokio::spawn(slow.run(shutdown.clone()));
+    tokio::time::timeout(Duration::from_secs(10), entered.notified())
+        .await
+        .expect("the slow evaluation started");
+
+    // A competitor polls and reaps the same queue while the evaluation takes three leases.
+    let competitor = tokio::spawn(app.worker().run(shutdown.clone()));
+    let entity = quiesce::domain::EntityId::parse("post:slow").unwrap();
+    let started = std::time::Instant::now();
+    wait_for(lease * 6, "three lease lifetimes to pass", || async {
+        // Renewal keeps moving the lease deadline; the claim stays the slow worker's.
+        let state = app.backends.queue.state_of(&entity).await.unwrap();
+        assert!(state.lease_until_ms.is_some(), "the claim was lost");
+        started.elapsed() > lease * 3
+    })
+    .await;
+    resume.notify_one();
+    app.wait_settled(Duration::from_secs(20)).await;
+    shutdown.cancel();
+    slow_run.await.unwrap();
+    competitor.await.unwrap();
+
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(app.evaluation_count("post:slow").await, 1);
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+}
