@@ -20,6 +20,8 @@ pub const DEFAULT_REDIS_PREFIX: &str = "quiesce";
 pub const DEFAULT_SHARDS: u16 = 16;
 /// How long a claim (and the entity lock) lives without renewal; renewed every third of it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Shortest lease derived from measured evaluation times (p99 x 2 + margin); `lease` is the longest.
+pub const DEFAULT_LEASE_FLOOR: Duration = Duration::from_secs(1);
 /// Longest the poller sleeps when nothing is due sooner.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Most entities claimed from one shard in one script call.
@@ -157,6 +159,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
     #[serde(with = "humantime_serde")]
+    pub lease_floor: Duration,
+    #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
     pub claim_batch: usize,
     #[serde(with = "humantime_serde")]
@@ -205,6 +209,7 @@ impl Default for Settings {
             redis_prefix: DEFAULT_REDIS_PREFIX.to_owned(),
             shards: DEFAULT_SHARDS,
             lease: DEFAULT_LEASE,
+            lease_floor: DEFAULT_LEASE_FLOOR,
             poll_interval: DEFAULT_POLL_INTERVAL,
             claim_batch: DEFAULT_CLAIM_BATCH,
             retry_delay: DEFAULT_RETRY_DELAY,
@@ -286,9 +291,12 @@ pub struct ConfigArgs {
     /// Queue shards (Redis hash tags); every process must use the same number [default: 16].
     #[arg(long, env = "QUIESCE_SHARDS", value_name = "N")]
     pub shards: Option<String>,
-    /// Claim and lock lifetime without renewal; a dead worker's entity returns after it [default: 30s].
+    /// Longest claim and lock lifetime without renewal; the lease in use is p99 evaluation time x 2 + 1s, within lease-floor..lease [default: 30s].
     #[arg(long, env = "QUIESCE_LEASE", value_name = "DURATION")]
     pub lease: Option<String>,
+    /// Shortest lease, however fast evaluations are (capped at --lease) [default: 1s].
+    #[arg(long, env = "QUIESCE_LEASE_FLOOR", value_name = "DURATION")]
+    pub lease_floor: Option<String>,
     /// Longest the poller sleeps when nothing is due sooner [default: 100ms].
     #[arg(long, env = "QUIESCE_POLL_INTERVAL", value_name = "DURATION")]
     pub poll_interval: Option<String>,
@@ -514,6 +522,13 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.lease_floor,
+            &a.lease_floor,
+            "QUIESCE_LEASE_FLOOR",
+            "lease-floor",
+            duration,
+        )?;
+        set(
             &mut self.poll_interval,
             &a.poll_interval,
             "QUIESCE_POLL_INTERVAL",
@@ -678,6 +693,13 @@ impl Settings {
                 "QUIESCE_MAX_WAIT",
                 "max_wait",
                 "must be at least the debounce window",
+            );
+        }
+        if self.lease_floor < Duration::from_millis(300) {
+            return fail(
+                "QUIESCE_LEASE_FLOOR",
+                "lease_floor",
+                "must be at least 300ms (a lease is renewed every third of it)",
             );
         }
         if self.lease < Duration::from_millis(300) {

@@ -24,6 +24,7 @@ pub mod names {
     pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
     pub const EVENTS_PURGED: &str = "quiesce_events_purged_total";
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
+    pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
@@ -126,6 +127,11 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_gauge!(
+        names::LEASE_SECONDS,
+        Unit::Seconds,
+        "Lease and lock TTL given to new claims: p99 evaluation time x 2 + 1s, within the floor and the configured lease."
     );
     describe_gauge!(
         names::POSTGRES_BREAKER_OPEN,

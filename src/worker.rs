@@ -2,7 +2,7 @@
 //! version-checked action, ack. Bounded concurrency, graceful shutdown, lease reaping.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     panic::AssertUnwindSafe,
     sync::{
         Arc, Mutex,
@@ -77,6 +77,7 @@ pub struct WorkerSettings {
     pub claim_batch: usize,
     pub retry_delay: Duration,
     pub lease: Duration,
+    pub lease_floor: Duration,
     pub evaluation_timeout: Duration,
     pub retention: Duration,
     pub retention_interval: Duration,
@@ -96,6 +97,7 @@ impl WorkerSettings {
             claim_batch: settings.claim_batch,
             retry_delay: settings.retry_delay,
             lease: settings.lease,
+            lease_floor: settings.lease_floor,
             evaluation_timeout: settings.evaluation_timeout,
             retention: settings.retention,
             retention_interval: settings.retention_interval,
@@ -140,6 +142,55 @@ pub struct Worker {
     before_apply: Option<BeforeApplyHook>,
     breaker: Arc<Breaker>,
     stats: Arc<WorkerStats>,
+    leases: Arc<LeaseEstimator>,
+}
+
+/// Evaluation times kept for the lease estimate.
+const LEASE_SAMPLES: usize = 512;
+/// Measurements needed before the estimate replaces the configured lease.
+const LEASE_MIN_SAMPLES: usize = 20;
+/// Added to twice the p99 evaluation time.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// The lease (and lock TTL) from measured evaluation times: p99 x 2 + margin, between the
+/// floor and the configured lease. A short lease lets the reaper rescue a dead worker's
+/// entities sooner; renewal keeps a slow evaluation's claim whatever the estimate.
+#[derive(Debug)]
+pub struct LeaseEstimator {
+    samples: Mutex<VecDeque<Duration>>,
+    floor: Duration,
+    ceiling: Duration,
+}
+
+impl LeaseEstimator {
+    pub fn new(floor: Duration, ceiling: Duration) -> Self {
+        Self {
+            samples: Mutex::new(VecDeque::with_capacity(LEASE_SAMPLES)),
+            floor: floor.min(ceiling),
+            ceiling,
+        }
+    }
+
+    pub fn record(&self, took: Duration) {
+        let mut samples = self.samples.lock().expect("not poisoned");
+        if samples.len() == LEASE_SAMPLES {
+            samples.pop_front();
+        }
+        samples.push_back(took);
+    }
+
+    /// The lease to give the next claims.
+    pub fn current(&self) -> Duration {
+        let samples = self.samples.lock().expect("not poisoned");
+        if samples.len() < LEASE_MIN_SAMPLES {
+            return self.ceiling;
+        }
+        let mut sorted: Vec<Duration> = samples.iter().copied().collect();
+        drop(samples);
+        sorted.sort_unstable();
+        let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+        (p99 * 2 + LEASE_MARGIN).clamp(self.floor, self.ceiling)
+    }
 }
 
 /// Counters of one worker, for tests and logs (Prometheus has the process-wide figures).
@@ -211,6 +262,7 @@ impl Worker {
         settings: WorkerSettings,
         wakeup: Arc<Notify>,
     ) -> Self {
+        let leases = Arc::new(LeaseEstimator::new(settings.lease_floor, settings.lease));
         Self {
             queue,
             store,
@@ -220,6 +272,7 @@ impl Worker {
             before_apply: None,
             breaker: Arc::default(),
             stats: Arc::default(),
+            leases,
         }
     }
 
@@ -242,6 +295,8 @@ impl Worker {
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
         let shards = self.queue.keys().shards();
         let start = rand::rng().random_range(0..shards);
+        let lease = self.leases.current();
+        metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
         let mut round = ClaimRound::default();
         let mut next_due_in: Option<i64> = None;
         for offset in 0..shards {
@@ -256,6 +311,7 @@ impl Worker {
                     shard,
                     remaining.min(self.settings.claim_batch),
                     self.jittered(self.settings.retry_delay),
+                    lease,
                 )
                 .await;
             let batch = match claimed {
@@ -461,12 +517,14 @@ impl Worker {
         let lost = Arc::new(AtomicBool::new(false));
         // Renewal stops when the guard drops: on return, on timeout, and on a panic.
         let renewal = RenewalGuard(self.spawn_renewal(claim.clone(), Arc::clone(&lost)));
+        let evaluation_started = Instant::now();
         let result = tokio::time::timeout(self.settings.evaluation_timeout, self.evaluate(claim))
             .await
             .unwrap_or(Err(EvaluationError::TimedOut(
                 self.settings.evaluation_timeout,
             )));
         drop(renewal);
+        self.leases.record(evaluation_started.elapsed());
 
         let outcome = match result {
             Ok(completion) => {
@@ -600,7 +658,7 @@ impl Worker {
     /// Renews lease and lock every third of the lease while the evaluation runs.
     fn spawn_renewal(&self, claim: Claim, lost: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
         let queue = self.queue.clone();
-        let period = self.settings.lease / 3;
+        let period = Duration::from_millis(claim.lease_ms / 3).max(Duration::from_millis(1));
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.tick().await;
@@ -745,7 +803,7 @@ impl Worker {
     /// evaluation slots are all busy still rescues what other processes left behind.
     async fn run_reaper(self, shutdown: CancellationToken) {
         let mut ticker =
-            tokio::time::interval((self.settings.lease / 2).max(Duration::from_millis(50)));
+            tokio::time::interval((self.leases.floor / 2).max(Duration::from_millis(50)));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -787,4 +845,48 @@ enum EvaluationError {
     TimedOut(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::LeaseEstimator;
+
+    #[test]
+    fn the_lease_is_twice_the_p99_plus_a_margin_within_floor_and_ceiling() {
+        let leases = LeaseEstimator::new(Duration::from_secs(1), Duration::from_secs(30));
+        assert_eq!(
+            leases.current(),
+            Duration::from_secs(30),
+            "no measurements yet"
+        );
+        for _ in 0..99 {
+            leases.record(Duration::from_millis(100));
+        }
+        leases.record(Duration::from_millis(2_000));
+        // p99 of 99 x 100ms and one 2s is 2s: 2 x 2s + 1s.
+        assert_eq!(leases.current(), Duration::from_secs(5));
+        for _ in 0..600 {
+            leases.record(Duration::from_millis(1));
+        }
+        assert_eq!(leases.current(), Duration::from_millis(1_002));
+        for _ in 0..600 {
+            leases.record(Duration::from_secs(60));
+        }
+        assert_eq!(
+            leases.current(),
+            Duration::from_secs(30),
+            "capped at the configured lease"
+        );
+        let tight = LeaseEstimator::new(Duration::from_secs(5), Duration::from_secs(2));
+        for _ in 0..100 {
+            tight.record(Duration::from_millis(1));
+        }
+        assert_eq!(
+            tight.current(),
+            Duration::from_secs(2),
+            "the floor never exceeds the lease"
+        );
+    }
 }

@@ -32,7 +32,6 @@ pub struct Timing {
     pub window_ms: u64,
     pub max_wait_ms: u64,
     pub mode: ScheduleMode,
-    pub lease_ms: u64,
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
@@ -44,7 +43,6 @@ impl Timing {
             window_ms: settings.debounce_window.as_millis() as u64,
             max_wait_ms: settings.max_wait.as_millis() as u64,
             mode: settings.schedule_mode,
-            lease_ms: settings.lease.as_millis() as u64,
             max_attempts: settings.max_attempts,
             backoff_base_ms: settings.backoff_base.as_millis() as u64,
             backoff_max_ms: settings.backoff_max.as_millis() as u64,
@@ -60,6 +58,8 @@ pub struct Claim {
     pub token: String,
     /// The fire-at the entity was claimed at (unix ms).
     pub due_at_ms: i64,
+    /// Lease (and lock time-to-live) of this claim, renewed by the same amount.
+    pub lease_ms: u64,
 }
 
 /// What one claim call on one shard returned.
@@ -271,7 +271,9 @@ impl Queue {
         shard: u16,
         limit: usize,
         busy_delay: Duration,
+        lease: Duration,
     ) -> Result<ClaimBatch> {
+        let lease_ms = lease.as_millis().max(1) as u64;
         let keys = self.keys.for_shard(shard);
         let token_prefix = uuid::Uuid::new_v4().simple().to_string();
         let mut redis = self.redis.clone();
@@ -282,12 +284,12 @@ impl Queue {
             .key(keys.inflight())
             .key(keys.claims())
             .arg(limit)
-            .arg(self.timing.lease_ms)
+            .arg(lease_ms)
             .arg(&token_prefix)
             .arg(busy_delay.as_millis() as u64)
             .invoke_async(&mut redis)
             .await?;
-        parse_claim_reply(shard, reply)
+        parse_claim_reply(shard, lease_ms, reply)
     }
 
     /// Finishes a claim; false if it had been taken over (lease expired and reaped).
@@ -335,7 +337,7 @@ impl Queue {
             .key(keys.lock(&claim.entity))
             .arg(claim.entity.as_str())
             .arg(&claim.token)
-            .arg(self.timing.lease_ms)
+            .arg(claim.lease_ms)
             .invoke_async(&mut redis)
             .await?;
         Ok(done == 1)
@@ -496,7 +498,7 @@ impl Queue {
             .arg(&claim.token)
             .arg("NX")
             .arg("PX")
-            .arg(self.timing.lease_ms)
+            .arg(claim.lease_ms)
             .query_async(&mut redis)
             .await?;
         Ok(reply.is_some())
@@ -609,7 +611,7 @@ impl Queue {
     }
 }
 
-fn parse_claim_reply(shard: u16, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
+fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
     use redis::FromRedisValue;
     let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
     if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(3) {
@@ -644,6 +646,7 @@ fn parse_claim_reply(shard: u16, reply: Vec<redis::Value>) -> Result<ClaimBatch>
                 entity,
                 token: text(&chunk[1])?,
                 due_at_ms: number(&chunk[2])?,
+                lease_ms,
             }),
             Err(_) => batch.malformed.push(raw),
         }

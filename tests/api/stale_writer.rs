@@ -153,3 +153,48 @@ async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
     assert_eq!(app.evaluation_count("post:slow").await, 1);
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
 }
+
+#[tokio::test]
+async fn claims_get_a_lease_derived_from_measured_evaluation_times() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        lease: Duration::from_secs(30),
+        ..TestOptions::idle()
+    })
+    .await;
+    let worker = app.worker();
+    let events: Vec<_> = (0..25)
+        .map(|i| event(&format!("e{i}"), &format!("post:{i}"), "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+    // Before any measurement, claims get the configured lease.
+    let first = claim_next(&worker).await;
+    assert_eq!(first.lease_ms, 30_000);
+    worker.process(first).await;
+    for _ in 1..25 {
+        let claim = claim_next(&worker).await;
+        worker.process(claim).await;
+    }
+    // 25 fast evaluations later: p99 x 2 + 1s, far below the 30s ceiling.
+    app.send(&event("next", "post:next", "upvote")).await;
+    let claim = claim_next(&worker).await;
+    assert!(
+        (1_000..10_000).contains(&claim.lease_ms),
+        "lease {} ms",
+        claim.lease_ms
+    );
+    let entity = quiesce::domain::EntityId::parse("post:next").unwrap();
+    let deadline = app
+        .backends
+        .queue
+        .state_of(&entity)
+        .await
+        .unwrap()
+        .lease_until_ms
+        .unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    assert!(
+        deadline - now <= claim.lease_ms as i64,
+        "the in-flight deadline uses it"
+    );
+}
