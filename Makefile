@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test check fmt clippy services build clean-local
+.PHONY: run test chaos check fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -27,6 +27,11 @@ test:
 	@eval "$$(scripts/services.sh)" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
 	scripts/smoke-make-run.sh
+
+## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
+chaos:
+	@eval "$$(scripts/services.sh)" && \
+	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
 fmt:
 	$(CARGO) fmt --all

@@ -51,6 +51,8 @@ pub struct TestOptions {
     pub sweep_interval: Duration,
     pub sweep_grace: Duration,
     pub max_attempts: u32,
+    /// A Redis other than the shared one (a private instance a chaos test can flush or restart).
+    pub redis_url: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -70,6 +72,7 @@ impl Default for TestOptions {
             sweep_interval: Duration::from_secs(30),
             sweep_grace: Duration::from_secs(10),
             max_attempts: 5,
+            redis_url: None,
         }
     }
 }
@@ -113,7 +116,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     admin.close().await.ok();
 
     let mut database_url = format!("{}/{db_name}", database_base_url());
-    let mut redis_url = redis_url();
+    let mut redis_url = options.redis_url.clone().unwrap_or_else(redis_url);
     let (mut redis_proxy, mut postgres_proxy) = (None, None);
     if options.through_proxies {
         let (target, _) = redirect(&redis_url, 6379, "127.0.0.1:1".parse().unwrap());
@@ -357,6 +360,22 @@ impl TestApp {
             .env("QUIESCE_POLL_INTERVAL", "20ms")
             .env("QUIESCE_RETRY_DELAY", "40ms")
             .env("QUIESCE_MAX_ATTEMPTS", s.max_attempts.to_string())
+            .env(
+                "QUIESCE_LEASE_FLOOR",
+                humantime::format_duration(s.lease_floor).to_string(),
+            )
+            .env(
+                "QUIESCE_BACKEND_TIMEOUT",
+                humantime::format_duration(s.backend_timeout).to_string(),
+            )
+            .env(
+                "QUIESCE_SWEEP_INTERVAL",
+                humantime::format_duration(s.sweep_interval).to_string(),
+            )
+            .env(
+                "QUIESCE_SWEEP_GRACE",
+                humantime::format_duration(s.sweep_grace).to_string(),
+            )
             .env("QUIESCE_BACKOFF_BASE", "20ms")
             .env("QUIESCE_BACKOFF_MAX", "200ms")
             .env("QUIESCE_WORKERS", "4")

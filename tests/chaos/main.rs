@@ -1,0 +1,352 @@
+//! Chaos suite: real processes killed, Redis flushed and restarted, Postgres cut off, while a
+//! load runs; afterwards Postgres is checked the way a queue checker accounts for every item:
+//! what went in came out, once. Slow, so `make chaos` runs it (and CI), not `make test`.
+
+#[path = "../api/helpers.rs"]
+#[allow(dead_code)]
+mod helpers;
+#[path = "../api/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
+
+use std::{
+    process::Stdio,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
+
+use helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use rand::Rng;
+use serde_json::{Value, json};
+
+/// Sends a request until it is accepted: 503s and refused connections are retried, as a
+/// webhook sender would; any other answer fails the test. Returns the accepted count.
+async fn deliver(app: &TestApp, body: &Value, unavailable: &AtomicU64) -> u64 {
+    loop {
+        match app
+            .client
+            .post(format!("{}/v1/events", app.base))
+            .json(body)
+            .send()
+            .await
+        {
+            Ok(response) if response.status() == 202 => {
+                let reply: Value = response.json().await.unwrap();
+                return reply["accepted"].as_u64().unwrap();
+            }
+            Ok(response) if response.status() == 503 => {
+                assert!(response.headers().get("retry-after").is_some());
+                unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(response) => panic!("unexpected status {}", response.status()),
+            Err(error) => panic!("request failed: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `rounds` waves of one request per 100 events, over `entities` entities, about a third
+/// flags; event ids start with `phase`, so that every call sends new events. Returns the
+/// events accepted.
+async fn run_load(
+    app: &TestApp,
+    phase: &str,
+    rounds: usize,
+    per_round: usize,
+    entities: usize,
+    unavailable: &AtomicU64,
+) -> u64 {
+    let mut accepted = 0;
+    for round in 0..rounds {
+        let bodies: Vec<Value> = (0..per_round / 100)
+            .map(|request| {
+                let mut rng = rand::rng();
+                json!(
+                    (0..100)
+                        .map(|i| {
+                            let entity = format!("post:{}", rng.random_range(0..entities));
+                            let signal = if rng.random_bool(0.35) {
+                                "flag"
+                            } else {
+                                "upvote"
+                            };
+                            event(&format!("{phase}-r{round}-q{request}-{i}"), &entity, signal)
+                        })
+                        .collect::<Vec<_>>()
+                )
+            })
+            .collect();
+        let replies =
+            futures::future::join_all(bodies.iter().map(|b| deliver(app, b, unavailable))).await;
+        accepted += replies.iter().sum::<u64>();
+    }
+    accepted
+}
+
+/// What must hold after any chaos, read from Postgres.
+async fn check_accounting(app: &TestApp, accepted: u64) {
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events").await as u64,
+        accepted,
+        "lost or doubled events"
+    );
+    assert_eq!(
+        app.scalar("SELECT coalesce(sum(event_count), 0)::bigint FROM entities")
+            .await as u64,
+        accepted,
+        "counters out of step with events"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE event_count <> evaluated_event_count")
+            .await,
+        0,
+        "an entity's last events were never evaluated"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE last_evaluated_at IS NULL OR last_evaluated_at < last_event_at")
+            .await,
+        0,
+        "an entity's last evaluation is older than its last event"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
+            .await,
+        0,
+        "an action was applied twice"
+    );
+    let dead: u64 = app
+        .backends
+        .queue
+        .depths()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.dead)
+        .sum();
+    assert_eq!(dead, 0, "a healthy entity was dead-lettered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make chaos"]
+async fn sigkilled_worker_processes_lose_nothing_and_duplicate_nothing() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(200),
+        max_wait: Duration::from_secs(2),
+        lease: Duration::from_secs(2),
+        max_attempts: 1000,
+        sweep_interval: Duration::from_secs(1),
+        ..TestOptions::idle()
+    })
+    .await;
+    let mut workers: Vec<_> = (0..3)
+        .map(|i| app.spawn_worker_process(&format!("w{i}-0"), None))
+        .collect();
+    let unavailable = AtomicU64::new(0);
+
+    let load = run_load(&app, "kill", 10, 1000, 1000, &unavailable);
+    let killer = async {
+        let mut kills = 0;
+        while kills < 60 {
+            let pause = rand::rng().random_range(20..120);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let victim = rand::rng().random_range(0..workers.len());
+            workers[victim].start_kill().unwrap();
+            workers[victim].wait().await.unwrap();
+            kills += 1;
+            workers[victim] = app.spawn_worker_process(&format!("w{victim}-{kills}"), None);
+        }
+        kills
+    };
+    let (accepted, kills) = tokio::join!(load, killer);
+    assert_eq!(kills, 60);
+    assert_eq!(accepted, 10_000);
+
+    app.wait_settled(Duration::from_secs(120)).await;
+    check_accounting(&app, accepted).await;
+    let evaluations = app.scalar("SELECT count(*) FROM evaluations").await;
+    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    eprintln!(
+        "chaos sigkill: {kills} kills, {accepted} events, {evaluations} evaluations, {actions} actions"
+    );
+    for mut worker in workers {
+        worker.start_kill().unwrap();
+        worker.wait().await.unwrap();
+    }
+}
+
+/// A Redis server of this test's own, which it may flush and restart.
+struct PrivateRedis {
+    port: u16,
+    dir: std::path::PathBuf,
+    process: Option<tokio::process::Child>,
+}
+
+impl PrivateRedis {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("quiesce-chaos-redis-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut redis = Self {
+            port,
+            dir,
+            process: None,
+        };
+        redis.spawn().await;
+        redis
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn spawn(&mut self) {
+        let process = tokio::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server on PATH (scripts/services.sh installs it)");
+        self.process = Some(process);
+        let url = self.url();
+        wait_for(
+            Duration::from_secs(10),
+            "the private Redis to answer",
+            || async {
+                let Ok(client) = redis::Client::open(url.as_str()) else {
+                    return false;
+                };
+                let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
+                redis::cmd("PING")
+                    .query_async::<String>(&mut connection)
+                    .await
+                    .is_ok()
+            },
+        )
+        .await;
+    }
+
+    async fn command(&self, name: &str) {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd(name).query_async(&mut connection).await.unwrap();
+    }
+
+    /// A restart without persistence: everything in it is gone.
+    async fn restart(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.start_kill().unwrap();
+            process.wait().await.unwrap();
+        }
+        self.spawn().await;
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make chaos"]
+async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_entity() {
+    let mut redis = PrivateRedis::start().await;
+    let max_wait = Duration::from_secs(2);
+    let sweep = Duration::from_millis(500);
+    let app = spawn_app(TestOptions {
+        redis_url: Some(redis.url()),
+        window: Duration::from_millis(300),
+        max_wait,
+        backend_timeout: Duration::from_secs(1),
+        sweep_grace: Duration::from_secs(1),
+        sweep_interval: sweep,
+        workers: 8,
+        ..Default::default()
+    })
+    .await;
+    let unavailable = AtomicU64::new(0);
+
+    let mut accepted = run_load(&app, "before", 2, 2000, 500, &unavailable).await;
+    redis.command("FLUSHALL").await;
+    accepted += run_load(&app, "flushed", 2, 2000, 500, &unavailable).await;
+    redis.restart().await;
+    accepted += run_load(&app, "restarted", 1, 2000, 500, &unavailable).await;
+    assert_eq!(accepted, 10_000);
+    let disrupted = Instant::now();
+
+    app.wait_settled(Duration::from_secs(60)).await;
+    let settle = disrupted.elapsed();
+    check_accounting(&app, accepted).await;
+    // Within max wait + the sweep's grace and interval, plus room for a loaded machine.
+    let bound = max_wait + Duration::from_secs(1) + sweep + Duration::from_secs(10);
+    assert!(
+        settle <= bound,
+        "settled {settle:?} after the last disruption (bound {bound:?})"
+    );
+    eprintln!(
+        "chaos redis: {accepted} events, {} evaluations, settled {settle:?} after the restart, {} 503s retried",
+        app.scalar("SELECT count(*) FROM evaluations").await,
+        unavailable.load(Ordering::Relaxed)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make chaos"]
+async fn postgres_cut_off_for_seconds_mid_run_dead_letters_nothing_and_loses_nothing() {
+    let app = spawn_app(TestOptions {
+        through_proxies: true,
+        window: Duration::from_millis(200),
+        max_wait: Duration::from_secs(2),
+        backend_timeout: Duration::from_secs(1),
+        sweep_grace: Duration::from_secs(1),
+        sweep_interval: Duration::from_millis(500),
+        max_attempts: 3,
+        workers: 8,
+        ..Default::default()
+    })
+    .await;
+    let unavailable = AtomicU64::new(0);
+    let postgres = app.postgres_proxy.as_ref().unwrap();
+
+    let mut accepted = run_load(&app, "before", 2, 2000, 500, &unavailable).await;
+    // Every connection dropped and new ones refused for three seconds, as in a restart,
+    // while senders keep sending (and retrying their 503s).
+    postgres.cut();
+    let outage = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        postgres.restore();
+    };
+    let (more, ()) = tokio::join!(run_load(&app, "during", 2, 2000, 500, &unavailable), outage);
+    accepted += more;
+    assert_eq!(accepted, 8_000);
+
+    app.wait_settled(Duration::from_secs(60)).await;
+    check_accounting(&app, accepted).await;
+    assert!(
+        unavailable.load(Ordering::Relaxed) > 0,
+        "the outage was seen by the senders"
+    );
+    eprintln!(
+        "chaos postgres: {accepted} events, {} 503s retried, {} evaluations",
+        unavailable.load(Ordering::Relaxed),
+        app.scalar("SELECT count(*) FROM evaluations").await
+    );
+}
