@@ -30,7 +30,7 @@ test:
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
-	@eval "$$(scripts/services.sh)" && \
+	@eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
 fmt:

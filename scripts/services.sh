@@ -69,6 +69,11 @@ pg_bin() {
   return 1
 }
 
+# The chaos suite starts Redis servers of its own: it needs the binary even when a server runs.
+if [ -n "${QUIESCE_NEED_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null; then
+  install_packages redis-server redis-server QUIESCE_REDIS_URL
+fi
+
 if redis_ok "$redis_url"; then
   say "redis reachable at $(host_port "$redis_url" 6379 | tr ' ' ':')"
 else
