@@ -44,5 +44,5 @@ check:
 ## clean-local: stop private instances started by scripts/services.sh and delete their data
 clean-local:
 	-@[ -f .local/redis/redis.pid ] && kill "$$(cat .local/redis/redis.pid)" || true
-	-@[ -f .local/postgres/postmaster.pid ] && runuser -u postgres -- pg_ctl -D .local/postgres stop -m fast 2>/dev/null || pg_ctl -D .local/postgres stop -m fast 2>/dev/null || true
+	-@[ -f .local/postgres/postmaster.pid ] && scripts/private-postgres.sh stop .local/postgres || true
 	rm -rf .local

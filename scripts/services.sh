@@ -61,12 +61,8 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >&2
 }
 
-pg_bin() {
-  local candidate
-  for candidate in "$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/x)")" /usr/lib/postgresql/*/bin; do
-    if [ -x "$candidate/initdb" ] && [ -x "$candidate/pg_ctl" ]; then echo "$candidate"; return 0; fi
-  done
-  return 1
+pg_installed() {
+  command -v initdb >/dev/null || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
 # The chaos suite starts Redis servers of its own: it needs the binary even when a server runs.
@@ -95,30 +91,16 @@ fi
 if pg_ok "$database_url"; then
   say "postgres reachable at $(host_port "$database_url" 5432 | tr ' ' ':')"
 else
-  bin=$(pg_bin) || { install_packages initdb postgresql QUIESCE_DATABASE_URL; bin=$(pg_bin); }
+  pg_installed || install_packages initdb postgresql QUIESCE_DATABASE_URL
   db_name=${database_url##*/}
   db_name=${db_name%%\?*}
   database_url="postgres://postgres@127.0.0.1:$private_pg_port/${db_name:-quiesce}"
   if pg_ok "$database_url"; then
     say "using the private postgres on 127.0.0.1:$private_pg_port"
   else
-    data="$local_dir/postgres"
-    # Postgres refuses to run as root: use the postgres system user when we are root.
-    run_as=()
-    if [ "$(id -u)" = 0 ]; then
-      id postgres >/dev/null 2>&1 || useradd --system --home-dir "$local_dir" postgres
-      run_as=(runuser -u postgres --)
-    fi
+    say "starting the private postgres on 127.0.0.1:$private_pg_port (data in .local/postgres)"
     mkdir -p "$local_dir"
-    if [ ! -f "$data/PG_VERSION" ]; then
-      say "initialising a private postgres in .local/postgres"
-      mkdir -p "$data"
-      [ "$(id -u)" = 0 ] && chown postgres "$data"
-      "${run_as[@]}" "$bin/initdb" -D "$data" -U postgres --auth=trust >/dev/null
-    fi
-    say "starting the private postgres on 127.0.0.1:$private_pg_port"
-    "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w \
-      -o "-p $private_pg_port -k $data -c listen_addresses=127.0.0.1 -c max_connections=300" start >&2
+    "$root/scripts/private-postgres.sh" start "$local_dir/postgres" "$private_pg_port"
   fi
 fi
 

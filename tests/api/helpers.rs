@@ -53,6 +53,8 @@ pub struct TestOptions {
     pub max_attempts: u32,
     /// A Redis other than the shared one (a private instance a chaos test can flush or restart).
     pub redis_url: Option<String>,
+    /// A Postgres server other than the shared one (`postgres://user@host:port`), likewise.
+    pub database_base: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -73,6 +75,7 @@ impl Default for TestOptions {
             sweep_grace: Duration::from_secs(10),
             max_attempts: 5,
             redis_url: None,
+            database_base: None,
         }
     }
 }
@@ -106,7 +109,11 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     }
     let id = uuid::Uuid::new_v4().simple().to_string();
     let db_name = format!("quiesce_test_{id}");
-    let mut admin = PgConnection::connect(&format!("{}/postgres", database_base_url()))
+    let database_base = options
+        .database_base
+        .clone()
+        .unwrap_or_else(database_base_url);
+    let mut admin = PgConnection::connect(&format!("{database_base}/postgres"))
         .await
         .expect("Postgres reachable (see scripts/services.sh)");
     sqlx::query(&format!("CREATE DATABASE {db_name}"))
@@ -115,7 +122,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .expect("create the test database");
     admin.close().await.ok();
 
-    let mut database_url = format!("{}/{db_name}", database_base_url());
+    let mut database_url = format!("{database_base}/{db_name}");
     let mut redis_url = options.redis_url.clone().unwrap_or_else(redis_url);
     let (mut redis_proxy, mut postgres_proxy) = (None, None);
     if options.through_proxies {

@@ -1,4 +1,4 @@
-//! Chaos suite: real processes killed, Redis flushed and restarted, Postgres cut off, while a
+//! Chaos suite: real processes killed, Redis flushed and restarted, Postgres crashed and restarted, while a
 //! load runs; afterwards Postgres is checked the way a queue checker accounts for every item:
 //! what went in came out, once. Slow, so `make chaos` runs it (and CI), not `make test`.
 
@@ -308,11 +308,78 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
     );
 }
 
+/// A Postgres server of this test's own (scripts/private-postgres.sh), which it may crash and
+/// restart.
+struct PrivatePostgres {
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl PrivatePostgres {
+    fn script() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/private-postgres.sh")
+    }
+
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("quiesce-chaos-pg-{}", uuid::Uuid::new_v4()));
+        let postgres = Self { port, dir };
+        postgres
+            .run(&["start", postgres.dir.to_str().unwrap(), &port.to_string()])
+            .await;
+        postgres
+    }
+
+    fn base_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
+    async fn run(&self, args: &[&str]) {
+        let status = tokio::process::Command::new("bash")
+            .arg(Self::script())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success(), "private-postgres.sh {args:?} failed");
+    }
+
+    /// Stops the server the hard way (no checkpoint: it recovers from its WAL on start).
+    async fn crash(&self) {
+        self.run(&["stop", self.dir.to_str().unwrap(), "immediate"])
+            .await;
+    }
+
+    async fn start_again(&self) {
+        self.run(&["start", self.dir.to_str().unwrap(), &self.port.to_string()])
+            .await;
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(Self::script())
+            .args(["stop", self.dir.to_str().unwrap(), "immediate"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos suite: make chaos"]
-async fn postgres_cut_off_for_seconds_mid_run_dead_letters_nothing_and_loses_nothing() {
+async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
+    let postgres = PrivatePostgres::start().await;
     let app = spawn_app(TestOptions {
-        through_proxies: true,
+        database_base: Some(postgres.base_url()),
         window: Duration::from_millis(200),
         max_wait: Duration::from_secs(2),
         backend_timeout: Duration::from_secs(1),
@@ -324,17 +391,19 @@ async fn postgres_cut_off_for_seconds_mid_run_dead_letters_nothing_and_loses_not
     })
     .await;
     let unavailable = AtomicU64::new(0);
-    let postgres = app.postgres_proxy.as_ref().unwrap();
 
     let mut accepted = run_load(&app, "before", 2, 2000, 500, &unavailable).await;
-    // Every connection dropped and new ones refused for three seconds, as in a restart,
-    // while senders keep sending (and retrying their 503s).
-    postgres.cut();
-    let outage = async {
+    // Postgres crashes and is down for three seconds, then recovers from its WAL, while
+    // senders keep sending (and retrying their 503s) and workers keep polling.
+    postgres.crash().await;
+    let restart = async {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        postgres.restore();
+        postgres.start_again().await;
     };
-    let (more, ()) = tokio::join!(run_load(&app, "during", 2, 2000, 500, &unavailable), outage);
+    let (more, ()) = tokio::join!(
+        run_load(&app, "during", 2, 2000, 500, &unavailable),
+        restart
+    );
     accepted += more;
     assert_eq!(accepted, 8_000);
 
@@ -342,10 +411,10 @@ async fn postgres_cut_off_for_seconds_mid_run_dead_letters_nothing_and_loses_not
     check_accounting(&app, accepted).await;
     assert!(
         unavailable.load(Ordering::Relaxed) > 0,
-        "the outage was seen by the senders"
+        "the senders saw the outage"
     );
     eprintln!(
-        "chaos postgres: {accepted} events, {} 503s retried, {} evaluations",
+        "chaos postgres restart: {accepted} events, {} 503s retried, {} evaluations",
         unavailable.load(Ordering::Relaxed),
         app.scalar("SELECT count(*) FROM evaluations").await
     );
