@@ -451,35 +451,35 @@ impl Queue {
     /// Takes entities out of the dead-letter set, due now with fresh attempts; returns how
     /// many were dead-lettered.
     pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
-        let groups = self.by_shard(entities.iter().map(|e| (e, ())));
-        let calls = groups.into_iter().map(|(keys, members)| {
-            let mut invocation = SCRIPTS.redrive.prepare_invoke();
-            invocation
-                .key(keys.dead())
-                .key(keys.dead_info())
-                .key(keys.due())
-                .key(keys.pending())
-                .key(keys.failures());
-            for (entity, ()) in members {
-                invocation.arg(entity.as_str());
-            }
-            let mut redis = self.redis.clone();
-            async move { invocation.invoke_async::<usize>(&mut redis).await }
-        });
-        Ok(try_join_all(calls).await?.into_iter().sum())
+        self.count_per_shard(&SCRIPTS.redrive, entities, |k| {
+            vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
+        })
+        .await
     }
 
     /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight.
     /// Returns how many were re-scheduled.
     pub async fn repair(&self, entities: &[EntityId]) -> Result<usize> {
+        self.count_per_shard(&SCRIPTS.repair, entities, |k| {
+            vec![k.due(), k.pending(), k.inflight(), k.dead()]
+        })
+        .await
+    }
+
+    /// Runs a script that takes entities as ARGV and returns a count, once per shard (with
+    /// that shard's `keys`), concurrently; returns the sum.
+    async fn count_per_shard(
+        &self,
+        script: &redis::Script,
+        entities: &[EntityId],
+        keys: impl Fn(&ShardKeys) -> Vec<String>,
+    ) -> Result<usize> {
         let groups = self.by_shard(entities.iter().map(|e| (e, ())));
-        let calls = groups.into_iter().map(|(keys, members)| {
-            let mut invocation = SCRIPTS.repair.prepare_invoke();
-            invocation
-                .key(keys.due())
-                .key(keys.pending())
-                .key(keys.inflight())
-                .key(keys.dead());
+        let calls = groups.into_iter().map(|(shard_keys, members)| {
+            let mut invocation = script.prepare_invoke();
+            for key in keys(&shard_keys) {
+                invocation.key(key);
+            }
             for (entity, ()) in members {
                 invocation.arg(entity.as_str());
             }
