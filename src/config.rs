@@ -47,6 +47,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Most events deleted by one statement.
 pub const DEFAULT_RETENTION_BATCH: usize = 10_000;
+/// How long the override implied by a reversal keeps automation from redoing the action.
+pub const DEFAULT_OVERRIDE_AFTER_REVERSAL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How often the repair sweep looks in Postgres for entities owed an evaluation that Redis lost.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// Most entities one sweep pass examines.
@@ -178,6 +180,8 @@ pub struct Settings {
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
+    pub override_after_reversal: Duration,
+    #[serde(with = "humantime_serde")]
     pub retention: Duration,
     #[serde(with = "humantime_serde")]
     pub retention_interval: Duration,
@@ -221,6 +225,7 @@ impl Default for Settings {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            override_after_reversal: DEFAULT_OVERRIDE_AFTER_REVERSAL,
             retention: DEFAULT_RETENTION,
             retention_interval: DEFAULT_RETENTION_INTERVAL,
             retention_batch: DEFAULT_RETENTION_BATCH,
@@ -330,6 +335,9 @@ pub struct ConfigArgs {
     /// Longest retry backoff [default: 5m].
     #[arg(long, env = "QUIESCE_BACKOFF_MAX", value_name = "DURATION")]
     pub backoff_max: Option<String>,
+    /// How long a reversal keeps automation from redoing the action (an implied override) [default: 7days].
+    #[arg(long, env = "QUIESCE_OVERRIDE_AFTER_REVERSAL", value_name = "DURATION")]
+    pub override_after_reversal: Option<String>,
     /// How long event ids are kept for dedup; older events are deleted (totals stay) [default: 7days].
     #[arg(long, env = "QUIESCE_RETENTION", value_name = "DURATION")]
     pub retention: Option<String>,
@@ -603,6 +611,13 @@ impl Settings {
             &a.backoff_max,
             "QUIESCE_BACKOFF_MAX",
             "backoff-max",
+            duration,
+        )?;
+        set(
+            &mut self.override_after_reversal,
+            &a.override_after_reversal,
+            "QUIESCE_OVERRIDE_AFTER_REVERSAL",
+            "override-after-reversal",
             duration,
         )?;
         set(

@@ -87,9 +87,12 @@ impl Verdict {
             .max_by_key(|decision| decision.action)
     }
 
-    /// The decision to apply: the strongest one, if it escalates the current status.
-    pub fn to_apply(&self, current: Status) -> Option<&Decision> {
-        self.strongest().filter(|d| d.action.status() > current)
+    /// The decision to apply: the strongest one, if it escalates the current status and does
+    /// not go past a moderator's override (`cap`), which automation never overrules.
+    pub fn to_apply(&self, current: Status, cap: Option<Status>) -> Option<&Decision> {
+        self.strongest()
+            .filter(|d| d.action.status() > current)
+            .filter(|d| cap.is_none_or(|cap| d.action.status() <= cap))
     }
 }
 
@@ -254,12 +257,12 @@ mod tests {
         let rules = RuleSet::default_rules();
         let hidden = rules.evaluate(&post(&[("flag", 10)]));
         assert_eq!(
-            hidden.to_apply(Status::Visible).unwrap().action,
+            hidden.to_apply(Status::Visible, None).unwrap().action,
             Action::Hide
         );
         let flagged = rules.evaluate(&post(&[("flag", 3)]));
         assert_eq!(
-            flagged.to_apply(Status::Visible).unwrap().action,
+            flagged.to_apply(Status::Visible, None).unwrap().action,
             Action::Flag
         );
         let sloan = rules.evaluate(&post(&[("flag", 10), ("upvote", 500)]));
@@ -271,8 +274,29 @@ mod tests {
     fn automation_only_escalates() {
         let rules = RuleSet::default_rules();
         let verdict = rules.evaluate(&post(&[("flag", 3)]));
-        assert!(verdict.to_apply(Status::Hidden).is_none());
-        assert!(verdict.to_apply(Status::Flagged).is_none());
+        assert!(verdict.to_apply(Status::Hidden, None).is_none());
+        assert!(verdict.to_apply(Status::Flagged, None).is_none());
+    }
+
+    #[test]
+    fn an_override_caps_what_automation_may_do() {
+        let rules = RuleSet::default_rules();
+        let verdict = rules.evaluate(&post(&[("flag", 10)]));
+        assert!(
+            verdict
+                .to_apply(Status::Visible, Some(Status::Visible))
+                .is_none()
+        );
+        let capped = verdict.to_apply(Status::Visible, Some(Status::Flagged));
+        assert!(
+            capped.is_none(),
+            "the strongest (hide) is past the cap: no action"
+        );
+        assert!(
+            verdict
+                .to_apply(Status::Visible, Some(Status::Suspended))
+                .is_some()
+        );
     }
 
     #[test]

@@ -146,6 +146,7 @@ impl Application {
                 body_limit: settings.body_limit,
                 max_batch: settings.max_batch,
                 backend_timeout: settings.backend_timeout,
+                override_after_reversal: settings.override_after_reversal,
             }),
         };
         Ok(Self {

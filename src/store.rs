@@ -29,6 +29,14 @@ pub enum StoreError {
     VersionConflict { read: i64 },
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("action {id} was already reversed by {by} at {at}")]
+    AlreadyReversed {
+        id: i64,
+        by: String,
+        at: DateTime<Utc>,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -83,6 +91,8 @@ pub struct Snapshot {
     pub event_count: i64,
     pub signals: BTreeMap<String, SignalTotals>,
     pub taken_at: DateTime<Utc>,
+    /// A moderator's override in force: automation does not go past this status.
+    pub override_cap: Option<Status>,
 }
 
 impl Snapshot {
@@ -96,13 +106,19 @@ impl Snapshot {
             event_count: 0,
             signals: BTreeMap::new(),
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
+            override_cap: None,
         }
     }
 
-    /// hash(entity, rule, hour of the snapshot): the same rule acts on an entity once an hour.
+    /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the
+    /// same version of an entity once. The version is in the key so that after a moderator's
+    /// reversal (which bumps it) the rule may act again, once the override allows.
     pub fn dedup_key(&self, rule: &str) -> String {
         let hour = self.taken_at.timestamp().div_euclid(3600);
-        let digest = Sha256::digest(format!("{}\n{}\n{}", self.entity, rule, hour));
+        let digest = Sha256::digest(format!(
+            "{}\n{}\n{}\n{}",
+            self.entity, rule, hour, self.moderation_version
+        ));
         digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -121,8 +137,20 @@ pub struct EntityRecord {
     pub evaluation_count: i64,
     pub last_evaluated_at: Option<DateTime<Utc>>,
     pub signals: BTreeMap<String, SignalTotals>,
+    /// The latest moderator override, whether or not it is still in force.
+    #[serde(rename = "override")]
+    pub override_decision: Option<Override>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
+}
+
+/// A moderator's decision that automation does not escalate past until it expires.
+#[derive(Debug, Clone, Serialize)]
+pub struct Override {
+    pub status: Status,
+    pub until: DateTime<Utc>,
+    pub by: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +166,98 @@ pub struct ActionRecord {
     pub dedup_key: String,
     pub created_at: DateTime<Utc>,
     pub snapshot: serde_json::Value,
+    pub reversed_at: Option<DateTime<Utc>>,
+    pub reversed_by: Option<String>,
+    pub reversal_reason: Option<String>,
+}
+
+const ACTION_COLUMNS: &str =
+    "id, entity, action, rule, reason, previous_status, new_status, applied_version,
+     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason";
+
+fn action_from_row(row: &sqlx::postgres::PgRow) -> ActionRecord {
+    ActionRecord {
+        id: row.get("id"),
+        entity: row.get("entity"),
+        action: row.get("action"),
+        rule: row.get("rule"),
+        reason: row.get("reason"),
+        previous_status: row.get("previous_status"),
+        new_status: row.get("new_status"),
+        applied_version: row.get("applied_version"),
+        dedup_key: row.get("dedup_key"),
+        created_at: row.get("created_at"),
+        snapshot: row.get("snapshot"),
+        reversed_at: row.get("reversed_at"),
+        reversed_by: row.get("reversed_by"),
+        reversal_reason: row.get("reversal_reason"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record_decision(
+    tx: &mut Transaction<'_, Postgres>,
+    entity: &str,
+    kind: &str,
+    action_id: Option<i64>,
+    moderator: &str,
+    reason: &str,
+    status: &str,
+    until: Option<DateTime<Utc>>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO moderator_decisions (entity, kind, action_id, moderator, reason, status, until)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(entity)
+    .bind(kind)
+    .bind(action_id)
+    .bind(moderator)
+    .bind(reason)
+    .bind(status)
+    .bind(until)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Which actions to list (all filters optional); `before` is the cursor: actions with a
+/// smaller id, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ActionFilter {
+    pub entity: Option<EntityId>,
+    pub rule: Option<String>,
+    pub action: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub reversed: Option<bool>,
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// A reversal as recorded: the action, and the entity's state after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reversal {
+    pub action: ActionRecord,
+    pub status: Status,
+    pub moderation_version: i64,
+    pub override_until: DateTime<Utc>,
+}
+
+/// Automated actions applied in a window, and how many a moderator reversed within 24h.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ReversalCounts {
+    pub actions: i64,
+    pub reversed: i64,
+}
+
+impl ReversalCounts {
+    pub fn rate(&self) -> f64 {
+        if self.actions == 0 {
+            0.0
+        } else {
+            self.reversed as f64 / self.actions as f64
+        }
+    }
 }
 
 /// Where the repair sweep continues: the last (pending since, entity) it examined.
@@ -237,6 +357,10 @@ impl Store {
             status: record.status,
             moderation_version: record.moderation_version,
             event_count: record.event_count,
+            override_cap: record
+                .override_decision
+                .filter(|o| o.until > record.read_at)
+                .map(|o| o.status),
             signals: record.signals,
             taken_at: record.read_at,
         }))
@@ -438,7 +562,8 @@ impl Store {
             .await?;
         let Some(row) = sqlx::query(
             "SELECT entity, kind, status, moderation_version, event_count, evaluated_event_count,
-                    pending_since, last_event_at, evaluation_count, last_evaluated_at, now() AS read_at
+                    pending_since, last_event_at, evaluation_count, last_evaluated_at, now() AS read_at,
+                    override_status, override_until, override_by, override_reason
              FROM entities WHERE entity = $1",
         )
         .bind(entity.as_str())
@@ -462,44 +587,213 @@ impl Store {
             evaluation_count: row.get("evaluation_count"),
             last_evaluated_at: row.get("last_evaluated_at"),
             signals,
+            override_decision: override_from_row(&row)?,
             read_at: row.get("read_at"),
         }))
     }
 
-    /// Applied actions, newest first, optionally for one entity.
-    pub async fn actions(
-        &self,
-        entity: Option<&EntityId>,
-        limit: i64,
-    ) -> Result<Vec<ActionRecord>> {
-        let rows = sqlx::query(
-            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
-                    dedup_key, created_at, snapshot
-             FROM actions
-             WHERE $1::text IS NULL OR entity = $1
+    /// Applied actions matching `filter`, newest first.
+    pub async fn actions(&self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ACTION_COLUMNS} FROM actions
+             WHERE ($1::text IS NULL OR entity = $1)
+               AND ($2::text IS NULL OR rule = $2)
+               AND ($3::text IS NULL OR action = $3)
+               AND ($4::timestamptz IS NULL OR created_at >= $4)
+               AND ($5::bool IS NULL OR (reversed_at IS NOT NULL) = $5)
+               AND ($6::int8 IS NULL OR id < $6)
              ORDER BY id DESC
-             LIMIT $2",
-        )
-        .bind(entity.map(EntityId::as_str))
-        .bind(limit)
+             LIMIT $7"
+        ))
+        .bind(filter.entity.as_ref().map(EntityId::as_str))
+        .bind(filter.rule.as_deref())
+        .bind(filter.action.as_deref())
+        .bind(filter.since)
+        .bind(filter.reversed)
+        .bind(filter.before)
+        .bind(filter.limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| ActionRecord {
-                id: row.get("id"),
-                entity: row.get("entity"),
-                action: row.get("action"),
-                rule: row.get("rule"),
-                reason: row.get("reason"),
-                previous_status: row.get("previous_status"),
-                new_status: row.get("new_status"),
-                applied_version: row.get("applied_version"),
-                dedup_key: row.get("dedup_key"),
-                created_at: row.get("created_at"),
-                snapshot: row.get("snapshot"),
-            })
-            .collect())
+        Ok(rows.iter().map(action_from_row).collect())
+    }
+
+    /// A moderator reverses an automated action: the entity's status goes back to what it
+    /// was before the action, its version is bumped (an evaluation in flight then writes
+    /// nothing), and an override keeps automation from redoing it for `override_for`. The
+    /// reversal is recorded (who, when, why) and an outbox row tells the platform.
+    pub async fn reverse_action(
+        &self,
+        id: i64,
+        moderator: &str,
+        reason: &str,
+        override_for: std::time::Duration,
+    ) -> Result<Reversal> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {ACTION_COLUMNS} FROM actions WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("no action {id}")))?;
+        let action = action_from_row(&row);
+        if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
+            return Err(StoreError::AlreadyReversed { id, by, at });
+        }
+        let until_interval = format!("{} milliseconds", override_for.as_millis());
+        let entity_row = sqlx::query(
+            "UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = $2,
+                 override_until = now() + $3::interval,
+                 override_by = $4,
+                 override_reason = $5
+             WHERE entity = $1
+             RETURNING moderation_version, override_until",
+        )
+        .bind(&action.entity)
+        .bind(&action.previous_status)
+        .bind(&until_interval)
+        .bind(moderator)
+        .bind(reason)
+        .fetch_one(&mut *tx)
+        .await?;
+        let reversed = sqlx::query(&format!(
+            "UPDATE actions SET reversed_at = now(), reversed_by = $2, reversal_reason = $3
+             WHERE id = $1 RETURNING {ACTION_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(moderator)
+        .bind(reason)
+        .fetch_one(&mut *tx)
+        .await?;
+        let action = action_from_row(&reversed);
+        let override_until: DateTime<Utc> = entity_row.get("override_until");
+        record_decision(
+            &mut tx,
+            &action.entity,
+            "reversal",
+            Some(id),
+            moderator,
+            reason,
+            &action.previous_status,
+            Some(override_until),
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
+        )
+        .bind(format!("reversal:{}", action.dedup_key))
+        .bind(serde_json::json!({
+            "action_id": id,
+            "entity": action.entity,
+            "action": action.action,
+            "rule": action.rule,
+            "status": action.previous_status,
+            "moderator": moderator,
+            "reason": reason,
+        }))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Reversal {
+            status: Status::parse(&action.previous_status).map_err(|e| StoreError::Corrupt(e.0))?,
+            moderation_version: entity_row.get("moderation_version"),
+            override_until,
+            action,
+        })
+    }
+
+    /// A moderator's decision on an entity: its status is set, its version bumped, and
+    /// automation does not escalate past it until `until`.
+    pub async fn override_entity(
+        &self,
+        entity: &EntityId,
+        moderator: &str,
+        status: Status,
+        until: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<i64> {
+        let mut tx = self.pool.begin().await?;
+        let version: i64 = sqlx::query_scalar(
+            "UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = $2,
+                 override_until = $3,
+                 override_by = $4,
+                 override_reason = $5
+             WHERE entity = $1
+             RETURNING moderation_version",
+        )
+        .bind(entity.as_str())
+        .bind(status.as_str())
+        .bind(until)
+        .bind(moderator)
+        .bind(reason)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("no events were ever recorded for {entity}"))
+        })?;
+        record_decision(
+            &mut tx,
+            entity.as_str(),
+            "override",
+            None,
+            moderator,
+            reason,
+            status.as_str(),
+            Some(until),
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
+        )
+        .bind(format!("override:{entity}:{version}"))
+        .bind(serde_json::json!({
+            "entity": entity,
+            "status": status,
+            "until": until,
+            "moderator": moderator,
+            "reason": reason,
+        }))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(version)
+    }
+
+    /// Automated actions applied in the last `window`, and those reversed within 24h of being
+    /// applied; overall and per rule (sorted by rule).
+    pub async fn reversal_counts(
+        &self,
+        window: std::time::Duration,
+    ) -> Result<(ReversalCounts, Vec<(String, ReversalCounts)>)> {
+        let rows = sqlx::query(
+            "SELECT rule, count(*) AS actions,
+                    count(*) FILTER (WHERE reversed_at IS NOT NULL
+                                       AND reversed_at <= created_at + interval '24 hours') AS reversed
+             FROM actions
+             WHERE created_at >= now() - $1::interval
+             GROUP BY rule ORDER BY rule",
+        )
+        .bind(format!("{} milliseconds", window.as_millis()))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut total = ReversalCounts::default();
+        let mut by_rule = Vec::with_capacity(rows.len());
+        for row in rows {
+            let counts = ReversalCounts {
+                actions: row.get("actions"),
+                reversed: row.get("reversed"),
+            };
+            total.actions += counts.actions;
+            total.reversed += counts.reversed;
+            by_rule.push((row.get("rule"), counts));
+        }
+        Ok((total, by_rule))
     }
 }
 
@@ -608,5 +902,23 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
                 || code == "40P01"
         }),
         _ => false,
+    }
+}
+
+fn override_from_row(row: &sqlx::postgres::PgRow) -> Result<Option<Override>> {
+    let status: Option<String> = row.get("override_status");
+    let until: Option<DateTime<Utc>> = row.get("override_until");
+    match (status, until) {
+        (Some(status), Some(until)) => Ok(Some(Override {
+            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
+            until,
+            by: row
+                .get::<Option<String>, _>("override_by")
+                .unwrap_or_default(),
+            reason: row
+                .get::<Option<String>, _>("override_reason")
+                .unwrap_or_default(),
+        })),
+        _ => Ok(None),
     }
 }

@@ -25,6 +25,7 @@ pub mod names {
     pub const EVENTS_PURGED: &str = "quiesce_events_purged_total";
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
+    pub const REVERSALS: &str = "quiesce_reversals_total";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
@@ -127,6 +128,10 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_counter!(
+        names::REVERSALS,
+        "Automated actions reversed by a moderator, by rule."
     );
     describe_gauge!(
         names::LEASE_SECONDS,

@@ -609,7 +609,7 @@ impl Worker {
                 .collect();
             return Err(EvaluationError::Rules(errors.join("; ")));
         }
-        let mut decision = verdict.to_apply(snapshot.status);
+        let mut decision = verdict.to_apply(snapshot.status, snapshot.override_cap);
         if let Some(d) = decision {
             // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
             let key = snapshot.dedup_key(&d.rule);

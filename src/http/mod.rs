@@ -5,6 +5,7 @@ mod dead_letters;
 mod error;
 mod events;
 mod health;
+mod moderation;
 mod read;
 
 use std::{sync::Arc, time::Instant};
@@ -28,6 +29,8 @@ pub struct Limits {
     pub body_limit: usize,
     pub max_batch: usize,
     pub backend_timeout: std::time::Duration,
+    /// How long the override implied by a reversal lasts.
+    pub override_after_reversal: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -44,7 +47,13 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/v1/events", post(events::post_events))
         .route("/v1/entities/{entity}", get(read::get_entity))
-        .route("/v1/actions", get(read::list_actions))
+        .route("/v1/actions", get(moderation::list_actions))
+        .route("/v1/actions/{id}/reverse", post(moderation::reverse))
+        .route(
+            "/v1/entities/{entity}/override",
+            post(moderation::override_entity),
+        )
+        .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/redrive", post(dead_letters::redrive_many))
         .route(

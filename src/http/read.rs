@@ -1,10 +1,8 @@
 //! Read API: one entity's state, and applied actions.
 
-use std::collections::HashMap;
-
 use axum::{
     Json,
-    extract::{Path, Query, State},
+    extract::{Path, State},
 };
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -12,19 +10,20 @@ use serde_json::{Value, json};
 use super::{AppState, error::ApiError};
 use crate::{domain::EntityId, store::StoreError};
 
-const DEFAULT_ACTIONS_LIMIT: i64 = 50;
-const MAX_ACTIONS_LIMIT: i64 = 500;
-
-fn store_error(error: StoreError) -> ApiError {
+pub(super) fn store_error(error: StoreError) -> ApiError {
     match &error {
-        StoreError::Database(db) if crate::store::is_unavailable(db) => {
-            ApiError::unavailable(&error)
-        }
+        _ if error.is_unavailable() => ApiError::unavailable(&error),
+        StoreError::NotFound(message) => ApiError::not_found(message.clone()),
+        StoreError::AlreadyReversed { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "already_reversed",
+            error.to_string(),
+        ),
         _ => ApiError::internal(&error),
     }
 }
 
-fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
+pub(super) fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
     EntityId::parse(raw)
         .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
 }
@@ -69,44 +68,6 @@ pub async fn get_entity(
             "evaluated_event_count": record.evaluated_event_count,
         },
         "last_event_at": record.last_event_at,
+        "override": record.override_decision,
     })))
-}
-
-pub async fn list_actions(
-    State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !matches!(k.as_str(), "entity" | "limit"))
-    {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "unknown query parameter; use entity and limit",
-        )
-        .with_field(unknown.clone()));
-    }
-    let entity = params
-        .get("entity")
-        .map(|raw| parse_entity(raw))
-        .transpose()?;
-    let limit = match params.get("limit") {
-        None => DEFAULT_ACTIONS_LIMIT,
-        Some(raw) => match raw.parse::<i64>() {
-            Ok(n) if (1..=MAX_ACTIONS_LIMIT).contains(&n) => n,
-            _ => {
-                return Err(ApiError::bad_request(
-                    "invalid_query",
-                    format!("limit must be a whole number from 1 to {MAX_ACTIONS_LIMIT}"),
-                )
-                .with_field("limit"));
-            }
-        },
-    };
-    let actions = state
-        .store
-        .actions(entity.as_ref(), limit)
-        .await
-        .map_err(store_error)?;
-    Ok(Json(json!({ "actions": actions })))
 }

@@ -11,6 +11,7 @@ mod dead_letters;
 mod debounce;
 mod ingest;
 mod maintenance;
+mod moderation;
 mod outages;
 mod read_api;
 mod repair;

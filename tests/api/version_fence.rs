@@ -82,7 +82,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
 
     let snapshot = store.snapshot(&entity).await.unwrap().unwrap();
     let verdict = app.backends.rules.evaluate(&snapshot);
-    let decision = verdict.to_apply(snapshot.status).cloned();
+    let decision = verdict.to_apply(snapshot.status, None).cloned();
     assert_eq!(
         decision.as_ref().unwrap().action,
         quiesce::domain::Action::Hide
@@ -113,7 +113,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 0);
     assert_eq!(app.status_of("post:stale").await, "visible");
 
-    // The same decision on a fresh snapshot applies, once; repeating it is recognised.
+    // The same decision on a fresh snapshot applies, once.
     let fresh = store.snapshot(&entity).await.unwrap().unwrap();
     let done = store
         .complete_evaluation(
@@ -126,19 +126,23 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         .await
         .unwrap();
     assert!(matches!(done, quiesce::store::Completion::Applied { .. }));
-    let mut again = store.snapshot(&entity).await.unwrap().unwrap();
-    // The dedup key is per hour: pin the hour so the test does not depend on the clock.
-    again.taken_at = fresh.taken_at;
-    let repeat = store
+    // Replaying the same decision on the same snapshot (a retry after a crash) writes nothing:
+    // the dedup key already exists and the version has moved on.
+    let replay = store
         .complete_evaluation(
-            &again,
+            &fresh,
             &verdict,
             decision.as_ref(),
             "test",
             chrono::Utc::now(),
         )
-        .await
-        .unwrap();
-    assert_eq!(repeat, quiesce::store::Completion::AlreadyApplied);
+        .await;
+    assert!(
+        matches!(
+            replay,
+            Err(quiesce::store::StoreError::VersionConflict { .. })
+        ),
+        "{replay:?}"
+    );
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
 }

@@ -1,0 +1,272 @@
+//! The moderator API: actions with filters, reversals, overrides, and the reversal rate.
+
+use std::{collections::HashMap, time::Duration};
+
+use axum::{
+    Json,
+    body::Bytes,
+    extract::{Path, Query, State},
+    http::StatusCode,
+};
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::{
+    AppState,
+    error::ApiError,
+    read::{parse_entity, store_error},
+};
+use crate::{domain::Status, store::ActionFilter};
+
+const DEFAULT_ACTIONS_LIMIT: i64 = 50;
+const MAX_ACTIONS_LIMIT: i64 = 500;
+const MAX_TEXT: usize = 1000;
+/// Longest reversal-rate window.
+const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
+
+fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_query", message).with_field(field)
+}
+
+fn unknown_parameters(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
+    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(bad_query(
+            unknown,
+            format!("unknown query parameter; use {}", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `GET /v1/actions?entity=&rule=&action=&since=&reversed=&limit=&cursor=`, newest first.
+pub async fn list_actions(
+    State(state): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    unknown_parameters(
+        &params,
+        &[
+            "entity", "rule", "action", "since", "reversed", "limit", "cursor",
+        ],
+    )?;
+    let mut filter = ActionFilter {
+        limit: DEFAULT_ACTIONS_LIMIT,
+        ..Default::default()
+    };
+    if let Some(raw) = params.get("entity") {
+        filter.entity = Some(parse_entity(raw)?);
+    }
+    filter.rule = params.get("rule").cloned();
+    if let Some(raw) = params.get("action") {
+        if !["flag", "hide", "suspend"].contains(&raw.as_str()) {
+            return Err(bad_query("action", "action must be flag, hide or suspend"));
+        }
+        filter.action = Some(raw.clone());
+    }
+    if let Some(raw) = params.get("since") {
+        let since = DateTime::parse_from_rfc3339(raw)
+            .map_err(|e| bad_query("since", format!("since must be an RFC 3339 timestamp: {e}")))?;
+        filter.since = Some(since.with_timezone(&Utc));
+    }
+    if let Some(raw) = params.get("reversed") {
+        filter.reversed = Some(match raw.as_str() {
+            "true" => true,
+            "false" => false,
+            _ => return Err(bad_query("reversed", "reversed must be true or false")),
+        });
+    }
+    if let Some(raw) = params.get("limit") {
+        filter.limit = raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_ACTIONS_LIMIT).contains(n))
+            .ok_or_else(|| {
+                bad_query(
+                    "limit",
+                    format!("limit must be a whole number from 1 to {MAX_ACTIONS_LIMIT}"),
+                )
+            })?;
+    }
+    if let Some(raw) = params.get("cursor") {
+        filter.before = Some(raw.parse::<i64>().map_err(|_| {
+            bad_query(
+                "cursor",
+                "cursor must be a next_cursor from an earlier page",
+            )
+        })?);
+    }
+    let actions = state.store.actions(&filter).await.map_err(store_error)?;
+    let next_cursor = (actions.len() as i64 == filter.limit)
+        .then(|| actions.last().map(|a| a.id.to_string()))
+        .flatten();
+    Ok(Json(
+        json!({ "actions": actions, "next_cursor": next_cursor }),
+    ))
+}
+
+/// A JSON object body with only `allowed` fields.
+fn json_object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+    })?;
+    let Value::Object(object) = value else {
+        return Err(invalid(None, "the body must be a JSON object"));
+    };
+    if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(invalid(
+            Some(unknown),
+            &format!("unknown field; the body has only {}", allowed.join(", ")),
+        ));
+    }
+    Ok(object)
+}
+
+fn invalid(field: Option<&str>, message: &str) -> ApiError {
+    let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message);
+    match field {
+        Some(field) => error.with_field(field),
+        None => error,
+    }
+}
+
+fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
+    match object.get(field) {
+        Some(Value::String(text))
+            if !text.trim().is_empty() && text.chars().count() <= MAX_TEXT =>
+        {
+            Ok(text)
+        }
+        None | Some(Value::Null) => Err(invalid(Some(field), "is required")),
+        Some(_) => Err(invalid(
+            Some(field),
+            &format!("must be a non-empty string of at most {MAX_TEXT} characters"),
+        )),
+    }
+}
+
+/// `POST /v1/actions/{id}/reverse` with `{"moderator", "reason"}`.
+pub async fn reverse(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let id: i64 = raw.parse().map_err(|_| {
+        ApiError::bad_request("invalid_id", "an action id is a whole number").with_field("id")
+    })?;
+    let object = json_object(&body, &["moderator", "reason"])?;
+    let moderator = required_text(&object, "moderator")?;
+    let reason = required_text(&object, "reason")?;
+    let reversal = state
+        .store
+        .reverse_action(id, moderator, reason, state.limits.override_after_reversal)
+        .await
+        .map_err(store_error)?;
+    metrics::counter!(crate::telemetry::names::REVERSALS, "rule" => reversal.action.rule.clone())
+        .increment(1);
+    Ok(Json(json!(reversal)))
+}
+
+/// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?, "reason"}`.
+pub async fn override_entity(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let entity = parse_entity(&raw)?;
+    let object = json_object(&body, &["moderator", "status", "until", "reason"])?;
+    let moderator = required_text(&object, "moderator")?;
+    let reason = required_text(&object, "reason")?;
+    let status = match object.get("status") {
+        Some(Value::String(raw)) => Status::parse(raw).map_err(|_| {
+            invalid(
+                Some("status"),
+                "must be visible, flagged, hidden or suspended",
+            )
+        })?,
+        None | Some(Value::Null) => return Err(invalid(Some("status"), "is required")),
+        Some(_) => return Err(invalid(Some("status"), "must be a string")),
+    };
+    let until = match object.get("until") {
+        None | Some(Value::Null) => Utc::now() + state.limits.override_after_reversal,
+        Some(Value::String(raw)) => {
+            let until = DateTime::parse_from_rfc3339(raw)
+                .map_err(|e| {
+                    invalid(
+                        Some("until"),
+                        &format!("must be an RFC 3339 timestamp: {e}"),
+                    )
+                })?
+                .with_timezone(&Utc);
+            if until <= Utc::now() {
+                return Err(invalid(Some("until"), "must be in the future"));
+            }
+            until
+        }
+        Some(_) => {
+            return Err(invalid(
+                Some("until"),
+                "must be an RFC 3339 timestamp string",
+            ));
+        }
+    };
+    let version = state
+        .store
+        .override_entity(&entity, moderator, status, until, reason)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!({
+        "entity": entity,
+        "status": status,
+        "moderation_version": version,
+        "override": { "status": status, "until": until, "by": moderator, "reason": reason },
+    })))
+}
+
+/// `GET /v1/stats/reversal-rate?window=24h&by=rule`: automated actions applied in the window
+/// and how many moderators reversed within 24h of being applied.
+pub async fn reversal_rate(
+    State(state): State<AppState>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    unknown_parameters(&params, &["window", "by"])?;
+    let window_text = params.get("window").map_or("24h", String::as_str);
+    let window = humantime::parse_duration(window_text)
+        .ok()
+        .filter(|w| !w.is_zero() && *w <= MAX_WINDOW)
+        .ok_or_else(|| {
+            bad_query(
+                "window",
+                "window must be a duration such as 24h or 7days, at most 90days",
+            )
+        })?;
+    let by_rule = match params.get("by").map(String::as_str) {
+        None => false,
+        Some("rule") => true,
+        Some(_) => return Err(bad_query("by", "by must be rule")),
+    };
+    let (total, rules) = state
+        .store
+        .reversal_counts(window)
+        .await
+        .map_err(store_error)?;
+    let mut body = json!({
+        "window": window_text,
+        "actions": total.actions,
+        "reversed": total.reversed,
+        "rate": total.rate(),
+    });
+    if by_rule {
+        body["by_rule"] = rules
+            .iter()
+            .map(|(rule, counts)| {
+                json!({
+                    "rule": rule,
+                    "actions": counts.actions,
+                    "reversed": counts.reversed,
+                    "rate": counts.rate(),
+                })
+            })
+            .collect();
+    }
+    Ok(Json(body))
+}
