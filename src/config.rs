@@ -49,6 +49,14 @@ pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 pub const DEFAULT_RETENTION_BATCH: usize = 10_000;
 /// How long the override implied by a reversal keeps automation from redoing the action.
 pub const DEFAULT_OVERRIDE_AFTER_REVERSAL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Longest wait for the webhook receiver's answer.
+pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a webhook is retried before it joins the failed deliveries.
+pub const DEFAULT_DELIVERY_HORIZON: Duration = Duration::from_secs(24 * 3600);
+/// First retry backoff of a failed webhook; doubles per attempt, full jitter.
+pub const DEFAULT_DELIVERY_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest webhook retry backoff (and the longest Retry-After honoured).
+pub const DEFAULT_DELIVERY_BACKOFF_MAX: Duration = Duration::from_secs(600);
 /// How often the repair sweep looks in Postgres for entities owed an evaluation that Redis lost.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// Most entities one sweep pass examines.
@@ -181,6 +189,18 @@ pub struct Settings {
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub override_after_reversal: Duration,
+    /// Where applied actions and reversals are delivered (POST); `None`: rows wait in the outbox.
+    pub webhook_url: Option<String>,
+    /// Standard Webhooks secret (`whsec_...`) that signs deliveries.
+    pub webhook_secret: Option<SecretString>,
+    #[serde(with = "humantime_serde")]
+    pub delivery_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub delivery_horizon: Duration,
+    #[serde(with = "humantime_serde")]
+    pub delivery_backoff_base: Duration,
+    #[serde(with = "humantime_serde")]
+    pub delivery_backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
     #[serde(with = "humantime_serde")]
@@ -226,6 +246,12 @@ impl Default for Settings {
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
             override_after_reversal: DEFAULT_OVERRIDE_AFTER_REVERSAL,
+            webhook_url: None,
+            webhook_secret: None,
+            delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
+            delivery_horizon: DEFAULT_DELIVERY_HORIZON,
+            delivery_backoff_base: DEFAULT_DELIVERY_BACKOFF_BASE,
+            delivery_backoff_max: DEFAULT_DELIVERY_BACKOFF_MAX,
             retention: DEFAULT_RETENTION,
             retention_interval: DEFAULT_RETENTION_INTERVAL,
             retention_batch: DEFAULT_RETENTION_BATCH,
@@ -338,6 +364,29 @@ pub struct ConfigArgs {
     /// How long a reversal keeps automation from redoing the action (an implied override) [default: 7days].
     #[arg(long, env = "QUIESCE_OVERRIDE_AFTER_REVERSAL", value_name = "DURATION")]
     pub override_after_reversal: Option<String>,
+    /// URL that receives applied actions and reversals as signed webhooks [default: none, rows wait in the outbox].
+    #[arg(long, env = "QUIESCE_WEBHOOK_URL", value_name = "URL")]
+    pub webhook_url: Option<String>,
+    /// Standard Webhooks secret (whsec_<base64>) that signs deliveries [default: none, unsigned].
+    #[arg(
+        long,
+        env = "QUIESCE_WEBHOOK_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub webhook_secret: Option<String>,
+    /// Longest wait for the receiver's answer [default: 10s].
+    #[arg(long, env = "QUIESCE_DELIVERY_TIMEOUT", value_name = "DURATION")]
+    pub delivery_timeout: Option<String>,
+    /// How long a webhook is retried before it joins the failed deliveries [default: 24h].
+    #[arg(long, env = "QUIESCE_DELIVERY_HORIZON", value_name = "DURATION")]
+    pub delivery_horizon: Option<String>,
+    /// First retry backoff of a failed webhook; doubles per attempt, full jitter [default: 1s].
+    #[arg(long, env = "QUIESCE_DELIVERY_BACKOFF_BASE", value_name = "DURATION")]
+    pub delivery_backoff_base: Option<String>,
+    /// Longest webhook retry backoff and longest Retry-After honoured [default: 10m].
+    #[arg(long, env = "QUIESCE_DELIVERY_BACKOFF_MAX", value_name = "DURATION")]
+    pub delivery_backoff_max: Option<String>,
     /// How long event ids are kept for dedup; older events are deleted (totals stay) [default: 7days].
     #[arg(long, env = "QUIESCE_RETENTION", value_name = "DURATION")]
     pub retention: Option<String>,
@@ -621,6 +670,59 @@ impl Settings {
             duration,
         )?;
         set(
+            &mut self.webhook_url,
+            &a.webhook_url,
+            "QUIESCE_WEBHOOK_URL",
+            "webhook-url",
+            |r| {
+                if r.starts_with("http://") || r.starts_with("https://") {
+                    Ok(Some(r.to_owned()))
+                } else {
+                    Err("expected an http:// or https:// URL".into())
+                }
+            },
+        )?;
+        if let Some(raw) = &a.webhook_secret {
+            // Checked without echoing the value.
+            crate::outbox::WebhookSecret::parse(raw.trim()).map_err(|reason| {
+                ConfigError::Invalid {
+                    var: "QUIESCE_WEBHOOK_SECRET",
+                    flag: "webhook-secret",
+                    value: String::new(),
+                    reason,
+                }
+            })?;
+            self.webhook_secret = Some(SecretString::from(raw.trim()));
+        }
+        set(
+            &mut self.delivery_timeout,
+            &a.delivery_timeout,
+            "QUIESCE_DELIVERY_TIMEOUT",
+            "delivery-timeout",
+            duration,
+        )?;
+        set(
+            &mut self.delivery_horizon,
+            &a.delivery_horizon,
+            "QUIESCE_DELIVERY_HORIZON",
+            "delivery-horizon",
+            duration,
+        )?;
+        set(
+            &mut self.delivery_backoff_base,
+            &a.delivery_backoff_base,
+            "QUIESCE_DELIVERY_BACKOFF_BASE",
+            "delivery-backoff-base",
+            duration,
+        )?;
+        set(
+            &mut self.delivery_backoff_max,
+            &a.delivery_backoff_max,
+            "QUIESCE_DELIVERY_BACKOFF_MAX",
+            "delivery-backoff-max",
+            duration,
+        )?;
+        set(
             &mut self.retention,
             &a.retention,
             "QUIESCE_RETENTION",
@@ -745,7 +847,34 @@ impl Settings {
                 "must be at least 1h (senders retry for days; 7days is the default)",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 16] = [
+        if let Some(secret) = &self.webhook_secret
+            && let Err(reason) = crate::outbox::validate_secret(secret)
+        {
+            return fail("QUIESCE_WEBHOOK_SECRET", "webhook_secret", &reason);
+        }
+        if self.delivery_backoff_max < self.delivery_backoff_base {
+            return fail(
+                "QUIESCE_DELIVERY_BACKOFF_MAX",
+                "delivery_backoff_max",
+                "must be at least the delivery backoff base",
+            );
+        }
+        let zero_checks: [(&'static str, &'static str, bool); 19] = [
+            (
+                "QUIESCE_DELIVERY_TIMEOUT",
+                "delivery_timeout",
+                self.delivery_timeout.is_zero(),
+            ),
+            (
+                "QUIESCE_DELIVERY_HORIZON",
+                "delivery_horizon",
+                self.delivery_horizon.is_zero(),
+            ),
+            (
+                "QUIESCE_DELIVERY_BACKOFF_BASE",
+                "delivery_backoff_base",
+                self.delivery_backoff_base.is_zero(),
+            ),
             (
                 "QUIESCE_RETENTION_INTERVAL",
                 "retention_interval",

@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod ingest;
+pub mod outbox;
 pub mod queue;
 pub mod rules;
 pub mod startup;

@@ -8,6 +8,7 @@ use quiesce::{
     queue::{DeadLetterCursor, Keyspace, Queue, Timing},
     rules::RuleSet,
     startup::{self, Application, Backends},
+    store::Store,
     telemetry,
 };
 
@@ -35,6 +36,11 @@ enum Command {
     DeadLetters {
         #[command(subcommand)]
         command: DeadLettersCommand,
+    },
+    /// List or redrive webhook deliveries that were given up.
+    Deliveries {
+        #[command(subcommand)]
+        command: DeliveriesCommand,
     },
     /// Check a rules file and print its rules.
     Rules {
@@ -67,6 +73,30 @@ enum DeadLettersCommand {
         /// Every dead letter of this reason: fatal or attempts_exhausted.
         #[arg(long, value_parser = ["fatal", "attempts_exhausted"])]
         reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DeliveriesCommand {
+    /// Print deliveries given up after the horizon: id, topic, webhook-id, attempts, last error.
+    Failed {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Most entries to print.
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Deliver given-up webhooks again, with a new horizon.
+    #[command(group = clap::ArgGroup::new("which").required(true).args(["id", "all"]))]
+    Redrive {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// One outbox row (repeat for several).
+        #[arg(long)]
+        id: Vec<i64>,
+        /// Every failed delivery.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -112,7 +142,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
             let metrics = metrics.await?;
+            let dispatcher = startup::spawn_dispatcher(&settings, &backends, shutdown.clone());
             app.run_until_stopped(shutdown).await?;
+            if let Some(dispatcher) = dispatcher {
+                dispatcher.await?;
+            }
             if let Some(metrics) = metrics {
                 metrics.await?;
             }
@@ -129,7 +163,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
             let metrics = metrics.await?;
+            let dispatcher = startup::spawn_dispatcher(&settings, &backends, shutdown.clone());
             backends.worker(&settings).run(shutdown).await;
+            if let Some(dispatcher) = dispatcher {
+                dispatcher.await?;
+            }
             if let Some(metrics) = metrics {
                 metrics.await?;
             }
@@ -142,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::DeadLetters { command } => dead_letters(command).await,
+        Command::Deliveries { command } => deliveries(command).await,
         Command::Rules {
             command: RulesCommand::Check { file },
         } => {
@@ -205,6 +244,35 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                 None => redrive_matching(&queue, reason.as_deref()).await?,
             };
             println!("redriven: {redriven}");
+        }
+    }
+    Ok(())
+}
+
+async fn deliveries(command: DeliveriesCommand) -> anyhow::Result<()> {
+    let config = match &command {
+        DeliveriesCommand::Failed { config, .. } | DeliveriesCommand::Redrive { config, .. } => {
+            config
+        }
+    };
+    let settings = settings(config)?;
+    let store = Store::new(quiesce::store::connect(&settings).await?);
+    match command {
+        DeliveriesCommand::Failed { limit, .. } => {
+            for row in store.failed_deliveries(limit).await? {
+                println!(
+                    "{}\t{}\t{}\tattempts={}\t{}",
+                    row.id,
+                    row.topic,
+                    row.idempotency_key,
+                    row.attempts,
+                    row.last_error.unwrap_or_default()
+                );
+            }
+        }
+        DeliveriesCommand::Redrive { id, all, .. } => {
+            let ids = (!all).then_some(id.as_slice());
+            println!("redriven: {}", store.redrive_deliveries(ids).await?);
         }
     }
     Ok(())

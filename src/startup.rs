@@ -14,6 +14,7 @@ use crate::{
     config::Settings,
     http::{self, AppState, Limits},
     ingest::Ingestor,
+    outbox::{DeliverySettings, Dispatcher},
     queue::{Keyspace, Queue, Timing},
     rules::RuleSet,
     store::{self, Store},
@@ -194,6 +195,7 @@ pub async fn spawn_metrics_listener(
     tracing::info!(address = %listener.local_addr()?, "metrics listener started");
     let router = http::metrics_router(
         backends.queue.clone(),
+        backends.store.clone(),
         telemetry::metrics_handle(),
         settings.backend_timeout,
     );
@@ -205,6 +207,18 @@ pub async fn spawn_metrics_listener(
             tracing::error!(%error, "the metrics listener failed");
         }
     })))
+}
+
+/// Starts the webhook dispatcher if a webhook URL is configured.
+pub fn spawn_dispatcher(
+    settings: &Settings,
+    backends: &Backends,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let delivery = DeliverySettings::from_settings(settings)?;
+    tracing::info!(url = %delivery.url, signed = delivery.secret.is_some(), "webhook dispatcher started");
+    let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
+    Some(tokio::spawn(dispatcher.run(shutdown)))
 }
 
 /// A token cancelled on SIGTERM or ctrl-c; the HTTP server and the workers share it.

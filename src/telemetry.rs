@@ -26,6 +26,8 @@ pub mod names {
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
+    pub const DELIVERIES: &str = "quiesce_webhook_deliveries_total";
+    pub const OUTBOX_BACKLOG: &str = "quiesce_outbox_backlog";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
@@ -128,6 +130,14 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_counter!(
+        names::DELIVERIES,
+        "Outbound webhook attempts by outcome (delivered, retried, gave_up)."
+    );
+    describe_gauge!(
+        names::OUTBOX_BACKLOG,
+        "Outbox rows not yet delivered nor given up (read at scrape time)."
     );
     describe_counter!(
         names::REVERSALS,

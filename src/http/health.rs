@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::AppState;
-use crate::{queue::Queue, telemetry::names};
+use crate::{queue::Queue, store::Store, telemetry::names};
 
 /// The process is up.
 pub async fn healthz() -> impl IntoResponse {
@@ -46,11 +46,18 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Prometheus text format; queue depths are read from Redis at scrape time.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    render_metrics(&state.queue, &state.metrics, state.limits.backend_timeout).await
+    render_metrics(
+        &state.queue,
+        &state.store,
+        &state.metrics,
+        state.limits.backend_timeout,
+    )
+    .await
 }
 
 pub(super) async fn render_metrics(
     queue: &Queue,
+    store: &Store,
     handle: &PrometheusHandle,
     timeout: Duration,
 ) -> impl IntoResponse + use<> {
@@ -66,6 +73,11 @@ pub(super) async fn render_metrics(
         }
         Ok(Err(error)) => tracing::warn!(%error, "queue depth unavailable for the scrape"),
         Err(_) => tracing::warn!("queue depth timed out for the scrape"),
+    }
+    match tokio::time::timeout(timeout, store.outbox_backlog()).await {
+        Ok(Ok(backlog)) => metrics::gauge!(names::OUTBOX_BACKLOG).set(backlog as f64),
+        Ok(Err(error)) => tracing::warn!(%error, "outbox backlog unavailable for the scrape"),
+        Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
     }
     (
         [(

@@ -83,6 +83,7 @@ pub fn router(state: AppState) -> Router {
 /// metrics off the API's address).
 pub fn metrics_router(
     queue: Queue,
+    store: Store,
     handle: PrometheusHandle,
     timeout: std::time::Duration,
 ) -> Router {
@@ -90,8 +91,8 @@ pub fn metrics_router(
         .route(
             "/metrics",
             get(move || {
-                let (queue, handle) = (queue.clone(), handle.clone());
-                async move { health::render_metrics(&queue, &handle, timeout).await }
+                let (queue, store, handle) = (queue.clone(), store.clone(), handle.clone());
+                async move { health::render_metrics(&queue, &store, &handle, timeout).await }
             }),
         )
         .route("/healthz", get(health::healthz))

@@ -17,3 +17,4 @@ mod read_api;
 mod repair;
 mod stale_writer;
 mod version_fence;
+mod webhooks;

@@ -1,0 +1,319 @@
+//! Outbound webhooks against a real local receiver that fails, throttles and goes away:
+//! every action arrives, signed, at least once, and dedupes to exactly one per action.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use base64::{Engine, engine::general_purpose::STANDARD};
+use hmac::{Hmac, Mac};
+use quiesce::outbox::{DeliverySettings, Dispatcher, WebhookSecret};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+#[derive(Clone, Copy)]
+enum Reply {
+    Fail,
+    Throttle,
+}
+
+#[derive(Default)]
+struct Inbox {
+    /// Replies to give before answering 200.
+    script: VecDeque<Reply>,
+    attempts: usize,
+    /// Accepted deliveries: webhook-id -> how many times, and the last body.
+    accepted: HashMap<String, (usize, Value)>,
+    bad_signatures: usize,
+}
+
+/// Checks a Standard Webhooks signature independently of quiesce's signer.
+fn signature_is_valid(headers: &HeaderMap, body: &[u8]) -> bool {
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    };
+    let key = STANDARD
+        .decode(SECRET.trim_start_matches("whsec_"))
+        .unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{}.{}.", header("webhook-id"), header("webhook-timestamp")).as_bytes());
+    mac.update(body);
+    let expected = format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()));
+    header("webhook-signature")
+        .split(' ')
+        .any(|s| s == expected)
+}
+
+async fn receive(
+    State(inbox): State<Arc<Mutex<Inbox>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut inbox = inbox.lock().unwrap();
+    inbox.attempts += 1;
+    match inbox.script.pop_front() {
+        Some(Reply::Fail) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Some(Reply::Throttle) => {
+            return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")]).into_response();
+        }
+        None => {}
+    }
+    if !signature_is_valid(&headers, &body) {
+        inbox.bad_signatures += 1;
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let id = headers["webhook-id"].to_str().unwrap().to_owned();
+    let entry = inbox.accepted.entry(id).or_insert((0, Value::Null));
+    entry.0 += 1;
+    entry.1 = serde_json::from_slice(&body).unwrap();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// A receiver on a fixed port that can be stopped and started again.
+struct Receiver {
+    address: SocketAddr,
+    inbox: Arc<Mutex<Inbox>>,
+    stop: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
+}
+
+impl Receiver {
+    async fn start(script: Vec<Reply>) -> Self {
+        let inbox = Arc::new(Mutex::new(Inbox {
+            script: script.into(),
+            ..Default::default()
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut receiver = Self {
+            address,
+            inbox,
+            stop: None,
+        };
+        receiver.serve(listener);
+        receiver
+    }
+
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let token = CancellationToken::new();
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .with_state(Arc::clone(&self.inbox));
+        let stopped = token.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .await
+                .unwrap();
+        });
+        self.stop = Some((token, task));
+    }
+
+    async fn kill(&mut self) {
+        if let Some((token, task)) = self.stop.take() {
+            token.cancel();
+            task.await.unwrap();
+        }
+    }
+
+    async fn restart(&mut self) {
+        let listener = tokio::net::TcpListener::bind(self.address).await.unwrap();
+        self.serve(listener);
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.address)
+    }
+}
+
+fn delivery(url: String, horizon: Duration) -> DeliverySettings {
+    DeliverySettings {
+        url,
+        secret: Some(WebhookSecret::parse(SECRET).unwrap()),
+        timeout: Duration::from_secs(2),
+        horizon,
+        backoff_base: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(400),
+        batch: 16,
+        poll_interval: Duration::from_millis(20),
+    }
+}
+
+async fn hide(app: &TestApp, entity: &str) {
+    let events: Vec<Value> = (0..10)
+        .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    let worker = app.worker();
+    worker.process(claim_next(&worker).await).await;
+    assert_eq!(app.status_of(entity).await, "hidden");
+}
+
+async fn undelivered(app: &TestApp) -> i64 {
+    app.scalar("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
+        .await
+}
+
+#[tokio::test]
+async fn every_action_and_reversal_is_delivered_signed_through_failures_throttling_and_a_restart() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        ..TestOptions::idle()
+    })
+    .await;
+    for i in 0..5 {
+        hide(&app, &format!("post:w{i}")).await;
+    }
+    let first: i64 = app.scalar("SELECT min(id) FROM actions").await;
+    let response = app
+        .client
+        .post(format!("{}/v1/actions/{first}/reverse", app.base))
+        .json(&json!({"moderator": "mod:ana", "reason": "fine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // A decision refused by the version fence is rolled back whole: no outbox row.
+    let entity = quiesce::domain::EntityId::parse("post:w1").unwrap();
+    let snapshot = app.backends.store.snapshot(&entity).await.unwrap().unwrap();
+    sqlx::query(
+        "UPDATE entities SET status = 'visible', moderation_version = 9 WHERE entity = 'post:w1'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let verdict = app.backends.rules.evaluate(&snapshot);
+    let stale = verdict
+        .to_apply(quiesce::domain::Status::Visible, None)
+        .cloned();
+    assert!(
+        app.backends
+            .store
+            .complete_evaluation(
+                &snapshot,
+                &verdict,
+                stale.as_ref(),
+                "stale",
+                chrono::Utc::now()
+            )
+            .await
+            .is_err()
+    );
+    let keys: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM outbox ORDER BY id")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 6, "five actions and one reversal");
+
+    let mut receiver = Receiver::start(vec![Reply::Fail, Reply::Fail, Reply::Throttle]).await;
+    let dispatcher = Dispatcher::new(
+        app.backends.store.clone(),
+        delivery(receiver.url(), Duration::from_secs(120)),
+    );
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(dispatcher.run(shutdown.clone()));
+
+    wait_for(
+        Duration::from_secs(20),
+        "two failures and a 429",
+        || async { receiver.inbox.lock().unwrap().attempts >= 3 },
+    )
+    .await;
+    // The receiver goes away for a while, then comes back.
+    receiver.kill().await;
+    wait_for(
+        Duration::from_secs(20),
+        "an attempt against the stopped receiver",
+        || async {
+            app.scalar("SELECT count(*) FROM outbox WHERE last_error LIKE 'request failed%'")
+                .await
+                > 0
+        },
+    )
+    .await;
+    receiver.restart().await;
+    wait_for(Duration::from_secs(30), "every row delivered", || async {
+        undelivered(&app).await == 0
+    })
+    .await;
+    shutdown.cancel();
+    running.await.unwrap();
+
+    let inbox = receiver.inbox.lock().unwrap();
+    assert_eq!(inbox.bad_signatures, 0);
+    let mut delivered: Vec<&String> = inbox.accepted.keys().collect();
+    delivered.sort();
+    let mut expected: Vec<&String> = keys.iter().collect();
+    expected.sort();
+    assert_eq!(
+        delivered, expected,
+        "deduped on webhook-id: exactly one per action"
+    );
+    let reversal = keys.iter().find(|k| k.starts_with("reversal:")).unwrap();
+    assert_eq!(inbox.accepted[reversal].1["type"], "action.reversed");
+    assert_eq!(inbox.accepted[reversal].1["data"]["moderator"], "mod:ana");
+    assert!(inbox.attempts >= 6 + 3, "{} attempts", inbox.attempts);
+}
+
+#[tokio::test]
+async fn deliveries_past_the_horizon_are_listed_and_redriven() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        ..TestOptions::idle()
+    })
+    .await;
+    hide(&app, "post:gone").await;
+    let receiver = Receiver::start(vec![Reply::Fail; 1000]).await;
+    let dispatcher = Dispatcher::new(
+        app.backends.store.clone(),
+        delivery(receiver.url(), Duration::from_millis(300)),
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the delivery to be given up",
+        || async {
+            dispatcher.deliver_once().await.unwrap();
+            app.scalar("SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL")
+                .await
+                == 1
+        },
+    )
+    .await;
+    let failed = app.run_cli(&["deliveries", "failed"]).await;
+    assert!(
+        failed.contains("action.applied") && failed.contains("answered 500"),
+        "{failed}"
+    );
+
+    receiver.inbox.lock().unwrap().script.clear();
+    assert_eq!(
+        app.run_cli(&["deliveries", "redrive", "--all"])
+            .await
+            .trim(),
+        "redriven: 1"
+    );
+    wait_for(Duration::from_secs(20), "the redriven delivery", || async {
+        dispatcher.deliver_once().await.unwrap();
+        undelivered(&app).await == 0
+    })
+    .await;
+    assert_eq!(receiver.inbox.lock().unwrap().accepted.len(), 1);
+}
