@@ -137,7 +137,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             backends.check_redis_durability().await;
             let worker = backends.worker(&settings);
             let app = Application::build(&settings, &backends, Some(worker)).await?;
-            let rule_count = backends.rules.rules().len();
+            let rule_count = backends.rules.current().rules().len();
+            startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
             tracing::info!(address = %app.address(), rules = rule_count, "quiesce is serving");
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
@@ -160,6 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             backends.check_redis_durability().await;
             let _ = telemetry::metrics_handle();
             tracing::info!(workers = settings.workers, "quiesce worker started");
+            startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
             let metrics = metrics.await?;
@@ -187,9 +189,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let rules = RuleSet::from_file(&file)?;
             for rule in rules.rules() {
                 println!(
-                    "{}\t{}\tkinds={:?}\twhen: {}",
+                    "{}\t{}{}\tkinds={:?}\twhen: {}",
                     rule.name,
                     rule.action.as_str(),
+                    if rule.shadow { " (shadow)" } else { "" },
                     rule.kinds,
                     rule.when
                 );

@@ -1,18 +1,67 @@
 //! Moderation rules as data: a TOML file of named rules whose conditions are CEL expressions
-//! over an entity's snapshot. Evaluation is a pure function: snapshot -> decisions.
+//! over an entity's snapshot. Evaluation is a pure function: snapshot -> decisions. A
+//! [`Rules`] handle holds the rule set in force and swaps it on reload.
 
-use std::{path::Path, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
 
-use cel::{Context, Env, Program};
+use cel::{Context, Env, ExecutionError, Program};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     domain::{Action, Status},
-    store::Snapshot,
+    store::{SignalStats, Snapshot, WINDOWS},
 };
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
+
+/// Functions a condition may call besides CEL's own.
+const QUIESCE_FUNCTIONS: [&str; 7] = [
+    "count",
+    "weight",
+    "actors",
+    "share",
+    "ratio",
+    "count_in",
+    "weight_in",
+];
+/// CEL's standard functions and macros, as the expression parser names them.
+const CEL_FUNCTIONS: [&str; 30] = [
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "bool",
+    "duration",
+    "timestamp",
+    "has",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    "max",
+    "min",
+    "type",
+    "dyn",
+    "getFullYear",
+    "getMonth",
+    "getDayOfMonth",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "abs",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum RulesError {
@@ -44,15 +93,28 @@ struct RuleSpec {
     when: String,
     action: Action,
     reason: String,
+    /// A shadow rule is evaluated and recorded but never acts.
+    #[serde(default)]
+    shadow: bool,
 }
 
+#[derive(Debug)]
 pub struct Rule {
     pub name: String,
     pub kinds: Vec<String>,
     pub action: Action,
     pub when: String,
+    pub shadow: bool,
     reason: String,
     program: Program,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
 }
 
 /// A compiled, validated rule set.
@@ -72,14 +134,17 @@ pub struct Decision {
 /// Everything the rules concluded about one snapshot.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {
-    /// Rules whose condition held, in file order.
+    /// Live rules whose condition held, in file order.
     pub matched: Vec<Decision>,
+    /// Shadow rules whose condition held: what they would have done.
+    #[serde(default)]
+    pub shadow: Vec<Decision>,
     /// Rules that could not be evaluated on this snapshot, with the error.
     pub errors: Vec<(String, String)>,
 }
 
 impl Verdict {
-    /// The strongest matched action (the first rule in file order among equals).
+    /// The strongest matched live action (the first rule in file order among equals).
     pub fn strongest(&self) -> Option<&Decision> {
         self.matched
             .iter()
@@ -94,6 +159,57 @@ impl Verdict {
             .filter(|d| d.action.status() > current)
             .filter(|d| cap.is_none_or(|cap| d.action.status() <= cap))
     }
+}
+
+/// `line:column` (1-based) of a byte offset in a condition.
+fn position(source: &str, offset: usize) -> String {
+    let before = &source[..offset.min(source.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("{line}:{column}")
+}
+
+/// Checks what a compiled condition calls, and the windows it names, so that a typo fails at
+/// load time even in a branch that an empty snapshot never reaches.
+fn check_names(source: &str, program: &Program) -> Result<(), String> {
+    for function in program.references().functions() {
+        let operator =
+            function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
+        if !operator && !QUIESCE_FUNCTIONS.contains(&function) && !CEL_FUNCTIONS.contains(&function)
+        {
+            let at = source
+                .find(function)
+                .map_or_else(String::new, |o| format!(" at {}", position(source, o)));
+            return Err(format!(
+                "unknown function {function}(){at}; quiesce offers {}",
+                QUIESCE_FUNCTIONS.join(", ")
+            ));
+        }
+    }
+    for call in ["count_in(", "weight_in("] {
+        let mut from = 0;
+        while let Some(found) = source[from..].find(call) {
+            let start = from + found;
+            from = start + call.len();
+            let window = source[from..].split(',').nth(1).map(|w| {
+                w.split(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_matches(['"', '\''])
+            });
+            if let Some(window) = window
+                && !WINDOWS.iter().any(|(name, _)| *name == window)
+            {
+                return Err(format!(
+                    "unknown window {window:?} at {}; use one of {}",
+                    position(source, start),
+                    WINDOWS.map(|(name, _)| name).join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl RuleSet {
@@ -113,11 +229,13 @@ impl RuleSet {
             let program = env
                 .compile(&spec.when)
                 .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
+            check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
             let rule = Rule {
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
                 when: spec.when,
+                shadow: spec.shadow,
                 reason: spec.reason,
                 program,
             };
@@ -153,11 +271,18 @@ impl RuleSet {
                 continue;
             }
             match rule.matches(&self.env, snapshot) {
-                Ok(true) => verdict.matched.push(Decision {
-                    rule: rule.name.clone(),
-                    action: rule.action,
-                    reason: render_reason(&rule.reason, snapshot),
-                }),
+                Ok(true) => {
+                    let decision = Decision {
+                        rule: rule.name.clone(),
+                        action: rule.action,
+                        reason: render_reason(&rule.reason, snapshot),
+                    };
+                    if rule.shadow {
+                        verdict.shadow.push(decision);
+                    } else {
+                        verdict.matched.push(decision);
+                    }
+                }
                 Ok(false) => {}
                 Err(error) => verdict.errors.push((rule.name.clone(), error)),
             }
@@ -166,29 +291,80 @@ impl RuleSet {
     }
 }
 
+type Signals = Arc<BTreeMap<String, SignalStats>>;
+
+fn window_totals(
+    signals: &Signals,
+    signal: &str,
+    window: &str,
+) -> Result<crate::store::SignalTotals, ExecutionError> {
+    if !WINDOWS.iter().any(|(name, _)| *name == window) {
+        return Err(ExecutionError::function_error(
+            "count_in",
+            format!("unknown window {window:?}"),
+        ));
+    }
+    Ok(signals
+        .get(signal)
+        .and_then(|s| s.windows.get(window))
+        .copied()
+        .unwrap_or_default())
+}
+
 impl Rule {
     fn matches(&self, env: &Arc<Env>, snapshot: &Snapshot) -> Result<bool, String> {
-        let totals = Arc::new(snapshot.signals.clone());
+        let signals: Signals = Arc::new(snapshot.signals.clone());
         let mut context = Context::with_env(Arc::clone(env));
-        let counts = Arc::clone(&totals);
+        let s = Arc::clone(&signals);
         context
             .add_function("count", move |signal: Arc<String>| {
-                counts.get(signal.as_str()).map_or(0, |t| t.count)
+                s.get(signal.as_str()).map_or(0, |t| t.count)
             })
             .map_err(|e| e.to_string())?;
-        let weights = Arc::clone(&totals);
+        let s = Arc::clone(&signals);
         context
             .add_function("weight", move |signal: Arc<String>| {
-                weights.get(signal.as_str()).map_or(0.0, |t| t.weight)
+                s.get(signal.as_str()).map_or(0.0, |t| t.weight)
             })
             .map_err(|e| e.to_string())?;
-        let shares = totals;
+        let s = Arc::clone(&signals);
+        context
+            .add_function("actors", move |signal: Arc<String>| {
+                s.get(signal.as_str()).map_or(0, |t| t.actors)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(&signals);
         context
             .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
-                let count = |s: &str| shares.get(s).map_or(0, |t| t.count) as f64;
+                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
                 let (a, b) = (count(&signal), count(&other));
                 if a + b == 0.0 { 0.0 } else { a / (a + b) }
             })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(&signals);
+        context
+            .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
+                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+                count(&signal) / count(&other).max(1.0)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(&signals);
+        context
+            .add_function(
+                "count_in",
+                move |signal: Arc<String>, window: Arc<String>| {
+                    window_totals(&s, &signal, &window).map(|t| t.count)
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(&signals);
+        context
+            .add_function(
+                "weight_in",
+                move |signal: Arc<String>, window: Arc<String>| {
+                    window_totals(&s, &signal, &window).map(|t| t.weight)
+                },
+            )
             .map_err(|e| e.to_string())?;
         context
             .add_variable("kind", snapshot.kind.clone())
@@ -207,7 +383,8 @@ impl Rule {
     }
 }
 
-/// Fills `{entity}`, `{kind}`, `{count.<signal>}` and `{weight.<signal>}` in a reason.
+/// Fills `{entity}`, `{kind}`, `{count.<signal>}`, `{weight.<signal>}` and
+/// `{actors.<signal>}` in a reason.
 fn render_reason(template: &str, snapshot: &Snapshot) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -217,12 +394,13 @@ fn render_reason(template: &str, snapshot: &Snapshot) -> String {
             break;
         };
         let name = &rest[start + 1..start + len];
-        let totals = |s: &str| snapshot.signals.get(s).copied().unwrap_or_default();
+        let stats = |s: &str| snapshot.signals.get(s).cloned().unwrap_or_default();
         match name.split_once('.') {
             _ if name == "entity" => out.push_str(snapshot.entity.as_str()),
             _ if name == "kind" => out.push_str(&snapshot.kind),
-            Some(("count", signal)) => out.push_str(&totals(signal).count.to_string()),
-            Some(("weight", signal)) => out.push_str(&totals(signal).weight.to_string()),
+            Some(("count", signal)) => out.push_str(&stats(signal).count.to_string()),
+            Some(("weight", signal)) => out.push_str(&stats(signal).weight.to_string()),
+            Some(("actors", signal)) => out.push_str(&stats(signal).actors.to_string()),
             _ => out.push_str(&rest[start..=start + len]),
         }
         rest = &rest[start + len + 1..];
@@ -231,10 +409,41 @@ fn render_reason(template: &str, snapshot: &Snapshot) -> String {
     out
 }
 
+/// The rule set in force, swapped whole on reload; evaluations hold the set they started with.
+pub struct Rules {
+    current: RwLock<Arc<RuleSet>>,
+    source: Option<PathBuf>,
+}
+
+impl Rules {
+    pub fn new(set: RuleSet, source: Option<PathBuf>) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(set)),
+            source,
+        }
+    }
+
+    pub fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(&self.current.read().expect("not poisoned"))
+    }
+
+    /// Reads the rules file again; an invalid file is refused and the rules in force stay.
+    /// Returns the number of rules now in force.
+    pub fn reload(&self) -> Result<usize, RulesError> {
+        let set = match &self.source {
+            Some(path) => RuleSet::from_file(path)?,
+            None => RuleSet::default_rules(),
+        };
+        let count = set.rules().len();
+        *self.current.write().expect("not poisoned") = Arc::new(set);
+        Ok(count)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{domain::EntityId, store::SignalTotals};
+    use crate::{domain::EntityId, store::SignalStats};
 
     fn post(signals: &[(&str, i64)]) -> Snapshot {
         let mut snapshot = Snapshot::empty_for_validation();
@@ -243,9 +452,10 @@ mod tests {
         for (signal, count) in signals {
             snapshot.signals.insert(
                 (*signal).to_owned(),
-                SignalTotals {
+                SignalStats {
                     count: *count,
                     weight: *count as f64,
+                    ..Default::default()
                 },
             );
         }

@@ -16,18 +16,19 @@ use crate::{
     ingest::Ingestor,
     outbox::{DeliverySettings, Dispatcher},
     queue::{Keyspace, Queue, Timing},
-    rules::RuleSet,
+    rules::{RuleSet, Rules},
     store::{self, Store},
     telemetry,
     worker::{Worker, WorkerSettings},
 };
 
-/// Loads the configured rules file, or the shipped defaults.
-pub fn load_rules(settings: &Settings) -> anyhow::Result<RuleSet> {
-    match &settings.rules {
-        Some(path) => RuleSet::from_file(path).context("the rules were refused"),
-        None => Ok(RuleSet::default_rules()),
-    }
+/// Loads the configured rules file, or the shipped defaults, into a reloadable handle.
+pub fn load_rules(settings: &Settings) -> anyhow::Result<Rules> {
+    let set = match &settings.rules {
+        Some(path) => RuleSet::from_file(path).context("the rules were refused")?,
+        None => RuleSet::default_rules(),
+    };
+    Ok(Rules::new(set, settings.rules.clone()))
 }
 
 /// Creates the database if it does not exist and applies pending migrations.
@@ -67,12 +68,12 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
 pub struct Backends {
     pub store: Store,
     pub queue: Queue,
-    pub rules: Arc<RuleSet>,
+    pub rules: Arc<Rules>,
     pub wakeup: Arc<Notify>,
 }
 
 impl Backends {
-    pub async fn connect(settings: &Settings, rules: Arc<RuleSet>) -> anyhow::Result<Self> {
+    pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
         let pool = store::connect(settings)
             .await
             .context("cannot connect to Postgres")?;
@@ -142,6 +143,7 @@ impl Application {
             store: backends.store.clone(),
             queue: backends.queue.clone(),
             ingestor,
+            rules: Arc::clone(&backends.rules),
             metrics: telemetry::metrics_handle(),
             limits: Arc::new(Limits {
                 body_limit: settings.body_limit,
@@ -219,6 +221,26 @@ pub fn spawn_dispatcher(
     tracing::info!(url = %delivery.url, signed = delivery.secret.is_some(), "webhook dispatcher started");
     let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
     Some(tokio::spawn(dispatcher.run(shutdown)))
+}
+
+/// Reloads the rules on SIGHUP; an invalid file is refused and the rules in force stay.
+pub fn reload_rules_on_sighup(rules: Arc<Rules>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match rules.reload() {
+                Ok(count) => tracing::info!(rules = count, "rules reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "rules reload refused; the rules in force stay")
+                }
+            }
+        }
+    });
 }
 
 /// A token cancelled on SIGTERM or ctrl-c; the HTTP server and the workers share it.

@@ -80,6 +80,22 @@ pub struct SignalTotals {
     pub weight: f64,
 }
 
+/// The trailing windows rules can count over (minute-granular: by receive-time minute).
+pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
+
+/// What a snapshot knows of one signal on one entity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct SignalStats {
+    /// Events ever recorded (the totals survive event retention).
+    pub count: i64,
+    /// Their summed weights: an actor-weighted score when weights model reporters' trust.
+    pub weight: f64,
+    /// Distinct actors among the retained events.
+    pub actors: i64,
+    /// Count and weight over each trailing window of [`WINDOWS`].
+    pub windows: BTreeMap<String, SignalTotals>,
+}
+
 /// One consistent read of an entity: what the rules decide on.
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -89,7 +105,7 @@ pub struct Snapshot {
     pub moderation_version: i64,
     /// Events recorded when the snapshot was taken; the evaluation covers these.
     pub event_count: i64,
-    pub signals: BTreeMap<String, SignalTotals>,
+    pub signals: BTreeMap<String, SignalStats>,
     pub taken_at: DateTime<Utc>,
     /// A moderator's override in force: automation does not go past this status.
     pub override_cap: Option<Status>,
@@ -136,7 +152,7 @@ pub struct EntityRecord {
     pub last_event_at: DateTime<Utc>,
     pub evaluation_count: i64,
     pub last_evaluated_at: Option<DateTime<Utc>>,
-    pub signals: BTreeMap<String, SignalTotals>,
+    pub signals: BTreeMap<String, SignalStats>,
     /// The latest moderator override, whether or not it is still in force.
     #[serde(rename = "override")]
     pub override_decision: Option<Override>,
@@ -485,10 +501,12 @@ impl Store {
             Completion::Applied { action_id } => Some(action_id),
             _ => None,
         };
+        // The snapshot is kept when a shadow rule matched: what it would have done, on what.
+        let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
         sqlx::query(
             "INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                      decisions, action_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                                      decisions, action_id, snapshot)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(snapshot.entity.as_str())
         .bind(worker)
@@ -497,6 +515,7 @@ impl Store {
         .bind(snapshot.event_count)
         .bind(sqlx::types::Json(verdict))
         .bind(action_id)
+        .bind(shadow_snapshot)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -681,6 +700,33 @@ impl Store {
         .await?)
     }
 
+    /// Live and shadow matches per rule in evaluations finished within `window`.
+    pub async fn rule_hits(
+        &self,
+        window: std::time::Duration,
+    ) -> Result<BTreeMap<String, (i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT d.decision->>'rule' AS rule,
+                    count(*) FILTER (WHERE d.kind = 'live') AS live,
+                    count(*) FILTER (WHERE d.kind = 'shadow') AS shadow
+             FROM evaluations e,
+                  LATERAL (SELECT 'live' AS kind, x AS decision
+                             FROM jsonb_array_elements(e.decisions->'matched') x
+                           UNION ALL
+                           SELECT 'shadow', x
+                             FROM jsonb_array_elements(coalesce(e.decisions->'shadow', '[]')) x) d
+             WHERE e.finished_at >= now() - $1::interval
+             GROUP BY 1",
+        )
+        .bind(format!("{} milliseconds", window.as_millis()))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.get("rule"), (row.get("live"), row.get("shadow"))))
+            .collect())
+    }
+
     /// The entity row and its signal totals, read together in one repeatable-read transaction.
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         let mut tx = self.pool.begin().await?;
@@ -699,7 +745,7 @@ impl Store {
         else {
             return Ok(None);
         };
-        let signals = signal_totals(&mut tx, entity.as_str()).await?;
+        let signals = signal_stats(&mut tx, entity.as_str()).await?;
         tx.commit().await?;
         let status: String = row.get("status");
         Ok(Some(EntityRecord {
@@ -987,26 +1033,66 @@ async fn upsert_signal_totals(
     Ok(())
 }
 
-async fn signal_totals(
+/// Totals, distinct actors and trailing-window counts per signal, read in the caller's
+/// transaction (one snapshot).
+async fn signal_stats(
     tx: &mut Transaction<'_, Postgres>,
     entity: &str,
-) -> Result<BTreeMap<String, SignalTotals>> {
-    let rows = sqlx::query("SELECT signal, count, weight_sum FROM signal_totals WHERE entity = $1")
-        .bind(entity)
-        .fetch_all(&mut **tx)
-        .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| {
-            (
-                row.get("signal"),
-                SignalTotals {
-                    count: row.get("count"),
-                    weight: row.get("weight_sum"),
-                },
-            )
-        })
-        .collect())
+) -> Result<BTreeMap<String, SignalStats>> {
+    let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    let totals =
+        sqlx::query("SELECT signal, count, weight_sum FROM signal_totals WHERE entity = $1")
+            .bind(entity)
+            .fetch_all(&mut **tx)
+            .await?;
+    for row in totals {
+        let entry = stats.entry(row.get("signal")).or_default();
+        entry.count = row.get("count");
+        entry.weight = row.get("weight_sum");
+        for (name, _) in WINDOWS {
+            entry
+                .windows
+                .insert(name.to_owned(), SignalTotals::default());
+        }
+    }
+    let actors = sqlx::query(
+        "SELECT signal, count(DISTINCT actor) AS actors FROM events WHERE entity = $1 GROUP BY signal",
+    )
+    .bind(entity)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in actors {
+        stats.entry(row.get("signal")).or_default().actors = row.get("actors");
+    }
+    let windows = sqlx::query(
+        "SELECT b.signal, w.name, sum(b.count)::int8 AS count, sum(b.weight_sum) AS weight
+         FROM signal_buckets b
+         JOIN UNNEST($2::text[], $3::int8[]) AS w(name, seconds)
+           ON b.bucket_start >= date_trunc('minute', now()) - make_interval(secs => w.seconds - 60)
+         WHERE b.entity = $1 AND b.bucket_start >= now() - interval '24 hours'
+         GROUP BY b.signal, w.name",
+    )
+    .bind(entity)
+    .bind(WINDOWS.iter().map(|(name, _)| *name).collect::<Vec<_>>())
+    .bind(
+        WINDOWS
+            .iter()
+            .map(|(_, seconds)| *seconds)
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in windows {
+        let window: String = row.get("name");
+        stats.entry(row.get("signal")).or_default().windows.insert(
+            window,
+            SignalTotals {
+                count: row.get("count"),
+                weight: row.get("weight"),
+            },
+        );
+    }
+    Ok(stats)
 }
 
 /// Whether an error means Postgres could not be reached (answer 503 / retry), as opposed to a

@@ -26,6 +26,7 @@ pub mod names {
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
+    pub const SHADOW_HITS: &str = "quiesce_shadow_hits_total";
     pub const DELIVERIES: &str = "quiesce_webhook_deliveries_total";
     pub const OUTBOX_BACKLOG: &str = "quiesce_outbox_backlog";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
@@ -130,6 +131,10 @@ fn describe() {
     describe_gauge!(
         names::DEAD_LETTERS,
         "Entities in the dead-letter set, by shard."
+    );
+    describe_counter!(
+        names::SHADOW_HITS,
+        "Shadow rules that matched a snapshot (what they would have done), by rule."
     );
     describe_counter!(
         names::DELIVERIES,

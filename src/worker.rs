@@ -24,7 +24,7 @@ use crate::{
     config::Settings,
     domain::EntityId,
     queue::{Claim, Failed, Queue, QueueError, Reaped},
-    rules::RuleSet,
+    rules::Rules,
     store::{Completion, Snapshot, Store, StoreError, SweepCursor},
     telemetry::names,
 };
@@ -136,7 +136,7 @@ pub struct SweepReport {
 pub struct Worker {
     queue: Queue,
     store: Store,
-    rules: Arc<RuleSet>,
+    rules: Arc<Rules>,
     settings: WorkerSettings,
     wakeup: Arc<Notify>,
     before_apply: Option<BeforeApplyHook>,
@@ -258,7 +258,7 @@ impl Worker {
     pub fn new(
         queue: Queue,
         store: Store,
-        rules: Arc<RuleSet>,
+        rules: Arc<Rules>,
         settings: WorkerSettings,
         wakeup: Arc<Notify>,
     ) -> Self {
@@ -599,7 +599,7 @@ impl Worker {
             .snapshot(&claim.entity)
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
-        let verdict = self.rules.evaluate(&snapshot);
+        let verdict = self.rules.current().evaluate(&snapshot);
         if !verdict.errors.is_empty() {
             metrics::counter!(names::RULE_ERRORS).increment(verdict.errors.len() as u64);
             let errors: Vec<String> = verdict
@@ -608,6 +608,9 @@ impl Worker {
                 .map(|(rule, error)| format!("rule {rule:?}: {error}"))
                 .collect();
             return Err(EvaluationError::Rules(errors.join("; ")));
+        }
+        for shadow in &verdict.shadow {
+            metrics::counter!(names::SHADOW_HITS, "rule" => shadow.rule.clone()).increment(1);
         }
         let mut decision = verdict.to_apply(snapshot.status, snapshot.override_cap);
         if let Some(d) = decision {

@@ -7,6 +7,7 @@ mod events;
 mod health;
 mod moderation;
 mod read;
+mod rules;
 
 use std::{sync::Arc, time::Instant};
 
@@ -36,6 +37,7 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    pub rules: Arc<crate::rules::Rules>,
     pub queue: Queue,
     pub ingestor: Ingestor,
     pub metrics: PrometheusHandle,
@@ -54,6 +56,8 @@ pub fn router(state: AppState) -> Router {
             post(moderation::override_entity),
         )
         .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
+        .route("/v1/rules", get(rules::list))
+        .route("/v1/rules/reload", post(rules::reload))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/redrive", post(dead_letters::redrive_many))
         .route(

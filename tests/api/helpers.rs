@@ -44,6 +44,8 @@ pub struct TestOptions {
     pub max_batch: usize,
     pub before_apply: Option<BeforeApplyHook>,
     pub rules: Option<RuleSet>,
+    /// Where the rules came from (what a reload reads).
+    pub rules_file: Option<std::path::PathBuf>,
     /// Route Redis and Postgres through proxies the test can cut.
     pub through_proxies: bool,
     pub backend_timeout: Duration,
@@ -68,6 +70,7 @@ impl Default for TestOptions {
             max_batch: 1000,
             before_apply: None,
             rules: None,
+            rules_file: None,
             through_proxies: false,
             backend_timeout: Duration::from_secs(5),
             evaluation_timeout: Duration::from_secs(10),
@@ -165,7 +168,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     startup::prepare_database(&settings)
         .await
         .expect("migrations");
-    let rules = Arc::new(options.rules.unwrap_or_else(RuleSet::default_rules));
+    let rules = Arc::new(quiesce::rules::Rules::new(
+        options.rules.unwrap_or_else(RuleSet::default_rules),
+        options.rules_file.clone(),
+    ));
     let backends = Backends::connect(&settings, rules).await.expect("backends");
     let worker = (options.workers > 0).then(|| {
         let worker = backends.worker(&settings);

@@ -81,7 +81,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     let store = &app.backends.store;
 
     let snapshot = store.snapshot(&entity).await.unwrap().unwrap();
-    let verdict = app.backends.rules.evaluate(&snapshot);
+    let verdict = app.backends.rules.current().evaluate(&snapshot);
     let decision = verdict.to_apply(snapshot.status, None).cloned();
     assert_eq!(
         decision.as_ref().unwrap().action,

@@ -200,7 +200,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
     .execute(&app.pool)
     .await
     .unwrap();
-    let verdict = app.backends.rules.evaluate(&snapshot);
+    let verdict = app.backends.rules.current().evaluate(&snapshot);
     let stale = verdict
         .to_apply(quiesce::domain::Status::Visible, None)
         .cloned();

@@ -1,0 +1,52 @@
+//! The rules in force, with their hit counts, and reloading them.
+
+use std::time::Duration;
+
+use axum::{Json, extract::State, http::StatusCode};
+use serde_json::{Value, json};
+
+use super::{AppState, error::ApiError, read::store_error};
+
+const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// `GET /v1/rules`: every rule with its live and shadow matches over the last 24h.
+pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let hits = state
+        .store
+        .rule_hits(HITS_WINDOW)
+        .await
+        .map_err(store_error)?;
+    let rules = state.rules.current();
+    let listed: Vec<Value> = rules
+        .rules()
+        .iter()
+        .map(|rule| {
+            let (live, shadow) = hits.get(&rule.name).copied().unwrap_or_default();
+            json!({
+                "name": rule.name,
+                "action": rule.action,
+                "kinds": rule.kinds,
+                "when": rule.when,
+                "shadow": rule.shadow,
+                "hits_24h": { "live": live, "shadow": shadow },
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "rules": listed })))
+}
+
+/// `POST /v1/rules/reload`: reads the rules file again. An invalid file is refused with the
+/// error (422) and the rules in force stay. Reloads this process only; SIGHUP does the same.
+pub async fn reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    match state.rules.reload() {
+        Ok(count) => {
+            tracing::info!(rules = count, "rules reloaded");
+            Ok(Json(json!({ "rules": count })))
+        }
+        Err(error) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_rules",
+            format!("{error}; the rules in force stay"),
+        )),
+    }
+}
