@@ -549,3 +549,196 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod condition_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        domain::EntityId,
+        store::{SignalStats, SignalTotals},
+    };
+
+    fn rule(when: &str) -> RuleSet {
+        RuleSet::from_toml(&format!(
+            "[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
+        ))
+        .unwrap_or_else(|e| panic!("{when}: {e}"))
+    }
+
+    /// A post with flags (weight 2 each, from 3 actors, 4 of them in the last minute) and
+    /// upvotes (from 20 actors, none recent).
+    fn snapshot() -> Snapshot {
+        let windows = |recent: i64, weight: f64| -> BTreeMap<String, SignalTotals> {
+            WINDOWS
+                .iter()
+                .map(|(name, _)| {
+                    let count = if *name == "1m" { recent } else { recent * 2 };
+                    (
+                        name.to_string(),
+                        SignalTotals {
+                            count,
+                            weight: count as f64 * weight,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let mut snapshot = Snapshot::empty_for_validation();
+        snapshot.entity = EntityId::parse("post:7").unwrap();
+        snapshot.status = Status::Flagged;
+        snapshot.signals.insert(
+            "flag".into(),
+            SignalStats {
+                count: 8,
+                weight: 16.0,
+                actors: 3,
+                windows: windows(4, 2.0),
+            },
+        );
+        snapshot.signals.insert(
+            "upvote".into(),
+            SignalStats {
+                count: 20,
+                weight: 20.0,
+                actors: 20,
+                windows: windows(0, 1.0),
+            },
+        );
+        snapshot
+    }
+
+    #[test]
+    fn each_condition_kind_reads_the_snapshot() {
+        let cases = [
+            ("count(\"flag\") == 8", true),
+            ("count(\"missing\") == 0", true),
+            ("weight(\"flag\") == 16.0", true),
+            ("weight(\"flag\") > 16.5", false),
+            ("actors(\"flag\") == 3", true),
+            ("actors(\"upvote\") >= 20", true),
+            (
+                "share(\"flag\", \"upvote\") > 0.28 && share(\"flag\", \"upvote\") < 0.29",
+                true,
+            ),
+            ("share(\"none\", \"nothing\") == 0.0", true),
+            ("ratio(\"upvote\", \"flag\") == 2.5", true),
+            ("ratio(\"flag\", \"missing\") == 8.0", true),
+            ("count_in(\"flag\", \"1m\") == 4", true),
+            ("count_in(\"flag\", \"24h\") == 8", true),
+            ("weight_in(\"flag\", \"5m\") == 16.0", true),
+            ("count_in(\"upvote\", \"1h\") == 0", true),
+            ("kind == \"post\"", true),
+            ("kind == \"user\"", false),
+            ("status == \"flagged\"", true),
+            ("entity.startsWith(\"post:\")", true),
+            ("count(\"flag\") >= 10 || actors(\"flag\") >= 3", true),
+        ];
+        for (when, expected) in cases {
+            let verdict = rule(when).evaluate(&snapshot());
+            assert_eq!(!verdict.matched.is_empty(), expected, "{when}: {verdict:?}");
+            assert!(verdict.errors.is_empty(), "{when}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn shadow_rules_are_reported_apart_and_never_applied() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"trial\"\nwhen = 'count(\"flag\") >= 1'\naction = \"suspend\"\nreason = \"x\"\nshadow = true\n",
+        )
+        .unwrap();
+        let verdict = rules.evaluate(&snapshot());
+        assert!(verdict.matched.is_empty());
+        assert_eq!(verdict.shadow.len(), 1);
+        assert_eq!(verdict.shadow[0].action, Action::Suspend);
+        assert!(verdict.to_apply(Status::Visible, None).is_none());
+    }
+
+    #[test]
+    fn names_and_windows_are_checked_at_load_with_a_position() {
+        let file = |when: &str| {
+            format!(
+                "[[rule]]\nname = \"bad\"\nwhen = '{when}'\naction = \"hide\"\nreason = \"x\"\n"
+            )
+        };
+        // A typo behind a false condition: an empty snapshot never reaches it.
+        let err = RuleSet::from_toml(&file("false && cuont(\"flag\") > 1"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("cuont") && err.contains("1:10"),
+            "{err}"
+        );
+        let err = RuleSet::from_toml(&file("count_in(\"flag\", \"2h\") > 1"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("2h") && err.contains("1:1"),
+            "{err}"
+        );
+        let err = RuleSet::from_toml(&file("count(\"flag\") >"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("does not parse"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::store::SignalStats;
+
+    fn status() -> impl Strategy<Value = Status> {
+        prop_oneof![
+            Just(Status::Visible),
+            Just(Status::Flagged),
+            Just(Status::Hidden),
+            Just(Status::Suspended)
+        ]
+    }
+
+    proptest! {
+        /// The same snapshot always gives the same verdict, and an applied decision only ever
+        /// raises the status (and never past an override).
+        #[test]
+        fn evaluation_is_deterministic_and_never_lowers_a_status(
+            flags in 0i64..40,
+            upvotes in 0i64..2000,
+            reports in 0i64..10,
+            weight in 1.0f64..5.0,
+            current in status(),
+            cap in proptest::option::of(status()),
+            kind in prop_oneof![Just("post"), Just("comment"), Just("user")],
+        ) {
+            let rules = RuleSet::default_rules();
+            let mut snapshot = Snapshot::empty_for_validation();
+            snapshot.kind = kind.to_owned();
+            snapshot.status = current;
+            for (signal, count) in [("flag", flags), ("upvote", upvotes), ("report", reports)] {
+                snapshot.signals.insert(signal.to_owned(), SignalStats {
+                    count,
+                    weight: count as f64 * weight,
+                    actors: count,
+                    ..Default::default()
+                });
+            }
+            let first = rules.evaluate(&snapshot);
+            prop_assert_eq!(&first, &rules.evaluate(&snapshot));
+            if let Some(decision) = first.to_apply(current, cap) {
+                prop_assert!(decision.action.status() > current);
+                if let Some(cap) = cap {
+                    prop_assert!(decision.action.status() <= cap);
+                }
+            }
+        }
+    }
+}

@@ -15,6 +15,7 @@ mod moderation;
 mod outages;
 mod read_api;
 mod repair;
+mod rules;
 mod stale_writer;
 mod version_fence;
 mod webhooks;

@@ -1,0 +1,160 @@
+//! Rules in a running service: shadow rules, windows over real buckets, the rules listing and
+//! hot reload.
+
+use std::time::Duration;
+
+use quiesce::rules::RuleSet;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app};
+
+async fn flags(app: &TestApp, entity: &str, n: usize) {
+    let events: Vec<Value> = (0..n)
+        .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+}
+
+async fn evaluate_next(app: &TestApp) {
+    let worker = app.worker();
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(
+        matches!(outcome, quiesce::worker::Outcome::Done(_)),
+        "{outcome:?}"
+    );
+}
+
+const SHADOW: &str = r#"
+[[rule]]
+name = "trial_suspend"
+when = 'count("flag") >= 1'
+action = "suspend"
+reason = "{count.flag} flags"
+shadow = true
+"#;
+
+#[tokio::test]
+async fn a_shadow_rule_is_recorded_and_counted_but_changes_nothing() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        rules: Some(RuleSet::from_toml(SHADOW).unwrap()),
+        ..TestOptions::idle()
+    })
+    .await;
+    flags(&app, "post:s", 3).await;
+    evaluate_next(&app).await;
+
+    assert_eq!(app.status_of("post:s").await, "visible");
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 0);
+    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
+    let (decisions, snapshot): (Value, Option<Value>) =
+        sqlx::query_as("SELECT decisions, snapshot FROM evaluations WHERE entity = 'post:s'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(decisions["shadow"][0]["rule"], "trial_suspend");
+    assert_eq!(decisions["shadow"][0]["action"], "suspend");
+    assert_eq!(decisions["shadow"][0]["reason"], "3 flags");
+    assert_eq!(
+        snapshot.expect("kept for a shadow hit")["signals"]["flag"]["count"],
+        3
+    );
+
+    let (status, listing) = app.get("/v1/rules").await;
+    assert_eq!(status, 200, "{listing}");
+    let rule = &listing["rules"][0];
+    assert_eq!(rule["name"], "trial_suspend");
+    assert_eq!(rule["shadow"], true);
+    assert_eq!(rule["hits_24h"]["shadow"], 1);
+    assert_eq!(rule["hits_24h"]["live"], 0);
+}
+
+#[tokio::test]
+async fn trailing_windows_count_the_recorded_buckets() {
+    let rules = r#"
+[[rule]]
+name = "burst_of_flags"
+when = 'count_in("flag", "1m") >= 3 && weight_in("flag", "24h") >= 3.0 && actors("flag") == 1'
+action = "flag"
+reason = "{count.flag} flags from {actors.flag} actor"
+"#;
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        rules: Some(RuleSet::from_toml(rules).unwrap()),
+        ..TestOptions::idle()
+    })
+    .await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| json!({"id": format!("w{i}"), "entity": "post:w", "type": "flag", "actor": "user:1"}))
+        .collect();
+    app.send(&json!(events)).await;
+    evaluate_next(&app).await;
+    assert_eq!(app.status_of("post:w").await, "flagged");
+    let reason: String = sqlx::query_scalar("SELECT reason FROM actions")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(reason, "3 flags from 1 actor");
+}
+
+#[tokio::test]
+async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
+    let dir = std::env::temp_dir().join(format!("quiesce-rules-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    let first = "[[rule]]\nname = \"old_rule\"\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"x\"\n";
+    std::fs::write(&file, first).unwrap();
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        rules: Some(RuleSet::from_file(&file).unwrap()),
+        rules_file: Some(file.clone()),
+        ..TestOptions::idle()
+    })
+    .await;
+    let reload = || async {
+        let response = app
+            .client
+            .post(format!("{}/v1/rules/reload", app.base))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.unwrap())
+    };
+
+    std::fs::write(&file, "[[rule]]\nname = \"typo\"\nwhen = 'cuont(\"flag\") >= 2'\naction = \"hide\"\nreason = \"x\"\n").unwrap();
+    let (status, body) = reload().await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_rules");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("typo"),
+        "{body}"
+    );
+    let (_, listing) = app.get("/v1/rules").await;
+    assert_eq!(
+        listing["rules"][0]["name"], "old_rule",
+        "the old rules stay in force"
+    );
+    flags(&app, "post:a", 2).await;
+    evaluate_next(&app).await;
+    assert_eq!(app.status_of("post:a").await, "flagged");
+
+    std::fs::write(
+        &file,
+        first
+            .replace("old_rule", "new_rule")
+            .replace("\"flag\"\nreason", "\"hide\"\nreason"),
+    )
+    .unwrap();
+    let (status, body) = reload().await;
+    assert_eq!((status, body["rules"].as_i64()), (200, Some(1)), "{body}");
+    flags(&app, "post:b", 2).await;
+    evaluate_next(&app).await;
+    assert_eq!(app.status_of("post:b").await, "hidden");
+    let rule: String = sqlx::query_scalar("SELECT rule FROM actions WHERE entity = 'post:b'")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(rule, "new_rule");
+    std::fs::remove_dir_all(dir).unwrap();
+}
