@@ -189,6 +189,8 @@ pub struct Event {
     pub weight: f64,
     pub occurred_at: Option<chrono::DateTime<chrono::Utc>>,
     pub priority: Priority,
+    /// Who wrote the entity (`user:77`); automated actions on the entity feed back to it.
+    pub author: Option<EntityId>,
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use sqlx::{
 
 use crate::{
     config::Settings,
-    domain::{EntityId, Event, Status},
+    domain::{EntityId, Event, EventId, Priority, Signal, Status},
     rules::{Decision, Verdict},
 };
 
@@ -109,6 +109,8 @@ pub struct Snapshot {
     pub taken_at: DateTime<Utc>,
     /// A moderator's override in force: automation does not go past this status.
     pub override_cap: Option<Status>,
+    /// Who wrote the entity, if an event said so.
+    pub author: Option<EntityId>,
 }
 
 impl Snapshot {
@@ -123,6 +125,7 @@ impl Snapshot {
             signals: BTreeMap::new(),
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
             override_cap: None,
+            author: None,
         }
     }
 
@@ -153,6 +156,7 @@ pub struct EntityRecord {
     pub evaluation_count: i64,
     pub last_evaluated_at: Option<DateTime<Utc>>,
     pub signals: BTreeMap<String, SignalStats>,
+    pub author: Option<String>,
     /// The latest moderator override, whether or not it is still in force.
     #[serde(rename = "override")]
     pub override_decision: Option<Override>,
@@ -315,8 +319,12 @@ pub type SweepCursor = (DateTime<Utc>, String);
 pub enum Completion {
     /// No action was due; the evaluation is recorded.
     NoAction,
-    /// The action was applied now, as this action row.
-    Applied { action_id: i64 },
+    /// The action was applied now, as this action row; `author` got a derived signal for it
+    /// and must be scheduled.
+    Applied {
+        action_id: i64,
+        author: Option<EntityId>,
+    },
     /// The action's dedup key exists: it took effect before (a retry after a crash).
     AlreadyApplied,
 }
@@ -346,51 +354,8 @@ impl Store {
     /// group commits that share ids or entities wait on each other in one order, never in a
     /// cycle. Only newly inserted events move the counters.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
-        let mut events = events.to_vec();
-        events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
         let mut tx = self.pool.begin().await?;
-        let inserted: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
-                                  $6::timestamptz[], $7::text[])
-             ON CONFLICT (id) DO NOTHING
-             RETURNING id",
-        )
-        .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.entity.as_str()).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.signal.as_str()).collect::<Vec<_>>())
-        .bind(
-            events
-                .iter()
-                .map(|e| e.actor.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(events.iter().map(|e| e.weight).collect::<Vec<_>>())
-        .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
-        .bind(
-            events
-                .iter()
-                .map(|e| e.priority.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        let inserted: HashSet<String> = inserted.into_iter().collect();
-        if !inserted.is_empty() {
-            let fresh = events.iter().filter(|e| inserted.contains(e.id.as_str()));
-            let mut per_entity: BTreeMap<&str, i64> = BTreeMap::new();
-            let mut per_signal: BTreeMap<(&str, &str), SignalTotals> = BTreeMap::new();
-            for event in fresh {
-                *per_entity.entry(event.entity.as_str()).or_default() += 1;
-                let totals = per_signal
-                    .entry((event.entity.as_str(), event.signal.as_str()))
-                    .or_default();
-                totals.count += 1;
-                totals.weight += event.weight;
-            }
-            upsert_entities(&mut tx, &per_entity).await?;
-            upsert_signal_totals(&mut tx, &per_signal).await?;
-        }
+        let inserted = record_in(&mut tx, events).await?;
         tx.commit().await?;
         Ok(inserted)
     }
@@ -409,6 +374,10 @@ impl Store {
                 .filter(|o| o.until > record.read_at)
                 .map(|o| o.status),
             signals: record.signals,
+            author: record
+                .author
+                .as_deref()
+                .and_then(|a| EntityId::parse(a).ok()),
             taken_at: record.read_at,
         }))
     }
@@ -453,7 +422,33 @@ impl Store {
             match action_id {
                 Some(action_id) => {
                     new_status = decision.action.status();
-                    completion = Completion::Applied { action_id };
+                    // Actions feed back: the author's entity gets a derived signal, once per
+                    // action (its id is the action's dedup key), in this same transaction.
+                    let author = match &snapshot.author {
+                        Some(author) => {
+                            lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()])
+                                .await?;
+                            let derived = Event {
+                                id: EventId::parse(&format!("derived:{dedup_key}"))
+                                    .map_err(|e| StoreError::Corrupt(e.0))?,
+                                entity: author.clone(),
+                                signal: Signal::parse(&format!(
+                                    "auto.{}",
+                                    decision.action.as_str()
+                                ))
+                                .map_err(|e| StoreError::Corrupt(e.0))?,
+                                actor: Some(snapshot.entity.as_str().to_owned()),
+                                weight: 1.0,
+                                occurred_at: None,
+                                priority: Priority::Normal,
+                                author: None,
+                            };
+                            let inserted = record_in(&mut tx, &[&derived]).await?;
+                            (!inserted.is_empty()).then(|| author.clone())
+                        }
+                        None => None,
+                    };
+                    completion = Completion::Applied { action_id, author };
                     sqlx::query(
                         "INSERT INTO outbox (topic, idempotency_key, payload)
                          VALUES ('action.applied', $1, $2)",
@@ -498,7 +493,7 @@ impl Store {
             });
         }
         let action_id = match completion {
-            Completion::Applied { action_id } => Some(action_id),
+            Completion::Applied { action_id, .. } => Some(action_id),
             _ => None,
         };
         // The snapshot is kept when a shadow rule matched: what it would have done, on what.
@@ -736,7 +731,7 @@ impl Store {
         let Some(row) = sqlx::query(
             "SELECT entity, kind, status, moderation_version, event_count, evaluated_event_count,
                     pending_since, last_event_at, evaluation_count, last_evaluated_at, now() AS read_at,
-                    override_status, override_until, override_by, override_reason
+                    override_status, override_until, override_by, override_reason, author
              FROM entities WHERE entity = $1",
         )
         .bind(entity.as_str())
@@ -760,6 +755,7 @@ impl Store {
             evaluation_count: row.get("evaluation_count"),
             last_evaluated_at: row.get("last_evaluated_at"),
             signals,
+            author: row.get("author"),
             override_decision: override_from_row(&row)?,
             read_at: row.get("read_at"),
         }))
@@ -970,29 +966,97 @@ impl Store {
     }
 }
 
+/// Records events in the caller's transaction; returns the ids that were new. Events are
+/// inserted sorted by id and counters upserted sorted by key, so concurrent transactions that
+/// share ids or entities wait on each other in one order, never in a cycle. Only newly
+/// inserted events move the counters.
+async fn record_in(
+    tx: &mut Transaction<'_, Postgres>,
+    events: &[&Event],
+) -> Result<HashSet<String>> {
+    let mut events = events.to_vec();
+    events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    let inserted: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
+                              $6::timestamptz[], $7::text[], $8::text[])
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id",
+    )
+    .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.entity.as_str()).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.signal.as_str()).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| e.actor.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|e| e.weight).collect::<Vec<_>>())
+    .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|e| e.priority.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        events
+            .iter()
+            .map(|e| e.author.as_ref().map(EntityId::as_str))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    let inserted: HashSet<String> = inserted.into_iter().collect();
+    if !inserted.is_empty() {
+        let fresh = events.iter().filter(|e| inserted.contains(e.id.as_str()));
+        let mut per_entity: BTreeMap<&str, (i64, Option<&str>)> = BTreeMap::new();
+        let mut per_signal: BTreeMap<(&str, &str), SignalTotals> = BTreeMap::new();
+        for event in fresh {
+            let entry = per_entity.entry(event.entity.as_str()).or_default();
+            entry.0 += 1;
+            if let Some(author) = &event.author {
+                entry.1 = Some(author.as_str());
+            }
+            let totals = per_signal
+                .entry((event.entity.as_str(), event.signal.as_str()))
+                .or_default();
+            totals.count += 1;
+            totals.weight += event.weight;
+        }
+        upsert_entities(tx, &per_entity).await?;
+        upsert_signal_totals(tx, &per_signal).await?;
+    }
+    Ok(inserted)
+}
+
 async fn upsert_entities(
     tx: &mut Transaction<'_, Postgres>,
-    per_entity: &BTreeMap<&str, i64>,
+    per_entity: &BTreeMap<&str, (i64, Option<&str>)>,
 ) -> Result<()> {
     let ids: Vec<&str> = per_entity.keys().copied().collect();
     let kinds: Vec<&str> = ids
         .iter()
         .map(|id| id.split_once(':').map_or("", |(k, _)| k))
         .collect();
-    let counts: Vec<i64> = per_entity.values().copied().collect();
+    let counts: Vec<i64> = per_entity.values().map(|(n, _)| *n).collect();
+    let authors: Vec<Option<&str>> = per_entity.values().map(|(_, a)| *a).collect();
     sqlx::query(
-        "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at)
-         SELECT entity, kind, n, now(), now()
-         FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS t(entity, kind, n)
+        "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at, author)
+         SELECT entity, kind, n, now(), now(), author
+         FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[]) AS t(entity, kind, n, author)
          ORDER BY entity
          ON CONFLICT (entity) DO UPDATE SET
              event_count = entities.event_count + EXCLUDED.event_count,
              pending_since = COALESCE(entities.pending_since, now()),
-             last_event_at = now()",
+             last_event_at = now(),
+             author = COALESCE(EXCLUDED.author, entities.author)",
     )
     .bind(ids)
     .bind(kinds)
     .bind(counts)
+    .bind(authors)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -1030,6 +1094,15 @@ async fn upsert_signal_totals(
     .bind(&weights)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// Locks entity rows in id order, as ingest does, before a transaction touches several.
+async fn lock_in_order(tx: &mut Transaction<'_, Postgres>, entities: &[&str]) -> Result<()> {
+    sqlx::query("SELECT 1 FROM entities WHERE entity = ANY($1) ORDER BY entity FOR UPDATE")
+        .bind(entities)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 

@@ -638,6 +638,21 @@ impl Worker {
                 started_at,
             )
             .await?;
+        if let Completion::Applied {
+            author: Some(author),
+            ..
+        } = &completion
+        {
+            // The author's derived signal is committed; if this schedule is lost, the repair
+            // sweep finds the author owed an evaluation.
+            if let Err(error) = self
+                .queue
+                .schedule(&[(author.clone(), crate::domain::Priority::Normal)])
+                .await
+            {
+                tracing::warn!(%error, %author, "could not schedule the author; the sweep will");
+            }
+        }
         if let (Some(d), Completion::Applied { .. } | Completion::AlreadyApplied) =
             (decision, &completion)
         {

@@ -16,7 +16,8 @@ use crate::{
     telemetry::names,
 };
 
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 8] = [
+    "author",
     "id",
     "entity",
     "type",
@@ -218,6 +219,18 @@ fn parse_event(item: &Value) -> Result<Event, FieldError> {
             ));
         }
     };
+    let author = match optional(object, "author") {
+        None => None,
+        Some(Value::String(raw)) => {
+            Some(EntityId::parse(raw).map_err(|e| field_error("author", e.0))?)
+        }
+        Some(_) => {
+            return Err(field_error(
+                "author",
+                "must be an entity id such as user:77".into(),
+            ));
+        }
+    };
     Ok(Event {
         id,
         entity,
@@ -226,6 +239,7 @@ fn parse_event(item: &Value) -> Result<Event, FieldError> {
         weight,
         occurred_at,
         priority,
+        author,
     })
 }
 

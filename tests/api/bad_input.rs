@@ -173,6 +173,12 @@ async fn every_validation_rule_answers_with_its_status_and_writes_nothing() {
             "priority",
         ),
         case("unknown field", with("severity", json!("high")), "severity"),
+        case(
+            "author not an entity id",
+            with("author", json!("77")),
+            "author",
+        ),
+        case("author not a string", with("author", json!(77)), "author"),
     ];
     let mut second_bad = case(
         "second event of a batch invalid",

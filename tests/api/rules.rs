@@ -158,3 +158,54 @@ async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
     assert_eq!(rule, "new_rule");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn repeated_automated_hides_on_one_authors_posts_suspend_the_author_once() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        ..Default::default()
+    })
+    .await;
+    for post in 0..3 {
+        let events: Vec<Value> = (0..10)
+            .map(|i| {
+                json!({"id": format!("p{post}-{i}"), "entity": format!("post:{post}"), "type": "flag",
+                       "author": "user:77"})
+            })
+            .collect();
+        app.send(&json!(events)).await;
+    }
+    app.wait_settled(Duration::from_secs(30)).await;
+
+    for post in 0..3 {
+        assert_eq!(app.status_of(&format!("post:{post}")).await, "hidden");
+    }
+    assert_eq!(app.status_of("user:77").await, "suspended");
+    let (rule, reason): (String, String) =
+        sqlx::query_as("SELECT rule, reason FROM actions WHERE entity = 'user:77'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(rule, "suspend_repeat_offender");
+    assert_eq!(reason, "3 automated hides of their posts");
+    // One derived signal per action, recorded with the action.
+    let derived: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT e.id, e.signal, e.actor FROM events e WHERE e.entity = 'user:77' ORDER BY e.actor",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(derived.len(), 3, "{derived:?}");
+    for (i, (id, signal, actor)) in derived.iter().enumerate() {
+        assert!(id.starts_with("derived:"), "{id}");
+        assert_eq!(signal, "auto.hide");
+        assert_eq!(actor, &format!("post:{i}"));
+    }
+    let (_, post) = app.get("/v1/entities/post:0").await;
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'user:77'")
+            .await,
+        1
+    );
+    assert!(post["status"] == "hidden");
+}
