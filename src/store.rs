@@ -560,9 +560,10 @@ impl Store {
             .collect())
     }
 
-    /// Deletes events (and minute buckets) received more than `retention` ago, in statements
-    /// of at most `batch` rows, at most `max_batches` of them; totals are not touched. Returns
-    /// the number of events deleted.
+    /// Deletes events received more than `retention` ago, in statements of at most `batch`
+    /// rows, at most `max_batches` of them, and one batch each of old minute buckets,
+    /// evaluation records and delivered outbox rows; totals are not touched. Returns the
+    /// number of events deleted.
     pub async fn purge_expired_events(
         &self,
         retention: std::time::Duration,
@@ -588,14 +589,24 @@ impl Store {
                 break;
             }
         }
-        sqlx::query(
+        // Minute buckets, evaluation records and delivered outbox rows past the window go
+        // too (a statement each, bounded); actions and moderator decisions are kept.
+        for statement in [
             "DELETE FROM signal_buckets WHERE ctid IN (
                  SELECT ctid FROM signal_buckets WHERE bucket_start < now() - $1::interval LIMIT $2)",
-        )
-        .bind(&age)
-        .bind(batch as i64)
-        .execute(&self.pool)
-        .await?;
+            "DELETE FROM evaluations WHERE id IN (
+                 SELECT id FROM evaluations WHERE finished_at < now() - $1::interval
+                 ORDER BY id LIMIT $2)",
+            "DELETE FROM outbox WHERE id IN (
+                 SELECT id FROM outbox WHERE delivered_at < now() - $1::interval
+                 ORDER BY id LIMIT $2)",
+        ] {
+            sqlx::query(statement)
+                .bind(&age)
+                .bind(batch as i64)
+                .execute(&self.pool)
+                .await?;
+        }
         Ok(deleted)
     }
 

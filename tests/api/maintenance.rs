@@ -34,6 +34,32 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     );
     assert_eq!(app.worker().purge_once().await.unwrap(), 0);
 
+    // Old evaluation records and delivered outbox rows go with them; undelivered rows stay.
+    sqlx::query(
+        "INSERT INTO evaluations (entity, worker, started_at, finished_at, moderation_version,
+                                  event_count, decisions)
+         VALUES ('post:old', 'w', now() - interval '9 days', now() - interval '9 days', 0, 1, '{}'),
+                ('post:old', 'w', now(), now(), 0, 5, '{}')",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox (topic, idempotency_key, payload, delivered_at)
+         VALUES ('t', 'old-delivered', '{}', now() - interval '9 days'),
+                ('t', 'old-pending', '{}', NULL)",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    app.worker().purge_once().await.unwrap();
+    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 1);
+    let left: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM outbox")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["old-pending".to_owned()]);
+
     // Within the window an id is still a duplicate; past it, the id is forgotten.
     assert_eq!(app.send(&event("e3", "post:old", "flag")).await, (0, 1));
     assert_eq!(app.send(&event("e0", "post:old", "flag")).await, (1, 0));
