@@ -139,8 +139,11 @@ pub struct Verdict {
     /// Shadow rules whose condition held: what they would have done.
     #[serde(default)]
     pub shadow: Vec<Decision>,
-    /// Rules that could not be evaluated on this snapshot, with the error.
+    /// Live rules that could not be evaluated on this snapshot, with the error.
     pub errors: Vec<(String, String)>,
+    /// Shadow rules that could not be evaluated: recorded, never a reason to fail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow_errors: Vec<(String, String)>,
 }
 
 impl Verdict {
@@ -263,6 +266,14 @@ impl RuleSet {
         &self.rules
     }
 
+    /// Whether any rule reads distinct actors (a count over the entity's retained events,
+    /// so the snapshot reads them only when needed).
+    pub fn uses_actors(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
+    }
+
     /// Runs every rule that applies to the snapshot's kind.
     pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
         let mut verdict = Verdict::default();
@@ -284,6 +295,7 @@ impl RuleSet {
                     }
                 }
                 Ok(false) => {}
+                Err(error) if rule.shadow => verdict.shadow_errors.push((rule.name.clone(), error)),
                 Err(error) => verdict.errors.push((rule.name.clone(), error)),
             }
         }
@@ -330,7 +342,7 @@ impl Rule {
         let s = Arc::clone(&signals);
         context
             .add_function("actors", move |signal: Arc<String>| {
-                s.get(signal.as_str()).map_or(0, |t| t.actors)
+                s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
             })
             .map_err(|e| e.to_string())?;
         let s = Arc::clone(&signals);
@@ -400,7 +412,9 @@ fn render_reason(template: &str, snapshot: &Snapshot) -> String {
             _ if name == "kind" => out.push_str(&snapshot.kind),
             Some(("count", signal)) => out.push_str(&stats(signal).count.to_string()),
             Some(("weight", signal)) => out.push_str(&stats(signal).weight.to_string()),
-            Some(("actors", signal)) => out.push_str(&stats(signal).actors.to_string()),
+            Some(("actors", signal)) => {
+                out.push_str(&stats(signal).actors.unwrap_or(0).to_string())
+            }
             _ => out.push_str(&rest[start..=start + len]),
         }
         rest = &rest[start + len + 1..];
@@ -593,7 +607,7 @@ mod condition_tests {
             SignalStats {
                 count: 8,
                 weight: 16.0,
-                actors: 3,
+                actors: Some(3),
                 windows: windows(4, 2.0),
             },
         );
@@ -602,7 +616,7 @@ mod condition_tests {
             SignalStats {
                 count: 20,
                 weight: 20.0,
-                actors: 20,
+                actors: Some(20),
                 windows: windows(0, 1.0),
             },
         );
@@ -640,6 +654,17 @@ mod condition_tests {
             assert_eq!(!verdict.matched.is_empty(), expected, "{when}: {verdict:?}");
             assert!(verdict.errors.is_empty(), "{when}: {verdict:?}");
         }
+    }
+
+    #[test]
+    fn a_failing_shadow_rule_is_recorded_apart_and_fails_nothing() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"divides\"\nwhen = 'count(\"flag\") > 0 && count(\"flag\") / count(\"none\") > 2'\naction = \"hide\"\nreason = \"x\"\nshadow = true\n",
+        )
+        .unwrap();
+        let verdict = rules.evaluate(&snapshot());
+        assert!(verdict.errors.is_empty(), "{verdict:?}");
+        assert_eq!(verdict.shadow_errors.len(), 1, "{verdict:?}");
     }
 
     #[test]
@@ -727,7 +752,7 @@ mod properties {
                 snapshot.signals.insert(signal.to_owned(), SignalStats {
                     count,
                     weight: count as f64 * weight,
-                    actors: count,
+                    actors: Some(count),
                     ..Default::default()
                 });
             }

@@ -37,11 +37,25 @@ pub enum StoreError {
         by: String,
         at: DateTime<Utc>,
     },
+    #[error(
+        "action {id} was superseded: the entity changed after it (now version {version}); reverse the latest action or set an override"
+    )]
+    Superseded { id: i64, version: i64 },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 impl StoreError {
+    /// A serialization failure or deadlock: retrying the transaction is the cure.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db)) => db
+                .code()
+                .is_some_and(|code| code == "40001" || code == "40P01"),
+            _ => false,
+        }
+    }
+
     /// Postgres could not be reached or refused work for a reason of its own (connection lost,
     /// shutting down, out of resources, statement cancelled): not the entity's fault.
     pub fn is_unavailable(&self) -> bool {
@@ -80,6 +94,9 @@ pub struct SignalTotals {
     pub weight: f64,
 }
 
+/// Minute buckets outlive a shorter retention: the longest window needs 24 hours of them.
+const BUCKETS_KEPT: std::time::Duration = std::time::Duration::from_secs(25 * 3600);
+
 /// The trailing windows rules can count over (minute-granular: by receive-time minute).
 pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
 
@@ -90,8 +107,10 @@ pub struct SignalStats {
     pub count: i64,
     /// Their summed weights: an actor-weighted score when weights model reporters' trust.
     pub weight: f64,
-    /// Distinct actors among the retained events.
-    pub actors: i64,
+    /// Distinct actors among the retained events; counted only when a rule asks for them
+    /// (it reads every retained event of the entity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actors: Option<i64>,
     /// Count and weight over each trailing window of [`WINDOWS`].
     pub windows: BTreeMap<String, SignalTotals>,
 }
@@ -362,24 +381,27 @@ impl Store {
 
     /// Reads the entity's status, version and every signal total in one repeatable-read
     /// transaction, so the rules see one moment. `None` for an entity with no events.
-    pub async fn snapshot(&self, entity: &EntityId) -> Result<Option<Snapshot>> {
-        Ok(self.entity(entity).await?.map(|record| Snapshot {
-            entity: entity.clone(),
-            kind: record.kind,
-            status: record.status,
-            moderation_version: record.moderation_version,
-            event_count: record.event_count,
-            override_cap: record
-                .override_decision
-                .filter(|o| o.until > record.read_at)
-                .map(|o| o.status),
-            signals: record.signals,
-            author: record
-                .author
-                .as_deref()
-                .and_then(|a| EntityId::parse(a).ok()),
-            taken_at: record.read_at,
-        }))
+    pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
+        Ok(self
+            .entity_with(entity, with_actors)
+            .await?
+            .map(|record| Snapshot {
+                entity: entity.clone(),
+                kind: record.kind,
+                status: record.status,
+                moderation_version: record.moderation_version,
+                event_count: record.event_count,
+                override_cap: record
+                    .override_decision
+                    .filter(|o| o.until > record.read_at)
+                    .map(|o| o.status),
+                signals: record.signals,
+                author: record
+                    .author
+                    .as_deref()
+                    .and_then(|a| EntityId::parse(a).ok()),
+                taken_at: record.read_at,
+            }))
     }
 
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
@@ -461,6 +483,7 @@ impl Store {
                         "rule": decision.rule,
                         "reason": decision.reason,
                         "status": new_status,
+                        "moderation_version": snapshot.moderation_version + 1,
                     }))
                     .execute(&mut *tx)
                     .await?;
@@ -589,23 +612,40 @@ impl Store {
                 break;
             }
         }
-        // Minute buckets, evaluation records and delivered outbox rows past the window go
-        // too (a statement each, bounded); actions and moderator decisions are kept.
-        for statement in [
-            "DELETE FROM signal_buckets WHERE ctid IN (
-                 SELECT ctid FROM signal_buckets WHERE bucket_start < now() - $1::interval LIMIT $2)",
-            "DELETE FROM evaluations WHERE id IN (
-                 SELECT id FROM evaluations WHERE finished_at < now() - $1::interval
-                 ORDER BY id LIMIT $2)",
-            "DELETE FROM outbox WHERE id IN (
-                 SELECT id FROM outbox WHERE delivered_at < now() - $1::interval
-                 ORDER BY id LIMIT $2)",
+        // Minute buckets (kept at least 25h, for the 24h windows), evaluation records and
+        // delivered outbox rows past the window go too, in the same bounded batches; actions
+        // and moderator decisions are kept.
+        let bucket_age = format!("{} milliseconds", retention.max(BUCKETS_KEPT).as_millis());
+        for (statement, age) in [
+            (
+                "DELETE FROM signal_buckets WHERE ctid IN (
+                     SELECT ctid FROM signal_buckets WHERE bucket_start < now() - $1::interval LIMIT $2)",
+                &bucket_age,
+            ),
+            (
+                "DELETE FROM evaluations WHERE id IN (
+                     SELECT id FROM evaluations WHERE finished_at < now() - $1::interval
+                     ORDER BY id LIMIT $2)",
+                &age,
+            ),
+            (
+                "DELETE FROM outbox WHERE id IN (
+                     SELECT id FROM outbox WHERE delivered_at < now() - $1::interval
+                     ORDER BY id LIMIT $2)",
+                &age,
+            ),
         ] {
-            sqlx::query(statement)
-                .bind(&age)
-                .bind(batch as i64)
-                .execute(&self.pool)
-                .await?;
+            for _ in 0..max_batches {
+                let done = sqlx::query(statement)
+                    .bind(age)
+                    .bind(batch as i64)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                if done < batch as u64 {
+                    break;
+                }
+            }
         }
         Ok(deleted)
     }
@@ -735,6 +775,15 @@ impl Store {
 
     /// The entity row and its signal totals, read together in one repeatable-read transaction.
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
+        self.entity_with(entity, false).await
+    }
+
+    /// As [`Store::entity`], also counting distinct actors when `with_actors`.
+    pub async fn entity_with(
+        &self,
+        entity: &EntityId,
+        with_actors: bool,
+    ) -> Result<Option<EntityRecord>> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
@@ -751,7 +800,7 @@ impl Store {
         else {
             return Ok(None);
         };
-        let signals = signal_stats(&mut tx, entity.as_str()).await?;
+        let signals = signal_stats(&mut tx, entity.as_str(), with_actors).await?;
         tx.commit().await?;
         let status: String = row.get("status");
         Ok(Some(EntityRecord {
@@ -820,6 +869,17 @@ impl Store {
         if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
             return Err(StoreError::AlreadyReversed { id, by, at });
         }
+        // Only the latest change can be undone: restoring an older action's previous status
+        // would wipe (or even escalate over) what happened since.
+        let version: i64 = sqlx::query_scalar(
+            "SELECT moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
+        )
+        .bind(&action.entity)
+        .fetch_one(&mut *tx)
+        .await?;
+        if version != action.applied_version + 1 {
+            return Err(StoreError::Superseded { id, version });
+        }
         let until_interval = format!("{} milliseconds", override_for.as_millis());
         let entity_row = sqlx::query(
             "UPDATE entities SET
@@ -850,6 +910,7 @@ impl Store {
         .await?;
         let action = action_from_row(&reversed);
         let override_until: DateTime<Utc> = entity_row.get("override_until");
+        let new_version: i64 = entity_row.get("moderation_version");
         record_decision(
             &mut tx,
             &action.entity,
@@ -873,6 +934,7 @@ impl Store {
             "status": action.previous_status,
             "moderator": moderator,
             "reason": reason,
+            "moderation_version": new_version,
         }))
         .execute(&mut *tx)
         .await?;
@@ -938,6 +1000,7 @@ impl Store {
             "until": until,
             "moderator": moderator,
             "reason": reason,
+            "moderation_version": version,
         }))
         .execute(&mut *tx)
         .await?;
@@ -1122,6 +1185,7 @@ async fn lock_in_order(tx: &mut Transaction<'_, Postgres>, entities: &[&str]) ->
 async fn signal_stats(
     tx: &mut Transaction<'_, Postgres>,
     entity: &str,
+    with_actors: bool,
 ) -> Result<BTreeMap<String, SignalStats>> {
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
     let totals =
@@ -1139,20 +1203,25 @@ async fn signal_stats(
                 .insert(name.to_owned(), SignalTotals::default());
         }
     }
-    let actors = sqlx::query(
-        "SELECT signal, count(DISTINCT actor) AS actors FROM events WHERE entity = $1 GROUP BY signal",
-    )
-    .bind(entity)
-    .fetch_all(&mut **tx)
-    .await?;
-    for row in actors {
-        stats.entry(row.get("signal")).or_default().actors = row.get("actors");
+    if with_actors {
+        let actors = sqlx::query(
+            "SELECT signal, count(DISTINCT actor) AS actors FROM events WHERE entity = $1 GROUP BY signal",
+        )
+        .bind(entity)
+        .fetch_all(&mut **tx)
+        .await?;
+        for stat in stats.values_mut() {
+            stat.actors = Some(0);
+        }
+        for row in actors {
+            stats.entry(row.get("signal")).or_default().actors = Some(row.get("actors"));
+        }
     }
     let windows = sqlx::query(
         "SELECT b.signal, w.name, sum(b.count)::int8 AS count, sum(b.weight_sum) AS weight
          FROM signal_buckets b
          JOIN UNNEST($2::text[], $3::int8[]) AS w(name, seconds)
-           ON b.bucket_start >= date_trunc('minute', now()) - make_interval(secs => w.seconds - 60)
+           ON b.bucket_start >= date_trunc('minute', now()) - make_interval(secs => w.seconds)
          WHERE b.entity = $1 AND b.bucket_start >= now() - interval '24 hours'
          GROUP BY b.signal, w.name",
     )
@@ -1188,15 +1257,11 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => true,
-        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart,
-        // 57014: statement cancelled (our statement_timeout), 40001/40P01: serialization.
+        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart. A
+        // cancelled statement (57014, our statement_timeout) is not here: a slow query of one
+        // entity must not pause every worker.
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08")
-                || code.starts_with("53")
-                || code.starts_with("57P")
-                || code == "57014"
-                || code == "40001"
-                || code == "40P01"
+            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
         }),
         _ => false,
     }

@@ -544,6 +544,16 @@ impl Worker {
                 self.give_back(claim, format!("moderation version moved past {read}"))
                     .await
             }
+            // A deadlock or serialization failure: try again, nobody's fault.
+            Err(EvaluationError::Store(error)) if error.is_conflict() => {
+                self.give_back(claim, error.to_string()).await
+            }
+            // A timeout is the entity's fault only if Postgres answers: a black-holed network
+            // must not use up attempts.
+            Err(error @ EvaluationError::TimedOut(_)) if !self.postgres_answers().await => {
+                self.breaker.trip(self.settings.poll_interval);
+                self.give_back(claim, error.to_string()).await
+            }
             // An outage is not the entity's fault: it must not use up its attempts, and
             // claiming pauses until Postgres answers again.
             Err(EvaluationError::Store(error)) if error.is_unavailable() => {
@@ -562,6 +572,14 @@ impl Worker {
             tracing::warn!(%error, "unlock failed; the lock expires with its lease");
         }
         outcome
+    }
+
+    /// Whether Postgres answers a ping within a second.
+    async fn postgres_answers(&self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), self.store.ping()).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Re-schedules after a short jittered delay without using an attempt.
@@ -594,12 +612,17 @@ impl Worker {
 
     async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
         let started_at = Utc::now();
+        let rules = self.rules.current();
         let snapshot = self
             .store
-            .snapshot(&claim.entity)
+            .snapshot(&claim.entity, rules.uses_actors())
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
-        let verdict = self.rules.current().evaluate(&snapshot);
+        let verdict = rules.evaluate(&snapshot);
+        for (rule, error) in &verdict.shadow_errors {
+            metrics::counter!(names::RULE_ERRORS).increment(1);
+            tracing::warn!(%rule, %error, "shadow rule could not be evaluated");
+        }
         if !verdict.errors.is_empty() {
             metrics::counter!(names::RULE_ERRORS).increment(verdict.errors.len() as u64);
             let errors: Vec<String> = verdict

@@ -19,6 +19,11 @@ pub(super) fn store_error(error: StoreError) -> ApiError {
             "already_reversed",
             error.to_string(),
         ),
+        StoreError::Superseded { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "superseded",
+            error.to_string(),
+        ),
         _ => ApiError::internal(&error),
     }
 }

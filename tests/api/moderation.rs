@@ -389,3 +389,41 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
         assert_eq!(status, 400, "{bad}: {body}");
     }
 }
+
+#[tokio::test]
+async fn only_the_latest_action_can_be_reversed() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        ..TestOptions::idle()
+    })
+    .await;
+    let worker = app.worker();
+    flags(&app, "post:l", "a", 3).await;
+    worker.process(claim_next(&worker).await).await;
+    flags(&app, "post:l", "b", 7).await;
+    worker.process(claim_next(&worker).await).await;
+    let ids = action_ids(&app, "post:l").await;
+    assert_eq!(ids.len(), 2, "flagged, then hidden");
+
+    let (status, body) = post(
+        &app,
+        &format!("/v1/actions/{}/reverse", ids[0]),
+        json!({"moderator": "mod:ana", "reason": "x"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "superseded");
+    assert_eq!(app.status_of("post:l").await, "hidden", "nothing written");
+
+    let (status, body) = post(
+        &app,
+        &format!("/v1/actions/{}/reverse", ids[1]),
+        json!({"moderator": "mod:ana", "reason": "x"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["status"], "flagged",
+        "back to what it was before the hide"
+    );
+}

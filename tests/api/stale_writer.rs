@@ -102,7 +102,7 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
 
 #[tokio::test]
 async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
-    let lease = Duration::from_millis(400);
+    let lease = Duration::from_millis(900);
     let app = spawn_app(TestOptions {
         window: Duration::from_millis(20),
         lease,

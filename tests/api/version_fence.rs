@@ -80,7 +80,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     let entity = quiesce::domain::EntityId::parse("post:stale").unwrap();
     let store = &app.backends.store;
 
-    let snapshot = store.snapshot(&entity).await.unwrap().unwrap();
+    let snapshot = store.snapshot(&entity, false).await.unwrap().unwrap();
     let verdict = app.backends.rules.current().evaluate(&snapshot);
     let decision = verdict.to_apply(snapshot.status, None).cloned();
     assert_eq!(
@@ -114,7 +114,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     assert_eq!(app.status_of("post:stale").await, "visible");
 
     // The same decision on a fresh snapshot applies, once.
-    let fresh = store.snapshot(&entity).await.unwrap().unwrap();
+    let fresh = store.snapshot(&entity, false).await.unwrap().unwrap();
     let done = store
         .complete_evaluation(
             &fresh,
