@@ -280,6 +280,9 @@ pub struct Reversal {
     pub status: Status,
     pub moderation_version: i64,
     pub override_until: DateTime<Utc>,
+    /// The author whose derived signal was compensated, to be scheduled.
+    #[serde(skip)]
+    pub author: Option<EntityId>,
 }
 
 /// Automated actions applied in a window, and how many a moderator reversed within 24h.
@@ -880,6 +883,34 @@ impl Store {
         if version != action.applied_version + 1 {
             return Err(StoreError::Superseded { id, version });
         }
+        // The author's derived signal for this action is compensated, so that reversed
+        // actions do not count towards escalating the author.
+        let author: Option<String> =
+            sqlx::query_scalar("SELECT entity FROM events WHERE id = 'derived:' || $1")
+                .bind(&action.dedup_key)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let author = match author {
+            Some(author) => {
+                let author = EntityId::parse(&author).map_err(|e| StoreError::Corrupt(e.0))?;
+                lock_in_order(&mut tx, &[action.entity.as_str(), author.as_str()]).await?;
+                let compensation = Event {
+                    id: EventId::parse(&format!("derived-reversal:{}", action.dedup_key))
+                        .map_err(|e| StoreError::Corrupt(e.0))?,
+                    entity: author.clone(),
+                    signal: Signal::parse(&format!("auto.{}.reversed", action.action))
+                        .map_err(|e| StoreError::Corrupt(e.0))?,
+                    actor: Some(action.entity.clone()),
+                    weight: 1.0,
+                    occurred_at: None,
+                    priority: Priority::Normal,
+                    author: None,
+                };
+                record_in(&mut tx, &[&compensation]).await?;
+                Some(author)
+            }
+            None => None,
+        };
         let until_interval = format!("{} milliseconds", override_for.as_millis());
         let entity_row = sqlx::query(
             "UPDATE entities SET
@@ -944,6 +975,7 @@ impl Store {
             moderation_version: entity_row.get("moderation_version"),
             override_until,
             action,
+            author,
         })
     }
 

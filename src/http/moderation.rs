@@ -163,6 +163,16 @@ pub async fn reverse(
         .map_err(store_error)?;
     metrics::counter!(crate::telemetry::names::REVERSALS, "rule" => reversal.action.rule.clone())
         .increment(1);
+    if let Some(author) = &reversal.author {
+        // The compensation is committed; if this schedule is lost the repair sweep finds it.
+        if let Err(error) = state
+            .queue
+            .schedule(&[(author.clone(), crate::domain::Priority::Normal)])
+            .await
+        {
+            tracing::warn!(%error, %author, "could not schedule the author after a reversal");
+        }
+    }
     Ok(Json(json!(reversal)))
 }
 

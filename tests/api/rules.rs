@@ -247,3 +247,59 @@ async fn rules_check_names_the_broken_rule_and_the_position() {
     assert!(String::from_utf8_lossy(&shipped.stdout).contains("4 rules, valid"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(10),
+        ..Default::default()
+    })
+    .await;
+    let hide_post = |post: usize| {
+        let events: Vec<Value> = (0..10)
+            .map(|i| {
+                json!({"id": format!("q{post}-{i}"), "entity": format!("post:{post}"), "type": "flag",
+                       "author": "user:88"})
+            })
+            .collect();
+        json!(events)
+    };
+    for post in 0..2 {
+        app.send(&hide_post(post)).await;
+    }
+    app.wait_settled(Duration::from_secs(30)).await;
+    let first: i64 = app
+        .scalar("SELECT min(id) FROM actions WHERE entity = 'post:0'")
+        .await;
+    let response = app
+        .client
+        .post(format!("{}/v1/actions/{first}/reverse", app.base))
+        .json(&json!({"moderator": "mod:ana", "reason": "not spam"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    app.send(&hide_post(2)).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+
+    assert_eq!(app.status_of("post:2").await, "hidden");
+    assert_eq!(
+        app.scalar(
+            "SELECT count FROM signal_totals WHERE entity = 'user:88' AND signal = 'auto.hide'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        app.scalar(
+            "SELECT count FROM signal_totals WHERE entity = 'user:88' AND signal = 'auto.hide.reversed'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        app.status_of("user:88").await,
+        "visible",
+        "two hides stand, not three"
+    );
+}
