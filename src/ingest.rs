@@ -186,15 +186,33 @@ impl Committer {
         }
 
         // Duplicates are re-scheduled too: a sender's retry after a Redis failure repairs it.
-        let mut entities: HashMap<&EntityId, Priority> = HashMap::new();
+        // A duplicate is scheduled under the entity its id was recorded for, not the one the
+        // retry names (an id reused for another entity must not schedule an unknown entity).
+        let duplicate_ids: Vec<&str> = unique
+            .iter()
+            .filter(|e| !inserted.contains(e.id.as_str()))
+            .map(|e| e.id.as_str())
+            .collect();
+        let recorded = if duplicate_ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.store.entities_of(&duplicate_ids).await?
+        };
+        let mut entities: HashMap<EntityId, Priority> = HashMap::new();
         for event in group.iter().flat_map(|job| &job.events) {
-            let priority = entities.entry(&event.entity).or_default();
+            let entity = match recorded.get(event.id.as_str()) {
+                Some(stored) => stored.clone(),
+                // Inserted now, by this event or an earlier one of the group with the same
+                // entity.
+                None if seen_in_group(&unique, event) => event.entity.clone(),
+                None => continue,
+            };
+            let priority = entities.entry(entity).or_default();
             if event.priority == Priority::Critical {
                 *priority = Priority::Critical;
             }
         }
-        let to_schedule: Vec<(EntityId, Priority)> =
-            entities.into_iter().map(|(e, p)| (e.clone(), p)).collect();
+        let to_schedule: Vec<(EntityId, Priority)> = entities.into_iter().collect();
         self.queue.schedule(&to_schedule).await?;
         if to_schedule.iter().any(|(_, p)| *p == Priority::Critical) {
             self.wakeup.notify_one();
@@ -206,4 +224,11 @@ impl Committer {
         metrics::counter!(names::EVENTS_DUPLICATE).increment(duplicates as u64);
         Ok(outcomes)
     }
+}
+
+/// Whether an event's id was recorded in this group under the same entity.
+fn seen_in_group(unique: &[&Event], event: &Event) -> bool {
+    unique
+        .iter()
+        .any(|u| u.id == event.id && u.entity == event.entity)
 }

@@ -1,7 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
@@ -380,6 +380,22 @@ impl Store {
         let inserted = record_in(&mut tx, events).await?;
         tx.commit().await?;
         Ok(inserted)
+    }
+
+    /// The entities that these event ids were recorded for.
+    pub async fn entities_of(&self, ids: &[&str]) -> Result<HashMap<String, EntityId>> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT id, entity FROM events WHERE id = ANY($1)")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.into_iter()
+            .map(|(id, entity)| {
+                EntityId::parse(&entity)
+                    .map(|entity| (id, entity))
+                    .map_err(|e| StoreError::Corrupt(e.0))
+            })
+            .collect()
     }
 
     /// Reads the entity's status, version and every signal total in one repeatable-read

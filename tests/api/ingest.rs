@@ -169,3 +169,34 @@ async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
         1000
     );
 }
+
+#[tokio::test]
+async fn an_id_reused_for_another_entity_is_a_duplicate_and_schedules_only_the_recorded_entity() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_secs(30),
+        max_wait: Duration::from_secs(60),
+        ..TestOptions::idle()
+    })
+    .await;
+    app.send(&event("same-id", "post:first", "flag")).await;
+    assert_eq!(
+        app.send(&event("same-id", "post:other", "flag")).await,
+        (0, 1)
+    );
+    let other = quiesce::domain::EntityId::parse("post:other").unwrap();
+    let first = quiesce::domain::EntityId::parse("post:first").unwrap();
+    assert_eq!(
+        app.backends.queue.state_of(&other).await.unwrap().due_at_ms,
+        None
+    );
+    assert!(
+        app.backends
+            .queue
+            .state_of(&first)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some()
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM entities").await, 1);
+}
