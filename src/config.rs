@@ -189,6 +189,14 @@ pub struct Settings {
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub override_after_reversal: Duration,
+    /// Standard Webhooks secrets (`whsec_...`) that inbound events must be signed with; empty:
+    /// inbound signatures are not checked.
+    pub inbound_secrets: Vec<SecretString>,
+    /// GitHub-style secrets for `X-Hub-Signature-256: sha256=<hex>` senders.
+    pub inbound_github_secrets: Vec<SecretString>,
+    /// Accepted difference between a signed request's timestamp and now, both ways.
+    #[serde(with = "humantime_serde")]
+    pub signature_tolerance: Duration,
     /// Where applied actions and reversals are delivered (POST); `None`: rows wait in the outbox.
     pub webhook_url: Option<String>,
     /// Standard Webhooks secret (`whsec_...`) that signs deliveries.
@@ -246,6 +254,9 @@ impl Default for Settings {
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
             override_after_reversal: DEFAULT_OVERRIDE_AFTER_REVERSAL,
+            inbound_secrets: Vec::new(),
+            inbound_github_secrets: Vec::new(),
+            signature_tolerance: crate::signature::DEFAULT_TOLERANCE,
             webhook_url: None,
             webhook_secret: None,
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -364,6 +375,25 @@ pub struct ConfigArgs {
     /// How long a reversal keeps automation from redoing the action (an implied override) [default: 7days].
     #[arg(long, env = "QUIESCE_OVERRIDE_AFTER_REVERSAL", value_name = "DURATION")]
     pub override_after_reversal: Option<String>,
+    /// Standard Webhooks secrets (whsec_<base64>, comma-separated; several for rotation) that POST /v1/events must be signed with [default: none, not checked].
+    #[arg(
+        long,
+        env = "QUIESCE_INBOUND_SECRETS",
+        value_name = "SECRETS",
+        hide_env_values = true
+    )]
+    pub inbound_secrets: Option<String>,
+    /// GitHub-style secrets (comma-separated) for X-Hub-Signature-256 senders [default: none].
+    #[arg(
+        long,
+        env = "QUIESCE_INBOUND_GITHUB_SECRETS",
+        value_name = "SECRETS",
+        hide_env_values = true
+    )]
+    pub inbound_github_secrets: Option<String>,
+    /// Accepted clock difference of a signed request, both ways [default: 5m].
+    #[arg(long, env = "QUIESCE_SIGNATURE_TOLERANCE", value_name = "DURATION")]
+    pub signature_tolerance: Option<String>,
     /// URL that receives applied actions and reversals as signed webhooks [default: none, rows wait in the outbox].
     #[arg(long, env = "QUIESCE_WEBHOOK_URL", value_name = "URL")]
     pub webhook_url: Option<String>,
@@ -669,6 +699,39 @@ impl Settings {
             "override-after-reversal",
             duration,
         )?;
+        if let Some(raw) = &a.inbound_secrets {
+            let secrets: Vec<&str> = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            for secret in &secrets {
+                crate::outbox::WebhookSecret::parse(secret).map_err(|reason| {
+                    ConfigError::Invalid {
+                        var: "QUIESCE_INBOUND_SECRETS",
+                        flag: "inbound-secrets",
+                        value: String::new(),
+                        reason,
+                    }
+                })?;
+            }
+            self.inbound_secrets = secrets.into_iter().map(SecretString::from).collect();
+        }
+        if let Some(raw) = &a.inbound_github_secrets {
+            self.inbound_github_secrets = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(SecretString::from)
+                .collect();
+        }
+        set(
+            &mut self.signature_tolerance,
+            &a.signature_tolerance,
+            "QUIESCE_SIGNATURE_TOLERANCE",
+            "signature-tolerance",
+            duration,
+        )?;
         set(
             &mut self.webhook_url,
             &a.webhook_url,
@@ -851,6 +914,13 @@ impl Settings {
             && let Err(reason) = crate::outbox::validate_secret(secret)
         {
             return fail("QUIESCE_WEBHOOK_SECRET", "webhook_secret", &reason);
+        }
+        if let Some(reason) = self
+            .inbound_secrets
+            .iter()
+            .find_map(|s| crate::outbox::validate_secret(s).err())
+        {
+            return fail("QUIESCE_INBOUND_SECRETS", "inbound_secrets", &reason);
         }
         if self.delivery_backoff_max < self.delivery_backoff_base {
             return fail(

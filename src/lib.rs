@@ -13,6 +13,7 @@ pub mod ingest;
 pub mod outbox;
 pub mod queue;
 pub mod rules;
+pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -33,9 +33,14 @@ impl WebhookSecret {
         Ok(Self(key))
     }
 
+    /// A fresh HMAC-SHA256 keyed with this secret.
+    pub fn mac(&self) -> Hmac<Sha256> {
+        Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length")
+    }
+
     /// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`.
     pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        let mut mac = self.mac();
         mac.update(id.as_bytes());
         mac.update(b".");
         mac.update(timestamp.to_string().as_bytes());

@@ -63,6 +63,23 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
         .context("cannot connect to Redis")
 }
 
+/// The inbound signing secrets from the settings (validated at load).
+pub fn inbound_secrets(settings: &Settings) -> crate::signature::InboundSecrets {
+    crate::signature::InboundSecrets {
+        standard: settings
+            .inbound_secrets
+            .iter()
+            .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
+            .collect(),
+        github: settings
+            .inbound_github_secrets
+            .iter()
+            .map(|s| s.expose_secret().as_bytes().to_vec())
+            .collect(),
+        tolerance: settings.signature_tolerance,
+    }
+}
+
 /// Postgres, Redis and the rules: what both the API and the workers run on.
 #[derive(Clone)]
 pub struct Backends {
@@ -144,6 +161,7 @@ impl Application {
             queue: backends.queue.clone(),
             ingestor,
             rules: Arc::clone(&backends.rules),
+            inbound: Arc::new(inbound_secrets(settings)),
             metrics: telemetry::metrics_handle(),
             limits: Arc::new(Limits {
                 body_limit: settings.body_limit,

@@ -66,6 +66,19 @@ async fn accept(
             ApiError::bad_request("unreadable_body", rejection.body_text())
         }
     })?;
+    // Signatures are checked on the raw bytes, after the size limit and before any parsing.
+    if !state.inbound.is_empty() {
+        state
+            .inbound
+            .verify(headers, &body, chrono::Utc::now().timestamp())
+            .map_err(|error| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_signature",
+                    error.to_string(),
+                )
+            })?;
+    }
     let events = parse_events(&body, state.limits.max_batch)?;
     match state.ingestor.submit(events).await {
         Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),

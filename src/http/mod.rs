@@ -38,6 +38,8 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub rules: Arc<crate::rules::Rules>,
+    /// Secrets inbound events must be signed with (none configured: not checked).
+    pub inbound: Arc<crate::signature::InboundSecrets>,
     pub queue: Queue,
     pub ingestor: Ingestor,
     pub metrics: PrometheusHandle,

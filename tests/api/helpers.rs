@@ -57,6 +57,10 @@ pub struct TestOptions {
     pub redis_url: Option<String>,
     /// A Postgres server other than the shared one (`postgres://user@host:port`), likewise.
     pub database_base: Option<String>,
+    /// Standard Webhooks secrets inbound events must be signed with.
+    pub inbound_secrets: Vec<String>,
+    /// GitHub-style inbound secrets.
+    pub inbound_github_secrets: Vec<String>,
 }
 
 impl Default for TestOptions {
@@ -79,6 +83,8 @@ impl Default for TestOptions {
             max_attempts: 5,
             redis_url: None,
             database_base: None,
+            inbound_secrets: Vec::new(),
+            inbound_github_secrets: Vec::new(),
         }
     }
 }
@@ -158,6 +164,16 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         sweep_interval: options.sweep_interval,
         sweep_grace: options.sweep_grace,
         max_attempts: options.max_attempts,
+        inbound_secrets: options
+            .inbound_secrets
+            .iter()
+            .map(|s| SecretString::from(s.as_str()))
+            .collect(),
+        inbound_github_secrets: options
+            .inbound_github_secrets
+            .iter()
+            .map(|s| SecretString::from(s.as_str()))
+            .collect(),
         backoff_base: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
         shutdown_timeout: Duration::from_secs(5),

@@ -16,6 +16,7 @@ mod outages;
 mod read_api;
 mod repair;
 mod rules;
+mod signatures;
 mod stale_writer;
 mod version_fence;
 mod webhooks;
