@@ -20,7 +20,7 @@ run: build
 	@eval "$$(scripts/services.sh)" && \
 	./target/debug/quiesce migrate && \
 	scripts/example-request.sh && \
-	exec ./target/debug/quiesce serve
+	exec ./target/debug/quiesce serve --insecure-dev
 
 ## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke)
 test:

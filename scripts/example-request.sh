@@ -12,7 +12,8 @@ if [ "${1:-}" = "--raw" ]; then
 fi
 cat <<MSG
 
-quiesce is starting on http://$listen with the default rules. In another terminal, try:
+quiesce is starting on http://$listen with the default rules, in --insecure-dev mode: no API
+tokens and no inbound signatures (never expose it like this). In another terminal, try:
 
 $example
 

@@ -189,6 +189,10 @@ pub struct Settings {
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub override_after_reversal: Duration,
+    /// API tokens as `role:<sha256 hex of the token>` (roles: ingest, moderator, admin).
+    pub api_tokens: Vec<String>,
+    /// Run the API without tokens and inbound signatures: for local development only.
+    pub insecure_dev: bool,
     /// Standard Webhooks secrets (`whsec_...`) that inbound events must be signed with; empty:
     /// inbound signatures are not checked.
     pub inbound_secrets: Vec<SecretString>,
@@ -254,6 +258,8 @@ impl Default for Settings {
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
             override_after_reversal: DEFAULT_OVERRIDE_AFTER_REVERSAL,
+            api_tokens: Vec::new(),
+            insecure_dev: false,
             inbound_secrets: Vec::new(),
             inbound_github_secrets: Vec::new(),
             signature_tolerance: crate::signature::DEFAULT_TOLERANCE,
@@ -375,6 +381,17 @@ pub struct ConfigArgs {
     /// How long a reversal keeps automation from redoing the action (an implied override) [default: 7days].
     #[arg(long, env = "QUIESCE_OVERRIDE_AFTER_REVERSAL", value_name = "DURATION")]
     pub override_after_reversal: Option<String>,
+    /// API tokens, comma-separated, each role:<sha256 hex of the token> with role ingest, moderator or admin [default: none].
+    #[arg(
+        long,
+        env = "QUIESCE_API_TOKENS",
+        value_name = "SPECS",
+        hide_env_values = true
+    )]
+    pub api_tokens: Option<String>,
+    /// Serve the API without API tokens and inbound signatures (local development only; `make run` uses it).
+    #[arg(long, env = "QUIESCE_INSECURE_DEV")]
+    pub insecure_dev: bool,
     /// Standard Webhooks secrets (whsec_<base64>, comma-separated; several for rotation) that POST /v1/events must be signed with [default: none, not checked].
     #[arg(
         long,
@@ -699,6 +716,26 @@ impl Settings {
             "override-after-reversal",
             duration,
         )?;
+        if let Some(raw) = &a.api_tokens {
+            let specs: Vec<String> = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            for spec in &specs {
+                crate::auth::parse_token_spec(spec).map_err(|reason| ConfigError::Invalid {
+                    var: "QUIESCE_API_TOKENS",
+                    flag: "api-tokens",
+                    value: String::new(),
+                    reason,
+                })?;
+            }
+            self.api_tokens = specs;
+        }
+        if a.insecure_dev {
+            self.insecure_dev = true;
+        }
         if let Some(raw) = &a.inbound_secrets {
             let secrets: Vec<&str> = raw
                 .split(',')
@@ -916,6 +953,13 @@ impl Settings {
             return fail("QUIESCE_WEBHOOK_SECRET", "webhook_secret", &reason);
         }
         if let Some(reason) = self
+            .api_tokens
+            .iter()
+            .find_map(|spec| crate::auth::parse_token_spec(spec).err())
+        {
+            return fail("QUIESCE_API_TOKENS", "api_tokens", &reason);
+        }
+        if let Some(reason) = self
             .inbound_secrets
             .iter()
             .find_map(|s| crate::outbox::validate_secret(s).err())
@@ -1019,6 +1063,34 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// What `serve` needs before it exposes the API: tokens and inbound signing secrets, unless
+    /// `--insecure-dev` says otherwise.
+    pub fn check_api_security(&self) -> Result<(), String> {
+        if self.insecure_dev {
+            return Ok(());
+        }
+        let mut missing = Vec::new();
+        if self.api_tokens.is_empty() {
+            missing.push(
+                "QUIESCE_API_TOKENS (role:<sha256 hex of a token>, roles ingest, moderator, admin)",
+            );
+        }
+        if self.inbound_secrets.is_empty() && self.inbound_github_secrets.is_empty() {
+            missing
+                .push("QUIESCE_INBOUND_SECRETS (whsec_<base64>) or QUIESCE_INBOUND_GITHUB_SECRETS");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "refusing to serve an open API: configure {}; or pass --insecure-dev for local development",
+                missing.join(" and ")
+            ))
+        }
+    }
+}
+
 fn invalid_secret(var: &'static str, flag: &'static str) -> ConfigError {
     ConfigError::Invalid {
         var,
@@ -1099,5 +1171,27 @@ mod tests {
         let err = Settings::load(&args).unwrap_err().to_string();
         assert!(err.contains("QUIESCE_MAX_BATCH"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn serve_refuses_an_open_api_unless_insecure_dev_is_chosen() {
+        let settings = Settings::default();
+        let err = settings.check_api_security().unwrap_err();
+        assert!(
+            err.contains("QUIESCE_API_TOKENS") && err.contains("QUIESCE_INBOUND_SECRETS"),
+            "{err}"
+        );
+        assert!(err.contains("--insecure-dev"), "{err}");
+        let dev = Settings {
+            insecure_dev: true,
+            ..Settings::default()
+        };
+        assert!(dev.check_api_security().is_ok());
+        let configured = Settings {
+            api_tokens: vec![crate::auth::token_spec(crate::auth::Role::Admin, "t")],
+            inbound_github_secrets: vec![SecretString::from("s")],
+            ..Settings::default()
+        };
+        assert!(configured.check_api_security().is_ok());
     }
 }

@@ -131,6 +131,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let settings = settings(&args)?;
+            settings.check_api_security().map_err(anyhow::Error::msg)?;
+            if settings.insecure_dev {
+                tracing::warn!("--insecure-dev: the API runs without tokens or inbound signatures");
+            }
             let rules = Arc::new(startup::load_rules(&settings)?);
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;

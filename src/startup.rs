@@ -161,6 +161,14 @@ impl Application {
             queue: backends.queue.clone(),
             ingestor,
             rules: Arc::clone(&backends.rules),
+            // --insecure-dev waives what is missing; whatever is configured is enforced.
+            auth: Arc::new(
+                crate::auth::Auth::new(
+                    &settings.api_tokens,
+                    !settings.insecure_dev || !settings.api_tokens.is_empty(),
+                )
+                .map_err(|e| anyhow::anyhow!("invalid API tokens: {e}"))?,
+            ),
             inbound: Arc::new(inbound_secrets(settings)),
             metrics: telemetry::metrics_handle(),
             limits: Arc::new(Limits {

@@ -38,6 +38,8 @@ pub struct Limits {
 pub struct AppState {
     pub store: Store,
     pub rules: Arc<crate::rules::Rules>,
+    /// API tokens and their roles.
+    pub auth: Arc<crate::auth::Auth>,
     /// Secrets inbound events must be signed with (none configured: not checked).
     pub inbound: Arc<crate::signature::InboundSecrets>,
     pub queue: Queue,
@@ -66,6 +68,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/dead-letters/{entity}/redrive",
             post(dead_letters::redrive_one),
         )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::require_role,
+        ))
         .layer(DefaultBodyLimit::max(body_limit));
     Router::new()
         .merge(api)

@@ -61,6 +61,8 @@ pub struct TestOptions {
     pub inbound_secrets: Vec<String>,
     /// GitHub-style inbound secrets.
     pub inbound_github_secrets: Vec<String>,
+    /// API token specs (`role:<sha256>`); none: the app runs as with --insecure-dev.
+    pub api_tokens: Vec<String>,
 }
 
 impl Default for TestOptions {
@@ -85,6 +87,7 @@ impl Default for TestOptions {
             database_base: None,
             inbound_secrets: Vec::new(),
             inbound_github_secrets: Vec::new(),
+            api_tokens: Vec::new(),
         }
     }
 }
@@ -164,6 +167,8 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         sweep_interval: options.sweep_interval,
         sweep_grace: options.sweep_grace,
         max_attempts: options.max_attempts,
+        insecure_dev: options.api_tokens.is_empty(),
+        api_tokens: options.api_tokens.clone(),
         inbound_secrets: options
             .inbound_secrets
             .iter()

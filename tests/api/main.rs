@@ -15,6 +15,7 @@ mod moderation;
 mod outages;
 mod read_api;
 mod repair;
+mod roles;
 mod rules;
 mod signatures;
 mod stale_writer;

@@ -1,0 +1,102 @@
+//! API tokens and roles: every route x {no token, bad token, each role}.
+
+use quiesce::auth::{Role, token_spec};
+use serde_json::json;
+
+use crate::helpers::{TestOptions, event, spawn_app};
+
+#[tokio::test]
+async fn every_route_answers_each_role_as_documented() {
+    let app = spawn_app(TestOptions {
+        api_tokens: vec![
+            token_spec(Role::Ingest, "t-ingest"),
+            token_spec(Role::Moderator, "t-moderator"),
+            token_spec(Role::Admin, "t-admin"),
+        ],
+        ..TestOptions::idle()
+    })
+    .await;
+    // (method, path, body, roles allowed). Open routes need nothing.
+    let routes: Vec<(&str, &str, serde_json::Value, &[&str])> = vec![
+        (
+            "POST",
+            "/v1/events",
+            event("r1", "post:1", "flag"),
+            &["ingest", "admin"],
+        ),
+        (
+            "GET",
+            "/v1/entities/post:1",
+            json!(null),
+            &["moderator", "admin"],
+        ),
+        ("GET", "/v1/actions", json!(null), &["moderator", "admin"]),
+        (
+            "GET",
+            "/v1/stats/reversal-rate",
+            json!(null),
+            &["moderator", "admin"],
+        ),
+        ("GET", "/v1/rules", json!(null), &["moderator", "admin"]),
+        (
+            "POST",
+            "/v1/actions/1/reverse",
+            json!({"moderator": "m", "reason": "r"}),
+            &["moderator", "admin"],
+        ),
+        (
+            "POST",
+            "/v1/entities/post:1/override",
+            json!({"moderator": "m", "reason": "r", "status": "visible"}),
+            &["moderator", "admin"],
+        ),
+        ("POST", "/v1/rules/reload", json!(null), &["admin"]),
+        ("GET", "/v1/dead-letters", json!(null), &["admin"]),
+        ("POST", "/v1/dead-letters/redrive", json!(null), &["admin"]),
+        (
+            "POST",
+            "/v1/dead-letters/post:1/redrive",
+            json!(null),
+            &["admin"],
+        ),
+    ];
+    let tokens: [(&str, Option<&str>); 5] = [
+        ("none", None),
+        ("bad", Some("not-a-token")),
+        ("ingest", Some("t-ingest")),
+        ("moderator", Some("t-moderator")),
+        ("admin", Some("t-admin")),
+    ];
+    for (method, path, body, allowed) in &routes {
+        for (who, token) in &tokens {
+            let mut request = match *method {
+                "GET" => app.client.get(format!("{}{path}", app.base)),
+                _ => app.client.post(format!("{}{path}", app.base)),
+            };
+            if !body.is_null() {
+                request = request.json(body);
+            }
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let status = request.send().await.unwrap().status().as_u16();
+            let expected_denial = match *who {
+                "none" | "bad" => Some(401),
+                role if allowed.contains(&role) => None,
+                _ => Some(403),
+            };
+            match expected_denial {
+                Some(denied) => assert_eq!(status, denied, "{method} {path} as {who}"),
+                None => assert!(
+                    status != 401 && status != 403,
+                    "{method} {path} as {who}: {status}"
+                ),
+            }
+        }
+    }
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(app.get(open).await.0, 200, "{open} is open");
+    }
+    // Only the two allowed ingests were written (ingest and admin sent the same id).
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+}
