@@ -238,3 +238,39 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use axum::http::{HeaderMap, HeaderValue};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Random headers and bodies never panic the verifier, and never verify.
+        #[test]
+        fn random_signatures_never_verify(
+            id in "[ -~]{0,40}",
+            timestamp in any::<i64>(),
+            signature in "[ -~]{0,120}",
+            body in prop::collection::vec(any::<u8>(), 0..256),
+            github in proptest::option::of("[ -~]{0,80}"),
+        ) {
+            let secrets = InboundSecrets {
+                standard: vec![WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()],
+                github: vec![b"secret".to_vec()],
+                tolerance: DEFAULT_TOLERANCE,
+            };
+            let mut headers = HeaderMap::new();
+            for (name, value) in [("webhook-id", id), ("webhook-timestamp", timestamp.to_string()), ("webhook-signature", signature)] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    headers.insert(name, value);
+                }
+            }
+            if let Some(github) = github.and_then(|g| HeaderValue::from_str(&g).ok()) {
+                headers.insert("x-hub-signature-256", github);
+            }
+            prop_assert!(secrets.verify(&headers, &body, timestamp).is_err());
+        }
+    }
+}

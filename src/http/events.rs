@@ -314,3 +314,76 @@ mod tests {
         assert!(parse_events(body.as_bytes(), 1000).is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,40}".prop_map(Value::String),
+            prop_oneof![
+                Just("post:1"),
+                Just("flag"),
+                Just("e-1"),
+                Just("critical"),
+                Just("user:2")
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("id".to_owned()),
+                        Just("entity".to_owned()),
+                        Just("type".to_owned()),
+                        Just("weight".to_owned()),
+                        Just("actor".to_owned()),
+                        Just("author".to_owned()),
+                        Just("priority".to_owned()),
+                        Just("occurred_at".to_owned()),
+                        "[a-z]{1,8}",
+                    ],
+                    inner,
+                    0..8,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any bytes: the parser answers events or a 4xx naming the problem, never panics.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_errors_are_client_errors(body in prop::collection::vec(any::<u8>(), 0..512)) {
+            if let Err(error) = parse_events(&body, 1000) {
+                prop_assert!(error.status.is_client_error());
+                prop_assert!(!error.body.message.is_empty());
+            }
+        }
+
+        /// Any JSON shape: every accepted event satisfies the documented grammar.
+        #[test]
+        fn accepted_events_are_valid_and_rejections_name_a_problem(value in json_value()) {
+            let body = serde_json::to_vec(&value).unwrap();
+            match parse_events(&body, 1000) {
+                Ok(events) => {
+                    for event in events {
+                        prop_assert!(EventId::parse(event.id.as_str()).is_ok());
+                        prop_assert!(EntityId::parse(event.entity.as_str()).is_ok());
+                        prop_assert!(event.weight > 0.0 && event.weight <= 1000.0);
+                    }
+                }
+                Err(error) => prop_assert!(error.status.is_client_error()),
+            }
+        }
+    }
+}
