@@ -243,7 +243,8 @@ impl RuleSet {
                 program,
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
-            rule.matches(&env, &Snapshot::empty_for_validation())
+            let empty = Snapshot::empty_for_validation();
+            rule.matches(&env, &empty, &Arc::new(empty.signals.clone()))
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
@@ -277,11 +278,13 @@ impl RuleSet {
     /// Runs every rule that applies to the snapshot's kind.
     pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
         let mut verdict = Verdict::default();
+        // Shared by every rule's functions: one copy of the signals per evaluation.
+        let signals: Signals = Arc::new(snapshot.signals.clone());
         for rule in &self.rules {
             if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
                 continue;
             }
-            match rule.matches(&self.env, snapshot) {
+            match rule.matches(&self.env, snapshot, &signals) {
                 Ok(true) => {
                     let decision = Decision {
                         rule: rule.name.clone(),
@@ -324,28 +327,32 @@ fn window_totals(
 }
 
 impl Rule {
-    fn matches(&self, env: &Arc<Env>, snapshot: &Snapshot) -> Result<bool, String> {
-        let signals: Signals = Arc::new(snapshot.signals.clone());
+    fn matches(
+        &self,
+        env: &Arc<Env>,
+        snapshot: &Snapshot,
+        signals: &Signals,
+    ) -> Result<bool, String> {
         let mut context = Context::with_env(Arc::clone(env));
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function("count", move |signal: Arc<String>| {
                 s.get(signal.as_str()).map_or(0, |t| t.count)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function("weight", move |signal: Arc<String>| {
                 s.get(signal.as_str()).map_or(0.0, |t| t.weight)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function("actors", move |signal: Arc<String>| {
                 s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
                 let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
@@ -353,14 +360,14 @@ impl Rule {
                 if a + b == 0.0 { 0.0 } else { a / (a + b) }
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
                 let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
                 count(&signal) / count(&other).max(1.0)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function(
                 "count_in",
@@ -369,7 +376,7 @@ impl Rule {
                 },
             )
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(&signals);
+        let s = Arc::clone(signals);
         context
             .add_function(
                 "weight_in",

@@ -567,3 +567,19 @@ pub async fn claim_next(worker: &quiesce::worker::Worker) -> quiesce::queue::Cla
     .await;
     claimed.into_inner().unwrap().unwrap()
 }
+
+/// A hook that signals `entered` and then waits for `resume` (at most 20 s).
+pub fn pausing_hook(
+    entered: Arc<tokio::sync::Notify>,
+    resume: Arc<tokio::sync::Notify>,
+) -> BeforeApplyHook {
+    Arc::new(move |_snapshot| {
+        use futures::FutureExt;
+        let (entered, resume) = (Arc::clone(&entered), Arc::clone(&resume));
+        async move {
+            entered.notify_one();
+            let _ = tokio::time::timeout(Duration::from_secs(20), resume.notified()).await;
+        }
+        .boxed()
+    })
+}

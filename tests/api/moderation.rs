@@ -2,11 +2,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
 
 async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
     let response = app
@@ -51,17 +50,9 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
     // More flags arrive; an evaluation reads its snapshot (hidden, version 1) and is paused.
     flags(&app, "post:r", "b", 2).await;
     let (entered, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let paused = app.worker().with_before_apply({
-        let (entered, resume) = (Arc::clone(&entered), Arc::clone(&resume));
-        Arc::new(move |_snapshot| {
-            let (entered, resume) = (Arc::clone(&entered), Arc::clone(&resume));
-            async move {
-                entered.notify_one();
-                let _ = tokio::time::timeout(Duration::from_secs(20), resume.notified()).await;
-            }
-            .boxed()
-        })
-    });
+    let paused = app
+        .worker()
+        .with_before_apply(pausing_hook(Arc::clone(&entered), Arc::clone(&resume)));
     let claim = claim_next(&paused).await;
     let in_flight = tokio::spawn({
         let paused = paused.clone();

@@ -9,25 +9,12 @@ use std::{
     time::Duration,
 };
 
-use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
 use quiesce::{store::Completion, worker::Outcome};
 
-use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
-
-/// A hook that signals `entered` and then waits for `resume` (at most 20 s).
-fn pausing_hook(entered: Arc<Notify>, resume: Arc<Notify>) -> quiesce::worker::BeforeApplyHook {
-    Arc::new(move |_snapshot| {
-        let (entered, resume) = (Arc::clone(&entered), Arc::clone(&resume));
-        async move {
-            entered.notify_one();
-            let _ = tokio::time::timeout(Duration::from_secs(20), resume.notified()).await;
-        }
-        .boxed()
-    })
-}
+use crate::helpers::{TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
 
 #[tokio::test]
 async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_action_stands() {
