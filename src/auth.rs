@@ -43,9 +43,11 @@ impl Role {
     }
 }
 
-/// The role a route needs; `None`: open (health, readiness, metrics).
+/// The role a route needs; `None`: no token (health, readiness, the API description, and
+/// named sources, whose requests are authenticated by their signature).
 pub fn required_role(method: &Method, route: &str) -> Option<Role> {
     match (method.as_str(), route) {
+        ("POST", "/v1/sources/{source}/events") => None,
         ("POST", "/v1/events") => Some(Role::Ingest),
         ("GET", "/v1/entities/{entity}")
         | ("GET", "/v1/actions")
@@ -109,24 +111,32 @@ impl Auth {
     }
 
     /// The role of a bearer token, if it is one of ours.
+    #[cfg(test)]
     fn role_of(&self, token: &str) -> Option<Role> {
-        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        // Constant time per comparison: every byte is looked at, whatever differs.
-        self.tokens
-            .iter()
-            .find(|t| {
-                t.hash
-                    .iter()
-                    .zip(presented)
-                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                    == 0
-            })
-            .map(|t| t.role)
+        self.token_of(token).map(|t| t.role)
     }
 
-    fn authorize(&self, authorization: Option<&str>, required: Role) -> Result<(), ApiError> {
+    fn token_of(&self, token: &str) -> Option<&TokenHash> {
+        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        // Constant time per comparison: every byte is looked at, whatever differs.
+        self.tokens.iter().find(|t| {
+            t.hash
+                .iter()
+                .zip(presented)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+        })
+    }
+
+    /// The caller, if the request carries a token of the required role; `Ok(None)` when
+    /// tokens are not enforced and none was sent.
+    fn authorize(
+        &self,
+        authorization: Option<&str>,
+        required: Role,
+    ) -> Result<Option<Caller>, ApiError> {
         if !self.enforce {
-            return Ok(());
+            return Ok(None);
         }
         let token = authorization
             .and_then(|value| value.strip_prefix("Bearer "))
@@ -137,15 +147,27 @@ impl Auth {
                     "send an API token: Authorization: Bearer <token>",
                 )
             })?;
-        let role = self.role_of(token.trim()).ok_or_else(|| {
+        let known = self.token_of(token.trim()).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "the API token is not valid",
             )
         })?;
+        let role = known.role;
         if role.allows(required) {
-            Ok(())
+            Ok(Some(Caller {
+                role,
+                // A prefix of the token's hash: names the client (rate limits, logs) without
+                // revealing anything usable.
+                client: format!(
+                    "token:{}",
+                    known.hash[..4]
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                ),
+            }))
         } else {
             Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -160,8 +182,20 @@ impl Auth {
     }
 }
 
+/// Who sent a request, once its token is checked; a request extension.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub role: Role,
+    /// `token:<first 8 hex digits of the token's sha256>`.
+    pub client: String,
+}
+
 /// Route middleware: checks the token against the role the matched route needs.
-pub async fn require_role(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require_role(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -172,8 +206,12 @@ pub async fn require_role(State(state): State<AppState>, request: Request, next:
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        if let Err(error) = state.auth.authorize(authorization, required) {
-            return error.into_response();
+        match state.auth.authorize(authorization, required) {
+            Ok(Some(caller)) => {
+                request.extensions_mut().insert(caller);
+            }
+            Ok(None) => {}
+            Err(error) => return error.into_response(),
         }
     }
     next.run(request).await

@@ -9,6 +9,8 @@ use serde::Deserialize;
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/quiesce";
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Metrics are served apart from the API, on loopback, so they are not exposed with it.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 /// Quiet time after an entity's last event before it is evaluated.
 pub const DEFAULT_DEBOUNCE_WINDOW: Duration = Duration::from_secs(15);
 /// Longest an entity with pending events waits, however steady its stream.
@@ -30,6 +32,14 @@ pub const DEFAULT_CLAIM_BATCH: usize = 64;
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(250);
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 pub const DEFAULT_MAX_BATCH: usize = 1000;
+/// Events per second one source (a named source, or one ingest token) may send.
+pub const DEFAULT_RATE_LIMIT: u32 = 10_000;
+/// Events a source may send at once above its rate; at least the largest batch.
+pub const DEFAULT_RATE_BURST: u32 = 20_000;
+/// Longest a request may take, body upload included, before it is answered 408.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Ingest requests handled at once; more are shed with 503 and Retry-After.
+pub const DEFAULT_MAX_CONCURRENT_INGEST: usize = 512;
 pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 16;
 /// Longest a request or worker waits for Redis or Postgres before answering 503 / retrying.
 pub const DEFAULT_BACKEND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -152,7 +162,9 @@ pub struct Settings {
     pub redis_url: SecretString,
     /// HTTP listen address.
     pub listen: SocketAddr,
-    /// Extra listener serving only /metrics and /healthz (how `quiesce worker` is scraped).
+    /// Listener serving only /metrics and /healthz, apart from the API; `None`: no metrics
+    /// listener.
+    #[serde(deserialize_with = "listen_or_off")]
     pub metrics_listen: Option<SocketAddr>,
     /// Rules file (TOML); `None` uses the shipped default rules.
     pub rules: Option<PathBuf>,
@@ -177,6 +189,15 @@ pub struct Settings {
     pub retry_delay: Duration,
     pub body_limit: usize,
     pub max_batch: usize,
+    /// Events per second per source (default for named sources without their own).
+    pub rate_limit: u32,
+    /// Events per source above the rate at once.
+    pub rate_burst: u32,
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    pub max_concurrent_ingest: usize,
+    /// Named webhook senders, each posting to `/v1/sources/{name}/events` with its own secrets.
+    pub sources: Vec<SourceSettings>,
     pub db_max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub backend_timeout: Duration,
@@ -236,7 +257,11 @@ impl Default for Settings {
             database_url: SecretString::from(DEFAULT_DATABASE_URL),
             redis_url: SecretString::from(DEFAULT_REDIS_URL),
             listen: DEFAULT_LISTEN.parse().expect("default listen address"),
-            metrics_listen: None,
+            metrics_listen: Some(
+                DEFAULT_METRICS_LISTEN
+                    .parse()
+                    .expect("default metrics address"),
+            ),
             rules: None,
             debounce_window: DEFAULT_DEBOUNCE_WINDOW,
             max_wait: DEFAULT_MAX_WAIT,
@@ -251,6 +276,11 @@ impl Default for Settings {
             retry_delay: DEFAULT_RETRY_DELAY,
             body_limit: DEFAULT_BODY_LIMIT,
             max_batch: DEFAULT_MAX_BATCH,
+            rate_limit: DEFAULT_RATE_LIMIT,
+            rate_burst: DEFAULT_RATE_BURST,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_concurrent_ingest: DEFAULT_MAX_CONCURRENT_INGEST,
+            sources: Vec::new(),
             db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
             backend_timeout: DEFAULT_BACKEND_TIMEOUT,
             evaluation_timeout: DEFAULT_EVALUATION_TIMEOUT,
@@ -280,6 +310,116 @@ impl Default for Settings {
             worker_id: default_worker_id(),
         }
     }
+}
+
+/// A named webhook sender: its own secrets, and optionally its own rate.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    /// Path segment of its endpoint: 1-64 of `a-z 0-9 - _`.
+    pub name: String,
+    /// Standard Webhooks secrets (`whsec_...`); several for rotation.
+    #[serde(default)]
+    pub secrets: Vec<SecretString>,
+    /// GitHub-style secrets for `X-Hub-Signature-256` senders.
+    #[serde(default)]
+    pub github_secrets: Vec<SecretString>,
+    /// Events per second; `None`: the global `rate_limit`.
+    #[serde(default)]
+    pub rate_limit: Option<u32>,
+    /// Burst; `None`: the global `rate_burst`.
+    #[serde(default)]
+    pub rate_burst: Option<u32>,
+}
+
+impl SourceSettings {
+    fn check(&self) -> Result<(), String> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !name_ok {
+            return Err(format!(
+                "source name {:?} must be 1-64 of a-z, 0-9, - and _",
+                self.name
+            ));
+        }
+        if self.secrets.is_empty() && self.github_secrets.is_empty() {
+            return Err(format!(
+                "source {} has no secret; every source must sign its requests",
+                self.name
+            ));
+        }
+        if let Some(reason) = self
+            .secrets
+            .iter()
+            .find_map(|s| crate::outbox::validate_secret(s).err())
+        {
+            return Err(format!("source {}: {reason}", self.name));
+        }
+        if self.rate_limit == Some(0) || self.rate_burst == Some(0) {
+            return Err(format!(
+                "source {}: rate_limit and rate_burst must be greater than zero",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `name=whsec_...` or `name=github:<secret>`, comma-separated; a name given several times has
+/// several secrets (rotation). Rates come from the global settings (or the config file).
+fn parse_sources(raw: &str) -> Result<Vec<SourceSettings>, String> {
+    let mut sources: Vec<SourceSettings> = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // Errors never echo the entry: it holds a secret.
+        let (name, secret) = entry
+            .split_once('=')
+            .ok_or("expected name=whsec_<base64> or name=github:<secret>")?;
+        let index = match sources.iter().position(|s| s.name == name) {
+            Some(index) => index,
+            None => {
+                sources.push(SourceSettings {
+                    name: name.to_owned(),
+                    secrets: Vec::new(),
+                    github_secrets: Vec::new(),
+                    rate_limit: None,
+                    rate_burst: None,
+                });
+                sources.len() - 1
+            }
+        };
+        let source = &mut sources[index];
+        match secret.strip_prefix("github:") {
+            Some(github) if !github.is_empty() => {
+                source.github_secrets.push(SecretString::from(github))
+            }
+            Some(_) => return Err(format!("source {name}: the github secret is empty")),
+            None => source.secrets.push(SecretString::from(secret)),
+        }
+    }
+    for source in &sources {
+        source.check()?;
+    }
+    Ok(sources)
+}
+
+fn parse_listen_or_off(raw: &str) -> Result<Option<SocketAddr>, String> {
+    if raw.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    raw.parse()
+        .map(Some)
+        .map_err(|_| "expected host:port, e.g. 127.0.0.1:9464, or off".into())
+}
+
+fn listen_or_off<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let raw = String::deserialize(deserializer)?;
+    parse_listen_or_off(&raw).map_err(serde::de::Error::custom)
 }
 
 fn default_worker_id() -> String {
@@ -315,7 +455,7 @@ pub struct ConfigArgs {
     /// HTTP listen address [default: 127.0.0.1:8080].
     #[arg(long, env = "QUIESCE_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
-    /// Extra listener serving only /metrics and /healthz; how a `worker` process is scraped [default: none].
+    /// Listener serving only /metrics and /healthz, apart from the API; `off` for none [default: 127.0.0.1:9464].
     #[arg(long, env = "QUIESCE_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<String>,
     /// Rules file (TOML) [default: the shipped default rules].
@@ -360,6 +500,26 @@ pub struct ConfigArgs {
     /// Most events in one request [default: 1000].
     #[arg(long, env = "QUIESCE_MAX_BATCH", value_name = "N")]
     pub max_batch: Option<String>,
+    /// Events per second one source may send (a named source, or one ingest token); more get 429 with Retry-After [default: 10000].
+    #[arg(long, env = "QUIESCE_RATE_LIMIT", value_name = "EVENTS")]
+    pub rate_limit: Option<String>,
+    /// Events a source may send at once above its rate; at least --max-batch [default: 20000].
+    #[arg(long, env = "QUIESCE_RATE_BURST", value_name = "EVENTS")]
+    pub rate_burst: Option<String>,
+    /// Longest a request may take, body upload included, before it is answered 408 [default: 30s].
+    #[arg(long, env = "QUIESCE_REQUEST_TIMEOUT", value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+    /// Ingest requests handled at once; more are answered 503 with Retry-After [default: 512].
+    #[arg(long, env = "QUIESCE_MAX_CONCURRENT_INGEST", value_name = "N")]
+    pub max_concurrent_ingest: Option<String>,
+    /// Named webhook senders posting to /v1/sources/{name}/events, comma-separated name=whsec_<base64> or name=github:<secret>; repeat a name for rotation [default: none].
+    #[arg(
+        long,
+        env = "QUIESCE_SOURCES",
+        value_name = "SOURCES",
+        hide_env_values = true
+    )]
+    pub sources: Option<String>,
     /// Postgres pool size [default: 16].
     #[arg(long, env = "QUIESCE_DB_MAX_CONNECTIONS", value_name = "N")]
     pub db_max_connections: Option<String>,
@@ -561,11 +721,7 @@ impl Settings {
             &a.metrics_listen,
             "QUIESCE_METRICS_LISTEN",
             "metrics-listen",
-            |r| {
-                r.parse()
-                    .map(Some)
-                    .map_err(|_| "expected host:port, e.g. 127.0.0.1:9090".into())
-            },
+            parse_listen_or_off,
         )?;
         set(&mut self.rules, &a.rules, "QUIESCE_RULES", "rules", |r| {
             text(r).map(|p| Some(PathBuf::from(p)))
@@ -667,6 +823,42 @@ impl Settings {
             "max-batch",
             positive,
         )?;
+        set(
+            &mut self.rate_limit,
+            &a.rate_limit,
+            "QUIESCE_RATE_LIMIT",
+            "rate-limit",
+            positive,
+        )?;
+        set(
+            &mut self.rate_burst,
+            &a.rate_burst,
+            "QUIESCE_RATE_BURST",
+            "rate-burst",
+            positive,
+        )?;
+        set(
+            &mut self.request_timeout,
+            &a.request_timeout,
+            "QUIESCE_REQUEST_TIMEOUT",
+            "request-timeout",
+            duration,
+        )?;
+        set(
+            &mut self.max_concurrent_ingest,
+            &a.max_concurrent_ingest,
+            "QUIESCE_MAX_CONCURRENT_INGEST",
+            "max-concurrent-ingest",
+            positive,
+        )?;
+        if let Some(raw) = &a.sources {
+            self.sources = parse_sources(raw).map_err(|reason| ConfigError::Invalid {
+                var: "QUIESCE_SOURCES",
+                flag: "sources",
+                value: String::new(),
+                reason,
+            })?;
+        }
         set(
             &mut self.db_max_connections,
             &a.db_max_connections,
@@ -966,6 +1158,43 @@ impl Settings {
         {
             return fail("QUIESCE_INBOUND_SECRETS", "inbound_secrets", &reason);
         }
+        if let Some(reason) = self.sources.iter().find_map(|s| s.check().err()) {
+            return fail("QUIESCE_SOURCES", "sources", &reason);
+        }
+        if let Some(name) = self
+            .sources
+            .iter()
+            .enumerate()
+            .find(|(i, s)| self.sources[..*i].iter().any(|o| o.name == s.name))
+            .map(|(_, s)| &s.name)
+        {
+            return fail(
+                "QUIESCE_SOURCES",
+                "sources",
+                &format!("source {name} is configured twice; list all its secrets in one entry"),
+            );
+        }
+        let smallest_burst = self
+            .sources
+            .iter()
+            .filter_map(|s| s.rate_burst)
+            .chain([self.rate_burst])
+            .min()
+            .unwrap_or(self.rate_burst);
+        if (smallest_burst as usize) < self.max_batch {
+            return fail(
+                "QUIESCE_RATE_BURST",
+                "rate_burst",
+                "must be at least max_batch (a full batch could never pass)",
+            );
+        }
+        if self.request_timeout <= self.backend_timeout {
+            return fail(
+                "QUIESCE_REQUEST_TIMEOUT",
+                "request_timeout",
+                "must be longer than the backend timeout (which answers 503 first)",
+            );
+        }
         if self.delivery_backoff_max < self.delivery_backoff_base {
             return fail(
                 "QUIESCE_DELIVERY_BACKOFF_MAX",
@@ -973,7 +1202,18 @@ impl Settings {
                 "must be at least the delivery backoff base",
             );
         }
-        let zero_checks: [(&'static str, &'static str, bool); 19] = [
+        let zero_checks: [(&'static str, &'static str, bool); 22] = [
+            ("QUIESCE_RATE_LIMIT", "rate_limit", self.rate_limit == 0),
+            (
+                "QUIESCE_MAX_CONCURRENT_INGEST",
+                "max_concurrent_ingest",
+                self.max_concurrent_ingest == 0,
+            ),
+            (
+                "QUIESCE_REQUEST_TIMEOUT",
+                "request_timeout",
+                self.request_timeout.is_zero(),
+            ),
             (
                 "QUIESCE_DELIVERY_TIMEOUT",
                 "delivery_timeout",
@@ -1076,9 +1316,13 @@ impl Settings {
                 "QUIESCE_API_TOKENS (role:<sha256 hex of a token>, roles ingest, moderator, admin)",
             );
         }
-        if self.inbound_secrets.is_empty() && self.inbound_github_secrets.is_empty() {
-            missing
-                .push("QUIESCE_INBOUND_SECRETS (whsec_<base64>) or QUIESCE_INBOUND_GITHUB_SECRETS");
+        if self.inbound_secrets.is_empty()
+            && self.inbound_github_secrets.is_empty()
+            && self.sources.is_empty()
+        {
+            missing.push(
+                "QUIESCE_INBOUND_SECRETS (whsec_<base64>), QUIESCE_INBOUND_GITHUB_SECRETS or QUIESCE_SOURCES",
+            );
         }
         if missing.is_empty() {
             Ok(())
@@ -1171,6 +1415,60 @@ mod tests {
         let err = Settings::load(&args).unwrap_err().to_string();
         assert!(err.contains("QUIESCE_MAX_BATCH"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn sources_come_from_name_secret_pairs_and_errors_never_echo_a_secret() {
+        let args = ConfigArgs {
+            sources: Some(
+                "shop=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, shop=whsec_QVFBQUFBQUFBQUFBQUFBQUFBQUE=,forum=github:hunter2-secret".into(),
+            ),
+            ..Default::default()
+        };
+        let settings = Settings::load(&args).unwrap();
+        assert_eq!(settings.sources.len(), 2);
+        assert_eq!(settings.sources[0].name, "shop");
+        assert_eq!(
+            settings.sources[0].secrets.len(),
+            2,
+            "rotation: two secrets"
+        );
+        assert_eq!(settings.sources[1].github_secrets.len(), 1);
+        assert!(!format!("{settings:?}").contains("hunter2-secret"));
+
+        for bad in [
+            "Shop=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "shop:hunter2-secret",
+            "shop=hunter2-secret",
+            "shop=github:",
+        ] {
+            let args = ConfigArgs {
+                sources: Some(bad.into()),
+                ..Default::default()
+            };
+            let err = Settings::load(&args).unwrap_err().to_string();
+            assert!(err.contains("QUIESCE_SOURCES"), "{err}");
+            assert!(!err.contains("hunter2-secret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_rate_burst_must_fit_a_full_batch_and_metrics_can_be_turned_off() {
+        let args = ConfigArgs {
+            rate_burst: Some("10".into()),
+            ..Default::default()
+        };
+        let err = Settings::load(&args).unwrap_err().to_string();
+        assert!(err.contains("QUIESCE_RATE_BURST"), "{err}");
+        let args = ConfigArgs {
+            metrics_listen: Some("off".into()),
+            ..Default::default()
+        };
+        assert_eq!(Settings::load(&args).unwrap().metrics_listen, None);
+        assert_eq!(
+            Settings::default().metrics_listen.unwrap().to_string(),
+            DEFAULT_METRICS_LISTEN
+        );
     }
 
     #[test]

@@ -143,17 +143,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let app = Application::build(&settings, &backends, Some(worker)).await?;
             let rule_count = backends.rules.current().rules().len();
             startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
-            tracing::info!(address = %app.address(), rules = rule_count, "quiesce is serving");
+            tracing::info!(
+                address = %app.address(),
+                metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
+                rules = rule_count,
+                "quiesce is serving"
+            );
             let shutdown = startup::shutdown_on_signal();
-            let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
-            let metrics = metrics.await?;
             let dispatcher = startup::spawn_dispatcher(&settings, &backends, shutdown.clone());
             app.run_until_stopped(shutdown).await?;
             if let Some(dispatcher) = dispatcher {
                 dispatcher.await?;
-            }
-            if let Some(metrics) = metrics {
-                metrics.await?;
             }
             Ok(())
         }

@@ -80,6 +80,32 @@ pub fn inbound_secrets(settings: &Settings) -> crate::signature::InboundSecrets 
     }
 }
 
+/// Each named source's secrets.
+pub fn source_secrets(
+    settings: &Settings,
+) -> std::collections::HashMap<String, crate::signature::InboundSecrets> {
+    settings
+        .sources
+        .iter()
+        .map(|source| {
+            let secrets = crate::signature::InboundSecrets {
+                standard: source
+                    .secrets
+                    .iter()
+                    .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
+                    .collect(),
+                github: source
+                    .github_secrets
+                    .iter()
+                    .map(|s| s.expose_secret().as_bytes().to_vec())
+                    .collect(),
+                tolerance: settings.signature_tolerance,
+            };
+            (source.name.clone(), secrets)
+        })
+        .collect()
+}
+
 /// Postgres, Redis and the rules: what both the API and the workers run on.
 #[derive(Clone)]
 pub struct Backends {
@@ -130,10 +156,12 @@ impl Backends {
     }
 }
 
-/// The HTTP API, bound to its port, with the workers of the same process.
+/// The HTTP API, bound to its port, with its metrics listener and the workers of the same
+/// process.
 pub struct Application {
     listener: TcpListener,
     address: SocketAddr,
+    metrics: Option<(TcpListener, SocketAddr)>,
     state: AppState,
     worker: Option<Worker>,
 }
@@ -150,6 +178,16 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let address = listener.local_addr()?;
+        let metrics = match settings.metrics_listen {
+            Some(at) => {
+                let listener = TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("cannot listen for metrics on {at} (QUIESCE_METRICS_LISTEN; off disables it)"))?;
+                let bound = listener.local_addr()?;
+                Some((listener, bound))
+            }
+            None => None,
+        };
         let ingestor = Ingestor::start(
             backends.store.clone(),
             backends.queue.clone(),
@@ -170,17 +208,21 @@ impl Application {
                 .map_err(|e| anyhow::anyhow!("invalid API tokens: {e}"))?,
             ),
             inbound: Arc::new(inbound_secrets(settings)),
-            metrics: telemetry::metrics_handle(),
+            sources: Arc::new(source_secrets(settings)),
+            rate_limits: Arc::new(http::limits::RateLimits::new(settings)),
+            ingest_slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent_ingest)),
             limits: Arc::new(Limits {
                 body_limit: settings.body_limit,
                 max_batch: settings.max_batch,
                 backend_timeout: settings.backend_timeout,
                 override_after_reversal: settings.override_after_reversal,
+                request_timeout: settings.request_timeout,
             }),
         };
         Ok(Self {
             listener,
             address,
+            metrics,
             state,
             worker,
         })
@@ -190,12 +232,26 @@ impl Application {
         self.address
     }
 
+    /// Where `/metrics` is served, if anywhere.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(_, address)| *address)
+    }
+
     /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
     /// workers drain.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let worker = self
             .worker
             .map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+        let metrics = self.metrics.map(|(listener, _)| {
+            let router = http::metrics_router(
+                self.state.queue.clone(),
+                self.state.store.clone(),
+                telemetry::metrics_handle(),
+                self.state.limits.backend_timeout,
+            );
+            serve_metrics(listener, router, shutdown.clone())
+        });
         let signal = shutdown.clone();
         axum::serve(self.listener, http::router(self.state))
             .with_graceful_shutdown(async move { signal.cancelled().await })
@@ -204,11 +260,30 @@ impl Application {
         if let Some(worker) = worker {
             worker.await.context("the worker loop panicked")?;
         }
+        if let Some(metrics) = metrics {
+            metrics.await.context("the metrics listener panicked")?;
+        }
         Ok(())
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `settings.metrics_listen`, if set, until `shutdown`.
+fn serve_metrics(
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let stopped = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = stopped {
+            tracing::error!(%error, "the metrics listener failed");
+        }
+    })
+}
+
+/// Serves `/metrics` and `/healthz` on `settings.metrics_listen`, if set, until `shutdown`
+/// (for `quiesce worker`; `serve` runs its own through [`Application`]).
 pub async fn spawn_metrics_listener(
     settings: &Settings,
     backends: &Backends,
@@ -217,9 +292,9 @@ pub async fn spawn_metrics_listener(
     let Some(address) = settings.metrics_listen else {
         return Ok(None);
     };
-    let listener = TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen for metrics on {address}"))?;
+    let listener = TcpListener::bind(address).await.with_context(|| {
+        format!("cannot listen for metrics on {address} (QUIESCE_METRICS_LISTEN; off disables it)")
+    })?;
     tracing::info!(address = %listener.local_addr()?, "metrics listener started");
     let router = http::metrics_router(
         backends.queue.clone(),
@@ -227,14 +302,7 @@ pub async fn spawn_metrics_listener(
         telemetry::metrics_handle(),
         settings.backend_timeout,
     );
-    Ok(Some(tokio::spawn(async move {
-        let stopped = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(error) = stopped {
-            tracing::error!(%error, "the metrics listener failed");
-        }
-    })))
+    Ok(Some(serve_metrics(listener, router, shutdown)))
 }
 
 /// Starts the webhook dispatcher if a webhook URL is configured.

@@ -12,6 +12,7 @@ pub mod names {
     pub const EVENTS_INGESTED: &str = "quiesce_events_ingested_total";
     pub const EVENTS_DUPLICATE: &str = "quiesce_events_duplicate_total";
     pub const EVENTS_REJECTED: &str = "quiesce_events_rejected_total";
+    pub const RATE_LIMITED: &str = "quiesce_rate_limited_total";
     pub const INGEST_COMMIT_SECONDS: &str = "quiesce_ingest_commit_seconds";
     pub const EVALUATIONS: &str = "quiesce_evaluations_total";
     pub const EVALUATION_SECONDS: &str = "quiesce_evaluation_duration_seconds";
@@ -88,6 +89,10 @@ fn describe() {
         "Events whose id had been seen before."
     );
     describe_counter!(names::EVENTS_REJECTED, "Requests rejected, by reason.");
+    describe_counter!(
+        names::RATE_LIMITED,
+        "Ingest requests refused with 429, by source (named source or token id)."
+    );
     describe_histogram!(
         names::INGEST_COMMIT_SECONDS,
         Unit::Seconds,

@@ -25,6 +25,8 @@ pub struct ErrorBody {
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
+    /// Seconds for the Retry-After header; 503s get a default.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -37,7 +39,13 @@ impl ApiError {
                 index: None,
                 field: None,
             },
+            retry_after: None,
         }
+    }
+
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
@@ -81,13 +89,15 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let retry = self
+            .retry_after
+            .or((self.status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS));
         let mut response =
             (self.status, Json(serde_json::json!({ "error": self.body }))).into_response();
-        if retry {
+        if let Some(seconds) = retry {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

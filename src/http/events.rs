@@ -1,16 +1,19 @@
-//! `POST /v1/events`: validate the whole request, then hand it to the group committer.
-//! A request is all or nothing: one invalid event rejects it before anything is written.
+//! `POST /v1/events` (API clients, with an ingest token) and `POST /v1/sources/{source}/events`
+//! (named webhook senders, authenticated by their signature): validate the whole request, then
+//! hand it to the group committer. A request is all or nothing: one invalid event rejects it
+//! before anything is written.
 
 use axum::{
-    Json,
+    Extension, Json,
     body::Bytes,
-    extract::{State, rejection::BytesRejection},
+    extract::{Path, State, rejection::BytesRejection},
     http::{HeaderMap, StatusCode, header},
 };
 use serde_json::{Map, Value};
 
-use super::{AppState, error::ApiError};
+use super::{AppState, error::ApiError, limits::RateKey};
 use crate::{
+    auth::Caller,
     domain::{EntityId, Event, EventId, Priority, Signal},
     ingest::{IngestError, IngestOutcome},
     telemetry::names,
@@ -31,10 +34,42 @@ const MAX_WEIGHT: f64 = 1000.0;
 
 pub async fn post_events(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
-    let result = accept(&state, &headers, body).await;
+    let client = caller.map_or_else(|| "default".to_owned(), |Extension(c)| c.client);
+    let signing = (!state.inbound.is_empty()).then_some(&*state.inbound);
+    counted(accept(&state, &headers, body, signing, RateKey::Client(&client)).await)
+}
+
+pub async fn post_source_events(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
+    let Some(secrets) = state.sources.get(&source) else {
+        return counted(Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_source",
+            "no source of that name is configured",
+        )
+        .with_field("source")));
+    };
+    counted(
+        accept(
+            &state,
+            &headers,
+            body,
+            Some(secrets),
+            RateKey::Source(&source),
+        )
+        .await,
+    )
+}
+
+fn counted<T>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     if let Err(error) = &result
         && error.status.is_client_error()
     {
@@ -43,10 +78,14 @@ pub async fn post_events(
     result
 }
 
+/// The checks in order of cost: media type, size, signature on the raw bytes, parsing, the
+/// sender's rate; then the commit.
 async fn accept(
     state: &AppState,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    signing: Option<&crate::signature::InboundSecrets>,
+    rate_key: RateKey<'_>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     if !is_json(headers) {
         return Err(ApiError::new(
@@ -67,9 +106,8 @@ async fn accept(
         }
     })?;
     // Signatures are checked on the raw bytes, after the size limit and before any parsing.
-    if !state.inbound.is_empty() {
-        state
-            .inbound
+    if let Some(secrets) = signing {
+        secrets
             .verify(headers, &body, chrono::Utc::now().timestamp())
             .map_err(|error| {
                 ApiError::new(
@@ -80,6 +118,7 @@ async fn accept(
             })?;
     }
     let events = parse_events(&body, state.limits.max_batch)?;
+    state.rate_limits.check(rate_key, events.len())?;
     match state.ingestor.submit(events).await {
         Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
         Err(

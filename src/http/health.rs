@@ -45,16 +45,6 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Prometheus text format; queue depths are read from Redis at scrape time.
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    render_metrics(
-        &state.queue,
-        &state.store,
-        &state.metrics,
-        state.limits.backend_timeout,
-    )
-    .await
-}
-
 pub(super) async fn render_metrics(
     queue: &Queue,
     store: &Store,

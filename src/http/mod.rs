@@ -1,15 +1,17 @@
-//! The HTTP API: ingest, read, health and metrics. Authentication (issue: security) will be
-//! a layer on the `/v1` router.
+//! The HTTP API: ingest, read, moderation, admin and health. Every `/v1` route passes the
+//! request timeout and the role check; the ingest routes also the concurrency cap. Metrics are
+//! served on a listener of their own ([`metrics_router`]).
 
 mod dead_letters;
 mod error;
 mod events;
 mod health;
+pub mod limits;
 mod moderation;
 mod read;
 mod rules;
 
-use std::{sync::Arc, time::Instant};
+use std::{collections::HashMap, sync::Arc, time::Instant};
 
 use axum::{
     Router,
@@ -32,6 +34,7 @@ pub struct Limits {
     pub backend_timeout: std::time::Duration,
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
+    pub request_timeout: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -42,16 +45,25 @@ pub struct AppState {
     pub auth: Arc<crate::auth::Auth>,
     /// Secrets inbound events must be signed with (none configured: not checked).
     pub inbound: Arc<crate::signature::InboundSecrets>,
+    /// Named sources and the secrets each signs with.
+    pub sources: Arc<HashMap<String, crate::signature::InboundSecrets>>,
+    pub rate_limits: Arc<limits::RateLimits>,
+    pub ingest_slots: limits::IngestSlots,
     pub queue: Queue,
     pub ingestor: Ingestor,
-    pub metrics: PrometheusHandle,
     pub limits: Arc<Limits>,
 }
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.body_limit;
+    let ingest_cap =
+        || middleware::from_fn_with_state(state.clone(), limits::cap_concurrent_ingest);
     let api = Router::new()
-        .route("/v1/events", post(events::post_events))
+        .route("/v1/events", post(events::post_events).layer(ingest_cap()))
+        .route(
+            "/v1/sources/{source}/events",
+            post(events::post_source_events).layer(ingest_cap()),
+        )
         .route("/v1/entities/{entity}", get(read::get_entity))
         .route("/v1/actions", get(moderation::list_actions))
         .route("/v1/actions/{id}/reverse", post(moderation::reverse))
@@ -72,12 +84,15 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             crate::auth::require_role,
         ))
-        .layer(DefaultBodyLimit::max(body_limit));
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::request_timeout,
+        ));
     Router::new()
         .merge(api)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -91,8 +106,8 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// A listener with only `/metrics` and `/healthz`, for worker processes (and for keeping
-/// metrics off the API's address).
+/// The metrics listener: only `/metrics` and `/healthz`, on an address of its own (loopback by
+/// default) so that metrics are not exposed with the API.
 pub fn metrics_router(
     queue: Queue,
     store: Store,

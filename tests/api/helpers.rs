@@ -63,6 +63,12 @@ pub struct TestOptions {
     pub inbound_github_secrets: Vec<String>,
     /// API token specs (`role:<sha256>`); none: the app runs as with --insecure-dev.
     pub api_tokens: Vec<String>,
+    /// Named sources with their secrets and rates.
+    pub sources: Vec<quiesce::config::SourceSettings>,
+    pub rate_limit: u32,
+    pub rate_burst: u32,
+    pub request_timeout: Duration,
+    pub max_concurrent_ingest: usize,
 }
 
 impl Default for TestOptions {
@@ -88,6 +94,13 @@ impl Default for TestOptions {
             inbound_secrets: Vec::new(),
             inbound_github_secrets: Vec::new(),
             api_tokens: Vec::new(),
+            sources: Vec::new(),
+            // Out of the way unless a test is about rates: some send bursts larger than the
+            // default budget.
+            rate_limit: 1_000_000,
+            rate_burst: 1_000_000,
+            request_timeout: Duration::from_secs(30),
+            max_concurrent_ingest: quiesce::config::DEFAULT_MAX_CONCURRENT_INGEST,
         }
     }
 }
@@ -104,6 +117,8 @@ impl TestOptions {
 
 pub struct TestApp {
     pub base: String,
+    /// The metrics listener (`http://127.0.0.1:<port>`).
+    pub metrics_base: String,
     pub client: reqwest::Client,
     pub settings: Settings,
     pub backends: Backends,
@@ -151,6 +166,12 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         database_url: SecretString::from(database_url),
         redis_url: SecretString::from(redis_url),
         listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        rate_limit: options.rate_limit,
+        rate_burst: options.rate_burst,
+        request_timeout: options.request_timeout,
+        max_concurrent_ingest: options.max_concurrent_ingest,
+        sources: options.sources.clone(),
         debounce_window: options.window,
         max_wait: options.max_wait,
         workers: options.workers.max(1),
@@ -205,10 +226,15 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .await
         .expect("application");
     let base = format!("http://{}", app.address());
+    let metrics_base = format!(
+        "http://{}",
+        app.metrics_address().expect("a metrics listener")
+    );
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     TestApp {
         base,
+        metrics_base,
         client: reqwest::Client::new(),
         pool: backends.store.pool().clone(),
         redis_proxy,
@@ -219,6 +245,37 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         shutdown,
         server: Some(server),
     }
+}
+
+/// A Standard Webhooks secret for named-source tests.
+pub const SHOP_SECRET: &str = "whsec_c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk=";
+/// Another source's secret.
+pub const FORUM_SECRET: &str = "whsec_Zm9ydW0tc2VjcmV0LWZvci10ZXN0cy1vbmx5";
+
+/// A named source signing with `secrets`, at the global rate.
+pub fn source(name: &str, secrets: &[&str]) -> quiesce::config::SourceSettings {
+    quiesce::config::SourceSettings {
+        name: name.to_owned(),
+        secrets: secrets.iter().map(|s| SecretString::from(*s)).collect(),
+        github_secrets: Vec::new(),
+        rate_limit: None,
+        rate_burst: None,
+    }
+}
+
+/// Standard Webhooks headers signing `body` with `secret` now.
+pub fn signed_headers(secret: &str, body: &[u8]) -> reqwest::header::HeaderMap {
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let now = chrono::Utc::now().timestamp();
+    let signature = quiesce::outbox::WebhookSecret::parse(secret)
+        .expect("a whsec_ secret")
+        .sign(&id, now, body);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("webhook-id", id.parse().unwrap());
+    headers.insert("webhook-timestamp", now.to_string().parse().unwrap());
+    headers.insert("webhook-signature", signature.parse().unwrap());
+    headers.insert("content-type", "application/json".parse().unwrap());
+    headers
 }
 
 /// One event as a platform would send it.
@@ -246,6 +303,18 @@ where
 }
 
 impl TestApp {
+    /// Posts `body` to a named source's endpoint, signed with `secret`.
+    pub async fn post_signed(&self, source: &str, secret: &str, body: &Value) -> reqwest::Response {
+        let bytes = serde_json::to_vec(body).unwrap();
+        self.client
+            .post(format!("{}/v1/sources/{source}/events", self.base))
+            .headers(signed_headers(secret, &bytes))
+            .body(bytes)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
     pub async fn post_events(&self, body: &Value) -> reqwest::Response {
         self.client
             .post(format!("{}/v1/events", self.base))
@@ -280,6 +349,18 @@ impl TestApp {
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+
+    /// The Prometheus text from the metrics listener.
+    pub async fn metrics_text(&self) -> String {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.metrics_base))
+            .send()
+            .await
+            .expect("metrics request sent");
+        assert_eq!(response.status(), 200);
+        response.text().await.unwrap()
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
@@ -369,9 +450,10 @@ impl TestApp {
         let s = &self.settings;
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
         command.env_clear();
-        if let Some(address) = metrics_listen {
-            command.env("QUIESCE_METRICS_LISTEN", address.to_string());
-        }
+        command.env(
+            "QUIESCE_METRICS_LISTEN",
+            metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+        );
         command
             .arg("worker")
             .env("PATH", std::env::var("PATH").unwrap_or_default())

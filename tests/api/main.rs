@@ -10,6 +10,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod ingest;
+mod limits;
 mod maintenance;
 mod moderation;
 mod outages;

@@ -3,7 +3,7 @@
 use quiesce::auth::{Role, token_spec};
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app};
+use crate::helpers::{SHOP_SECRET, TestOptions, event, source, spawn_app};
 
 #[tokio::test]
 async fn every_route_answers_each_role_as_documented() {
@@ -13,6 +13,7 @@ async fn every_route_answers_each_role_as_documented() {
             token_spec(Role::Moderator, "t-moderator"),
             token_spec(Role::Admin, "t-admin"),
         ],
+        sources: vec![source("shop", &[SHOP_SECRET])],
         ..TestOptions::idle()
     })
     .await;
@@ -94,8 +95,28 @@ async fn every_route_answers_each_role_as_documented() {
             }
         }
     }
-    for open in ["/healthz", "/readyz", "/metrics"] {
+    for open in ["/healthz", "/readyz"] {
         assert_eq!(app.get(open).await.0, 200, "{open} is open");
+    }
+    // Metrics are not served with the API, only on the metrics listener.
+    assert_eq!(app.get("/metrics").await.0, 404);
+    assert!(
+        app.metrics_text()
+            .await
+            .contains("quiesce_http_requests_total")
+    );
+    // A named source's endpoint takes no token: its signature is the credential, so a request
+    // without one is refused whatever token it carries.
+    for (who, token) in &tokens {
+        let mut request = app
+            .client
+            .post(format!("{}/v1/sources/shop/events", app.base))
+            .json(&event("r2", "post:2", "flag"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let status = request.send().await.unwrap().status().as_u16();
+        assert_eq!(status, 401, "unsigned source request as {who}");
     }
     // Only the two allowed ingests were written (ingest and admin sent the same id).
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
