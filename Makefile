@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos check fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz check fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -32,6 +32,10 @@ test:
 chaos:
 	@eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
+
+## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
+api-fuzz: build
+	@eval "$$(scripts/services.sh)" && scripts/api-fuzz.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -11,6 +11,7 @@ base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 export QUIESCE_DATABASE_URL="${base_db%/*}/quiesce_smoke_$suffix"
 export QUIESCE_REDIS_PREFIX="smoke-$suffix"
 export QUIESCE_LISTEN="127.0.0.1:$port"
+export QUIESCE_METRICS_LISTEN="127.0.0.1:$((port + 1))"
 log=$(mktemp)
 
 cleanup() {

@@ -48,7 +48,7 @@ impl From<QueueError> for IngestError {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct IngestOutcome {
     pub accepted: usize,
     pub duplicates: usize,

@@ -88,7 +88,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct SignalTotals {
     pub count: i64,
     pub weight: f64,
@@ -101,7 +103,7 @@ const BUCKETS_KEPT: std::time::Duration = std::time::Duration::from_secs(25 * 36
 pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
 
 /// What a snapshot knows of one signal on one entity.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct SignalStats {
     /// Events ever recorded (the totals survive event retention).
     pub count: i64,
@@ -184,7 +186,7 @@ pub struct EntityRecord {
 }
 
 /// A moderator's decision that automation does not escalate past until it expires.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Override {
     pub status: Status,
     pub until: DateTime<Utc>,
@@ -192,7 +194,7 @@ pub struct Override {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ActionRecord {
     pub id: i64,
     pub entity: String,
@@ -204,6 +206,8 @@ pub struct ActionRecord {
     pub applied_version: i64,
     pub dedup_key: String,
     pub created_at: DateTime<Utc>,
+    /// The snapshot the rules decided on.
+    #[schema(value_type = Object)]
     pub snapshot: serde_json::Value,
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
@@ -274,7 +278,7 @@ pub struct ActionFilter {
 }
 
 /// A reversal as recorded: the action, and the entity's state after it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Reversal {
     pub action: ActionRecord,
     pub status: Status,

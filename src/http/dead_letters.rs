@@ -24,6 +24,26 @@ fn unavailable(error: QueueError) -> ApiError {
     ApiError::unavailable(&error)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/dead-letters",
+    tag = "admin",
+    description = "Dead-lettered entities, oldest first, shard by shard. Role admin.",
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "Page size, default 100"),
+        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,5}\.[0-9]{1,18}$", description = "next_cursor of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of dead letters", body = crate::http::openapi::DeadLettersPage),
+        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -73,6 +93,26 @@ pub async fn list(
     })))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/dead-letters/{entity}/redrive",
+    tag = "admin",
+    description = "Makes one dead-lettered entity due again with fresh attempts. Role admin.",
+    params(
+        ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
+    ),
+    responses(
+        (status = 200, description = "Redriven", body = crate::http::openapi::Redriven),
+        (status = 400, description = "Not a valid entity id", body = crate::http::openapi::ErrorResponse),
+        (status = 404, description = "The entity is not dead-lettered", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn redrive_one(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -93,6 +133,24 @@ pub async fn redrive_one(
 }
 
 /// Body (optional): `{"reason": "fatal" | "attempts_exhausted"}`; without it, all.
+#[utoipa::path(
+    post,
+    path = "/v1/dead-letters/redrive",
+    tag = "admin",
+    description = "Redrives every dead letter, or those of one reason. Role admin.",
+    request_body(content = Option<crate::http::openapi::RedriveRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "How many were redriven", body = crate::http::openapi::Redriven),
+        (status = 400, description = "Malformed JSON", body = crate::http::openapi::ErrorResponse),
+        (status = 422, description = "A bad body (field names it)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn redrive_many(
     State(state): State<AppState>,
     body: Bytes,
@@ -106,10 +164,15 @@ pub async fn redrive_many(
         let invalid = |message: &str| {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message)
         };
-        let Value::Object(object) = value else {
-            return Err(invalid(
-                "the body must be an object such as {\"reason\": \"fatal\"}",
-            ));
+        let object = match value {
+            Value::Object(object) => object,
+            // A JSON null is an empty body: redrive all.
+            Value::Null => serde_json::Map::new(),
+            _ => {
+                return Err(invalid(
+                    "the body must be an object such as {\"reason\": \"fatal\"}",
+                ));
+            }
         };
         if let Some(unknown) = object.keys().find(|k| k.as_str() != "reason") {
             return Err(

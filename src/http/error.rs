@@ -11,7 +11,7 @@ use serde::Serialize;
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub code: &'static str,
     pub message: String,

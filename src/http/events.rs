@@ -32,6 +32,33 @@ const FIELDS: [&str; 8] = [
 const MAX_ACTOR_LEN: usize = 128;
 const MAX_WEIGHT: f64 = 1000.0;
 
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    tag = "ingest",
+    description = "Records events and schedules their entities. Role ingest. With inbound secrets configured the request must also be signed.",
+    params(
+        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks message id (when signing is configured)"),
+        ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds, within signature_tolerance"),
+        ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
+        ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
+    ),
+    request_body(content = crate::http::openapi::EventsBody, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
+        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::openapi::ErrorResponse),
+        (status = 413, description = "The body is larger than body_limit", body = crate::http::openapi::ErrorResponse),
+        (status = 415, description = "Not application/json", body = crate::http::openapi::ErrorResponse),
+        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
+        (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
+        (status = 403, description = "The token's role may not ingest", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn post_events(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
@@ -43,6 +70,34 @@ pub async fn post_events(
     counted(accept(&state, &headers, body, signing, RateKey::Client(&client)).await)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/sources/{source}/events",
+    tag = "ingest",
+    description = "Records events from a named source, signed with one of that source's secrets; no token.",
+    params(
+        ("source" = String, Path, description = "A configured source name"),
+        ("webhook-id" = Option<String>, Header, description = "Standard Webhooks message id (when signing is configured)"),
+        ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds, within signature_tolerance"),
+        ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
+        ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
+    ),
+    request_body(content = crate::http::openapi::EventsBody, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
+        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::openapi::ErrorResponse),
+        (status = 413, description = "The body is larger than body_limit", body = crate::http::openapi::ErrorResponse),
+        (status = 415, description = "Not application/json", body = crate::http::openapi::ErrorResponse),
+        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
+        (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
+        (status = 404, description = "No source of that name (code unknown_source)", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(())
+)]
 pub async fn post_source_events(
     State(state): State<AppState>,
     Path(source): Path<String>,

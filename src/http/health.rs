@@ -11,11 +11,26 @@ use super::AppState;
 use crate::{queue::Queue, store::Store, telemetry::names};
 
 /// The process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses((status = 200, description = "The process is up", body = crate::http::openapi::Health))
+)]
 pub async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
 /// Redis and Postgres answer within the backend timeout.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Redis and Postgres answer", body = crate::http::openapi::Readiness),
+        (status = 503, description = "One of them does not", body = crate::http::openapi::Readiness),
+    )
+)]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let timeout = state.limits.backend_timeout;
     let (redis, postgres) = tokio::join!(

@@ -8,6 +8,7 @@ mod events;
 mod health;
 pub mod limits;
 mod moderation;
+pub mod openapi;
 mod read;
 mod rules;
 
@@ -93,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .merge(api)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::openapi_json))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -21,6 +21,7 @@ use crate::{domain::Status, store::ActionFilter};
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
 const MAX_ACTIONS_LIMIT: i64 = 500;
 const MAX_TEXT: usize = 1000;
+const MAX_RULE_NAME: usize = 200;
 /// Longest reversal-rate window.
 const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
 
@@ -39,6 +40,31 @@ fn unknown_parameters(params: &HashMap<String, String>, allowed: &[&str]) -> Res
 }
 
 /// `GET /v1/actions?entity=&rule=&action=&since=&reversed=&limit=&cursor=`, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/actions",
+    tag = "moderation",
+    description = "Applied actions, newest first, filtered and paged. Role moderator.",
+    params(
+        ("entity" = Option<String>, Query, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "Only this entity's"),
+        ("rule" = Option<String>, Query, pattern = r"^[^\x00]{0,200}$", description = "Only this rule's"),
+        ("action" = Option<crate::domain::Action>, Query, description = "flag, hide or suspend"),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339; applied at or after"),
+        ("reversed" = Option<bool>, Query, description = "Only reversed (true) or standing (false) ones"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size, default 50"),
+        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}$", description = "next_cursor of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of actions", body = crate::http::openapi::ActionsPage),
+        (status = 400, description = "A bad query parameter (code invalid_query or invalid_entity; field names it)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list_actions(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
@@ -56,7 +82,16 @@ pub async fn list_actions(
     if let Some(raw) = params.get("entity") {
         filter.entity = Some(parse_entity(raw)?);
     }
-    filter.rule = params.get("rule").cloned();
+    if let Some(rule) = params.get("rule") {
+        // Postgres text cannot hold NUL; nothing else in a rule name needs refusing.
+        if rule.contains('\0') || rule.chars().count() > MAX_RULE_NAME {
+            return Err(bad_query(
+                "rule",
+                format!("rule must be at most {MAX_RULE_NAME} characters without NUL"),
+            ));
+        }
+        filter.rule = Some(rule.clone());
+    }
     if let Some(raw) = params.get("action") {
         if !["flag", "hide", "suspend"].contains(&raw.as_str()) {
             return Err(bad_query("action", "action must be flag, hide or suspend"));
@@ -132,19 +167,44 @@ fn invalid(field: Option<&str>, message: &str) -> ApiError {
 fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
     match object.get(field) {
         Some(Value::String(text))
-            if !text.trim().is_empty() && text.chars().count() <= MAX_TEXT =>
+            if text.chars().any(|c| c != ' ')
+                && !text.chars().any(char::is_control)
+                && text.chars().count() <= MAX_TEXT =>
         {
             Ok(text)
         }
         None | Some(Value::Null) => Err(invalid(Some(field), "is required")),
         Some(_) => Err(invalid(
             Some(field),
-            &format!("must be a non-empty string of at most {MAX_TEXT} characters"),
+            &format!(
+                "must be a string of 1-{MAX_TEXT} characters without control characters, not only spaces"
+            ),
         )),
     }
 }
 
 /// `POST /v1/actions/{id}/reverse` with `{"moderator", "reason"}`.
+#[utoipa::path(
+    post,
+    path = "/v1/actions/{id}/reverse",
+    tag = "moderation",
+    description = "A moderator reverses an automated action: the entity goes back to the status before it, and an override keeps automation from redoing it. Role moderator.",
+    params(("id" = i64, Path, description = "The action id")),
+    request_body(content = crate::http::openapi::ReverseRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The reversal", body = crate::store::Reversal),
+        (status = 400, description = "Malformed JSON or a bad id", body = crate::http::openapi::ErrorResponse),
+        (status = 404, description = "No such action", body = crate::http::openapi::ErrorResponse),
+        (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::openapi::ErrorResponse),
+        (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn reverse(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -177,6 +237,28 @@ pub async fn reverse(
 }
 
 /// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?, "reason"}`.
+#[utoipa::path(
+    post,
+    path = "/v1/entities/{entity}/override",
+    tag = "moderation",
+    description = "A moderator sets the entity's status; automation does not go past it until `until`. Role moderator.",
+    params(
+        ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
+    ),
+    request_body(content = crate::http::openapi::OverrideRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The override", body = crate::http::openapi::OverrideResult),
+        (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::openapi::ErrorResponse),
+        (status = 404, description = "No such entity", body = crate::http::openapi::ErrorResponse),
+        (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn override_entity(
     State(state): State<AppState>,
     Path(raw): Path<String>,
@@ -234,6 +316,26 @@ pub async fn override_entity(
 
 /// `GET /v1/stats/reversal-rate?window=24h&by=rule`: automated actions applied in the window
 /// and how many moderators reversed within 24h of being applied.
+#[utoipa::path(
+    get,
+    path = "/v1/stats/reversal-rate",
+    tag = "moderation",
+    description = "Automated actions applied in the window and how many moderators reversed within 24h. Role moderator.",
+    params(
+        ("window" = Option<String>, Query, description = "A duration such as 24h or 7days, at most 90days; default 24h"),
+        ("by" = Option<String>, Query, description = "rule: add the figures per rule"),
+    ),
+    responses(
+        (status = 200, description = "The rate", body = crate::http::openapi::ReversalRate),
+        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn reversal_rate(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,

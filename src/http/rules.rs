@@ -10,6 +10,21 @@ use super::{AppState, error::ApiError, read::store_error};
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// `GET /v1/rules`: every rule with its live and shadow matches over the last 24h.
+#[utoipa::path(
+    get,
+    path = "/v1/rules",
+    tag = "moderation",
+    description = "The rules in force, with their live and shadow matches over 24h. Role moderator.",
+    responses(
+        (status = 200, description = "The rules", body = crate::http::openapi::RulesList),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let hits = state
         .store
@@ -37,6 +52,22 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
 
 /// `POST /v1/rules/reload`: reads the rules file again. An invalid file is refused with the
 /// error (422) and the rules in force stay. Reloads this process only; SIGHUP does the same.
+#[utoipa::path(
+    post,
+    path = "/v1/rules/reload",
+    tag = "admin",
+    description = "Reads the rules file again (this process). Role admin.",
+    responses(
+        (status = 200, description = "Reloaded", body = crate::http::openapi::RulesReloaded),
+        (status = 422, description = "The file is invalid; the rules in force stay (code invalid_rules)", body = crate::http::openapi::ErrorResponse),
+        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
+        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
+        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
+        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
+        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     match state.rules.reload() {
         Ok(count) => {

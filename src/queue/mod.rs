@@ -136,7 +136,9 @@ pub enum Failed {
 }
 
 /// The failure history an entity carries in Redis while retried, and into the dead letters.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct FailureRecord {
     /// `fatal` or `attempts_exhausted`, for dead letters.
     #[serde(default)]
@@ -151,7 +153,7 @@ pub struct FailureRecord {
     pub last_failure_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     pub entity: String,
     pub dead_lettered_at_ms: i64,

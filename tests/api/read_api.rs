@@ -161,3 +161,52 @@ async fn health_readiness_and_metrics_answer() {
         "no longer listening"
     );
 }
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let (status, doc) = app.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let expected = [
+        ("post", "/v1/events"),
+        ("post", "/v1/sources/{source}/events"),
+        ("get", "/v1/entities/{entity}"),
+        ("get", "/v1/actions"),
+        ("post", "/v1/actions/{id}/reverse"),
+        ("post", "/v1/entities/{entity}/override"),
+        ("get", "/v1/stats/reversal-rate"),
+        ("get", "/v1/rules"),
+        ("post", "/v1/rules/reload"),
+        ("get", "/v1/dead-letters"),
+        ("post", "/v1/dead-letters/redrive"),
+        ("post", "/v1/dead-letters/{entity}/redrive"),
+        ("get", "/healthz"),
+        ("get", "/readyz"),
+        ("get", "/openapi.json"),
+    ];
+    let paths = doc["paths"].as_object().unwrap();
+    let documented: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(
+        documented,
+        expected.len(),
+        "no undocumented or extra operation"
+    );
+    for (method, path) in expected {
+        let operation = &doc["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is documented");
+        assert!(
+            !operation["responses"].as_object().unwrap().is_empty(),
+            "{method} {path} has responses"
+        );
+    }
+    // Token routes say so; the named source's does not need one.
+    assert_eq!(
+        doc["paths"]["/v1/events"]["post"]["security"][0]["bearer"],
+        json!([])
+    );
+    assert_eq!(
+        doc["paths"]["/v1/sources/{source}/events"]["post"]["security"],
+        json!([{}])
+    );
+}
