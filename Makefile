@@ -22,11 +22,15 @@ run: build
 	scripts/example-request.sh && \
 	exec ./target/debug/quiesce serve --insecure-dev
 
-## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke)
+## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke),
+## then the check that no secret appears in the run's logs (target/test-logs/)
+test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
-	@eval "$$(scripts/services.sh)" && \
+	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
+	eval "$$(scripts/services.sh)" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
-	scripts/smoke-make-run.sh
+	scripts/smoke-make-run.sh && \
+	$(CARGO) test --test secrets_in_logs -- --ignored
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:

@@ -24,6 +24,9 @@ cleanup() {
     redis-cli -u "${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}" --scan --pattern "{smoke-$suffix:*" |
       xargs -r redis-cli -u "${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}" del >/dev/null || true
   fi
+  if [ -n "${QUIESCE_TEST_LOG_DIR:-}" ] && [ -d "$QUIESCE_TEST_LOG_DIR" ]; then
+    cp "$log" "$QUIESCE_TEST_LOG_DIR/make-run.log" || true
+  fi
   rm -f "$log"
 }
 trap cleanup EXIT

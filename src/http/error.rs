@@ -89,6 +89,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Messages never carry secrets, so refusals can be logged as they are answered.
+        tracing::debug!(status = self.status.as_u16(), code = self.body.code, message = %self.body.message, "request refused");
         let retry = self
             .retry_after
             .or((self.status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS));

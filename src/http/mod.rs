@@ -22,7 +22,7 @@ use axum::{
     routing::{get, post},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower_http::trace::TraceLayer;
+use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
 
 pub use self::{dead_letters::redrive_matching, error::ApiError, events::parse_events};
 use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
@@ -105,6 +105,12 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(middleware::from_fn(record_request))
         .layer(TraceLayer::new_for_http())
+        // Marked sensitive, these header values print as `Sensitive` in any debug output.
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            axum::http::header::AUTHORIZATION,
+            axum::http::HeaderName::from_static("webhook-signature"),
+            axum::http::HeaderName::from_static("x-hub-signature-256"),
+        ]))
         .with_state(state)
 }
 

@@ -130,10 +130,41 @@ pub struct TestApp {
     server: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
+/// With `QUIESCE_TEST_LOG_DIR` (as `make test` sets it), every test's logs go, at debug level,
+/// to files there, for the check that no secret appears in them (`tests/secrets_in_logs.rs`).
+fn log_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("QUIESCE_TEST_LOG_DIR").map(std::path::PathBuf::from)
+}
+
+fn init_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Some(dir) = log_dir() {
+            use tracing_subscriber::prelude::*;
+            std::fs::create_dir_all(&dir).expect("log dir");
+            let file = std::fs::File::create(dir.join(format!("api-{}.log", std::process::id())))
+                .expect("log file");
+            let _ = tracing_subscriber::registry()
+                .with(tracing_subscriber::EnvFilter::new(
+                    "debug,sqlx=info,hyper=info,hyper_util=info,reqwest=info,h2=info,rustls=info",
+                ))
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(false)
+                        .with_writer(std::sync::Mutex::new(file)),
+                )
+                .try_init();
+        } else if std::env::var_os("TEST_LOG").is_some() {
+            quiesce::telemetry::init_tracing(
+                quiesce::config::LogFormat::Text,
+                "info,quiesce=debug",
+            );
+        }
+    });
+}
+
 pub async fn spawn_app(options: TestOptions) -> TestApp {
-    if std::env::var_os("TEST_LOG").is_some() {
-        quiesce::telemetry::init_tracing(quiesce::config::LogFormat::Text, "info,quiesce=debug");
-    }
+    init_logs();
     let id = uuid::Uuid::new_v4().simple().to_string();
     let db_name = format!("quiesce_test_{id}");
     let database_base = options
@@ -248,9 +279,9 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
 }
 
 /// A Standard Webhooks secret for named-source tests.
-pub const SHOP_SECRET: &str = "whsec_c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk=";
+pub const SHOP_SECRET: &str = crate::secrets::SHOP;
 /// Another source's secret.
-pub const FORUM_SECRET: &str = "whsec_Zm9ydW0tc2VjcmV0LWZvci10ZXN0cy1vbmx5";
+pub const FORUM_SECRET: &str = crate::secrets::FORUM;
 
 /// A named source signing with `secrets`, at the global rate.
 pub fn source(name: &str, secrets: &[&str]) -> quiesce::config::SourceSettings {
@@ -499,16 +530,27 @@ impl TestApp {
             .env("QUIESCE_WORKER_ID", worker_id)
             .env(
                 "RUST_LOG",
-                if std::env::var_os("TEST_LOG").is_some() {
+                if log_dir().is_some() {
+                    "debug,sqlx=info,hyper=info,hyper_util=info"
+                } else if std::env::var_os("TEST_LOG").is_some() {
                     "info"
                 } else {
                     "error"
                 },
             )
             .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start quiesce worker")
+            .kill_on_drop(true);
+        if let Some(dir) = log_dir() {
+            let path = dir.join(format!(
+                "worker-{worker_id}-{}.log",
+                uuid::Uuid::new_v4().simple()
+            ));
+            let file = std::fs::File::create(path).expect("worker log file");
+            command
+                .stdout(file.try_clone().expect("log file handle"))
+                .stderr(file);
+        }
+        command.spawn().expect("start quiesce worker")
     }
 
     /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.

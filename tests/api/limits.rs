@@ -125,8 +125,8 @@ async fn ingest_clients_with_different_tokens_have_separate_budgets() {
     use quiesce::auth::{Role, token_spec};
     let app = spawn_app(TestOptions {
         api_tokens: vec![
-            token_spec(Role::Ingest, "t-a"),
-            token_spec(Role::Ingest, "t-b"),
+            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST_A),
+            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST_B),
         ],
         rate_limit: 10,
         rate_burst: 20,
@@ -141,11 +141,25 @@ async fn ingest_clients_with_different_tokens_have_separate_budgets() {
             .json(&body)
             .send()
     };
-    assert_eq!(post("t-a", batch("a1", 20)).await.unwrap().status(), 202);
-    let refused = post("t-a", batch("a2", 20)).await.unwrap();
+    assert_eq!(
+        post(crate::secrets::TOKEN_INGEST_A, batch("a1", 20))
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    let refused = post(crate::secrets::TOKEN_INGEST_A, batch("a2", 20))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), 429);
     assert!(refused.headers().contains_key("retry-after"));
-    assert_eq!(post("t-b", batch("b1", 20)).await.unwrap().status(), 202);
+    assert_eq!(
+        post(crate::secrets::TOKEN_INGEST_B, batch("b1", 20))
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
 }
 
 /// Opens a connection and sends an ingest request whose body never completes.

@@ -3,6 +3,8 @@
 
 mod helpers;
 mod proxy;
+#[path = "../support/secrets.rs"]
+mod secrets;
 
 mod bad_input;
 mod concurrency;

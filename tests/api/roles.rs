@@ -9,9 +9,9 @@ use crate::helpers::{SHOP_SECRET, TestOptions, event, source, spawn_app};
 async fn every_route_answers_each_role_as_documented() {
     let app = spawn_app(TestOptions {
         api_tokens: vec![
-            token_spec(Role::Ingest, "t-ingest"),
-            token_spec(Role::Moderator, "t-moderator"),
-            token_spec(Role::Admin, "t-admin"),
+            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST),
+            token_spec(Role::Moderator, crate::secrets::TOKEN_MODERATOR),
+            token_spec(Role::Admin, crate::secrets::TOKEN_ADMIN),
         ],
         sources: vec![source("shop", &[SHOP_SECRET])],
         ..TestOptions::idle()
@@ -64,9 +64,9 @@ async fn every_route_answers_each_role_as_documented() {
     let tokens: [(&str, Option<&str>); 5] = [
         ("none", None),
         ("bad", Some("not-a-token")),
-        ("ingest", Some("t-ingest")),
-        ("moderator", Some("t-moderator")),
-        ("admin", Some("t-admin")),
+        ("ingest", Some(crate::secrets::TOKEN_INGEST)),
+        ("moderator", Some(crate::secrets::TOKEN_MODERATOR)),
+        ("admin", Some(crate::secrets::TOKEN_ADMIN)),
     ];
     for (method, path, body, allowed) in &routes {
         for (who, token) in &tokens {

@@ -7,14 +7,13 @@ use sha2::Sha256;
 
 use crate::helpers::{TestOptions, spawn_app};
 
-const OLD: &str = "whsec_QVFBQUFBQUFBQUFBQUFBQUFBQUE=";
-const NEW: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+use crate::secrets::{GITHUB, INBOUND_NEW as NEW, INBOUND_OLD as OLD};
 
 #[tokio::test]
 async fn only_signed_events_are_accepted_when_secrets_are_configured() {
     let app = spawn_app(TestOptions {
         inbound_secrets: vec![OLD.to_owned(), NEW.to_owned()],
-        inbound_github_secrets: vec!["It's a Secret to Everybody".to_owned()],
+        inbound_github_secrets: vec![GITHUB.to_owned()],
         ..TestOptions::idle()
     })
     .await;
@@ -55,7 +54,7 @@ async fn only_signed_events_are_accepted_when_secrets_are_configured() {
             .contains("webhook-id")
     );
 
-    let wrong = WebhookSecret::parse("whsec_QkJCQkJCQkJCQkJCQkJCQkJCQkI=").unwrap();
+    let wrong = WebhookSecret::parse(crate::secrets::INBOUND_WRONG).unwrap();
     let forged = vec![
         ("webhook-id", "msg_1".to_owned()),
         ("webhook-timestamp", now.to_string()),
@@ -94,7 +93,7 @@ async fn only_signed_events_are_accepted_when_secrets_are_configured() {
 
     // A GitHub-style sender.
     let third = r#"{"id":"s3","entity":"post:1","type":"flag"}"#;
-    let mut mac = Hmac::<Sha256>::new_from_slice(b"It's a Secret to Everybody").unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(GITHUB.as_bytes()).unwrap();
     mac.update(third.as_bytes());
     let hex: String = mac
         .finalize()
@@ -113,4 +112,52 @@ async fn only_signed_events_are_accepted_when_secrets_are_configured() {
         202
     );
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 3);
+}
+
+#[tokio::test]
+async fn secrets_set_in_the_environment_never_show_in_help_or_config_errors() {
+    use crate::secrets;
+    let sources = format!("shop={},forum=github:{}", secrets::SHOP, secrets::GITHUB);
+    let run = |args: &[&str], extra: &[(&str, &str)]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+        command
+            .args(args)
+            .env_clear()
+            .env("QUIESCE_INBOUND_SECRETS", secrets::INBOUND_NEW)
+            .env("QUIESCE_INBOUND_GITHUB_SECRETS", secrets::GITHUB)
+            .env("QUIESCE_WEBHOOK_SECRET", secrets::OUTBOUND)
+            .env("QUIESCE_SOURCES", &sources)
+            .env(
+                "QUIESCE_DATABASE_URL",
+                format!("postgres://quiesce:{}@127.0.0.1:1/x", secrets::TOKEN_ADMIN),
+            );
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        let output = command.output().expect("run quiesce");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    };
+    let help = run(&["serve", "--help"], &[]);
+    assert!(help.contains("QUIESCE_SOURCES"), "{help}");
+    // A setting refused at startup names the variable, not the values around it.
+    let refused = run(&["serve"], &[("QUIESCE_MAX_BATCH", "0")]);
+    assert!(refused.contains("QUIESCE_MAX_BATCH"), "{refused}");
+    let bad_source = run(
+        &["serve"],
+        &[(
+            "QUIESCE_SOURCES",
+            "Shop=whsec_c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk=",
+        )],
+    );
+    assert!(bad_source.contains("QUIESCE_SOURCES"), "{bad_source}");
+    for output in [&help, &refused, &bad_source] {
+        for secret in secrets::ALL {
+            assert!(!output.contains(secret), "a secret shows in: {output}");
+        }
+        assert!(!output.contains("c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk"));
+    }
 }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = crate::secrets::OUTBOUND;
 
 #[derive(Clone, Copy)]
 enum Reply {

@@ -8,6 +8,8 @@ mod helpers;
 #[path = "../api/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
+#[path = "../support/secrets.rs"]
+mod secrets;
 
 use std::{
     process::Stdio,
