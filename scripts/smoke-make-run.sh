@@ -31,6 +31,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Build first, so that the readiness deadline below measures the server, not the compiler
+# (`make run` builds without the dev-dependencies' features, which can mean a long rebuild).
+cargo build --bin quiesce
 setsid make run >"$log" 2>&1 &
 pid=$!
 
