@@ -57,6 +57,8 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Most events deleted by one statement.
 pub const DEFAULT_RETENTION_BATCH: usize = 10_000;
+/// A rule whose 24h reversal rate passes this fraction raises the reversal-rate alert.
+pub const DEFAULT_REVERSAL_ALERT_THRESHOLD: f64 = 0.2;
 /// How long the override implied by a reversal keeps automation from redoing the action.
 pub const DEFAULT_OVERRIDE_AFTER_REVERSAL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Longest wait for the webhook receiver's answer.
@@ -210,6 +212,8 @@ pub struct Settings {
     pub backoff_max: Duration,
     #[serde(with = "humantime_serde")]
     pub override_after_reversal: Duration,
+    /// Exported as `quiesce_reversal_rate_alert_threshold` for the reversal-rate alert.
+    pub reversal_alert_threshold: f64,
     /// API tokens as `role:<sha256 hex of the token>` (roles: ingest, moderator, admin).
     pub api_tokens: Vec<String>,
     /// Run the API without tokens and inbound signatures: for local development only.
@@ -288,6 +292,7 @@ impl Default for Settings {
             backoff_base: DEFAULT_BACKOFF_BASE,
             backoff_max: DEFAULT_BACKOFF_MAX,
             override_after_reversal: DEFAULT_OVERRIDE_AFTER_REVERSAL,
+            reversal_alert_threshold: DEFAULT_REVERSAL_ALERT_THRESHOLD,
             api_tokens: Vec::new(),
             insecure_dev: false,
             inbound_secrets: Vec::new(),
@@ -541,6 +546,13 @@ pub struct ConfigArgs {
     /// How long a reversal keeps automation from redoing the action (an implied override) [default: 7days].
     #[arg(long, env = "QUIESCE_OVERRIDE_AFTER_REVERSAL", value_name = "DURATION")]
     pub override_after_reversal: Option<String>,
+    /// A rule's 24h reversal rate above which the reversal-rate alert fires; exported as a metric [default: 0.2].
+    #[arg(
+        long,
+        env = "QUIESCE_REVERSAL_ALERT_THRESHOLD",
+        value_name = "FRACTION"
+    )]
+    pub reversal_alert_threshold: Option<String>,
     /// API tokens, comma-separated, each role:<sha256 hex of the token> with role ingest, moderator or admin [default: none].
     #[arg(
         long,
@@ -908,6 +920,16 @@ impl Settings {
             "override-after-reversal",
             duration,
         )?;
+        set(
+            &mut self.reversal_alert_threshold,
+            &a.reversal_alert_threshold,
+            "QUIESCE_REVERSAL_ALERT_THRESHOLD",
+            "reversal-alert-threshold",
+            |r| match r.parse::<f64>() {
+                Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+                _ => Err("expected a fraction from 0 to 1, e.g. 0.2".into()),
+            },
+        )?;
         if let Some(raw) = &a.api_tokens {
             let specs: Vec<String> = raw
                 .split(',')
@@ -1157,6 +1179,13 @@ impl Settings {
             .find_map(|s| crate::outbox::validate_secret(s).err())
         {
             return fail("QUIESCE_INBOUND_SECRETS", "inbound_secrets", &reason);
+        }
+        if !(0.0..=1.0).contains(&self.reversal_alert_threshold) {
+            return fail(
+                "QUIESCE_REVERSAL_ALERT_THRESHOLD",
+                "reversal_alert_threshold",
+                "must be a fraction from 0 to 1",
+            );
         }
         if let Some(reason) = self.sources.iter().find_map(|s| s.check().err()) {
             return fail("QUIESCE_SOURCES", "sources", &reason);

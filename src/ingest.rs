@@ -2,6 +2,7 @@
 //! committer tasks, each of which writes everything queued in one Postgres transaction and then
 //! schedules the entities in Redis, before any of those requests is answered.
 
+use crate::telemetry::TimedQuery;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -169,7 +170,11 @@ impl Committer {
                 }
             }
         }
-        let inserted = self.store.record_events(&unique).await?;
+        let inserted = self
+            .store
+            .record_events(&unique)
+            .timed_query("record_events")
+            .await?;
 
         let mut outcomes: Vec<IngestOutcome> = group
             .iter()

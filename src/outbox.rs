@@ -2,6 +2,7 @@
 //! the action or reversal they describe) to the platform, signed the Standard Webhooks way.
 //! Delivery is at least once; `webhook-id` is stable per action, so receivers dedupe on it.
 
+use crate::telemetry::TimedQuery;
 use std::{sync::Arc, time::Duration};
 
 use base64::{Engine, engine::general_purpose::STANDARD};
@@ -133,6 +134,7 @@ impl Dispatcher {
         let rows = self
             .store
             .claim_deliveries(self.settings.batch, claim_for)
+            .timed_query("claim_deliveries")
             .await?;
         let attempts = futures::future::join_all(rows.iter().map(|row| self.attempt(row))).await;
         let mut round = DeliveryRound::default();

@@ -184,6 +184,7 @@ impl Application {
                     .await
                     .with_context(|| format!("cannot listen for metrics on {at} (QUIESCE_METRICS_LISTEN; off disables it)"))?;
                 let bound = listener.local_addr()?;
+                telemetry::record_settings(settings);
                 Some((listener, bound))
             }
             None => None,
@@ -247,6 +248,7 @@ impl Application {
             let router = http::metrics_router(
                 self.state.queue.clone(),
                 self.state.store.clone(),
+                Arc::clone(&self.state.rules),
                 telemetry::metrics_handle(),
                 self.state.limits.backend_timeout,
             );
@@ -296,9 +298,11 @@ pub async fn spawn_metrics_listener(
         format!("cannot listen for metrics on {address} (QUIESCE_METRICS_LISTEN; off disables it)")
     })?;
     tracing::info!(address = %listener.local_addr()?, "metrics listener started");
+    telemetry::record_settings(settings);
     let router = http::metrics_router(
         backends.queue.clone(),
         backends.store.clone(),
+        Arc::clone(&backends.rules),
         telemetry::metrics_handle(),
         settings.backend_timeout,
     );

@@ -126,6 +126,10 @@ pub struct Snapshot {
     pub moderation_version: i64,
     /// Events recorded when the snapshot was taken; the evaluation covers these.
     pub event_count: i64,
+    /// Events covered by the evaluations before this one: the difference is how many events
+    /// this evaluation collapses.
+    #[serde(skip)]
+    pub previously_evaluated: i64,
     pub signals: BTreeMap<String, SignalStats>,
     pub taken_at: DateTime<Utc>,
     /// A moderator's override in force: automation does not go past this status.
@@ -143,6 +147,7 @@ impl Snapshot {
             status: Status::Visible,
             moderation_version: 0,
             event_count: 0,
+            previously_evaluated: 0,
             signals: BTreeMap::new(),
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
             override_cap: None,
@@ -414,6 +419,7 @@ impl Store {
                 status: record.status,
                 moderation_version: record.moderation_version,
                 event_count: record.event_count,
+                previously_evaluated: record.evaluated_event_count,
                 override_cap: record
                     .override_decision
                     .filter(|o| o.until > record.read_at)

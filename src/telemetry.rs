@@ -34,6 +34,16 @@ pub mod names {
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
     pub const QUEUE_INFLIGHT: &str = "quiesce_queue_inflight";
+    pub const EVENTS_PER_EVALUATION: &str = "quiesce_events_per_evaluation";
+    pub const QUEUE_LAG_SECONDS: &str = "quiesce_queue_lag_seconds";
+    pub const LOCK_ACQUIRE_SECONDS: &str = "quiesce_lock_acquire_duration_seconds";
+    pub const REDIS_SCRIPT_SECONDS: &str = "quiesce_redis_script_duration_seconds";
+    pub const POSTGRES_QUERY_SECONDS: &str = "quiesce_postgres_query_duration_seconds";
+    pub const ACTIONS_24H: &str = "quiesce_actions_24h";
+    pub const REVERSED_24H: &str = "quiesce_reversed_24h";
+    pub const REVERSAL_RATE_24H: &str = "quiesce_reversal_rate_24h";
+    pub const REVERSAL_RATE_THRESHOLD: &str = "quiesce_reversal_rate_alert_threshold";
+    pub const MAX_WAIT_SECONDS: &str = "quiesce_max_wait_seconds";
     pub const HTTP_REQUESTS: &str = "quiesce_http_requests_total";
     pub const HTTP_SECONDS: &str = "quiesce_http_request_duration_seconds";
 }
@@ -58,6 +68,9 @@ pub fn metrics_handle() -> PrometheusHandle {
             let seconds_fast = [
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
             ];
+            let events_per_evaluation = [
+                1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
+            ];
             let fire_delay = [
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
             ];
@@ -66,6 +79,12 @@ pub fn metrics_handle() -> PrometheusHandle {
                     Matcher::Full(names::FIRE_DELAY_SECONDS.into()),
                     &fire_delay,
                 )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(names::EVENTS_PER_EVALUATION.into()),
+                        &events_per_evaluation,
+                    )
+                })
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds_fast)
                 })
@@ -185,3 +204,48 @@ fn describe() {
         "HTTP request duration by route template."
     );
 }
+
+/// Exports the settings alerts compare against, and creates the series that a healthy
+/// process may never touch (so that rates and alerts see zeros rather than nothing).
+pub fn record_settings(settings: &crate::config::Settings) {
+    let _ = metrics_handle();
+    metrics::gauge!(names::MAX_WAIT_SECONDS).set(settings.max_wait.as_secs_f64());
+    metrics::gauge!(names::REVERSAL_RATE_THRESHOLD).set(settings.reversal_alert_threshold);
+    for counter in [
+        names::EVENTS_INGESTED,
+        names::EVENTS_DUPLICATE,
+        names::LOCK_CONTENTION,
+        names::VERSION_CONFLICTS,
+        names::RULE_ERRORS,
+        names::LEASES_REAPED,
+        names::SWEEP_REPAIRED,
+        names::EVENTS_PURGED,
+    ] {
+        metrics::counter!(counter).increment(0);
+    }
+    for outcome in ["done", "snooze", "retry", "failed", "dead_lettered"] {
+        metrics::counter!(names::EVALUATIONS, "outcome" => outcome).increment(0);
+    }
+    for reason in ["fatal", "attempts_exhausted"] {
+        metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(0);
+    }
+    for outcome in ["delivered", "retried", "gave_up"] {
+        metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
+    }
+    metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+}
+
+/// Times a Postgres round trip into `quiesce_postgres_query_duration_seconds{query}`.
+pub trait TimedQuery: std::future::Future + Sized {
+    fn timed_query(self, query: &'static str) -> impl std::future::Future<Output = Self::Output> {
+        async move {
+            let started = std::time::Instant::now();
+            let output = self.await;
+            metrics::histogram!(names::POSTGRES_QUERY_SECONDS, "query" => query)
+                .record(started.elapsed().as_secs_f64());
+            output
+        }
+    }
+}
+
+impl<F: std::future::Future> TimedQuery for F {}

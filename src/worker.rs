@@ -1,6 +1,7 @@
 //! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
 //! version-checked action, ack. Bounded concurrency, graceful shutdown, lease reaping.
 
+use crate::telemetry::TimedQuery;
 use std::{
     collections::{HashMap, VecDeque},
     panic::AssertUnwindSafe,
@@ -389,6 +390,7 @@ impl Worker {
             cursor.as_ref(),
             self.settings.sweep_batch,
         )
+        .timed_query("owed_evaluations")
         .await?;
         let entities: Vec<EntityId> = owed
             .iter()
@@ -461,7 +463,8 @@ impl Worker {
 
     /// Evaluates one claimed entity and settles its claim (ack, re-schedule or dead-letter).
     /// A panic inside the evaluation is caught and counted as a failed attempt.
-    #[tracing::instrument(skip_all, fields(entity = %claim.entity))]
+    /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
+    #[tracing::instrument(name = "evaluation", skip_all, fields(entity = %claim.entity, evaluation = %claim.token, shard = claim.shard))]
     pub async fn process(&self, claim: Claim) -> Outcome {
         let started = Instant::now();
         let outcome = match AssertUnwindSafe(self.process_inner(&claim))
@@ -494,7 +497,10 @@ impl Worker {
     }
 
     async fn process_inner(&self, claim: &Claim) -> Outcome {
-        match self.queue.lock(claim).await {
+        let locking = Instant::now();
+        let locked = self.queue.lock(claim).await;
+        metrics::histogram!(names::LOCK_ACQUIRE_SECONDS).record(locking.elapsed().as_secs_f64());
+        match locked {
             Ok(true) => {}
             Ok(false) => {
                 metrics::counter!(names::LOCK_CONTENTION).increment(1);
@@ -616,6 +622,7 @@ impl Worker {
         let snapshot = self
             .store
             .snapshot(&claim.entity, rules.uses_actors())
+            .timed_query("snapshot")
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
         let verdict = rules.evaluate(&snapshot);
@@ -660,7 +667,10 @@ impl Worker {
                 &self.settings.worker_id,
                 started_at,
             )
+            .timed_query("complete_evaluation")
             .await?;
+        metrics::histogram!(names::EVENTS_PER_EVALUATION)
+            .record((snapshot.event_count - snapshot.previously_evaluated).max(0) as f64);
         if let Completion::Applied {
             author: Some(author),
             ..

@@ -63,6 +63,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 pub(super) async fn render_metrics(
     queue: &Queue,
     store: &Store,
+    rules: &crate::rules::Rules,
     handle: &PrometheusHandle,
     timeout: Duration,
 ) -> impl IntoResponse + use<> {
@@ -73,7 +74,10 @@ pub(super) async fn render_metrics(
                 metrics::gauge!(names::QUEUE_DUE, "shard" => shard.clone()).set(depth.due as f64);
                 metrics::gauge!(names::QUEUE_INFLIGHT, "shard" => shard.clone())
                     .set(depth.inflight as f64);
-                metrics::gauge!(names::DEAD_LETTERS, "shard" => shard).set(depth.dead as f64);
+                metrics::gauge!(names::DEAD_LETTERS, "shard" => shard.clone())
+                    .set(depth.dead as f64);
+                metrics::gauge!(names::QUEUE_LAG_SECONDS, "shard" => shard)
+                    .set(depth.lag_ms as f64 / 1000.0);
             }
         }
         Ok(Err(error)) => tracing::warn!(%error, "queue depth unavailable for the scrape"),
@@ -83,6 +87,29 @@ pub(super) async fn render_metrics(
         Ok(Ok(backlog)) => metrics::gauge!(names::OUTBOX_BACKLOG).set(backlog as f64),
         Ok(Err(error)) => tracing::warn!(%error, "outbox backlog unavailable for the scrape"),
         Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
+    }
+    // The reversal rate comes from Postgres, so it survives restarts and is the same on every
+    // process. Rules in force without actions read 0.
+    let window = Duration::from_secs(24 * 3600);
+    match tokio::time::timeout(timeout, store.reversal_counts(window)).await {
+        Ok(Ok((_, by_rule))) => {
+            let mut rules: std::collections::BTreeMap<String, crate::store::ReversalCounts> = rules
+                .current()
+                .rules()
+                .iter()
+                .map(|rule| (rule.name.clone(), Default::default()))
+                .collect();
+            rules.extend(by_rule);
+            for (rule, counts) in rules {
+                metrics::gauge!(names::ACTIONS_24H, "rule" => rule.clone())
+                    .set(counts.actions as f64);
+                metrics::gauge!(names::REVERSED_24H, "rule" => rule.clone())
+                    .set(counts.reversed as f64);
+                metrics::gauge!(names::REVERSAL_RATE_24H, "rule" => rule).set(counts.rate());
+            }
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "reversal rate unavailable for the scrape"),
+        Err(_) => tracing::warn!("reversal rate timed out for the scrape"),
     }
     (
         [(

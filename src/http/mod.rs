@@ -104,7 +104,21 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(middleware::from_fn(record_request))
-        .layer(TraceLayer::new_for_http())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                // One id per request, on every log line it causes; the route is the template.
+                let route = request
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map_or("unmatched", |p| p.as_str());
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    route,
+                    request_id = %uuid::Uuid::new_v4().simple(),
+                )
+            }),
+        )
         // Marked sensitive, these header values print as `Sensitive` in any debug output.
         .layer(SetSensitiveRequestHeadersLayer::new([
             axum::http::header::AUTHORIZATION,
@@ -119,6 +133,7 @@ pub fn router(state: AppState) -> Router {
 pub fn metrics_router(
     queue: Queue,
     store: Store,
+    rules: Arc<crate::rules::Rules>,
     handle: PrometheusHandle,
     timeout: std::time::Duration,
 ) -> Router {
@@ -126,8 +141,11 @@ pub fn metrics_router(
         .route(
             "/metrics",
             get(move || {
-                let (queue, store, handle) = (queue.clone(), store.clone(), handle.clone());
-                async move { health::render_metrics(&queue, &store, &handle, timeout).await }
+                let (queue, store, rules, handle) =
+                    (queue.clone(), store.clone(), rules.clone(), handle.clone());
+                async move {
+                    health::render_metrics(&queue, &store, &rules, &handle, timeout).await
+                }
             }),
         )
         .route("/healthz", get(health::healthz))

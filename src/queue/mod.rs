@@ -113,6 +113,8 @@ pub struct ShardDepth {
     pub due: u64,
     pub inflight: u64,
     pub dead: u64,
+    /// How long the most overdue entity has been due (Redis time); zero when none is.
+    pub lag_ms: i64,
 }
 
 /// What one reaper call did.
@@ -242,7 +244,12 @@ impl Queue {
                     .arg(if critical { "1" } else { "0" });
             }
             let mut redis = self.redis.clone();
-            async move { invocation.invoke_async::<Option<i64>>(&mut redis).await }
+            async move {
+                invocation
+                    .invoke_async::<Option<i64>>(&mut redis)
+                    .timed("schedule")
+                    .await
+            }
         });
         let earliest = try_join_all(calls).await?;
         Ok(earliest.into_iter().flatten().min())
@@ -290,6 +297,7 @@ impl Queue {
             .arg(&token_prefix)
             .arg(busy_delay.as_millis() as u64)
             .invoke_async(&mut redis)
+            .timed("claim")
             .await?;
         parse_claim_reply(shard, lease_ms, reply)
     }
@@ -306,6 +314,7 @@ impl Queue {
             .arg(claim.entity.as_str())
             .arg(&claim.token)
             .invoke_async(&mut redis)
+            .timed("ack")
             .await?;
         Ok(done == 1)
     }
@@ -324,6 +333,7 @@ impl Queue {
             .arg(&claim.token)
             .arg(delay.as_millis() as u64)
             .invoke_async(&mut redis)
+            .timed("retry")
             .await?;
         Ok(done == 1)
     }
@@ -341,6 +351,7 @@ impl Queue {
             .arg(&claim.token)
             .arg(claim.lease_ms)
             .invoke_async(&mut redis)
+            .timed("renew")
             .await?;
         Ok(done == 1)
     }
@@ -361,6 +372,7 @@ impl Queue {
             .arg(limit)
             .arg(self.timing.max_attempts)
             .invoke_async(&mut redis)
+            .timed("reap")
             .await?;
         Ok(Reaped {
             returned,
@@ -392,6 +404,7 @@ impl Queue {
             .arg(if fatal { "1" } else { "0" })
             .arg(jitter)
             .invoke_async(&mut redis)
+            .timed("fail")
             .await?;
         Ok(match result {
             1 => Failed::Retried,
@@ -453,7 +466,7 @@ impl Queue {
     /// Takes entities out of the dead-letter set, due now with fresh attempts; returns how
     /// many were dead-lettered.
     pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
-        self.count_per_shard(&SCRIPTS.redrive, entities, |k| {
+        self.count_per_shard("redrive", &SCRIPTS.redrive, entities, |k| {
             vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
         })
         .await
@@ -462,7 +475,7 @@ impl Queue {
     /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight.
     /// Returns how many were re-scheduled.
     pub async fn repair(&self, entities: &[EntityId]) -> Result<usize> {
-        self.count_per_shard(&SCRIPTS.repair, entities, |k| {
+        self.count_per_shard("repair", &SCRIPTS.repair, entities, |k| {
             vec![k.due(), k.pending(), k.inflight(), k.dead()]
         })
         .await
@@ -472,6 +485,7 @@ impl Queue {
     /// that shard's `keys`), concurrently; returns the sum.
     async fn count_per_shard(
         &self,
+        name: &'static str,
         script: &redis::Script,
         entities: &[EntityId],
         keys: impl Fn(&ShardKeys) -> Vec<String>,
@@ -486,7 +500,12 @@ impl Queue {
                 invocation.arg(entity.as_str());
             }
             let mut redis = self.redis.clone();
-            async move { invocation.invoke_async::<usize>(&mut redis).await }
+            async move {
+                invocation
+                    .invoke_async::<usize>(&mut redis)
+                    .timed(name)
+                    .await
+            }
         });
         Ok(try_join_all(calls).await?.into_iter().sum())
     }
@@ -515,6 +534,7 @@ impl Queue {
             .key(key)
             .arg(&claim.token)
             .invoke_async(&mut redis)
+            .timed("unlock")
             .await?;
         Ok(done == 1)
     }
@@ -563,22 +583,40 @@ impl Queue {
     /// Due and in-flight counts per shard, for the metrics.
     pub async fn depths(&self) -> Result<Vec<ShardDepth>> {
         let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
         for shard in 0..self.keys.shards() {
             let keys = self.keys.for_shard(shard);
             pipe.zcard(keys.due())
                 .zcard(keys.inflight())
-                .zcard(keys.dead());
+                .zcard(keys.dead())
+                .zrange_withscores(keys.due(), 0, 0);
         }
         let mut redis = self.redis.clone();
-        let counts: Vec<u64> = pipe.query_async(&mut redis).await?;
-        Ok(counts
-            .chunks(3)
+        let (time, shards): ((i64, i64), Vec<(u64, u64, u64, Vec<(String, f64)>)>) = {
+            let mut replies: Vec<redis::Value> = pipe.query_async(&mut redis).await?;
+            let time =
+                redis::from_redis_value(replies.remove(0)).map_err(redis::RedisError::from)?;
+            let shards = replies
+                .chunks(4)
+                .map(|c| {
+                    redis::from_redis_value(redis::Value::Array(c.to_vec()))
+                        .map_err(redis::RedisError::from)
+                })
+                .collect::<redis::RedisResult<_>>()?;
+            (time, shards)
+        };
+        let now_ms = time.0 * 1000 + time.1 / 1000;
+        Ok(shards
+            .into_iter()
             .enumerate()
-            .map(|(shard, c)| ShardDepth {
+            .map(|(shard, (due, inflight, dead, oldest))| ShardDepth {
                 shard: shard as u16,
-                due: c[0],
-                inflight: c[1],
-                dead: c[2],
+                due,
+                inflight,
+                dead,
+                lag_ms: oldest
+                    .first()
+                    .map_or(0, |(_, score)| (now_ms - *score as i64).max(0)),
             })
             .collect())
     }
@@ -677,3 +715,18 @@ mod tests {
         assert!(warnings[1].contains("AOF"));
     }
 }
+
+/// Times a script call into `quiesce_redis_script_duration_seconds{script}`.
+trait TimedScript: std::future::Future + Sized {
+    fn timed(self, script: &'static str) -> impl std::future::Future<Output = Self::Output> {
+        async move {
+            let started = std::time::Instant::now();
+            let output = self.await;
+            metrics::histogram!(crate::telemetry::names::REDIS_SCRIPT_SECONDS, "script" => script)
+                .record(started.elapsed().as_secs_f64());
+            output
+        }
+    }
+}
+
+impl<F: std::future::Future> TimedScript for F {}
