@@ -592,7 +592,9 @@ impl Queue {
                 .zrange_withscores(keys.due(), 0, 0);
         }
         let mut redis = self.redis.clone();
-        let (time, shards): ((i64, i64), Vec<(u64, u64, u64, Vec<(String, f64)>)>) = {
+        // Per shard: due, in flight, dead, and the earliest due member with its score.
+        type ShardReply = (u64, u64, u64, Vec<(String, f64)>);
+        let (time, shards): ((i64, i64), Vec<ShardReply>) = {
             let mut replies: Vec<redis::Value> = pipe.query_async(&mut redis).await?;
             let time =
                 redis::from_redis_value(replies.remove(0)).map_err(redis::RedisError::from)?;
