@@ -696,6 +696,21 @@ fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Res
     Ok(batch)
 }
 
+/// Times a script call into `quiesce_redis_script_duration_seconds{script}`.
+trait TimedScript: std::future::Future + Sized {
+    fn timed(self, script: &'static str) -> impl std::future::Future<Output = Self::Output> {
+        async move {
+            let started = std::time::Instant::now();
+            let output = self.await;
+            metrics::histogram!(crate::telemetry::names::REDIS_SCRIPT_SECONDS, "script" => script)
+                .record(started.elapsed().as_secs_f64());
+            output
+        }
+    }
+}
+
+impl<F: std::future::Future> TimedScript for F {}
+
 #[cfg(test)]
 mod tests {
     use super::RedisDurability;
@@ -717,18 +732,3 @@ mod tests {
         assert!(warnings[1].contains("AOF"));
     }
 }
-
-/// Times a script call into `quiesce_redis_script_duration_seconds{script}`.
-trait TimedScript: std::future::Future + Sized {
-    fn timed(self, script: &'static str) -> impl std::future::Future<Output = Self::Output> {
-        async move {
-            let started = std::time::Instant::now();
-            let output = self.await;
-            metrics::histogram!(crate::telemetry::names::REDIS_SCRIPT_SECONDS, "script" => script)
-                .record(started.elapsed().as_secs_f64());
-            output
-        }
-    }
-}
-
-impl<F: std::future::Future> TimedScript for F {}
