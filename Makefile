@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz check fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability check fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -36,6 +36,13 @@ test:
 chaos:
 	@eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
+
+## observability: a real Prometheus scrapes a live quiesce under load; checks every dashboard
+## panel and alert in grafana/ (installs Debian's prometheus package if needed and allowed)
+observability:
+	@scripts/prometheus.sh && \
+	eval "$$(scripts/services.sh)" && \
+	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build

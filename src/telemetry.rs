@@ -233,6 +233,19 @@ pub fn record_settings(settings: &crate::config::Settings) {
         metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+    // Every rate budget the configuration implies: named sources, ingest tokens (by the same
+    // hash prefix the limiter uses), and `default` for requests without a token.
+    let tokens = settings.api_tokens.iter().filter_map(|spec| {
+        spec.split_once(':')
+            .map(|(_, hash)| format!("token:{}", &hash[..8]))
+    });
+    let sources = settings
+        .sources
+        .iter()
+        .map(|s| format!("source:{}", s.name));
+    for source in tokens.chain(sources).chain(["default".to_owned()]) {
+        metrics::counter!(names::RATE_LIMITED, "source" => source).increment(0);
+    }
 }
 
 /// Times a Postgres round trip into `quiesce_postgres_query_duration_seconds{query}`.
