@@ -135,3 +135,66 @@ async fn a_worker_process_exports_metrics_and_stops_cleanly_on_sigterm() {
         .unwrap();
     assert!(status.success(), "exit status {status}");
 }
+
+#[tokio::test]
+async fn json_logs_carry_the_evaluation_span_with_entity_and_evaluation_id() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let mut command = app.worker_command("json-logs", None);
+    command
+        .env("QUIESCE_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info,quiesce=debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut process = command.spawn().expect("start quiesce worker");
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("j{i}"), "post:json", "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    wait_for(Duration::from_secs(20), "the evaluation", || async {
+        app.evaluation_count("post:json").await == 1
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(process.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(20), async {
+        use tokio::io::AsyncReadExt;
+        let mut text = String::new();
+        process
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .await
+            .unwrap();
+        process
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .await
+            .unwrap();
+        text
+    })
+    .await
+    .expect("the worker stops on SIGTERM");
+    // Every line is JSON; the action line is inside the evaluation span, which names the
+    // entity and carries the evaluation id.
+    let lines: Vec<serde_json::Value> = output
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let applied = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "action applied")
+        .unwrap_or_else(|| panic!("no action line in {output}"));
+    assert_eq!(applied["span"]["name"], "evaluation", "{applied}");
+    assert_eq!(applied["span"]["entity"], "post:json", "{applied}");
+    let evaluation = applied["span"]["evaluation"].as_str().unwrap();
+    // A claim token: "<32 hex digits>:<n>:<max-wait anchor ms>".
+    let parts: Vec<&str> = evaluation.split(':').collect();
+    assert_eq!(parts.len(), 3, "{evaluation}");
+    assert_eq!(parts[0].len(), 32, "{evaluation}");
+}

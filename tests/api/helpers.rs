@@ -478,6 +478,17 @@ impl TestApp {
         worker_id: &str,
         metrics_listen: Option<std::net::SocketAddr>,
     ) -> tokio::process::Child {
+        self.worker_command(worker_id, metrics_listen)
+            .spawn()
+            .expect("start quiesce worker")
+    }
+
+    /// The `quiesce worker` command of [`Self::spawn_worker_process`], for a test to adjust.
+    pub fn worker_command(
+        &self,
+        worker_id: &str,
+        metrics_listen: Option<std::net::SocketAddr>,
+    ) -> tokio::process::Command {
         let s = &self.settings;
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
         command.env_clear();
@@ -550,7 +561,7 @@ impl TestApp {
                 .stdout(file.try_clone().expect("log file handle"))
                 .stderr(file);
         }
-        command.spawn().expect("start quiesce worker")
+        command
     }
 
     /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.
