@@ -446,6 +446,7 @@ impl Store {
         decision: Option<&Decision>,
         worker: &str,
         started_at: DateTime<Utc>,
+        due_at: Option<DateTime<Utc>>,
     ) -> Result<Completion> {
         let mut tx = self.pool.begin().await?;
         let mut completion = Completion::NoAction;
@@ -552,8 +553,8 @@ impl Store {
         let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
         sqlx::query(
             "INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                      decisions, action_id, snapshot)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                      decisions, action_id, snapshot, due_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(snapshot.entity.as_str())
         .bind(worker)
@@ -563,6 +564,7 @@ impl Store {
         .bind(sqlx::types::Json(verdict))
         .bind(action_id)
         .bind(shadow_snapshot)
+        .bind(due_at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

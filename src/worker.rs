@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::{FutureExt, future::BoxFuture};
 use rand::Rng;
 use tokio::{
@@ -666,6 +666,7 @@ impl Worker {
                 decision,
                 &self.settings.worker_id,
                 started_at,
+                DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
             )
             .timed_query("complete_evaluation")
             .await?;

@@ -99,6 +99,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
             decision.as_ref(),
             "test",
             chrono::Utc::now(),
+            None,
         )
         .await;
     assert!(
@@ -122,6 +123,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
             decision.as_ref(),
             "test",
             chrono::Utc::now(),
+            None,
         )
         .await
         .unwrap();
@@ -135,6 +137,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
             decision.as_ref(),
             "test",
             chrono::Utc::now(),
+            None,
         )
         .await;
     assert!(

@@ -218,7 +218,8 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
                 &verdict,
                 stale.as_ref(),
                 "stale",
-                chrono::Utc::now()
+                chrono::Utc::now(),
+                None,
             )
             .await
             .is_err()
