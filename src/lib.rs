@@ -11,6 +11,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod ingest;
+pub mod loadgen;
 pub mod outbox;
 pub mod queue;
 pub mod rules;

@@ -13,6 +13,7 @@ mod dead_letters;
 mod debounce;
 mod ingest;
 mod limits;
+mod loadgen;
 mod maintenance;
 mod moderation;
 mod outages;

@@ -1,0 +1,108 @@
+//! The load generator's own checks, on small runs: a debounced burst collapses to one
+//! evaluation per entity with the right actions; per-event evaluation (a 1 ms window) on the
+//! Sloan scenario is caught applying the wrong action.
+
+use std::{sync::Arc, time::Duration};
+
+use quiesce::{
+    loadgen::{self, LoadConfig, Scenario},
+    rules::RuleSet,
+};
+use secrecy::ExposeSecret;
+
+use crate::helpers::{TestApp, TestOptions, spawn_app};
+
+fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> LoadConfig {
+    LoadConfig {
+        url: app.base.clone(),
+        scenario,
+        events,
+        entities,
+        rate: None,
+        batch: 50,
+        connections: 8,
+        token: None,
+        secret: None,
+        source: None,
+        database_url: Some(app.settings.database_url.expose_secret().to_owned()),
+        drain_timeout: Duration::from_secs(60),
+        window: app.settings.debounce_window,
+        run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
+        rules: Arc::new(RuleSet::default_rules()),
+        seed: 7,
+        progress: false,
+    }
+}
+
+#[tokio::test]
+async fn a_debounced_burst_collapses_to_one_evaluation_per_entity_with_the_right_actions() {
+    // The window is wide enough that a slow machine's pauses between one entity's events do
+    // not split its burst.
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(1500),
+        max_wait: Duration::from_secs(20),
+        ..TestOptions::default()
+    })
+    .await;
+    let report = loadgen::run(config(&app, Scenario::Burst, 3000, 100))
+        .await
+        .unwrap();
+    assert_eq!(report.events_accepted, 3000);
+    assert!(
+        report.errors_by_status.is_empty(),
+        "{:?}",
+        report.errors_by_status
+    );
+    let drain = report.drain.unwrap();
+    assert!(drain.drained);
+    assert_eq!(drain.entities, 100);
+    assert_eq!(drain.evaluations, 100, "one evaluation per entity");
+    assert!(drain.expected_actions > 0, "the mix triggers rules");
+    assert_eq!(drain.actions, drain.expected_actions);
+    assert_eq!(drain.wrong_actions, 0);
+    assert_eq!(drain.duplicate_actions, 0);
+    assert_eq!(
+        drain.fire_delays.len(),
+        100,
+        "every evaluation has a fire delay"
+    );
+}
+
+#[tokio::test]
+async fn per_event_evaluation_of_the_sloan_scenario_is_reported_as_wrong() {
+    let naive = spawn_app(TestOptions {
+        window: Duration::from_millis(1),
+        max_wait: Duration::from_millis(1),
+        ..TestOptions::default()
+    })
+    .await;
+    let mut sloan = config(&naive, Scenario::Sloan, 0, 3);
+    // One request per event, in order: the flags are evaluated before the upvotes arrive.
+    sloan.batch = 1;
+    sloan.connections = 1;
+    let report = loadgen::run(sloan).await.unwrap();
+    let drain = report.drain.unwrap();
+    assert!(drain.drained);
+    assert_eq!(
+        drain.expected_actions, 0,
+        "the full picture calls for nothing"
+    );
+    assert!(
+        drain.wrong_actions > 0,
+        "the early flags hid valid posts: {drain:?}"
+    );
+    assert!(drain.evaluations > 3, "evaluated again and again");
+
+    let debounced = spawn_app(TestOptions {
+        window: Duration::from_millis(500),
+        max_wait: Duration::from_secs(20),
+        ..TestOptions::default()
+    })
+    .await;
+    let report = loadgen::run(config(&debounced, Scenario::Sloan, 0, 3))
+        .await
+        .unwrap();
+    let drain = report.drain.unwrap();
+    assert_eq!((drain.wrong_actions, drain.actions), (0, 0));
+    assert_eq!(drain.evaluations, 3);
+}
