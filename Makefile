@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability check fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench check fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -43,6 +43,10 @@ observability:
 	@scripts/prometheus.sh && \
 	eval "$$(scripts/services.sh)" && \
 	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
+
+## bench: quiesce vs the BullMQ debounce peer and a naive per-event baseline (BENCHMARKS.md)
+bench:
+	@eval "$$(scripts/services.sh)" && scripts/bench.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build

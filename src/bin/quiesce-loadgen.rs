@@ -56,7 +56,7 @@ struct Args {
     #[arg(long)]
     source: Option<String>,
     /// The server's Postgres: enables the drain and outcome checks.
-    #[arg(long, env = "QUIESCE_DATABASE_URL", hide_env_values = true)]
+    #[arg(long, env = "QUIESCE_LOADGEN_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Longest wait for the drain.
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# `make bench`: quiesce and the BullMQ debounce peer on the same workload and the same Redis,
+# plus a naive per-event baseline, in one go. Prints the table (bench/report.py) and writes
+# bench/results/ (JSON of every run, plot.png). Each quiesce run has its own database and Redis
+# prefix, dropped afterwards. Release build; services as for `make test`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+out=bench/results
+rm -rf "$out" && mkdir -p "$out"
+base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
+redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
+suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
+port=$((20000 + RANDOM % 20000))
+events=${BENCH_EVENTS:-100000}
+entities=${BENCH_ENTITIES:-10000}
+loadgen=target/release/quiesce-loadgen
+dbs=()
+prefixes=()
+
+cleanup() {
+  [ -n "${server:-}" ] && { kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
+  for db in "${dbs[@]}"; do
+    psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  done
+  for prefix in "${prefixes[@]}"; do
+    redis-cli -u "$redis_url" --scan --pattern "{$prefix:*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+echo "bench: building (release)" >&2
+cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
+if [ ! -d bench/peers/bullmq/node_modules ]; then
+  (cd bench/peers/bullmq && npm ci --no-audit --no-fund --silent)
+fi
+if [ ! -x .local/bench-venv/bin/python ]; then
+  python3 -m venv .local/bench-venv
+  .local/bench-venv/bin/pip install -q -r bench/requirements.txt
+fi
+
+# start_server NAME [VAR=value ...]: a `quiesce serve` on its own database and prefix.
+start_server() {
+  local name=$1; shift
+  local db="quiesce_bench_${name}_$suffix" prefix="bench-$name-$suffix"
+  dbs+=("$db"); prefixes+=("$prefix")
+  export DATABASE_URL_RUN="${base_db%/*}/$db"
+  env QUIESCE_DATABASE_URL="$DATABASE_URL_RUN" QUIESCE_REDIS_URL="$redis_url" \
+    QUIESCE_REDIS_PREFIX="$prefix" QUIESCE_LISTEN="127.0.0.1:$port" QUIESCE_METRICS_LISTEN=off \
+    QUIESCE_RATE_LIMIT=100000000 QUIESCE_RATE_BURST=100000000 QUIESCE_MAX_CONCURRENT_INGEST=4096 \
+    RUST_LOG=warn "$@" target/release/quiesce serve --insecure-dev >"$out/server-$name.log" 2>&1 &
+  server=$!
+  for _ in $(seq 300); do
+    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "$server" 2>/dev/null || { cat "$out/server-$name.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "bench: server $name did not start" >&2; exit 1
+}
+stop_server() {
+  kill -TERM "$server"; wait "$server" || true; server=
+}
+run_loadgen() {
+  local name=$1; shift
+  echo "bench: $name" >&2
+  "$loadgen" --url "http://127.0.0.1:$port" --json --run-id "$name" "$@" >"$out/$name.json"
+}
+
+# 1. quiesce, debounced: a 2 s window, max wait well above the run.
+start_server debounced QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
+run_loadgen batched --scenario burst --events "$events" --entities "$entities" --batch 100 \
+  --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
+run_loadgen single --scenario burst --events "$events" --entities "$entities" --batch 1 \
+  --connections 128 --window 2s --database-url "$DATABASE_URL_RUN"
+run_loadgen sloan --scenario sloan --entities 20 --batch 1 --connections 1 --window 2s \
+  --database-url "$DATABASE_URL_RUN"
+stop_server
+
+# 2. The naive baseline: evaluate as events arrive (a 1 ms window and max wait).
+start_server naive QUIESCE_DEBOUNCE_WINDOW=1ms QUIESCE_MAX_WAIT=1ms
+run_loadgen naive-sloan --scenario sloan --entities 20 --batch 1 --connections 1 --window 10ms \
+  --database-url "$DATABASE_URL_RUN"
+stop_server
+
+# 3. Memory: 100k entities pending (a window longer than the run), Redis bytes per entity and
+# the server's RSS.
+start_server memory QUIESCE_DEBOUNCE_WINDOW=10m QUIESCE_MAX_WAIT=20m
+prefix="bench-memory-$suffix"
+run_loadgen memory --scenario burst --events 100000 --entities 100000 --batch 100 --connections 64
+redis_bytes=0
+for key in $(redis-cli -u "$redis_url" --scan --pattern "{$prefix:*"); do
+  bytes=$(redis-cli -u "$redis_url" memory usage "$key" samples 0)
+  redis_bytes=$((redis_bytes + ${bytes:-0}))
+done
+rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/$server/status")
+pending=$(redis-cli -u "$redis_url" --scan --pattern "{$prefix:*}:due" | xargs -r -n1 redis-cli -u "$redis_url" zcard | awk '{s+=$1} END {print s+0}')
+echo "{\"pending\": $pending, \"redis_bytes\": $redis_bytes, \"rss_kb\": $rss_kb}" >"$out/memory-figures.json"
+stop_server
+
+# 4. BullMQ on the same Redis and workload.
+echo "bench: bullmq" >&2
+node bench/peers/bullmq/bench.js --redis "$redis_url" --events "$events" --entities "$entities" \
+  --window-ms 2000 --in-flight 256 --prefix "bench-bullmq-$suffix" >"$out/bullmq.json"
+
+{
+  echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","
+  echo " \"redis\": \"$(redis-cli -u "$redis_url" info server | awk -F: '/redis_version/ {print $2}' | tr -d '\r')\","
+  echo " \"postgres\": \"$(psql "${base_db%/*}/postgres" -Atc 'SHOW server_version')\","
+  echo " \"node\": \"$(node --version)\", \"rustc\": \"$(rustc --version)\"}"
+} >"$out/environment.json"
+.local/bench-venv/bin/python bench/report.py "$out"
