@@ -433,6 +433,49 @@ impl Store {
             }))
     }
 
+    /// Most evaluations decide nothing: the fence, the entity's bookkeeping and the evaluation
+    /// record are one statement (atomic on its own), one round trip. No row inserted means the
+    /// version moved.
+    async fn complete_without_action(
+        &self,
+        snapshot: &Snapshot,
+        verdict: &Verdict,
+        worker: &str,
+        started_at: DateTime<Utc>,
+        due_at: Option<DateTime<Utc>>,
+    ) -> Result<Completion> {
+        let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
+        let inserted = sqlx::query(
+            "WITH fenced AS (
+                 UPDATE entities SET
+                     evaluated_event_count = GREATEST(evaluated_event_count, $3),
+                     pending_since = CASE WHEN event_count <= $3 THEN NULL ELSE pending_since END,
+                     evaluation_count = evaluation_count + 1,
+                     last_evaluated_at = now()
+                 WHERE entity = $1 AND moderation_version = $2
+                 RETURNING entity)
+             INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
+                                      decisions, action_id, snapshot, due_at)
+             SELECT entity, $4, $5, $2, $3, $6, NULL, $7, $8 FROM fenced",
+        )
+        .bind(snapshot.entity.as_str())
+        .bind(snapshot.moderation_version)
+        .bind(snapshot.event_count)
+        .bind(worker)
+        .bind(started_at)
+        .bind(sqlx::types::Json(verdict))
+        .bind(shadow_snapshot)
+        .bind(due_at)
+        .execute(&self.pool)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::VersionConflict {
+                read: snapshot.moderation_version,
+            });
+        }
+        Ok(Completion::NoAction)
+    }
+
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
     /// the moderation version read in the snapshot.
     ///
@@ -448,6 +491,11 @@ impl Store {
         started_at: DateTime<Utc>,
         due_at: Option<DateTime<Utc>>,
     ) -> Result<Completion> {
+        if decision.is_none() {
+            return self
+                .complete_without_action(snapshot, verdict, worker, started_at, due_at)
+                .await;
+        }
         let mut tx = self.pool.begin().await?;
         let mut completion = Completion::NoAction;
         let mut new_status = snapshot.status;
@@ -815,24 +863,47 @@ impl Store {
         entity: &EntityId,
         with_actors: bool,
     ) -> Result<Option<EntityRecord>> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
+        // One statement sees one snapshot of the database, so the entity row, its totals, its
+        // windows and (when asked) its distinct actors agree, in a single round trip.
         let Some(row) = sqlx::query(
-            "SELECT entity, kind, status, moderation_version, event_count, evaluated_event_count,
-                    pending_since, last_event_at, evaluation_count, last_evaluated_at, now() AS read_at,
-                    override_status, override_until, override_by, override_reason, author
-             FROM entities WHERE entity = $1",
+            "SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
+                    e.evaluated_event_count, e.pending_since, e.last_event_at, e.evaluation_count,
+                    e.last_evaluated_at, now() AS read_at, e.override_status, e.override_until,
+                    e.override_by, e.override_reason, e.author,
+                    (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
+                     FROM signal_totals t WHERE t.entity = e.entity) AS totals,
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
+                     FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
+                                  sum(b.weight_sum) AS weight
+                           FROM signal_buckets b
+                           JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
+                             ON b.bucket_start >= date_trunc('minute', now())
+                                                  - make_interval(secs => win.seconds)
+                           WHERE b.entity = e.entity
+                             AND b.bucket_start >= now() - interval '24 hours'
+                           GROUP BY b.signal, win.name) w) AS windows,
+                    CASE WHEN $4 THEN
+                        (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
+                         FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
+                               WHERE entity = e.entity GROUP BY signal) a)
+                    END AS actors
+             FROM entities e WHERE e.entity = $1",
         )
         .bind(entity.as_str())
-        .fetch_optional(&mut *tx)
+        .bind(WINDOWS.iter().map(|(name, _)| *name).collect::<Vec<_>>())
+        .bind(
+            WINDOWS
+                .iter()
+                .map(|(_, seconds)| *seconds)
+                .collect::<Vec<_>>(),
+        )
+        .bind(with_actors)
+        .fetch_optional(&self.pool)
         .await?
         else {
             return Ok(None);
         };
-        let signals = signal_stats(&mut tx, entity.as_str(), with_actors).await?;
-        tx.commit().await?;
+        let signals = signal_stats_from(&row)?;
         let status: String = row.get("status");
         Ok(Some(EntityRecord {
             entity: row.get("entity"),
@@ -1242,68 +1313,37 @@ async fn lock_in_order(tx: &mut Transaction<'_, Postgres>, entities: &[&str]) ->
 
 /// Totals, distinct actors and trailing-window counts per signal, read in the caller's
 /// transaction (one snapshot).
-async fn signal_stats(
-    tx: &mut Transaction<'_, Postgres>,
-    entity: &str,
-    with_actors: bool,
-) -> Result<BTreeMap<String, SignalStats>> {
+/// The signal figures of an entity row read by [`Store::entity_with`]: totals, windows and,
+/// when read, distinct actors, each a JSON array of tuples.
+fn signal_stats_from(row: &sqlx::postgres::PgRow) -> Result<BTreeMap<String, SignalStats>> {
+    use sqlx::types::Json;
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
-    let totals =
-        sqlx::query("SELECT signal, count, weight_sum FROM signal_totals WHERE entity = $1")
-            .bind(entity)
-            .fetch_all(&mut **tx)
-            .await?;
-    for row in totals {
-        let entry = stats.entry(row.get("signal")).or_default();
-        entry.count = row.get("count");
-        entry.weight = row.get("weight_sum");
+    let Json(totals): Json<Vec<(String, i64, f64)>> = row.try_get("totals")?;
+    for (signal, count, weight) in totals {
+        let entry = stats.entry(signal).or_default();
+        entry.count = count;
+        entry.weight = weight;
         for (name, _) in WINDOWS {
             entry
                 .windows
                 .insert(name.to_owned(), SignalTotals::default());
         }
     }
-    if with_actors {
-        let actors = sqlx::query(
-            "SELECT signal, count(DISTINCT actor) AS actors FROM events WHERE entity = $1 GROUP BY signal",
-        )
-        .bind(entity)
-        .fetch_all(&mut **tx)
-        .await?;
+    if let Some(Json(actors)) = row.try_get::<Option<Json<Vec<(String, i64)>>>, _>("actors")? {
         for stat in stats.values_mut() {
             stat.actors = Some(0);
         }
-        for row in actors {
-            stats.entry(row.get("signal")).or_default().actors = Some(row.get("actors"));
+        for (signal, count) in actors {
+            stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    let windows = sqlx::query(
-        "SELECT b.signal, w.name, sum(b.count)::int8 AS count, sum(b.weight_sum) AS weight
-         FROM signal_buckets b
-         JOIN UNNEST($2::text[], $3::int8[]) AS w(name, seconds)
-           ON b.bucket_start >= date_trunc('minute', now()) - make_interval(secs => w.seconds)
-         WHERE b.entity = $1 AND b.bucket_start >= now() - interval '24 hours'
-         GROUP BY b.signal, w.name",
-    )
-    .bind(entity)
-    .bind(WINDOWS.iter().map(|(name, _)| *name).collect::<Vec<_>>())
-    .bind(
-        WINDOWS
-            .iter()
-            .map(|(_, seconds)| *seconds)
-            .collect::<Vec<_>>(),
-    )
-    .fetch_all(&mut **tx)
-    .await?;
-    for row in windows {
-        let window: String = row.get("name");
-        stats.entry(row.get("signal")).or_default().windows.insert(
-            window,
-            SignalTotals {
-                count: row.get("count"),
-                weight: row.get("weight"),
-            },
-        );
+    let Json(windows): Json<Vec<(String, String, i64, f64)>> = row.try_get("windows")?;
+    for (signal, window, count, weight) in windows {
+        stats
+            .entry(signal)
+            .or_default()
+            .windows
+            .insert(window, SignalTotals { count, weight });
     }
     Ok(stats)
 }

@@ -532,12 +532,15 @@ impl Worker {
         drop(renewal);
         self.leases.record(evaluation_started.elapsed());
 
+        let mut released = false;
         let outcome = match result {
             Ok(completion) => {
-                if let Err(error) = self.queue.ack(claim).await {
+                match self.queue.ack(claim).await {
+                    // The ack released the lock too.
+                    Ok(_) => released = true,
                     // Not acked: the lease expires and the entity is evaluated again, which
                     // the dedup key and version fence make harmless.
-                    tracing::warn!(%error, "ack failed");
+                    Err(error) => tracing::warn!(%error, "ack failed"),
                 }
                 Outcome::Done(completion)
             }
@@ -574,7 +577,7 @@ impl Worker {
         if lost.load(Ordering::Relaxed) {
             tracing::warn!("lease or lock was lost during the evaluation");
         }
-        if let Err(error) = self.queue.unlock(claim).await {
+        if !released && let Err(error) = self.queue.unlock(claim).await {
             tracing::warn!(%error, "unlock failed; the lock expires with its lease");
         }
         outcome

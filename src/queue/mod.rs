@@ -302,7 +302,8 @@ impl Queue {
         parse_claim_reply(shard, lease_ms, reply)
     }
 
-    /// Finishes a claim; false if it had been taken over (lease expired and reaped).
+    /// Finishes a claim and releases the entity lock if it is still ours; false if the claim
+    /// had been taken over (lease expired and reaped).
     pub async fn ack(&self, claim: &Claim) -> Result<bool> {
         let keys = self.keys.for_shard(claim.shard);
         let mut redis = self.redis.clone();
@@ -311,6 +312,7 @@ impl Queue {
             .key(keys.inflight())
             .key(keys.claims())
             .key(keys.failures())
+            .key(keys.lock(&claim.entity))
             .arg(claim.entity.as_str())
             .arg(&claim.token)
             .invoke_async(&mut redis)

@@ -66,6 +66,14 @@ async fn a_debounced_burst_collapses_to_one_evaluation_per_entity_with_the_right
         100,
         "every evaluation has a fire delay"
     );
+    // Every lock was released with its ack, none left to expire.
+    let locks: Vec<String> = app
+        .redis_keys()
+        .await
+        .into_iter()
+        .filter(|k| k.contains(":lock:"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
 }
 
 #[tokio::test]
