@@ -74,7 +74,13 @@ pub async fn connect(settings: &Settings) -> Result<PgPool> {
         .database_url
         .expose_secret()
         .parse::<PgConnectOptions>()?
-        .options([("statement_timeout", statement_timeout.as_str())]);
+        .options([
+            ("statement_timeout", statement_timeout.as_str()),
+            // Nearly every statement looks rows up by entity: a generic plan is as good as a
+            // custom one, and re-planning each execution was a fifth of the evaluation cost
+            // (BENCHMARKS.md).
+            ("plan_cache_mode", "force_generic_plan"),
+        ]);
     let pool = PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.backend_timeout)
