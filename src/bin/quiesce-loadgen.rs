@@ -34,7 +34,7 @@ struct Args {
     /// Events per second to pace at [default: as fast as the server takes them].
     #[arg(long)]
     rate: Option<u32>,
-    /// Stop sending after this long (humantime, e.g. 30s) even if events remain.
+    /// With --rate: send for this long (e.g. 30s), that is rate x duration events, at most --events.
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
     /// Events per request.
