@@ -275,6 +275,13 @@ impl RuleSet {
             .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
     }
 
+    /// Whether any rule reads a trailing window (`count_in`, `weight_in`).
+    pub fn uses_windows(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.contains("count_in(") || r.when.contains("weight_in("))
+    }
+
     /// Runs every rule that applies to the snapshot's kind.
     pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
         let mut verdict = Verdict::default();
@@ -481,6 +488,17 @@ mod tests {
             );
         }
         snapshot
+    }
+
+    #[test]
+    fn windows_and_actors_are_read_only_for_rules_that_use_them() {
+        let defaults = RuleSet::default_rules();
+        assert!(!defaults.uses_windows() && !defaults.uses_actors());
+        let windowed = RuleSet::from_toml(
+            "[[rule]]\nname = \"surge\"\nkinds = [\"post\"]\nwhen = 'count_in(\"flag\", \"5m\") >= 5'\naction = \"flag\"\nreason = \"surge\"\n",
+        )
+        .unwrap();
+        assert!(windowed.uses_windows());
     }
 
     #[test]

@@ -119,7 +119,9 @@ pub struct SignalStats {
     /// (it reads every retained event of the entity).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actors: Option<i64>,
-    /// Count and weight over each trailing window of [`WINDOWS`].
+    /// Count and weight over each trailing window of [`WINDOWS`]; empty when the snapshot was
+    /// read for rules that use no window.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub windows: BTreeMap<String, SignalTotals>,
 }
 
@@ -416,8 +418,28 @@ impl Store {
     /// Reads the entity's status, version and every signal total in one repeatable-read
     /// transaction, so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
+        self.snapshot_reading(entity, with_actors, true).await
+    }
+
+    /// The snapshot `rules` need: distinct actors and trailing windows are aggregated only when
+    /// a rule reads them (both scan more rows than the totals).
+    pub async fn snapshot_for(
+        &self,
+        entity: &EntityId,
+        rules: &crate::rules::RuleSet,
+    ) -> Result<Option<Snapshot>> {
+        self.snapshot_reading(entity, rules.uses_actors(), rules.uses_windows())
+            .await
+    }
+
+    async fn snapshot_reading(
+        &self,
+        entity: &EntityId,
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<Option<Snapshot>> {
         Ok(self
-            .entity_with(entity, with_actors)
+            .entity_with(entity, with_actors, with_windows)
             .await?
             .map(|record| Snapshot {
                 entity: entity.clone(),
@@ -860,7 +882,7 @@ impl Store {
 
     /// The entity row and its signal totals, read together in one repeatable-read transaction.
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
-        self.entity_with(entity, false).await
+        self.entity_with(entity, false, true).await
     }
 
     /// As [`Store::entity`], also counting distinct actors when `with_actors`.
@@ -868,6 +890,7 @@ impl Store {
         &self,
         entity: &EntityId,
         with_actors: bool,
+        with_windows: bool,
     ) -> Result<Option<EntityRecord>> {
         // One statement sees one snapshot of the database, so the entity row, its totals, its
         // windows and (when asked) its distinct actors agree, in a single round trip.
@@ -878,6 +901,7 @@ impl Store {
                     e.override_by, e.override_reason, e.author,
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
                      FROM signal_totals t WHERE t.entity = e.entity) AS totals,
+                    CASE WHEN $5 THEN
                     (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
                      FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
                                   sum(b.weight_sum) AS weight
@@ -887,7 +911,8 @@ impl Store {
                                                   - make_interval(secs => win.seconds)
                            WHERE b.entity = e.entity
                              AND b.bucket_start >= now() - interval '24 hours'
-                           GROUP BY b.signal, win.name) w) AS windows,
+                           GROUP BY b.signal, win.name) w)
+                    END AS windows,
                     CASE WHEN $4 THEN
                         (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
@@ -904,12 +929,13 @@ impl Store {
                 .collect::<Vec<_>>(),
         )
         .bind(with_actors)
+        .bind(with_windows)
         .fetch_optional(&self.pool)
         .await?
         else {
             return Ok(None);
         };
-        let signals = signal_stats_from(&row)?;
+        let signals = signal_stats_from(&row, with_windows)?;
         let status: String = row.get("status");
         Ok(Some(EntityRecord {
             entity: row.get("entity"),
@@ -1321,7 +1347,10 @@ async fn lock_in_order(tx: &mut Transaction<'_, Postgres>, entities: &[&str]) ->
 /// transaction (one snapshot).
 /// The signal figures of an entity row read by [`Store::entity_with`]: totals, windows and,
 /// when read, distinct actors, each a JSON array of tuples.
-fn signal_stats_from(row: &sqlx::postgres::PgRow) -> Result<BTreeMap<String, SignalStats>> {
+fn signal_stats_from(
+    row: &sqlx::postgres::PgRow,
+    with_windows: bool,
+) -> Result<BTreeMap<String, SignalStats>> {
     use sqlx::types::Json;
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
     let Json(totals): Json<Vec<(String, i64, f64)>> = row.try_get("totals")?;
@@ -1329,6 +1358,9 @@ fn signal_stats_from(row: &sqlx::postgres::PgRow) -> Result<BTreeMap<String, Sig
         let entry = stats.entry(signal).or_default();
         entry.count = count;
         entry.weight = weight;
+        if !with_windows {
+            continue;
+        }
         for (name, _) in WINDOWS {
             entry
                 .windows
@@ -1343,8 +1375,8 @@ fn signal_stats_from(row: &sqlx::postgres::PgRow) -> Result<BTreeMap<String, Sig
             stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    let Json(windows): Json<Vec<(String, String, i64, f64)>> = row.try_get("windows")?;
-    for (signal, window, count, weight) in windows {
+    let windows: Option<Json<Vec<(String, String, i64, f64)>>> = row.try_get("windows")?;
+    for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
         stats
             .entry(signal)
             .or_default()

@@ -624,7 +624,7 @@ impl Worker {
         let rules = self.rules.current();
         let snapshot = self
             .store
-            .snapshot(&claim.entity, rules.uses_actors())
+            .snapshot_for(&claim.entity, &rules)
             .timed_query("snapshot")
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
