@@ -1375,7 +1375,9 @@ fn signal_stats_from(
             stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    let windows: Option<Json<Vec<(String, String, i64, f64)>>> = row.try_get("windows")?;
+    // (signal, window, count, weight) per row; NULL when the windows were not read.
+    type WindowRows = Vec<(String, String, i64, f64)>;
+    let windows: Option<Json<WindowRows>> = row.try_get("windows")?;
     for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
         stats
             .entry(signal)
