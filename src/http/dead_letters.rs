@@ -36,11 +36,7 @@ fn unavailable(error: QueueError) -> ApiError {
     responses(
         (status = 200, description = "A page of dead letters", body = crate::http::openapi::DeadLettersPage),
         (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -105,11 +101,7 @@ pub async fn list(
         (status = 200, description = "Redriven", body = crate::http::openapi::Redriven),
         (status = 400, description = "Not a valid entity id", body = crate::http::openapi::ErrorResponse),
         (status = 404, description = "The entity is not dead-lettered", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -143,11 +135,7 @@ pub async fn redrive_one(
         (status = 200, description = "How many were redriven", body = crate::http::openapi::Redriven),
         (status = 400, description = "Malformed JSON", body = crate::http::openapi::ErrorResponse),
         (status = 422, description = "A bad body (field names it)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

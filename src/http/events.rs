@@ -53,9 +53,7 @@ const MAX_WEIGHT: f64 = 1000.0;
         (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
         (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
         (status = 403, description = "The token's role may not ingest", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::CommonErrors,
     ),
     security(("bearer" = []))
 )]
@@ -92,9 +90,7 @@ pub async fn post_events(
         (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
         (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
         (status = 404, description = "No source of that name (code unknown_source)", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::CommonErrors,
     ),
     security(())
 )]

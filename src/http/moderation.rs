@@ -57,11 +57,7 @@ fn unknown_parameters(params: &HashMap<String, String>, allowed: &[&str]) -> Res
     responses(
         (status = 200, description = "A page of actions", body = crate::http::openapi::ActionsPage),
         (status = 400, description = "A bad query parameter (code invalid_query or invalid_entity; field names it)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -197,11 +193,7 @@ fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a 
         (status = 404, description = "No such action", body = crate::http::openapi::ErrorResponse),
         (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::openapi::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -251,11 +243,7 @@ pub async fn reverse(
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::openapi::ErrorResponse),
         (status = 404, description = "No such entity", body = crate::http::openapi::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -328,11 +316,7 @@ pub async fn override_entity(
     responses(
         (status = 200, description = "The rate", body = crate::http::openapi::ReversalRate),
         (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

@@ -255,6 +255,69 @@ pub struct Readiness {
     postgres: String,
 }
 
+fn error_response(description: &str) -> utoipa::openapi::ResponseBuilder {
+    utoipa::openapi::ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                .build(),
+        )
+}
+
+/// 408, 500 and 503: what any `/v1` route may answer, whatever it does.
+pub struct CommonErrors;
+
+impl utoipa::IntoResponses for CommonErrors {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let retry_after = utoipa::openapi::HeaderBuilder::new()
+            .schema(<u64 as utoipa::PartialSchema>::schema())
+            .description(Some("Seconds to wait"))
+            .build();
+        BTreeMap::from([
+            (
+                "408".to_owned(),
+                error_response("The request took longer than request_timeout")
+                    .build()
+                    .into(),
+            ),
+            ("500".to_owned(), error_response("Unexpected error").build().into()),
+            (
+                "503".to_owned(),
+                error_response(
+                    "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once",
+                )
+                .header("Retry-After", retry_after)
+                .build()
+                .into(),
+            ),
+        ])
+    }
+}
+
+/// [`CommonErrors`] and the token check's 401 and 403: what every token route may answer.
+pub struct TokenRouteErrors;
+
+impl utoipa::IntoResponses for TokenRouteErrors {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let mut responses = <CommonErrors as utoipa::IntoResponses>::responses();
+        responses.insert(
+            "401".to_owned(),
+            error_response("No API token, or not a valid one")
+                .build()
+                .into(),
+        );
+        responses.insert(
+            "403".to_owned(),
+            error_response("The token's role may not use this route")
+                .build()
+                .into(),
+        );
+        responses
+    }
+}
+
 struct Security;
 
 impl Modify for Security {
@@ -290,7 +353,8 @@ impl Modify for Security {
         super::health::readyz,
         openapi_json,
     ),
-    components(schemas(Event)),
+    // ErrorResponse is named here: the shared error responses refer to it by name.
+    components(schemas(Event, ErrorResponse)),
     modifiers(&Security),
     tags(
         (name = "ingest", description = "Events in: role ingest, or a named source's signature"),

@@ -49,11 +49,7 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
         (status = 200, description = "The entity", body = crate::http::openapi::EntityView),
         (status = 400, description = "Not a valid entity id", body = crate::http::openapi::ErrorResponse),
         (status = 404, description = "No events were ever recorded for it", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

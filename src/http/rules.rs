@@ -17,11 +17,7 @@ const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
     description = "The rules in force, with their live and shadow matches over 24h. Role moderator.",
     responses(
         (status = 200, description = "The rules", body = crate::http::openapi::RulesList),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -60,11 +56,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     responses(
         (status = 200, description = "Reloaded", body = crate::http::openapi::RulesReloaded),
         (status = 422, description = "The file is invalid; the rules in force stay (code invalid_rules)", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "No API token, or not a valid one", body = crate::http::openapi::ErrorResponse),
-        (status = 403, description = "The token's role may not use this route", body = crate::http::openapi::ErrorResponse),
-        (status = 408, description = "The request took longer than request_timeout", body = crate::http::openapi::ErrorResponse),
-        (status = 500, description = "Unexpected error", body = crate::http::openapi::ErrorResponse),
-        (status = 503, description = "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds to wait"))),
+        crate::http::openapi::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
