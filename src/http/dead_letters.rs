@@ -10,7 +10,11 @@ use axum::{
 };
 use serde_json::{Value, json};
 
-use super::{AppState, error::ApiError};
+use super::{
+    AppState,
+    error::ApiError,
+    read::{bad_query, parse_entity, unknown_parameters},
+};
 use crate::{
     domain::EntityId,
     queue::{DeadLetterCursor, Queue, QueueError},
@@ -44,16 +48,7 @@ pub async fn list(
     State(state): State<AppState>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some(unknown) = params
-        .keys()
-        .find(|k| !matches!(k.as_str(), "limit" | "cursor"))
-    {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "unknown query parameter; use limit and cursor",
-        )
-        .with_field(unknown.clone()));
-    }
+    unknown_parameters(&params, &["limit", "cursor"])?;
     let limit = match params.get("limit") {
         None => DEFAULT_LIMIT,
         Some(raw) => raw
@@ -61,21 +56,19 @@ pub async fn list(
             .ok()
             .filter(|n| (1..=MAX_LIMIT).contains(n))
             .ok_or_else(|| {
-                ApiError::bad_request(
-                    "invalid_query",
+                bad_query(
+                    "limit",
                     format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
                 )
-                .with_field("limit")
             })?,
     };
     let cursor = match params.get("cursor") {
         None => DeadLetterCursor::default(),
         Some(raw) => DeadLetterCursor::parse(raw).ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_query",
+            bad_query(
+                "cursor",
                 "cursor must be a next_cursor from an earlier page",
             )
-            .with_field("cursor")
         })?,
     };
     let page = state
@@ -109,8 +102,7 @@ pub async fn redrive_one(
     State(state): State<AppState>,
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let entity = EntityId::parse(&raw)
-        .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))?;
+    let entity = parse_entity(&raw)?;
     let redriven = state
         .queue
         .redrive(std::slice::from_ref(&entity))

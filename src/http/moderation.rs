@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::{
     AppState,
     error::ApiError,
-    read::{parse_entity, store_error},
+    read::{bad_query, parse_entity, store_error, unknown_parameters},
 };
 use crate::{domain::Status, store::ActionFilter};
 
@@ -24,20 +24,6 @@ const MAX_TEXT: usize = 1000;
 const MAX_RULE_NAME: usize = 200;
 /// Longest reversal-rate window.
 const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
-
-fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_query", message).with_field(field)
-}
-
-fn unknown_parameters(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), ApiError> {
-    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(bad_query(
-            unknown,
-            format!("unknown query parameter; use {}", allowed.join(", ")),
-        )),
-        None => Ok(()),
-    }
-}
 
 /// `GET /v1/actions?entity=&rule=&action=&since=&reversed=&limit=&cursor=`, newest first.
 #[utoipa::path(
