@@ -92,6 +92,13 @@ pub fn parse_token_spec(spec: &str) -> Result<(Role, [u8; 32]), String> {
     Ok((role, hash))
 }
 
+/// `token:<first 8 hex digits of the token's sha256>`: names a client (rate limits, metrics)
+/// without revealing anything usable.
+pub fn client_label(hash: &[u8; 32]) -> String {
+    let prefix: String = hash[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("token:{prefix}")
+}
+
 /// The spec line for a token: what an operator puts in QUIESCE_API_TOKENS.
 pub fn token_spec(role: Role, token: &str) -> String {
     let hash: String = Sha256::digest(token.as_bytes())
@@ -158,15 +165,7 @@ impl Auth {
         if role.allows(required) {
             Ok(Some(Caller {
                 role,
-                // A prefix of the token's hash: names the client (rate limits, logs) without
-                // revealing anything usable.
-                client: format!(
-                    "token:{}",
-                    known.hash[..4]
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect::<String>()
-                ),
+                client: client_label(&known.hash),
             }))
         } else {
             Err(ApiError::new(

@@ -235,10 +235,11 @@ pub fn record_settings(settings: &crate::config::Settings) {
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
     // Every rate budget the configuration implies: named sources, ingest tokens (by the same
     // hash prefix the limiter uses), and `default` for requests without a token.
-    let tokens = settings.api_tokens.iter().filter_map(|spec| {
-        spec.split_once(':')
-            .map(|(_, hash)| format!("token:{}", &hash[..8]))
-    });
+    let tokens = settings
+        .api_tokens
+        .iter()
+        .filter_map(|spec| crate::auth::parse_token_spec(spec).ok())
+        .map(|(_, hash)| crate::auth::client_label(&hash));
     let sources = settings
         .sources
         .iter()
