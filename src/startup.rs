@@ -65,19 +65,11 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
 
 /// The inbound signing secrets from the settings (validated at load).
 pub fn inbound_secrets(settings: &Settings) -> crate::signature::InboundSecrets {
-    crate::signature::InboundSecrets {
-        standard: settings
-            .inbound_secrets
-            .iter()
-            .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
-            .collect(),
-        github: settings
-            .inbound_github_secrets
-            .iter()
-            .map(|s| s.expose_secret().as_bytes().to_vec())
-            .collect(),
-        tolerance: settings.signature_tolerance,
-    }
+    signing_secrets(
+        &settings.inbound_secrets,
+        &settings.inbound_github_secrets,
+        settings,
+    )
 }
 
 /// Each named source's secrets.
@@ -88,22 +80,28 @@ pub fn source_secrets(
         .sources
         .iter()
         .map(|source| {
-            let secrets = crate::signature::InboundSecrets {
-                standard: source
-                    .secrets
-                    .iter()
-                    .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
-                    .collect(),
-                github: source
-                    .github_secrets
-                    .iter()
-                    .map(|s| s.expose_secret().as_bytes().to_vec())
-                    .collect(),
-                tolerance: settings.signature_tolerance,
-            };
+            let secrets = signing_secrets(&source.secrets, &source.github_secrets, settings);
             (source.name.clone(), secrets)
         })
         .collect()
+}
+
+fn signing_secrets(
+    standard: &[secrecy::SecretString],
+    github: &[secrecy::SecretString],
+    settings: &Settings,
+) -> crate::signature::InboundSecrets {
+    crate::signature::InboundSecrets {
+        standard: standard
+            .iter()
+            .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
+            .collect(),
+        github: github
+            .iter()
+            .map(|s| s.expose_secret().as_bytes().to_vec())
+            .collect(),
+        tolerance: settings.signature_tolerance,
+    }
 }
 
 /// Postgres, Redis and the rules: what both the API and the workers run on.
