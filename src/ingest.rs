@@ -2,7 +2,7 @@
 //! committer tasks, each of which writes everything queued in one Postgres transaction and then
 //! schedules the entities in Redis, before any of those requests is answered.
 
-use crate::telemetry::TimedQuery;
+use crate::telemetry::Timed;
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,

@@ -2,7 +2,7 @@
 //! the action or reversal they describe) to the platform, signed the Standard Webhooks way.
 //! Delivery is at least once; `webhook-id` is stable per action, so receivers dedupe on it.
 
-use crate::telemetry::TimedQuery;
+use crate::telemetry::Timed;
 use std::{sync::Arc, time::Duration};
 
 use base64::{Engine, engine::general_purpose::STANDARD};

@@ -249,17 +249,29 @@ pub fn record_settings(settings: &crate::config::Settings) {
     }
 }
 
-/// Times a Postgres round trip into `quiesce_postgres_query_duration_seconds{query}`.
-pub trait TimedQuery: std::future::Future + Sized {
+/// Times Redis script calls and Postgres round trips into their latency histograms.
+pub trait Timed: std::future::Future + Sized {
+    /// Into `quiesce_postgres_query_duration_seconds{query}`.
     fn timed_query(self, query: &'static str) -> impl std::future::Future<Output = Self::Output> {
-        async move {
-            let started = std::time::Instant::now();
-            let output = self.await;
-            metrics::histogram!(names::POSTGRES_QUERY_SECONDS, "query" => query)
-                .record(started.elapsed().as_secs_f64());
-            output
-        }
+        timed(self, names::POSTGRES_QUERY_SECONDS, "query", query)
+    }
+
+    /// Into `quiesce_redis_script_duration_seconds{script}`.
+    fn timed_script(self, script: &'static str) -> impl std::future::Future<Output = Self::Output> {
+        timed(self, names::REDIS_SCRIPT_SECONDS, "script", script)
     }
 }
 
-impl<F: std::future::Future> TimedQuery for F {}
+impl<F: std::future::Future> Timed for F {}
+
+async fn timed<F: std::future::Future>(
+    future: F,
+    histogram: &'static str,
+    label: &'static str,
+    value: &'static str,
+) -> F::Output {
+    let started = std::time::Instant::now();
+    let output = future.await;
+    metrics::histogram!(histogram, label => value).record(started.elapsed().as_secs_f64());
+    output
+}

@@ -1,7 +1,7 @@
 //! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
 //! version-checked action, ack. Bounded concurrency, graceful shutdown, lease reaping.
 
-use crate::telemetry::TimedQuery;
+use crate::telemetry::Timed;
 use std::{
     collections::{HashMap, VecDeque},
     panic::AssertUnwindSafe,

@@ -4,6 +4,7 @@
 mod keys;
 mod scripts;
 
+use crate::telemetry::Timed;
 use std::time::Duration;
 
 use futures::future::try_join_all;
@@ -247,7 +248,7 @@ impl Queue {
             async move {
                 invocation
                     .invoke_async::<Option<i64>>(&mut redis)
-                    .timed("schedule")
+                    .timed_script("schedule")
                     .await
             }
         });
@@ -297,7 +298,7 @@ impl Queue {
             .arg(&token_prefix)
             .arg(busy_delay.as_millis() as u64)
             .invoke_async(&mut redis)
-            .timed("claim")
+            .timed_script("claim")
             .await?;
         parse_claim_reply(shard, lease_ms, reply)
     }
@@ -316,7 +317,7 @@ impl Queue {
             .arg(claim.entity.as_str())
             .arg(&claim.token)
             .invoke_async(&mut redis)
-            .timed("ack")
+            .timed_script("ack")
             .await?;
         Ok(done == 1)
     }
@@ -335,7 +336,7 @@ impl Queue {
             .arg(&claim.token)
             .arg(delay.as_millis() as u64)
             .invoke_async(&mut redis)
-            .timed("retry")
+            .timed_script("retry")
             .await?;
         Ok(done == 1)
     }
@@ -353,7 +354,7 @@ impl Queue {
             .arg(&claim.token)
             .arg(claim.lease_ms)
             .invoke_async(&mut redis)
-            .timed("renew")
+            .timed_script("renew")
             .await?;
         Ok(done == 1)
     }
@@ -374,7 +375,7 @@ impl Queue {
             .arg(limit)
             .arg(self.timing.max_attempts)
             .invoke_async(&mut redis)
-            .timed("reap")
+            .timed_script("reap")
             .await?;
         Ok(Reaped {
             returned,
@@ -406,7 +407,7 @@ impl Queue {
             .arg(if fatal { "1" } else { "0" })
             .arg(jitter)
             .invoke_async(&mut redis)
-            .timed("fail")
+            .timed_script("fail")
             .await?;
         Ok(match result {
             1 => Failed::Retried,
@@ -505,7 +506,7 @@ impl Queue {
             async move {
                 invocation
                     .invoke_async::<usize>(&mut redis)
-                    .timed(name)
+                    .timed_script(name)
                     .await
             }
         });
@@ -536,7 +537,7 @@ impl Queue {
             .key(key)
             .arg(&claim.token)
             .invoke_async(&mut redis)
-            .timed("unlock")
+            .timed_script("unlock")
             .await?;
         Ok(done == 1)
     }
@@ -697,21 +698,6 @@ fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Res
     }
     Ok(batch)
 }
-
-/// Times a script call into `quiesce_redis_script_duration_seconds{script}`.
-trait TimedScript: std::future::Future + Sized {
-    fn timed(self, script: &'static str) -> impl std::future::Future<Output = Self::Output> {
-        async move {
-            let started = std::time::Instant::now();
-            let output = self.await;
-            metrics::histogram!(crate::telemetry::names::REDIS_SCRIPT_SECONDS, "script" => script)
-                .record(started.elapsed().as_secs_f64());
-            output
-        }
-    }
-}
-
-impl<F: std::future::Future> TimedScript for F {}
 
 #[cfg(test)]
 mod tests {
