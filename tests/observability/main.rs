@@ -623,9 +623,20 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
 
     // The webhook receiver fails while actions keep coming.
     failing.store(true, Ordering::Relaxed);
+    // Each new action is scraped before the next, so the backlog grows across scrapes.
     for i in 0..4 {
         hide(&app, &format!("post:undelivered{i}")).await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        wait_for(
+            Duration::from_secs(30),
+            "the grown backlog to be scraped",
+            || async {
+                prometheus
+                    .scalar("max(quiesce_outbox_backlog)")
+                    .await
+                    .is_some_and(|backlog| backlog >= f64::from(i + 1))
+            },
+        )
+        .await;
     }
     prometheus.wait_firing("QuiesceOutboxBacklogGrowing").await;
     failing.store(false, Ordering::Relaxed);
