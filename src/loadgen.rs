@@ -24,7 +24,7 @@ use crate::{
     domain::{EntityId, Status},
     outbox::WebhookSecret,
     rules::RuleSet,
-    store::{SignalStats, Snapshot},
+    store::Snapshot,
 };
 
 /// How events are spread over entities and signals.
@@ -376,19 +376,10 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
 
 /// The rules' verdict on an entity's final counts: the status it should end with.
 fn expected_status(rules: &RuleSet, entity: &str, counts: &HashMap<&'static str, i64>) -> Status {
-    let mut snapshot = Snapshot::empty_for_validation();
-    snapshot.entity = EntityId::parse(entity).expect("generated ids are valid");
-    snapshot.kind = "post".into();
-    for (signal, count) in counts {
-        snapshot.signals.insert(
-            (*signal).to_owned(),
-            SignalStats {
-                count: *count,
-                weight: *count as f64,
-                ..Default::default()
-            },
-        );
-    }
+    let snapshot = Snapshot::with_counts(
+        EntityId::parse(entity).expect("generated ids are valid"),
+        counts.iter().map(|(signal, count)| (*signal, *count)),
+    );
     let verdict = rules.evaluate(&snapshot);
     verdict
         .to_apply(Status::Visible, None)

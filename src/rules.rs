@@ -471,23 +471,10 @@ impl Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{domain::EntityId, store::SignalStats};
+    use crate::domain::EntityId;
 
     fn post(signals: &[(&str, i64)]) -> Snapshot {
-        let mut snapshot = Snapshot::empty_for_validation();
-        snapshot.entity = EntityId::parse("post:1").unwrap();
-        snapshot.kind = "post".into();
-        for (signal, count) in signals {
-            snapshot.signals.insert(
-                (*signal).to_owned(),
-                SignalStats {
-                    count: *count,
-                    weight: *count as f64,
-                    ..Default::default()
-                },
-            );
-        }
-        snapshot
+        Snapshot::with_counts(EntityId::parse("post:1").unwrap(), signals.iter().copied())
     }
 
     #[test]

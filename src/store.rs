@@ -163,6 +163,28 @@ impl Snapshot {
         }
     }
 
+    /// A visible entity with these signal counts (each event weighing 1) and nothing else: what
+    /// the rules would see on exactly those totals.
+    pub fn with_counts<'a>(
+        entity: EntityId,
+        counts: impl IntoIterator<Item = (&'a str, i64)>,
+    ) -> Self {
+        let mut snapshot = Self::empty_for_validation();
+        snapshot.kind = entity.kind().to_owned();
+        snapshot.entity = entity;
+        for (signal, count) in counts {
+            snapshot.signals.insert(
+                signal.to_owned(),
+                SignalStats {
+                    count,
+                    weight: count as f64,
+                    ..Default::default()
+                },
+            );
+        }
+        snapshot
+    }
+
     /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the
     /// same version of an entity once. The version is in the key so that after a moderator's
     /// reversal (which bumps it) the rule may act again, once the override allows.
