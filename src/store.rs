@@ -483,21 +483,27 @@ impl Store {
             }))
     }
 
-    /// Most evaluations decide nothing: the fence, the entity's bookkeeping and the evaluation
-    /// record are one statement (atomic on its own), one round trip. No row inserted means the
-    /// version moved.
-    async fn complete_without_action(
-        &self,
+    /// The fence, the entity's bookkeeping and the evaluation record in one statement (atomic
+    /// on its own, one round trip): alone for an evaluation without an action, last in the
+    /// action's transaction otherwise. `Ok(false)`: the version moved and nothing was written.
+    #[allow(clippy::too_many_arguments)]
+    async fn record_fenced_evaluation<'e>(
+        executor: impl sqlx::PgExecutor<'e>,
         snapshot: &Snapshot,
         verdict: &Verdict,
+        new_status: Status,
+        action_id: Option<i64>,
         worker: &str,
         started_at: DateTime<Utc>,
         due_at: Option<DateTime<Utc>>,
-    ) -> Result<Completion> {
+    ) -> Result<bool> {
+        // The snapshot is kept when a shadow rule matched: what it would have done, on what.
         let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
         let inserted = sqlx::query(
             "WITH fenced AS (
                  UPDATE entities SET
+                     status = $9,
+                     moderation_version = moderation_version + $10,
                      evaluated_event_count = GREATEST(evaluated_event_count, $3),
                      pending_since = CASE WHEN event_count <= $3 THEN NULL ELSE pending_since END,
                      evaluation_count = evaluation_count + 1,
@@ -506,7 +512,7 @@ impl Store {
                  RETURNING entity)
              INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                       decisions, action_id, snapshot, due_at)
-             SELECT entity, $4, $5, $2, $3, $6, NULL, $7, $8 FROM fenced",
+             SELECT entity, $4, $5, $2, $3, $6, $11, $7, $8 FROM fenced",
         )
         .bind(snapshot.entity.as_str())
         .bind(snapshot.moderation_version)
@@ -516,14 +522,12 @@ impl Store {
         .bind(sqlx::types::Json(verdict))
         .bind(shadow_snapshot)
         .bind(due_at)
-        .execute(&self.pool)
+        .bind(new_status.as_str())
+        .bind(i64::from(action_id.is_some()))
+        .bind(action_id)
+        .execute(executor)
         .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::VersionConflict {
-                read: snapshot.moderation_version,
-            });
-        }
-        Ok(Completion::NoAction)
+        Ok(inserted.rows_affected() == 1)
     }
 
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
@@ -541,10 +545,27 @@ impl Store {
         started_at: DateTime<Utc>,
         due_at: Option<DateTime<Utc>>,
     ) -> Result<Completion> {
+        let conflict = || StoreError::VersionConflict {
+            read: snapshot.moderation_version,
+        };
+        // Most evaluations decide nothing: one statement, no transaction.
         if decision.is_none() {
-            return self
-                .complete_without_action(snapshot, verdict, worker, started_at, due_at)
-                .await;
+            let recorded = Self::record_fenced_evaluation(
+                &self.pool,
+                snapshot,
+                verdict,
+                snapshot.status,
+                None,
+                worker,
+                started_at,
+                due_at,
+            )
+            .await?;
+            return if recorded {
+                Ok(Completion::NoAction)
+            } else {
+                Err(conflict())
+            };
         }
         let mut tx = self.pool.begin().await?;
         let mut completion = Completion::NoAction;
@@ -619,52 +640,18 @@ impl Store {
                 None => completion = Completion::AlreadyApplied,
             }
         }
-        let bump = i64::from(matches!(completion, Completion::Applied { .. }));
-        let updated = sqlx::query(
-            "UPDATE entities SET
-                 status = $3,
-                 moderation_version = moderation_version + $4,
-                 evaluated_event_count = GREATEST(evaluated_event_count, $5),
-                 pending_since = CASE WHEN event_count <= $5 THEN NULL ELSE pending_since END,
-                 evaluation_count = evaluation_count + 1,
-                 last_evaluated_at = now()
-             WHERE entity = $1 AND moderation_version = $2",
-        )
-        .bind(snapshot.entity.as_str())
-        .bind(snapshot.moderation_version)
-        .bind(new_status.as_str())
-        .bind(bump)
-        .bind(snapshot.event_count)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() == 0 {
-            tx.rollback().await?;
-            return Err(StoreError::VersionConflict {
-                read: snapshot.moderation_version,
-            });
-        }
         let action_id = match completion {
             Completion::Applied { action_id, .. } => Some(action_id),
             _ => None,
         };
-        // The snapshot is kept when a shadow rule matched: what it would have done, on what.
-        let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
-        sqlx::query(
-            "INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                      decisions, action_id, snapshot, due_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        let recorded = Self::record_fenced_evaluation(
+            &mut *tx, snapshot, verdict, new_status, action_id, worker, started_at, due_at,
         )
-        .bind(snapshot.entity.as_str())
-        .bind(worker)
-        .bind(started_at)
-        .bind(snapshot.moderation_version)
-        .bind(snapshot.event_count)
-        .bind(sqlx::types::Json(verdict))
-        .bind(action_id)
-        .bind(shadow_snapshot)
-        .bind(due_at)
-        .execute(&mut *tx)
         .await?;
+        if !recorded {
+            tx.rollback().await?;
+            return Err(conflict());
+        }
         tx.commit().await?;
         Ok(completion)
     }
