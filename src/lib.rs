@@ -7,8 +7,10 @@
 //! entity through the Redis sets.
 
 pub mod auth;
+pub mod coalesce;
 pub mod config;
 pub mod domain;
+pub mod evaluation_batches;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;

@@ -41,6 +41,12 @@ pub enum StoreError {
         "action {id} was superseded: the entity changed after it (now version {version}); reverse the latest action or set an override"
     )]
     Superseded { id: i64, version: i64 },
+    /// One failure of a statement that served several callers, handed to each of them.
+    #[error(transparent)]
+    Shared(std::sync::Arc<StoreError>),
+    /// The call was dropped before it was answered (shutting down, or a panic in the batch).
+    #[error("the Postgres call was interrupted before it was answered")]
+    Interrupted,
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -52,6 +58,7 @@ impl StoreError {
             StoreError::Database(sqlx::Error::Database(db)) => db
                 .code()
                 .is_some_and(|code| code == "40001" || code == "40P01"),
+            StoreError::Shared(error) => error.is_conflict(),
             _ => false,
         }
     }
@@ -61,6 +68,7 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(error) => is_unavailable(error),
+            StoreError::Shared(error) => error.is_unavailable(),
             _ => false,
         }
     }
@@ -390,6 +398,19 @@ pub enum Completion {
     AlreadyApplied,
 }
 
+/// One evaluation to record behind the version fence: what the rules saw and decided, and the
+/// status and action (if any) it leaves the entity with.
+#[derive(Debug, Clone, Copy)]
+pub struct FencedEvaluation<'a> {
+    pub snapshot: &'a Snapshot,
+    pub verdict: &'a Verdict,
+    pub new_status: Status,
+    pub action_id: Option<i64>,
+    pub worker: &'a str,
+    pub started_at: DateTime<Utc>,
+    pub due_at: Option<DateTime<Utc>>,
+}
+
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
@@ -461,73 +482,138 @@ impl Store {
         with_windows: bool,
     ) -> Result<Option<Snapshot>> {
         Ok(self
-            .entity_with(entity, with_actors, with_windows)
+            .snapshots(&[entity.as_str()], with_actors, with_windows)
             .await?
-            .map(|record| Snapshot {
-                entity: entity.clone(),
-                kind: record.kind,
-                status: record.status,
-                moderation_version: record.moderation_version,
-                event_count: record.event_count,
-                previously_evaluated: record.evaluated_event_count,
-                override_cap: record
-                    .override_decision
-                    .filter(|o| o.until > record.read_at)
-                    .map(|o| o.status),
-                signals: record.signals,
-                author: record
-                    .author
-                    .as_deref()
-                    .and_then(|a| EntityId::parse(a).ok()),
-                taken_at: record.read_at,
-            }))
+            .into_values()
+            .next())
     }
 
-    /// The fence, the entity's bookkeeping and the evaluation record in one statement (atomic
-    /// on its own, one round trip): alone for an evaluation without an action, last in the
-    /// action's transaction otherwise. `Ok(false)`: the version moved and nothing was written.
-    #[allow(clippy::too_many_arguments)]
-    async fn record_fenced_evaluation<'e>(
+    /// Snapshots of several entities read by one statement (one moment for all of them), by
+    /// entity id; an entity with no events has none.
+    pub async fn snapshots(
+        &self,
+        entities: &[&str],
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<HashMap<String, Snapshot>> {
+        self.entity_records(entities, with_actors, with_windows)
+            .await?
+            .into_iter()
+            .map(|record| {
+                let entity =
+                    EntityId::parse(&record.entity).map_err(|e| StoreError::Corrupt(e.0))?;
+                let snapshot = Snapshot {
+                    entity,
+                    kind: record.kind,
+                    status: record.status,
+                    moderation_version: record.moderation_version,
+                    event_count: record.event_count,
+                    previously_evaluated: record.evaluated_event_count,
+                    override_cap: record
+                        .override_decision
+                        .filter(|o| o.until > record.read_at)
+                        .map(|o| o.status),
+                    signals: record.signals,
+                    author: record
+                        .author
+                        .as_deref()
+                        .and_then(|a| EntityId::parse(a).ok()),
+                    taken_at: record.read_at,
+                };
+                Ok((record.entity, snapshot))
+            })
+            .collect()
+    }
+
+    /// The fence, the entities' bookkeeping and the evaluation records of several evaluations
+    /// in one statement (atomic on its own, one round trip): alone for evaluations without an
+    /// action, last in the action's transaction otherwise. Returns the entities recorded; an
+    /// entity whose version moved is left out and nothing of its evaluation is written.
+    ///
+    /// Rows are locked in entity order, as ingest locks them, so concurrent batches and
+    /// ingest transactions wait on each other in one order, never in a cycle. An entity may
+    /// appear once per call.
+    pub async fn record_fenced_evaluations<'e>(
         executor: impl sqlx::PgExecutor<'e>,
-        snapshot: &Snapshot,
-        verdict: &Verdict,
-        new_status: Status,
-        action_id: Option<i64>,
-        worker: &str,
-        started_at: DateTime<Utc>,
-        due_at: Option<DateTime<Utc>>,
-    ) -> Result<bool> {
+        evaluations: &[FencedEvaluation<'_>],
+    ) -> Result<HashSet<String>> {
         // The snapshot is kept when a shadow rule matched: what it would have done, on what.
-        let shadow_snapshot = (!verdict.shadow.is_empty()).then_some(sqlx::types::Json(snapshot));
-        let inserted = sqlx::query(
-            "WITH fenced AS (
-                 UPDATE entities SET
-                     status = $9,
-                     moderation_version = moderation_version + $10,
-                     evaluated_event_count = GREATEST(evaluated_event_count, $3),
-                     pending_since = CASE WHEN event_count <= $3 THEN NULL ELSE pending_since END,
-                     evaluation_count = evaluation_count + 1,
+        let shadow_snapshots: Vec<Option<sqlx::types::Json<&Snapshot>>> = evaluations
+            .iter()
+            .map(|e| (!e.verdict.shadow.is_empty()).then_some(sqlx::types::Json(e.snapshot)))
+            .collect();
+        let recorded: Vec<String> = sqlx::query_scalar(
+            "WITH input AS (
+                 SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
+                                      $5::timestamptz[], $6::jsonb[], $7::jsonb[],
+                                      $8::timestamptz[], $9::text[], $10::int8[])
+                     AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
+                          due_at, status, action_id)
+             ),
+             locked AS MATERIALIZED (
+                 SELECT e.entity FROM entities e JOIN input i ON i.entity = e.entity
+                 ORDER BY e.entity
+                 FOR UPDATE OF e
+             ),
+             fenced AS (
+                 UPDATE entities e SET
+                     status = i.status,
+                     moderation_version = e.moderation_version
+                                          + CASE WHEN i.action_id IS NULL THEN 0 ELSE 1 END,
+                     evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
+                     pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
+                                          ELSE e.pending_since END,
+                     evaluation_count = e.evaluation_count + 1,
                      last_evaluated_at = now()
-                 WHERE entity = $1 AND moderation_version = $2
-                 RETURNING entity)
+                 FROM input i
+                 WHERE e.entity = i.entity AND e.moderation_version = i.version
+                   AND e.entity IN (SELECT entity FROM locked)
+                 RETURNING e.entity)
              INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                       decisions, action_id, snapshot, due_at)
-             SELECT entity, $4, $5, $2, $3, $6, $11, $7, $8 FROM fenced",
+             SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
+                    i.action_id, i.snapshot, i.due_at
+             FROM fenced f JOIN input i ON i.entity = f.entity
+             RETURNING entity",
         )
-        .bind(snapshot.entity.as_str())
-        .bind(snapshot.moderation_version)
-        .bind(snapshot.event_count)
-        .bind(worker)
-        .bind(started_at)
-        .bind(sqlx::types::Json(verdict))
-        .bind(shadow_snapshot)
-        .bind(due_at)
-        .bind(new_status.as_str())
-        .bind(i64::from(action_id.is_some()))
-        .bind(action_id)
-        .execute(executor)
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.snapshot.entity.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.snapshot.moderation_version)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.snapshot.event_count)
+                .collect::<Vec<_>>(),
+        )
+        .bind(evaluations.iter().map(|e| e.worker).collect::<Vec<_>>())
+        .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| sqlx::types::Json(e.verdict))
+                .collect::<Vec<_>>(),
+        )
+        .bind(shadow_snapshots)
+        .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.new_status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(evaluations.iter().map(|e| e.action_id).collect::<Vec<_>>())
+        .fetch_all(executor)
         .await?;
-        Ok(inserted.rows_affected() == 1)
+        Ok(recorded.into_iter().collect())
     }
 
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
@@ -548,20 +634,21 @@ impl Store {
         let conflict = || StoreError::VersionConflict {
             read: snapshot.moderation_version,
         };
+        let fenced = |new_status, action_id| FencedEvaluation {
+            snapshot,
+            verdict,
+            new_status,
+            action_id,
+            worker,
+            started_at,
+            due_at,
+        };
         // Most evaluations decide nothing: one statement, no transaction.
         if decision.is_none() {
-            let recorded = Self::record_fenced_evaluation(
-                &self.pool,
-                snapshot,
-                verdict,
-                snapshot.status,
-                None,
-                worker,
-                started_at,
-                due_at,
-            )
-            .await?;
-            return if recorded {
+            let recorded =
+                Self::record_fenced_evaluations(&self.pool, &[fenced(snapshot.status, None)])
+                    .await?;
+            return if !recorded.is_empty() {
                 Ok(Completion::NoAction)
             } else {
                 Err(conflict())
@@ -644,11 +731,9 @@ impl Store {
             Completion::Applied { action_id, .. } => Some(action_id),
             _ => None,
         };
-        let recorded = Self::record_fenced_evaluation(
-            &mut *tx, snapshot, verdict, new_status, action_id, worker, started_at, due_at,
-        )
-        .await?;
-        if !recorded {
+        let recorded =
+            Self::record_fenced_evaluations(&mut *tx, &[fenced(new_status, action_id)]).await?;
+        if recorded.is_empty() {
             tx.rollback().await?;
             return Err(conflict());
         }
@@ -901,9 +986,23 @@ impl Store {
         with_actors: bool,
         with_windows: bool,
     ) -> Result<Option<EntityRecord>> {
-        // One statement sees one snapshot of the database, so the entity row, its totals, its
-        // windows and (when asked) its distinct actors agree, in a single round trip.
-        let Some(row) = sqlx::query(
+        Ok(self
+            .entity_records(&[entity.as_str()], with_actors, with_windows)
+            .await?
+            .pop())
+    }
+
+    /// The records of several entities (those that exist), read by one statement: one
+    /// snapshot of the database for all of them, in a single round trip.
+    pub async fn entity_records(
+        &self,
+        entities: &[&str],
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<Vec<EntityRecord>> {
+        // One statement sees one snapshot of the database, so each entity row, its totals, its
+        // windows and (when asked) its distinct actors agree.
+        let rows = sqlx::query(
             "SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
                     e.evaluated_event_count, e.pending_since, e.last_event_at, e.evaluation_count,
                     e.last_evaluated_at, now() AS read_at, e.override_status, e.override_until,
@@ -927,9 +1026,9 @@ impl Store {
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
                                WHERE entity = e.entity GROUP BY signal) a)
                     END AS actors
-             FROM entities e WHERE e.entity = $1",
+             FROM entities e WHERE e.entity = ANY($1)",
         )
-        .bind(entity.as_str())
+        .bind(entities)
         .bind(WINDOWS.iter().map(|(name, _)| *name).collect::<Vec<_>>())
         .bind(
             WINDOWS
@@ -939,29 +1038,11 @@ impl Store {
         )
         .bind(with_actors)
         .bind(with_windows)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let signals = signal_stats_from(&row, with_windows)?;
-        let status: String = row.get("status");
-        Ok(Some(EntityRecord {
-            entity: row.get("entity"),
-            kind: row.get("kind"),
-            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
-            moderation_version: row.get("moderation_version"),
-            event_count: row.get("event_count"),
-            evaluated_event_count: row.get("evaluated_event_count"),
-            pending_since: row.get("pending_since"),
-            last_event_at: row.get("last_event_at"),
-            evaluation_count: row.get("evaluation_count"),
-            last_evaluated_at: row.get("last_evaluated_at"),
-            signals,
-            author: row.get("author"),
-            override_decision: override_from_row(&row)?,
-            read_at: row.get("read_at"),
-        }))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| entity_record_from(row, with_windows))
+            .collect()
     }
 
     /// Applied actions matching `filter`, newest first.
@@ -1395,6 +1476,28 @@ fn signal_stats_from(
             .insert(window, SignalTotals { count, weight });
     }
     Ok(stats)
+}
+
+/// An entity row as read by [`Store::entity_records`].
+fn entity_record_from(row: &sqlx::postgres::PgRow, with_windows: bool) -> Result<EntityRecord> {
+    let signals = signal_stats_from(row, with_windows)?;
+    let status: String = row.get("status");
+    Ok(EntityRecord {
+        entity: row.get("entity"),
+        kind: row.get("kind"),
+        status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
+        moderation_version: row.get("moderation_version"),
+        event_count: row.get("event_count"),
+        evaluated_event_count: row.get("evaluated_event_count"),
+        pending_since: row.get("pending_since"),
+        last_event_at: row.get("last_event_at"),
+        evaluation_count: row.get("evaluation_count"),
+        last_evaluated_at: row.get("last_evaluated_at"),
+        signals,
+        author: row.get("author"),
+        override_decision: override_from_row(row)?,
+        read_at: row.get("read_at"),
+    })
 }
 
 /// Whether an error means Postgres could not be reached (answer 503 / retry), as opposed to a

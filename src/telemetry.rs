@@ -35,6 +35,7 @@ pub mod names {
     pub const QUEUE_DUE: &str = "quiesce_queue_due";
     pub const QUEUE_INFLIGHT: &str = "quiesce_queue_inflight";
     pub const EVENTS_PER_EVALUATION: &str = "quiesce_events_per_evaluation";
+    pub const STORE_BATCH_SIZE: &str = "quiesce_store_batch_size";
     pub const QUEUE_LAG_SECONDS: &str = "quiesce_queue_lag_seconds";
     pub const LOCK_ACQUIRE_SECONDS: &str = "quiesce_lock_acquire_duration_seconds";
     pub const REDIS_SCRIPT_SECONDS: &str = "quiesce_redis_script_duration_seconds";
@@ -71,6 +72,7 @@ pub fn metrics_handle() -> PrometheusHandle {
             let events_per_evaluation = [
                 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
             ];
+            let batch_size = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
             let fire_delay = [
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
             ];
@@ -83,6 +85,12 @@ pub fn metrics_handle() -> PrometheusHandle {
                     b.set_buckets_for_metric(
                         Matcher::Full(names::EVENTS_PER_EVALUATION.into()),
                         &events_per_evaluation,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(names::STORE_BATCH_SIZE.into()),
+                        &batch_size,
                     )
                 })
                 .and_then(|b| {
@@ -125,6 +133,10 @@ fn describe() {
         names::EVALUATION_SECONDS,
         Unit::Seconds,
         "Lock to ack of one evaluation."
+    );
+    describe_histogram!(
+        names::STORE_BATCH_SIZE,
+        "Evaluations' Postgres calls answered by one statement, by call (snapshot, completion)."
     );
     describe_histogram!(
         names::FIRE_DELAY_SECONDS,

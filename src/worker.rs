@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::Settings,
     domain::EntityId,
+    evaluation_batches::{EvaluationBatches, NoActionEvaluation},
     queue::{Claim, Failed, Queue, QueueError, Reaped},
     rules::Rules,
     store::{Completion, Snapshot, Store, StoreError, SweepCursor},
@@ -144,6 +145,7 @@ pub struct Worker {
     breaker: Arc<Breaker>,
     stats: Arc<WorkerStats>,
     leases: Arc<LeaseEstimator>,
+    batches: EvaluationBatches,
 }
 
 /// Evaluation times kept for the lease estimate.
@@ -264,7 +266,9 @@ impl Worker {
         wakeup: Arc<Notify>,
     ) -> Self {
         let leases = Arc::new(LeaseEstimator::new(settings.lease_floor, settings.lease));
+        let batches = EvaluationBatches::start(store.clone(), settings.worker_id.clone());
         Self {
+            batches,
             queue,
             store,
             rules,
@@ -623,9 +627,8 @@ impl Worker {
         let started_at = Utc::now();
         let rules = self.rules.current();
         let snapshot = self
-            .store
-            .snapshot_for(&claim.entity, &rules)
-            .timed_query("snapshot")
+            .batches
+            .snapshot(&claim.entity, rules.uses_actors(), rules.uses_windows())
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
         let verdict = rules.evaluate(&snapshot);
@@ -661,18 +664,41 @@ impl Worker {
         if let Some(hook) = &self.before_apply {
             hook(snapshot.clone()).await;
         }
-        let completion = self
-            .store
-            .complete_evaluation(
-                &snapshot,
-                &verdict,
-                decision,
-                &self.settings.worker_id,
-                started_at,
-                DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
-            )
-            .timed_query("complete_evaluation")
-            .await?;
+        let due_at = DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms);
+        let completion = match decision {
+            // The common case: shares its statement with concurrent evaluations.
+            None => {
+                let recorded = self
+                    .batches
+                    .record_without_action(NoActionEvaluation {
+                        snapshot: snapshot.clone(),
+                        verdict: verdict.clone(),
+                        started_at,
+                        due_at,
+                    })
+                    .await?;
+                if !recorded {
+                    return Err(StoreError::VersionConflict {
+                        read: snapshot.moderation_version,
+                    }
+                    .into());
+                }
+                Completion::NoAction
+            }
+            Some(_) => {
+                self.store
+                    .complete_evaluation(
+                        &snapshot,
+                        &verdict,
+                        decision,
+                        &self.settings.worker_id,
+                        started_at,
+                        due_at,
+                    )
+                    .timed_query("complete_evaluation")
+                    .await?
+            }
+        };
         metrics::histogram!(names::EVENTS_PER_EVALUATION)
             .record((snapshot.event_count - snapshot.previously_evaluated).max(0) as f64);
         if let Completion::Applied {

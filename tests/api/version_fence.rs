@@ -149,3 +149,126 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     );
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
 }
+
+#[tokio::test]
+async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stale_one() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let names = ["post:batch-a", "post:batch-b", "post:batch-c"];
+    let events: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, entity)| event(&format!("b{i}"), entity, "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+    let store = &app.backends.store;
+    let snapshots = store.snapshots(&names, false, false).await.unwrap();
+    assert_eq!(snapshots.len(), 3, "one statement reads all three");
+    // A moderator moves post:batch-b on after the snapshot.
+    sqlx::query("UPDATE entities SET moderation_version = 7 WHERE entity = 'post:batch-b'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+
+    let rules = app.backends.rules.current();
+    let verdicts: Vec<_> = names
+        .iter()
+        .map(|name| rules.evaluate(&snapshots[*name]))
+        .collect();
+    let batch: Vec<_> = names
+        .iter()
+        .zip(&verdicts)
+        .map(|(name, verdict)| quiesce::store::FencedEvaluation {
+            snapshot: &snapshots[*name],
+            verdict,
+            new_status: snapshots[*name].status,
+            action_id: None,
+            worker: "test",
+            started_at: chrono::Utc::now(),
+            due_at: None,
+        })
+        .collect();
+    let recorded = quiesce::store::Store::record_fenced_evaluations(&app.pool, &batch)
+        .await
+        .unwrap();
+
+    let mut recorded: Vec<_> = recorded.into_iter().collect();
+    recorded.sort();
+    assert_eq!(recorded, ["post:batch-a", "post:batch-c"]);
+    assert_eq!(app.evaluation_count("post:batch-a").await, 1);
+    assert_eq!(app.evaluation_count("post:batch-b").await, 0, "fenced out");
+    assert_eq!(app.evaluation_count("post:batch-c").await, 1);
+    let evaluated: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT entity, evaluated_event_count, evaluation_count FROM entities ORDER BY entity",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        evaluated,
+        [
+            ("post:batch-a".to_owned(), 1, 1),
+            ("post:batch-b".to_owned(), 0, 0),
+            ("post:batch-c".to_owned(), 1, 1),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let entities: Vec<String> = (0..40).map(|i| format!("post:shared-{i}")).collect();
+    let events: Vec<_> = entities
+        .iter()
+        .enumerate()
+        .map(|(i, entity)| event(&format!("s{i}"), entity, "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
+        app.backends.store.clone(),
+        "test".into(),
+    );
+    let rules = app.backends.rules.current();
+    // Every fifth entity is overtaken by a moderator between its snapshot and its write.
+    let runs = entities.iter().enumerate().map(|(i, name)| {
+        let (batches, rules, pool) = (batches.clone(), rules.clone(), app.pool.clone());
+        let entity = quiesce::domain::EntityId::parse(name).unwrap();
+        async move {
+            let snapshot = batches
+                .snapshot(&entity, false, false)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(snapshot.entity, entity, "each caller gets its own snapshot");
+            if i % 5 == 0 {
+                sqlx::query("UPDATE entities SET moderation_version = 3 WHERE entity = $1")
+                    .bind(entity.as_str())
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+            let verdict = rules.evaluate(&snapshot);
+            let recorded = batches
+                .record_without_action(quiesce::evaluation_batches::NoActionEvaluation {
+                    snapshot,
+                    verdict,
+                    started_at: chrono::Utc::now(),
+                    due_at: None,
+                })
+                .await
+                .unwrap();
+            (i, recorded)
+        }
+    });
+    for (i, recorded) in futures::future::join_all(runs).await {
+        assert_eq!(recorded, i % 5 != 0, "entity {i}");
+    }
+    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 32);
+    let unknown = quiesce::domain::EntityId::parse("post:never-seen").unwrap();
+    assert!(
+        batches
+            .snapshot(&unknown, false, false)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

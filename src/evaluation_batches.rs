@@ -1,0 +1,207 @@
+//! The two Postgres calls every evaluation makes, coalesced across concurrent evaluations:
+//! snapshot reads share one statement, and completions without an action share one fenced
+//! statement (one commit). Each evaluation still has its own lock, fence and outcome; only the
+//! round trips are shared. A batch that fails for a reason other than an outage is retried one
+//! entity at a time, so that one entity's bad data cannot fail the others.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    coalesce::Coalescer,
+    domain::EntityId,
+    rules::Verdict,
+    store::{FencedEvaluation, Snapshot, Store, StoreError},
+    telemetry::Timed,
+};
+
+/// Concurrent statements per call: with the poll loop's concurrency this keeps a few batches
+/// in flight while the next ones fill.
+const FLUSHERS: usize = 4;
+/// Most evaluations one statement serves.
+const MAX_BATCH: usize = 128;
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+struct SnapshotRequest {
+    entity: EntityId,
+    with_actors: bool,
+    with_windows: bool,
+}
+
+/// An evaluation that decided nothing, to be recorded behind the version fence.
+#[derive(Debug, Clone)]
+pub struct NoActionEvaluation {
+    pub snapshot: Snapshot,
+    pub verdict: Verdict,
+    pub started_at: DateTime<Utc>,
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Clone)]
+pub struct EvaluationBatches {
+    snapshots: Coalescer<SnapshotRequest, Result<Option<Snapshot>>>,
+    completions: Coalescer<NoActionEvaluation, Result<bool>>,
+}
+
+impl EvaluationBatches {
+    /// Starts the flusher tasks (inside a Tokio runtime); `worker` names the evaluations' writer.
+    pub fn start(store: Store, worker: String) -> Self {
+        let reader = store.clone();
+        let snapshots = Coalescer::start("snapshot", FLUSHERS, MAX_BATCH, move |requests| {
+            let store = reader.clone();
+            async move { read_snapshots(&store, requests).await }
+        });
+        let worker: Arc<str> = worker.into();
+        let completions = Coalescer::start("completion", FLUSHERS, MAX_BATCH, move |requests| {
+            let store = store.clone();
+            let worker = Arc::clone(&worker);
+            async move { record_without_action(&store, &worker, requests).await }
+        });
+        Self {
+            snapshots,
+            completions,
+        }
+    }
+
+    /// The entity's snapshot, with distinct actors and trailing windows when asked; `None` for
+    /// an entity with no events.
+    pub async fn snapshot(
+        &self,
+        entity: &EntityId,
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<Option<Snapshot>> {
+        self.snapshots
+            .call(SnapshotRequest {
+                entity: entity.clone(),
+                with_actors,
+                with_windows,
+            })
+            .await
+            .unwrap_or_else(|| Err(StoreError::Interrupted))
+    }
+
+    /// Records an evaluation without an action; `false` when the entity's moderation version
+    /// moved since the snapshot (nothing was written).
+    pub async fn record_without_action(&self, evaluation: NoActionEvaluation) -> Result<bool> {
+        self.completions
+            .call(evaluation)
+            .await
+            .unwrap_or_else(|| Err(StoreError::Interrupted))
+    }
+}
+
+/// Answers every request with one statement per combination of aggregates asked for (there
+/// is one unless the rules were reloaded in between).
+async fn read_snapshots(
+    store: &Store,
+    requests: Vec<SnapshotRequest>,
+) -> Vec<Result<Option<Snapshot>>> {
+    let mut answers: Vec<Option<Result<Option<Snapshot>>>> =
+        requests.iter().map(|_| None).collect();
+    let mut groups: HashMap<(bool, bool), Vec<usize>> = HashMap::new();
+    for (index, request) in requests.iter().enumerate() {
+        groups
+            .entry((request.with_actors, request.with_windows))
+            .or_default()
+            .push(index);
+    }
+    for ((with_actors, with_windows), members) in groups {
+        let ids: Vec<&str> = members
+            .iter()
+            .map(|&i| requests[i].entity.as_str())
+            .collect();
+        let read = store
+            .snapshots(&ids, with_actors, with_windows)
+            .timed_query("snapshot")
+            .await;
+        match read {
+            Ok(found) => {
+                for &i in &members {
+                    answers[i] = Some(Ok(found.get(requests[i].entity.as_str()).cloned()));
+                }
+            }
+            Err(error) if members.len() > 1 && !error.is_unavailable() => {
+                tracing::warn!(%error, entities = members.len(), "snapshot batch failed; reading one by one");
+                for &i in &members {
+                    let one = [requests[i].entity.as_str()];
+                    let read = store.snapshots(&one, with_actors, with_windows).await;
+                    answers[i] = Some(read.map(|mut found| found.remove(one[0])));
+                }
+            }
+            Err(error) => share_error(error, &members, &mut answers),
+        }
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every request is in a group"))
+        .collect()
+}
+
+fn fenced<'a>(evaluation: &'a NoActionEvaluation, worker: &'a str) -> FencedEvaluation<'a> {
+    FencedEvaluation {
+        snapshot: &evaluation.snapshot,
+        verdict: &evaluation.verdict,
+        new_status: evaluation.snapshot.status,
+        action_id: None,
+        worker,
+        started_at: evaluation.started_at,
+        due_at: evaluation.due_at,
+    }
+}
+
+/// Records the evaluations in one fenced statement. An entity appears once per statement, so a
+/// second evaluation of the same entity in the batch (a stale claim) is recorded on its own.
+async fn record_without_action(
+    store: &Store,
+    worker: &str,
+    requests: Vec<NoActionEvaluation>,
+) -> Vec<Result<bool>> {
+    let mut answers: Vec<Option<Result<bool>>> = requests.iter().map(|_| None).collect();
+    let mut seen = HashSet::new();
+    let (first, repeated): (Vec<usize>, Vec<usize>) =
+        (0..requests.len()).partition(|&i| seen.insert(requests[i].snapshot.entity.as_str()));
+    let batch: Vec<FencedEvaluation> = first
+        .iter()
+        .map(|&i| fenced(&requests[i], worker))
+        .collect();
+    let recorded = Store::record_fenced_evaluations(store.pool(), &batch)
+        .timed_query("complete_evaluation")
+        .await;
+    let mut one_by_one = repeated;
+    match recorded {
+        Ok(recorded) => {
+            for &i in &first {
+                answers[i] = Some(Ok(recorded.contains(requests[i].snapshot.entity.as_str())));
+            }
+        }
+        Err(error) if first.len() > 1 && !error.is_unavailable() => {
+            tracing::warn!(%error, entities = first.len(), "completion batch failed; recording one by one");
+            one_by_one.extend(first);
+        }
+        Err(error) => share_error(error, &first, &mut answers),
+    }
+    for i in one_by_one {
+        let recorded =
+            Store::record_fenced_evaluations(store.pool(), &[fenced(&requests[i], worker)]).await;
+        answers[i] = Some(recorded.map(|set| !set.is_empty()));
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.expect("every request is answered"))
+        .collect()
+}
+
+/// Gives every member of a failed batch the same error (an outage: each evaluation gives its
+/// claim back).
+fn share_error<T>(error: StoreError, members: &[usize], answers: &mut [Option<Result<T>>]) {
+    let shared = Arc::new(error);
+    for &i in members {
+        answers[i] = Some(Err(StoreError::Shared(Arc::clone(&shared))));
+    }
+}
