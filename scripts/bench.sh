@@ -69,6 +69,9 @@ run_loadgen() {
 
 # 1. quiesce, debounced: a 2 s window, max wait well above the run.
 start_server debounced QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
+# Fire delay: 10k entities whose due times spread over 5 s (one event each, 2,000/s).
+run_loadgen paced --scenario burst --events "$entities" --entities "$entities" --batch 20 \
+  --connections 16 --rate $((entities / 5)) --window 2s --database-url "$DATABASE_URL_RUN"
 run_loadgen batched --scenario burst --events "$events" --entities "$entities" --batch 100 \
   --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
 run_loadgen single --scenario burst --events "$events" --entities "$entities" --batch 1 \
@@ -102,6 +105,10 @@ stop_server
 echo "bench: bullmq" >&2
 node bench/peers/bullmq/bench.js --redis "$redis_url" --events "$events" --entities "$entities" \
   --window-ms 2000 --in-flight 256 --prefix "bench-bullmq-$suffix" >"$out/bullmq.json"
+echo "bench: bullmq paced" >&2
+node bench/peers/bullmq/bench.js --redis "$redis_url" --events "$entities" --entities "$entities" \
+  --window-ms 2000 --in-flight 256 --rate $((entities / 5)) --prefix "bench-bullmq-paced-$suffix" \
+  >"$out/bullmq-paced.json"
 
 {
   echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","

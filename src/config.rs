@@ -16,7 +16,7 @@ pub const DEFAULT_DEBOUNCE_WINDOW: Duration = Duration::from_secs(15);
 /// Longest an entity with pending events waits, however steady its stream.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(120);
 /// Evaluations run at once per process; evaluation is I/O bound, so more than the cores.
-pub const DEFAULT_WORKERS: usize = 32;
+pub const DEFAULT_WORKERS: usize = 256;
 pub const DEFAULT_REDIS_PREFIX: &str = "quiesce";
 /// Queue shards; each is one Redis hash tag, so a cluster can spread them.
 pub const DEFAULT_SHARDS: u16 = 16;
@@ -475,7 +475,7 @@ pub struct ConfigArgs {
     /// `sliding` (each event restarts the window) or `fixed` (first event fixes it) [default: sliding].
     #[arg(long, env = "QUIESCE_SCHEDULE_MODE", value_name = "MODE")]
     pub schedule_mode: Option<String>,
-    /// Evaluations this process runs at once [default: 32].
+    /// Evaluations this process runs at once; they share their Postgres statements [default: 256].
     #[arg(long, env = "QUIESCE_WORKERS", value_name = "N")]
     pub workers: Option<String>,
     /// Namespace of every Redis key [default: quiesce].

@@ -1,6 +1,6 @@
 //! The two Postgres calls every evaluation makes, coalesced across concurrent evaluations:
-//! snapshot reads share one statement, and completions without an action share one fenced
-//! statement (one commit). Each evaluation still has its own lock, fence and outcome; only the
+//! snapshot reads share one statement, and completions (with their actions and outbox rows)
+//! share one fenced statement, so one commit. Each evaluation still has its own lock, fence and outcome; only the
 //! round trips are shared. A batch that fails for a reason other than an outage is retried one
 //! entity at a time, so that one entity's bad data cannot fail the others.
 
@@ -14,14 +14,14 @@ use chrono::{DateTime, Utc};
 use crate::{
     coalesce::Coalescer,
     domain::EntityId,
-    rules::Verdict,
-    store::{FencedEvaluation, Snapshot, Store, StoreError},
+    rules::{Decision, Verdict},
+    store::{Completion, FencedEvaluation, Recorded, Snapshot, Store, StoreError, completion_of},
     telemetry::Timed,
 };
 
 /// Concurrent statements per call: with the poll loop's concurrency this keeps a few batches
 /// in flight while the next ones fill.
-const FLUSHERS: usize = 4;
+const FLUSHERS: usize = 2;
 /// Most evaluations one statement serves.
 const MAX_BATCH: usize = 128;
 
@@ -33,11 +33,12 @@ struct SnapshotRequest {
     with_windows: bool,
 }
 
-/// An evaluation that decided nothing, to be recorded behind the version fence.
+/// A finished evaluation to record behind the version fence, with the action it decided on.
 #[derive(Debug, Clone)]
-pub struct NoActionEvaluation {
+pub struct FinishedEvaluation {
     pub snapshot: Snapshot,
     pub verdict: Verdict,
+    pub decision: Option<Decision>,
     pub started_at: DateTime<Utc>,
     pub due_at: Option<DateTime<Utc>>,
 }
@@ -45,7 +46,7 @@ pub struct NoActionEvaluation {
 #[derive(Clone)]
 pub struct EvaluationBatches {
     snapshots: Coalescer<SnapshotRequest, Result<Option<Snapshot>>>,
-    completions: Coalescer<NoActionEvaluation, Result<bool>>,
+    completions: Coalescer<FinishedEvaluation, Result<Completion>>,
 }
 
 impl EvaluationBatches {
@@ -60,7 +61,7 @@ impl EvaluationBatches {
         let completions = Coalescer::start("completion", FLUSHERS, MAX_BATCH, move |requests| {
             let store = store.clone();
             let worker = Arc::clone(&worker);
-            async move { record_without_action(&store, &worker, requests).await }
+            async move { record_completions(&store, &worker, requests).await }
         });
         Self {
             snapshots,
@@ -86,9 +87,15 @@ impl EvaluationBatches {
             .unwrap_or_else(|| Err(StoreError::Interrupted))
     }
 
-    /// Records an evaluation without an action; `false` when the entity's moderation version
-    /// moved since the snapshot (nothing was written).
-    pub async fn record_without_action(&self, evaluation: NoActionEvaluation) -> Result<bool> {
+    /// Records the evaluation and applies its action, if any: [`Store::complete_evaluation`]
+    /// sharing its statement with concurrent evaluations. An action whose entity has an author
+    /// must go through [`Store::complete_evaluation`] (the author's derived signal needs a
+    /// transaction of its own).
+    pub async fn complete(&self, evaluation: FinishedEvaluation) -> Result<Completion> {
+        debug_assert!(
+            evaluation.decision.is_none() || evaluation.snapshot.author.is_none(),
+            "authored actions are completed one by one"
+        );
         self.completions
             .call(evaluation)
             .await
@@ -143,12 +150,11 @@ async fn read_snapshots(
         .collect()
 }
 
-fn fenced<'a>(evaluation: &'a NoActionEvaluation, worker: &'a str) -> FencedEvaluation<'a> {
+fn fenced<'a>(evaluation: &'a FinishedEvaluation, worker: &'a str) -> FencedEvaluation<'a> {
     FencedEvaluation {
         snapshot: &evaluation.snapshot,
         verdict: &evaluation.verdict,
-        new_status: evaluation.snapshot.status,
-        action_id: None,
+        decision: evaluation.decision.as_ref(),
         worker,
         started_at: evaluation.started_at,
         due_at: evaluation.due_at,
@@ -157,12 +163,15 @@ fn fenced<'a>(evaluation: &'a NoActionEvaluation, worker: &'a str) -> FencedEval
 
 /// Records the evaluations in one fenced statement. An entity appears once per statement, so a
 /// second evaluation of the same entity in the batch (a stale claim) is recorded on its own.
-async fn record_without_action(
+async fn record_completions(
     store: &Store,
     worker: &str,
-    requests: Vec<NoActionEvaluation>,
-) -> Vec<Result<bool>> {
-    let mut answers: Vec<Option<Result<bool>>> = requests.iter().map(|_| None).collect();
+    requests: Vec<FinishedEvaluation>,
+) -> Vec<Result<Completion>> {
+    let answer = |request: &FinishedEvaluation, recorded: Option<&Recorded>| {
+        completion_of(&request.snapshot, request.decision.as_ref(), recorded)
+    };
+    let mut answers: Vec<Option<Result<Completion>>> = requests.iter().map(|_| None).collect();
     let mut seen = HashSet::new();
     let (first, repeated): (Vec<usize>, Vec<usize>) =
         (0..requests.len()).partition(|&i| seen.insert(requests[i].snapshot.entity.as_str()));
@@ -177,7 +186,8 @@ async fn record_without_action(
     match recorded {
         Ok(recorded) => {
             for &i in &first {
-                answers[i] = Some(Ok(recorded.contains(requests[i].snapshot.entity.as_str())));
+                let entity = requests[i].snapshot.entity.as_str();
+                answers[i] = Some(answer(&requests[i], recorded.get(entity)));
             }
         }
         Err(error) if first.len() > 1 && !error.is_unavailable() => {
@@ -189,7 +199,8 @@ async fn record_without_action(
     for i in one_by_one {
         let recorded =
             Store::record_fenced_evaluations(store.pool(), &[fenced(&requests[i], worker)]).await;
-        answers[i] = Some(recorded.map(|set| !set.is_empty()));
+        let entity = requests[i].snapshot.entity.as_str();
+        answers[i] = Some(recorded.and_then(|r| answer(&requests[i], r.get(entity))));
     }
     answers
         .into_iter()

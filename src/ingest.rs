@@ -203,13 +203,19 @@ impl Committer {
         } else {
             self.store.entities_of(&duplicate_ids).await?
         };
+        let owned_by: HashMap<&str, &EntityId> = unique
+            .iter()
+            .map(|event| (event.id.as_str(), &event.entity))
+            .collect();
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
         for event in group.iter().flat_map(|job| &job.events) {
             let entity = match recorded.get(event.id.as_str()) {
                 Some(stored) => stored.clone(),
                 // Inserted now, by this event or an earlier one of the group with the same
                 // entity.
-                None if seen_in_group(&unique, event) => event.entity.clone(),
+                None if owned_by.get(event.id.as_str()) == Some(&&event.entity) => {
+                    event.entity.clone()
+                }
                 None => continue,
             };
             let priority = entities.entry(entity).or_default();
@@ -229,11 +235,4 @@ impl Committer {
         metrics::counter!(names::EVENTS_DUPLICATE).increment(duplicates as u64);
         Ok(outcomes)
     }
-}
-
-/// Whether an event's id was recorded in this group under the same entity.
-fn seen_in_group(unique: &[&Event], event: &Event) -> bool {
-    unique
-        .iter()
-        .any(|u| u.id == event.id && u.entity == event.entity)
 }

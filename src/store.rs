@@ -399,16 +399,22 @@ pub enum Completion {
 }
 
 /// One evaluation to record behind the version fence: what the rules saw and decided, and the
-/// status and action (if any) it leaves the entity with.
+/// action to apply, if any.
 #[derive(Debug, Clone, Copy)]
 pub struct FencedEvaluation<'a> {
     pub snapshot: &'a Snapshot,
     pub verdict: &'a Verdict,
-    pub new_status: Status,
-    pub action_id: Option<i64>,
+    pub decision: Option<&'a Decision>,
     pub worker: &'a str,
     pub started_at: DateTime<Utc>,
     pub due_at: Option<DateTime<Utc>>,
+}
+
+/// What [`Store::record_fenced_evaluations`] wrote for one entity that passed the fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The action applied now; `None` if there was no decision or its dedup key existed.
+    pub action_id: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -525,56 +531,95 @@ impl Store {
             .collect()
     }
 
-    /// The fence, the entities' bookkeeping and the evaluation records of several evaluations
-    /// in one statement (atomic on its own, one round trip): alone for evaluations without an
-    /// action, last in the action's transaction otherwise. Returns the entities recorded; an
-    /// entity whose version moved is left out and nothing of its evaluation is written.
+    /// The fence, the actions, their outbox rows, the entities' bookkeeping and the evaluation
+    /// records of several evaluations in one statement (atomic on its own, one round trip).
+    /// Returns, by entity, what was recorded for those that passed the fence; an entity whose
+    /// version moved is left out and nothing of its evaluation is written.
     ///
-    /// Rows are locked in entity order, as ingest locks them, so concurrent batches and
-    /// ingest transactions wait on each other in one order, never in a cycle. An entity may
-    /// appear once per call.
+    /// Rows are locked in entity order, as ingest locks them, so concurrent batches and ingest
+    /// transactions wait on each other in one order, never in a cycle; once locked at the
+    /// version read, an entity's action, status and evaluation are written together. The
+    /// action's unique dedup key is the authority that it takes effect once: on a conflict the
+    /// evaluation is recorded without it. An entity may appear once per call. The author's
+    /// derived signal is not written here (see [`Store::complete_evaluation`]).
     pub async fn record_fenced_evaluations<'e>(
         executor: impl sqlx::PgExecutor<'e>,
         evaluations: &[FencedEvaluation<'_>],
-    ) -> Result<HashSet<String>> {
-        // The snapshot is kept when a shadow rule matched: what it would have done, on what.
-        let shadow_snapshots: Vec<Option<sqlx::types::Json<&Snapshot>>> = evaluations
+    ) -> Result<HashMap<String, Recorded>> {
+        use sqlx::types::Json;
+        let column = |f: &dyn Fn(&FencedEvaluation<'_>) -> Option<String>| -> Vec<Option<String>> {
+            evaluations.iter().map(f).collect()
+        };
+        let actions = column(&|e| e.decision.map(|d| d.action.as_str().to_owned()));
+        let rules = column(&|e| e.decision.map(|d| d.rule.clone()));
+        let reasons = column(&|e| e.decision.map(|d| d.reason.clone()));
+        let new_statuses = column(&|e| e.decision.map(|d| d.action.status().as_str().to_owned()));
+        let dedup_keys = column(&|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)));
+        // The snapshot is kept with an action (what it decided on) and when a shadow rule
+        // matched (what it would have done, on what).
+        let snapshots: Vec<Option<Json<&Snapshot>>> = evaluations
             .iter()
-            .map(|e| (!e.verdict.shadow.is_empty()).then_some(sqlx::types::Json(e.snapshot)))
+            .map(|e| {
+                (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot))
+            })
             .collect();
-        let recorded: Vec<String> = sqlx::query_scalar(
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
             "WITH input AS (
                  SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                       $5::timestamptz[], $6::jsonb[], $7::jsonb[],
-                                      $8::timestamptz[], $9::text[], $10::int8[])
+                                      $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+                                      $12::text[], $13::text[], $14::text[], $15::bool[])
                      AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                          due_at, status, action_id)
+                          due_at, status, action, rule, reason, new_status, dedup_key, shadow)
              ),
              locked AS MATERIALIZED (
-                 SELECT e.entity FROM entities e JOIN input i ON i.entity = e.entity
+                 SELECT e.entity FROM entities e
+                 JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
                  ORDER BY e.entity
                  FOR UPDATE OF e
              ),
+             applied AS (
+                 INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                      snapshot, applied_version, dedup_key)
+                 SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
+                        i.version, i.dedup_key
+                 FROM input i JOIN locked l ON l.entity = i.entity
+                 WHERE i.action IS NOT NULL
+                 ORDER BY i.dedup_key
+                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
+                 RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+             ),
+             notified AS (
+                 INSERT INTO outbox (topic, idempotency_key, payload)
+                 SELECT 'action.applied', a.dedup_key,
+                        jsonb_build_object('action_id', a.id, 'entity', a.entity,
+                                           'action', a.action, 'rule', a.rule,
+                                           'reason', a.reason, 'status', a.new_status,
+                                           'moderation_version', a.applied_version + 1)
+                 FROM applied a
+                 ORDER BY a.id
+             ),
              fenced AS (
                  UPDATE entities e SET
-                     status = i.status,
+                     status = COALESCE(a.new_status, e.status),
                      moderation_version = e.moderation_version
-                                          + CASE WHEN i.action_id IS NULL THEN 0 ELSE 1 END,
+                                          + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
                      evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
                      pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
                                           ELSE e.pending_since END,
                      evaluation_count = e.evaluation_count + 1,
                      last_evaluated_at = now()
                  FROM input i
+                 JOIN locked l ON l.entity = i.entity
+                 LEFT JOIN applied a ON a.entity = i.entity
                  WHERE e.entity = i.entity AND e.moderation_version = i.version
-                   AND e.entity IN (SELECT entity FROM locked)
-                 RETURNING e.entity)
+                 RETURNING e.entity, a.id AS action_id)
              INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                       decisions, action_id, snapshot, due_at)
              SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                    i.action_id, i.snapshot, i.due_at
+                    f.action_id, CASE WHEN i.shadow THEN i.snapshot END, i.due_at
              FROM fenced f JOIN input i ON i.entity = f.entity
-             RETURNING entity",
+             RETURNING entity, action_id",
         )
         .bind(
             evaluations
@@ -599,21 +644,34 @@ impl Store {
         .bind(
             evaluations
                 .iter()
-                .map(|e| sqlx::types::Json(e.verdict))
+                .map(|e| Json(e.verdict))
                 .collect::<Vec<_>>(),
         )
-        .bind(shadow_snapshots)
+        .bind(snapshots)
         .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
         .bind(
             evaluations
                 .iter()
-                .map(|e| e.new_status.as_str())
+                .map(|e| e.snapshot.status.as_str())
                 .collect::<Vec<_>>(),
         )
-        .bind(evaluations.iter().map(|e| e.action_id).collect::<Vec<_>>())
+        .bind(actions)
+        .bind(rules)
+        .bind(reasons)
+        .bind(new_statuses)
+        .bind(dedup_keys)
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| !e.verdict.shadow.is_empty())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(executor)
         .await?;
-        Ok(recorded.into_iter().collect())
+        Ok(rows
+            .into_iter()
+            .map(|(entity, action_id)| (entity, Recorded { action_id }))
+            .collect())
     }
 
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
@@ -631,111 +689,51 @@ impl Store {
         started_at: DateTime<Utc>,
         due_at: Option<DateTime<Utc>>,
     ) -> Result<Completion> {
-        let conflict = || StoreError::VersionConflict {
-            read: snapshot.moderation_version,
-        };
-        let fenced = |new_status, action_id| FencedEvaluation {
+        let fenced = [FencedEvaluation {
             snapshot,
             verdict,
-            new_status,
-            action_id,
+            decision,
             worker,
             started_at,
             due_at,
+        }];
+        let author = snapshot.author.as_ref().filter(|_| decision.is_some());
+        let Some((decision, author)) = decision.zip(author) else {
+            // One statement, atomic on its own: no transaction needed.
+            let recorded = Self::record_fenced_evaluations(&self.pool, &fenced).await?;
+            return completion_of(snapshot, decision, recorded.get(snapshot.entity.as_str()));
         };
-        // Most evaluations decide nothing: one statement, no transaction.
-        if decision.is_none() {
-            let recorded =
-                Self::record_fenced_evaluations(&self.pool, &[fenced(snapshot.status, None)])
-                    .await?;
-            return if !recorded.is_empty() {
-                Ok(Completion::NoAction)
-            } else {
-                Err(conflict())
-            };
-        }
+        // An action on an authored entity feeds back: the author's entity gets a derived
+        // signal, once per action (its id is the action's dedup key), in the same transaction.
+        // Both rows are locked first, in the order ingest locks them.
         let mut tx = self.pool.begin().await?;
-        let mut completion = Completion::NoAction;
-        let mut new_status = snapshot.status;
-        if let Some(decision) = decision {
+        lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
+        let recorded = Self::record_fenced_evaluations(&mut *tx, &fenced).await?;
+        let mut completion = completion_of(
+            snapshot,
+            Some(decision),
+            recorded.get(snapshot.entity.as_str()),
+        )?;
+        if let Completion::Applied {
+            author: to_schedule,
+            ..
+        } = &mut completion
+        {
             let dedup_key = snapshot.dedup_key(&decision.rule);
-            let action_id: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                      snapshot, applied_version, dedup_key)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
-                 RETURNING id",
-            )
-            .bind(snapshot.entity.as_str())
-            .bind(decision.action.as_str())
-            .bind(&decision.rule)
-            .bind(&decision.reason)
-            .bind(snapshot.status.as_str())
-            .bind(decision.action.status().as_str())
-            .bind(sqlx::types::Json(snapshot))
-            .bind(snapshot.moderation_version)
-            .bind(&dedup_key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            match action_id {
-                Some(action_id) => {
-                    new_status = decision.action.status();
-                    // Actions feed back: the author's entity gets a derived signal, once per
-                    // action (its id is the action's dedup key), in this same transaction.
-                    let author = match &snapshot.author {
-                        Some(author) => {
-                            lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()])
-                                .await?;
-                            let derived = Event {
-                                id: EventId::parse(&format!("derived:{dedup_key}"))
-                                    .map_err(|e| StoreError::Corrupt(e.0))?,
-                                entity: author.clone(),
-                                signal: Signal::parse(&format!(
-                                    "auto.{}",
-                                    decision.action.as_str()
-                                ))
-                                .map_err(|e| StoreError::Corrupt(e.0))?,
-                                actor: Some(snapshot.entity.as_str().to_owned()),
-                                weight: 1.0,
-                                occurred_at: None,
-                                priority: Priority::Normal,
-                                author: None,
-                            };
-                            let inserted = record_in(&mut tx, &[&derived]).await?;
-                            (!inserted.is_empty()).then(|| author.clone())
-                        }
-                        None => None,
-                    };
-                    completion = Completion::Applied { action_id, author };
-                    sqlx::query(
-                        "INSERT INTO outbox (topic, idempotency_key, payload)
-                         VALUES ('action.applied', $1, $2)",
-                    )
-                    .bind(&dedup_key)
-                    .bind(serde_json::json!({
-                        "action_id": action_id,
-                        "entity": snapshot.entity,
-                        "action": decision.action,
-                        "rule": decision.rule,
-                        "reason": decision.reason,
-                        "status": new_status,
-                        "moderation_version": snapshot.moderation_version + 1,
-                    }))
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                None => completion = Completion::AlreadyApplied,
-            }
-        }
-        let action_id = match completion {
-            Completion::Applied { action_id, .. } => Some(action_id),
-            _ => None,
-        };
-        let recorded =
-            Self::record_fenced_evaluations(&mut *tx, &[fenced(new_status, action_id)]).await?;
-        if recorded.is_empty() {
-            tx.rollback().await?;
-            return Err(conflict());
+            let derived = Event {
+                id: EventId::parse(&format!("derived:{dedup_key}"))
+                    .map_err(|e| StoreError::Corrupt(e.0))?,
+                entity: author.clone(),
+                signal: Signal::parse(&format!("auto.{}", decision.action.as_str()))
+                    .map_err(|e| StoreError::Corrupt(e.0))?,
+                actor: Some(snapshot.entity.as_str().to_owned()),
+                weight: 1.0,
+                occurred_at: None,
+                priority: Priority::Normal,
+                author: None,
+            };
+            let inserted = record_in(&mut tx, &[&derived]).await?;
+            *to_schedule = (!inserted.is_empty()).then(|| author.clone());
         }
         tx.commit().await?;
         Ok(completion)
@@ -1290,6 +1288,31 @@ impl Store {
             by_rule.push((row.get("rule"), counts));
         }
         Ok((total, by_rule))
+    }
+}
+
+/// The completion of one evaluation from what the fenced statement recorded for it (`None`:
+/// the version had moved and nothing was written).
+pub fn completion_of(
+    snapshot: &Snapshot,
+    decision: Option<&Decision>,
+    recorded: Option<&Recorded>,
+) -> Result<Completion> {
+    match (recorded, decision) {
+        (None, _) => Err(StoreError::VersionConflict {
+            read: snapshot.moderation_version,
+        }),
+        (Some(_), None) => Ok(Completion::NoAction),
+        (
+            Some(Recorded {
+                action_id: Some(id),
+            }),
+            Some(_),
+        ) => Ok(Completion::Applied {
+            action_id: *id,
+            author: None,
+        }),
+        (Some(Recorded { action_id: None }), Some(_)) => Ok(Completion::AlreadyApplied),
     }
 }
 

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::Settings,
     domain::EntityId,
-    evaluation_batches::{EvaluationBatches, NoActionEvaluation},
+    evaluation_batches::{EvaluationBatches, FinishedEvaluation},
     queue::{Claim, Failed, Queue, QueueError, Reaped},
     rules::Rules,
     store::{Completion, Snapshot, Store, StoreError, SweepCursor},
@@ -665,39 +665,30 @@ impl Worker {
             hook(snapshot.clone()).await;
         }
         let due_at = DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms);
-        let completion = match decision {
-            // The common case: shares its statement with concurrent evaluations.
-            None => {
-                let recorded = self
-                    .batches
-                    .record_without_action(NoActionEvaluation {
-                        snapshot: snapshot.clone(),
-                        verdict: verdict.clone(),
-                        started_at,
-                        due_at,
-                    })
-                    .await?;
-                if !recorded {
-                    return Err(StoreError::VersionConflict {
-                        read: snapshot.moderation_version,
-                    }
-                    .into());
-                }
-                Completion::NoAction
-            }
-            Some(_) => {
-                self.store
-                    .complete_evaluation(
-                        &snapshot,
-                        &verdict,
-                        decision,
-                        &self.settings.worker_id,
-                        started_at,
-                        due_at,
-                    )
-                    .timed_query("complete_evaluation")
-                    .await?
-            }
+        let completion = if decision.is_some() && snapshot.author.is_some() {
+            // The author's derived signal needs a transaction of its own.
+            self.store
+                .complete_evaluation(
+                    &snapshot,
+                    &verdict,
+                    decision,
+                    &self.settings.worker_id,
+                    started_at,
+                    due_at,
+                )
+                .timed_query("complete_evaluation")
+                .await?
+        } else {
+            // Shares its statement (and commit) with concurrent evaluations.
+            self.batches
+                .complete(FinishedEvaluation {
+                    snapshot: snapshot.clone(),
+                    verdict: verdict.clone(),
+                    decision: decision.cloned(),
+                    started_at,
+                    due_at,
+                })
+                .await?
         };
         metrics::histogram!(names::EVENTS_PER_EVALUATION)
             .record((snapshot.event_count - snapshot.previously_evaluated).max(0) as f64);

@@ -82,15 +82,19 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
         1
     );
     assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 1);
-    let workers: Vec<String> =
-        sqlx::query_scalar("SELECT worker FROM evaluations WHERE entity = 'post:crash'")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
-    assert_eq!(
-        workers,
-        vec!["in-process".to_owned()],
-        "the killed worker wrote nothing"
+    let workers: Vec<String> = sqlx::query_scalar(
+        "SELECT worker FROM evaluations WHERE entity = 'post:crash' ORDER BY id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    // The killed worker's statement was already in Postgres, waiting on the row: it either died
+    // with the connection or landed when the row was released, as if the worker had committed
+    // just before the kill. Either way the survivor evaluated last, and the fence and the dedup
+    // key kept the action single (asserted above).
+    assert!(
+        workers == ["in-process"] || workers == ["doomed", "in-process"],
+        "evaluations by {workers:?}"
     );
 }
 

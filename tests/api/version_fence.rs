@@ -180,8 +180,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
         .map(|(name, verdict)| quiesce::store::FencedEvaluation {
             snapshot: &snapshots[*name],
             verdict,
-            new_status: snapshots[*name].status,
-            action_id: None,
+            decision: None,
             worker: "test",
             started_at: chrono::Utc::now(),
             due_at: None,
@@ -191,7 +190,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
         .await
         .unwrap();
 
-    let mut recorded: Vec<_> = recorded.into_iter().collect();
+    let mut recorded: Vec<_> = recorded.into_keys().collect();
     recorded.sort();
     assert_eq!(recorded, ["post:batch-a", "post:batch-c"]);
     assert_eq!(app.evaluation_count("post:batch-a").await, 1);
@@ -215,20 +214,24 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
 
 #[tokio::test]
 async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome() {
+    // 40 entities: every even one has 10 flags (the default rules hide it), every odd one an
+    // upvote; every fifth is overtaken by a moderator between its snapshot and its write.
     let app = spawn_app(TestOptions::idle()).await;
     let entities: Vec<String> = (0..40).map(|i| format!("post:shared-{i}")).collect();
-    let events: Vec<_> = entities
-        .iter()
-        .enumerate()
-        .map(|(i, entity)| event(&format!("s{i}"), entity, "upvote"))
-        .collect();
+    let mut events = Vec::new();
+    for (i, entity) in entities.iter().enumerate() {
+        if i % 2 == 0 {
+            events.extend((0..10).map(|n| event(&format!("s{i}-{n}"), entity, "flag")));
+        } else {
+            events.push(event(&format!("s{i}"), entity, "upvote"));
+        }
+    }
     app.send(&json!(events)).await;
     let batches = quiesce::evaluation_batches::EvaluationBatches::start(
         app.backends.store.clone(),
         "test".into(),
     );
     let rules = app.backends.rules.current();
-    // Every fifth entity is overtaken by a moderator between its snapshot and its write.
     let runs = entities.iter().enumerate().map(|(i, name)| {
         let (batches, rules, pool) = (batches.clone(), rules.clone(), app.pool.clone());
         let entity = quiesce::domain::EntityId::parse(name).unwrap();
@@ -247,22 +250,50 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
                     .unwrap();
             }
             let verdict = rules.evaluate(&snapshot);
-            let recorded = batches
-                .record_without_action(quiesce::evaluation_batches::NoActionEvaluation {
+            let decision = verdict.to_apply(snapshot.status, None).cloned();
+            let completion = batches
+                .complete(quiesce::evaluation_batches::FinishedEvaluation {
                     snapshot,
                     verdict,
+                    decision,
                     started_at: chrono::Utc::now(),
                     due_at: None,
                 })
-                .await
-                .unwrap();
-            (i, recorded)
+                .await;
+            (i, completion)
         }
     });
-    for (i, recorded) in futures::future::join_all(runs).await {
-        assert_eq!(recorded, i % 5 != 0, "entity {i}");
+    for (i, completion) in futures::future::join_all(runs).await {
+        match (i % 5 == 0, i % 2 == 0, completion) {
+            (true, _, Err(quiesce::store::StoreError::VersionConflict { read: 0 })) => {}
+            (false, true, Ok(quiesce::store::Completion::Applied { .. })) => {}
+            (false, false, Ok(quiesce::store::Completion::NoAction)) => {}
+            (_, _, other) => panic!("entity {i}: {other:?}"),
+        }
     }
+    // 8 fenced out; of the 32 recorded, the 16 flagged ones (even, not a multiple of 5) hidden.
     assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 32);
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 16);
+    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 16);
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM entities e JOIN actions a USING (entity)
+             JOIN evaluations v ON v.action_id = a.id
+             WHERE e.status = 'hidden' AND e.moderation_version = 1 AND a.applied_version = 0"
+        )
+        .await,
+        16,
+        "each action's entity, status, version and evaluation agree"
+    );
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM outbox o JOIN actions a ON a.dedup_key = o.idempotency_key
+             WHERE o.payload->>'action_id' = a.id::text AND o.payload->>'status' = 'hidden'
+               AND o.payload->>'moderation_version' = '1'"
+        )
+        .await,
+        16
+    );
     let unknown = quiesce::domain::EntityId::parse("post:never-seen").unwrap();
     assert!(
         batches

@@ -2,7 +2,9 @@
 // debounce mode (extend + replace + delay), on the workload quiesce runs. Prints one JSON line.
 //
 //   node bench.js --redis redis://127.0.0.1:6379 --events 100000 --entities 10000 \
-//                 --window-ms 2000 --in-flight 256 --prefix bench-bullmq-<id>
+//                 --window-ms 2000 --in-flight 256 --prefix bench-bullmq-<id> [--rate 2000]
+//
+// With --rate the adds are paced at that many per second (fire lag with due times spread out).
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
@@ -21,6 +23,7 @@ const windowMs = Number(args['window-ms'] ?? 2000);
 const inFlight = Number(args['in-flight'] ?? 256);
 const prefix = args.prefix ?? `bench-bullmq-${process.pid}`;
 const concurrency = Number(args.concurrency ?? 64);
+const rate = Number(args.rate ?? 0);
 
 const queue = new Queue('debounce', { connection: client(), prefix });
 // When each entity's last event was added: its job is due at that time + the window.
@@ -54,6 +57,10 @@ async function adder() {
   while (true) {
     const i = next++;
     if (i >= events) return;
+    if (rate > 0) {
+      const wait = started + (i / rate) * 1000 - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
     const entity = `post:${i % entities}`;
     lastAdd.set(entity, Date.now());
     await queue.add(
@@ -81,7 +88,7 @@ const pick = (q) => (lags.length ? lags[Math.min(lags.length - 1, Math.floor(q *
 const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
 console.log(JSON.stringify({
   peer: `bullmq ${JSON.parse((await import('fs')).readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url))).version}`,
-  events, entities, window_ms: windowMs, in_flight: inFlight,
+  events, entities, window_ms: windowMs, in_flight: inFlight, rate: rate || null,
   add_seconds: addSeconds, adds_per_second: events / addSeconds,
   jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
   fire_lag_ms: { p50: pick(0.5), p99: pick(0.99), max: lags.length ? lags[lags.length - 1] : null },
