@@ -7,7 +7,7 @@
 -- delay instead, and keeps its anchor. Bounded by LIMIT, never an unbounded range.
 --
 -- KEYS[1]  due       ZSET  entity -> fire-at (ms)
--- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
+-- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[3]  inflight  ZSET  entity -> lease deadline (ms)
 -- KEYS[4]  claims    HASH  entity -> claim token
 -- ARGV[1]  most entities to claim
@@ -29,8 +29,8 @@ for i = 1, #due, 2 do
     redis.call('ZADD', KEYS[1], now + busy_delay, entity)
     busy = busy + 1
   else
-    local anchor = redis.call('HGET', KEYS[2], entity) or due[i + 1]
-    local token = ARGV[3] .. ':' .. ((i + 1) / 2) .. ':' .. anchor
+    local anchor = decode_anchor(redis.call('HGET', KEYS[2], entity)) or tonumber(due[i + 1])
+    local token = ARGV[3] .. ':' .. ((i + 1) / 2) .. ':' .. string.format('%.0f', anchor)
     redis.call('ZREM', KEYS[1], entity)
     redis.call('HDEL', KEYS[2], entity)
     redis.call('ZADD', KEYS[3], now + lease, entity)

@@ -8,7 +8,7 @@
 -- and leaves the due set: it is evaluated again only when redriven.
 --
 -- KEYS[1]  due        ZSET  entity -> fire-at (ms)
--- KEYS[2]  pending    HASH  entity -> max-wait anchor (ms)
+-- KEYS[2]  pending    HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[3]  inflight   ZSET  entity -> lease deadline (ms)
 -- KEYS[4]  claims     HASH  entity -> claim token
 -- KEYS[5]  failures   HASH  entity -> JSON {attempts, first_failure_ms, last_failure_ms, last_error}
@@ -56,9 +56,9 @@ local current = tonumber(redis.call('ZSCORE', KEYS[1], entity))
 if not current or fire < current then
   redis.call('ZADD', KEYS[1], fire, entity)
 end
-local pending = tonumber(redis.call('HGET', KEYS[2], entity))
+local pending = decode_anchor(redis.call('HGET', KEYS[2], entity))
 if not pending or anchor < pending then
-  redis.call('HSET', KEYS[2], entity, anchor)
+  redis.call('HSET', KEYS[2], entity, encode_anchor(anchor))
 end
 redis.call('HSET', KEYS[5], entity, cjson.encode(record))
 return 1

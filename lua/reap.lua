@@ -5,7 +5,7 @@
 -- its claim carried (at the end of the token).
 --
 -- KEYS[1]  due        ZSET  entity -> fire-at (ms)
--- KEYS[2]  pending    HASH  entity -> max-wait anchor (ms)
+-- KEYS[2]  pending    HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[3]  inflight   ZSET  entity -> lease deadline (ms)
 -- KEYS[4]  claims     HASH  entity -> claim token
 -- KEYS[5]  failures   HASH  entity -> JSON {attempts, first_failure_ms, last_failure_ms, last_error}
@@ -45,9 +45,9 @@ for _, entity in ipairs(expired) do
     if not current or now < current then
       redis.call('ZADD', KEYS[1], now, entity)
     end
-    local pending = tonumber(redis.call('HGET', KEYS[2], entity))
+    local pending = decode_anchor(redis.call('HGET', KEYS[2], entity))
     if not pending or anchor < pending then
-      redis.call('HSET', KEYS[2], entity, anchor)
+      redis.call('HSET', KEYS[2], entity, encode_anchor(anchor))
     end
     returned = returned + 1
   end

@@ -4,7 +4,7 @@
 -- KEYS[1]  dead       ZSET  entity -> dead-lettered at (ms)
 -- KEYS[2]  dead_info  HASH  entity -> JSON failure record
 -- KEYS[3]  due        ZSET  entity -> fire-at (ms)
--- KEYS[4]  pending    HASH  entity -> max-wait anchor (ms)
+-- KEYS[4]  pending    HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[5]  failures   HASH  entity -> JSON failure record of a live entity
 -- ARGV[1..] entities
 -- Returns: how many of them were dead-lettered and are now due.
@@ -16,7 +16,7 @@ for _, entity in ipairs(ARGV) do
     redis.call('HDEL', KEYS[2], entity)
     redis.call('HDEL', KEYS[5], entity)
     redis.call('ZADD', KEYS[3], now, entity)
-    redis.call('HSETNX', KEYS[4], entity, now)
+    redis.call('HSETNX', KEYS[4], entity, encode_anchor(now))
     redriven = redriven + 1
   end
 end

@@ -6,7 +6,7 @@
 -- do not stretch max wait.
 --
 -- KEYS[1]  due       ZSET  entity -> fire-at (ms)
--- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms)
+-- KEYS[2]  pending   HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[3]  inflight  ZSET  entity -> lease deadline (ms)
 -- KEYS[4]  claims    HASH  entity -> claim token
 -- ARGV[1]  entity
@@ -26,9 +26,9 @@ local current = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not current or fire < current then
   redis.call('ZADD', KEYS[1], fire, ARGV[1])
 end
-local pending = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
+local pending = decode_anchor(redis.call('HGET', KEYS[2], ARGV[1]))
 anchor = anchor or now
 if not pending or anchor < pending then
-  redis.call('HSET', KEYS[2], ARGV[1], anchor)
+  redis.call('HSET', KEYS[2], ARGV[1], encode_anchor(anchor))
 end
 return 1

@@ -8,7 +8,7 @@
 -- clocks do not matter.
 --
 -- KEYS[1]  due      ZSET  entity -> fire-at (unix ms)
--- KEYS[2]  pending  HASH  entity -> time of the first event not yet claimed (max-wait anchor)
+-- KEYS[2]  pending  HASH  entity -> time of the first event not yet claimed (max-wait anchor, anchor.lua encoding)
 -- KEYS[3]  dead     ZSET  entity -> dead-lettered at (ms)
 -- ARGV[1]  window (ms)
 -- ARGV[2]  max wait (ms)
@@ -26,10 +26,10 @@ for i = 4, #ARGV, 2 do
   local entity = ARGV[i]
   local critical = ARGV[i + 1] == '1'
   if not redis.call('ZSCORE', KEYS[3], entity) then
-    local first = tonumber(redis.call('HGET', KEYS[2], entity))
+    local first = decode_anchor(redis.call('HGET', KEYS[2], entity))
     if not first then
       first = now
-      redis.call('HSET', KEYS[2], entity, now)
+      redis.call('HSET', KEYS[2], entity, encode_anchor(now))
     end
     local current = tonumber(redis.call('ZSCORE', KEYS[1], entity))
     local fire

@@ -568,6 +568,19 @@ impl Queue {
         Ok(())
     }
 
+    /// The max-wait anchor (unix ms) of an entity waiting in the due set: the time of its first
+    /// event not yet claimed.
+    pub async fn max_wait_anchor(&self, entity: &EntityId) -> Result<Option<i64>> {
+        let key = self.keys.for_entity(entity).pending();
+        let mut redis = self.redis.clone();
+        let raw: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(key)
+            .arg(entity.as_str())
+            .query_async(&mut redis)
+            .await?;
+        Ok(raw.as_deref().and_then(decode_anchor))
+    }
+
     /// When the entity fires next and whether an evaluation of it is running.
     pub async fn state_of(&self, entity: &EntityId) -> Result<ScheduleState> {
         let keys = self.keys.for_entity(entity);
@@ -656,6 +669,18 @@ impl Queue {
     }
 }
 
+/// A pending-hash value as `lua/anchor.lua` writes it (6 bytes, big-endian unix ms), or a
+/// decimal one written before that encoding.
+fn decode_anchor(raw: &[u8]) -> Option<i64> {
+    match raw.len() {
+        6 => Some(
+            raw.iter()
+                .fold(0i64, |ms, byte| ms * 256 + i64::from(*byte)),
+        ),
+        _ => std::str::from_utf8(raw).ok()?.parse().ok(),
+    }
+}
+
 fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
     use redis::FromRedisValue;
     let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
@@ -701,6 +726,15 @@ fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Res
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn anchors_decode_from_six_bytes_or_from_older_decimal_values() {
+        let ms: i64 = 1_796_000_000_123;
+        let bytes: Vec<u8> = (0..6).rev().map(|i| (ms >> (8 * i)) as u8).collect();
+        assert_eq!(super::decode_anchor(&bytes), Some(ms));
+        assert_eq!(super::decode_anchor(b"1796000000123"), Some(ms));
+        assert_eq!(super::decode_anchor(b"not a time"), None);
+    }
+
     use super::RedisDurability;
 
     #[test]

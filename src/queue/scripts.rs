@@ -1,4 +1,5 @@
-//! The Lua scripts of `lua/`, embedded once and run with EVALSHA (reloaded on NOSCRIPT).
+//! The Lua scripts of `lua/`, embedded once and run with EVALSHA (reloaded on NOSCRIPT). The
+//! scripts that touch the pending hash start with `lua/anchor.lua`, its encoding of anchors.
 
 use std::sync::LazyLock;
 
@@ -17,15 +18,20 @@ pub struct Scripts {
     pub redrive: Script,
 }
 
+/// The script with the anchor encoding's functions in front.
+fn with_anchor(script: &str) -> Script {
+    Script::new(&[include_str!("../../lua/anchor.lua"), script].concat())
+}
+
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    schedule: Script::new(include_str!("../../lua/schedule.lua")),
-    claim: Script::new(include_str!("../../lua/claim.lua")),
+    schedule: with_anchor(include_str!("../../lua/schedule.lua")),
+    claim: with_anchor(include_str!("../../lua/claim.lua")),
     ack: Script::new(include_str!("../../lua/ack.lua")),
-    retry: Script::new(include_str!("../../lua/retry.lua")),
-    reap: Script::new(include_str!("../../lua/reap.lua")),
+    retry: with_anchor(include_str!("../../lua/retry.lua")),
+    reap: with_anchor(include_str!("../../lua/reap.lua")),
     renew: Script::new(include_str!("../../lua/renew.lua")),
     unlock: Script::new(include_str!("../../lua/unlock.lua")),
-    repair: Script::new(include_str!("../../lua/repair.lua")),
-    fail: Script::new(include_str!("../../lua/fail.lua")),
-    redrive: Script::new(include_str!("../../lua/redrive.lua")),
+    repair: with_anchor(include_str!("../../lua/repair.lua")),
+    fail: with_anchor(include_str!("../../lua/fail.lua")),
+    redrive: with_anchor(include_str!("../../lua/redrive.lua")),
 });

@@ -251,3 +251,67 @@ async fn a_critical_event_skips_the_window() {
         "a normal event still waits for its window"
     );
 }
+
+#[tokio::test]
+async fn anchors_take_six_bytes_and_a_decimal_anchor_from_an_earlier_version_still_caps_max_wait() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_secs(2),
+        max_wait: Duration::from_secs(3),
+        ..TestOptions::idle()
+    })
+    .await;
+    let queue = &app.backends.queue;
+    let mut redis = queue.connection();
+    let clock = queue.connection();
+    let redis_now_ms = || {
+        let mut redis = clock.clone();
+        async move {
+            let time: Vec<String> = redis::cmd("TIME").query_async(&mut redis).await.unwrap();
+            time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000
+        }
+    };
+
+    // A new entity's anchor is its first event's time, stored in 6 bytes.
+    let fresh = quiesce::domain::EntityId::parse("post:anchor-new").unwrap();
+    let before = redis_now_ms().await;
+    app.send(&json!(event("a1", fresh.as_str(), "upvote")))
+        .await;
+    let after = redis_now_ms().await;
+    let anchor = app.max_wait_anchor(&fresh).await.expect("pending");
+    assert!(
+        (before..=after).contains(&anchor),
+        "{before} <= {anchor} <= {after}"
+    );
+    let raw: Vec<u8> = redis::cmd("HGET")
+        .arg(queue.keys().for_entity(&fresh).pending())
+        .arg(fresh.as_str())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 6);
+
+    // An entity left pending by an earlier version (decimal anchor), first event 5 s ago: the
+    // next event finds max wait (3 s) past: due at anchor + 3 s (now), not in 1 s or 2 s.
+    let legacy = quiesce::domain::EntityId::parse("post:anchor-legacy").unwrap();
+    let keys = queue.keys().for_entity(&legacy);
+    let old = redis_now_ms().await - 5_000;
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(keys.due())
+        .arg(old + 6_000) // due in a second, as an earlier event slid it
+        .arg(legacy.as_str())
+        .ignore()
+        .cmd("HSET")
+        .arg(keys.pending())
+        .arg(legacy.as_str())
+        .arg(old.to_string())
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    app.send(&json!(event("l1", legacy.as_str(), "upvote")))
+        .await;
+    let due = queue.state_of(&legacy).await.unwrap().due_at_ms.unwrap();
+    assert_eq!(due, old + 3_000, "capped at the decimal anchor + max wait");
+    assert_eq!(app.max_wait_anchor(&legacy).await, Some(old));
+}

@@ -449,14 +449,7 @@ impl TestApp {
 
     /// The entity's max-wait anchor (unix ms) in Redis, if it has one.
     pub async fn max_wait_anchor(&self, entity: &quiesce::domain::EntityId) -> Option<i64> {
-        let keys = self.backends.queue.keys().for_entity(entity);
-        let mut redis = self.backends.queue.connection();
-        redis::cmd("HGET")
-            .arg(keys.pending())
-            .arg(entity.as_str())
-            .query_async(&mut redis)
-            .await
-            .unwrap()
+        self.backends.queue.max_wait_anchor(entity).await.unwrap()
     }
 
     /// Deletes every Redis key of this test, as a restart without persistence or a flush would
