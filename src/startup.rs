@@ -193,7 +193,7 @@ impl Application {
             Arc::clone(&backends.wakeup),
             settings.backend_timeout,
         );
-        let state = AppState {
+        let state = AppState::new(http::Shared {
             store: backends.store.clone(),
             queue: backends.queue.clone(),
             ingestor,
@@ -217,7 +217,7 @@ impl Application {
                 override_after_reversal: settings.override_after_reversal,
                 request_timeout: settings.request_timeout,
             }),
-        };
+        });
         Ok(Self {
             listener,
             address,

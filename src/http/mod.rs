@@ -38,8 +38,26 @@ pub struct Limits {
     pub request_timeout: std::time::Duration,
 }
 
+/// What every handler shares. Axum clones the state for each request (and each layer that
+/// holds it), so it is one `Arc`: a clone is one atomic increment, not a copy of every handle.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub store: Store,
     pub rules: Arc<crate::rules::Rules>,
     /// API tokens and their roles.
