@@ -84,6 +84,12 @@ async fn run<Req, Resp, F, Fut>(
                     Err(_) => break,
                 }
             }
+            // A caller that stopped waiting (its evaluation timed out and was settled) must not
+            // have its request run after all. One whose wait ends during the call still can.
+            batch.retain(|pending| !pending.reply.is_closed());
+            if batch.is_empty() {
+                continue;
+            }
             batch
         };
         metrics::histogram!(names::STORE_BATCH_SIZE, "call" => name).record(batch.len() as f64);

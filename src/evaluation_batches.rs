@@ -10,6 +10,7 @@ use std::{
 };
 
 use chrono::{DateTime, Utc};
+use futures::future::join_all;
 
 use crate::{
     coalesce::Coalescer,
@@ -135,10 +136,15 @@ async fn read_snapshots(
             }
             Err(error) if members.len() > 1 && !error.is_unavailable() => {
                 tracing::warn!(%error, entities = members.len(), "snapshot batch failed; reading one by one");
-                for &i in &members {
+                // Concurrently: an entity that fails again must not hold up the others.
+                let requests = &requests;
+                let reads = members.iter().map(|&i| async move {
                     let one = [requests[i].entity.as_str()];
                     let read = store.snapshots(&one, with_actors, with_windows).await;
-                    answers[i] = Some(read.map(|mut found| found.remove(one[0])));
+                    (i, read.map(|mut found| found.remove(one[0])))
+                });
+                for (i, read) in join_all(reads).await {
+                    answers[i] = Some(read);
                 }
             }
             Err(error) => share_error(error, &members, &mut answers),
@@ -196,11 +202,19 @@ async fn record_completions(
         }
         Err(error) => share_error(error, &first, &mut answers),
     }
-    for i in one_by_one {
-        let recorded =
-            Store::record_fenced_evaluations(store.pool(), &[fenced(&requests[i], worker)]).await;
-        let entity = requests[i].snapshot.entity.as_str();
-        answers[i] = Some(recorded.and_then(|r| answer(&requests[i], r.get(entity))));
+    // Concurrently: an entity that fails again (or waits on a row lock held elsewhere) must not
+    // hold up the others.
+    let singles = one_by_one.into_iter().map(|i| {
+        let request = &requests[i];
+        async move {
+            let recorded =
+                Store::record_fenced_evaluations(store.pool(), &[fenced(request, worker)]).await;
+            let entity = request.snapshot.entity.as_str();
+            (i, recorded.and_then(|r| answer(request, r.get(entity))))
+        }
+    });
+    for (i, completion) in join_all(singles).await {
+        answers[i] = Some(completion);
     }
     answers
         .into_iter()

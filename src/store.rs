@@ -464,8 +464,8 @@ impl Store {
             .collect()
     }
 
-    /// Reads the entity's status, version and every signal total in one repeatable-read
-    /// transaction, so the rules see one moment. `None` for an entity with no events.
+    /// Reads the entity's status, version and every signal total in one statement (one moment of
+    /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         self.snapshot_reading(entity, with_actors, true).await
     }
@@ -540,13 +540,25 @@ impl Store {
     /// transactions wait on each other in one order, never in a cycle; once locked at the
     /// version read, an entity's action, status and evaluation are written together. The
     /// action's unique dedup key is the authority that it takes effect once: on a conflict the
-    /// evaluation is recorded without it. An entity may appear once per call. The author's
+    /// evaluation is recorded without it. An entity may appear once per call (a second one is
+    /// refused as [`StoreError::Corrupt`]). A row locked elsewhere holds up the whole statement,
+    /// up to `statement_timeout`. The author's
     /// derived signal is not written here (see [`Store::complete_evaluation`]).
     pub async fn record_fenced_evaluations<'e>(
         executor: impl sqlx::PgExecutor<'e>,
         evaluations: &[FencedEvaluation<'_>],
     ) -> Result<HashMap<String, Recorded>> {
         use sqlx::types::Json;
+        let distinct: HashSet<&str> = evaluations
+            .iter()
+            .map(|e| e.snapshot.entity.as_str())
+            .collect();
+        if distinct.len() != evaluations.len() {
+            // Two rows of one entity would both pass the fence: two actions, one version bump.
+            return Err(StoreError::Corrupt(
+                "an entity appears twice in one fenced batch".into(),
+            ));
+        }
         let column = |f: &dyn Fn(&FencedEvaluation<'_>) -> Option<String>| -> Vec<Option<String>> {
             evaluations.iter().map(f).collect()
         };
@@ -972,7 +984,7 @@ impl Store {
             .collect())
     }
 
-    /// The entity row and its signal totals, read together in one repeatable-read transaction.
+    /// The entity row and its signal totals, read together by one statement (one moment).
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         self.entity_with(entity, false, true).await
     }
@@ -1091,28 +1103,34 @@ impl Store {
         if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
             return Err(StoreError::AlreadyReversed { id, by, at });
         }
-        // Only the latest change can be undone: restoring an older action's previous status
-        // would wipe (or even escalate over) what happened since.
-        let version: i64 = sqlx::query_scalar(
-            "SELECT moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
-        )
-        .bind(&action.entity)
-        .fetch_one(&mut *tx)
-        .await?;
-        if version != action.applied_version + 1 {
-            return Err(StoreError::Superseded { id, version });
-        }
-        // The author's derived signal for this action is compensated, so that reversed
-        // actions do not count towards escalating the author.
+        // The author whose derived signal this action wrote (events never change, so this is
+        // read before any entity lock); both entity rows are then locked in the order ingest
+        // and evaluation batches lock them, so that none of them waits on the other in a cycle.
         let author: Option<String> =
             sqlx::query_scalar("SELECT entity FROM events WHERE id = 'derived:' || $1")
                 .bind(&action.dedup_key)
                 .fetch_optional(&mut *tx)
                 .await?;
+        let author = author
+            .map(|a| EntityId::parse(&a).map_err(|e| StoreError::Corrupt(e.0)))
+            .transpose()?;
+        let mut entities = vec![action.entity.as_str()];
+        entities.extend(author.as_ref().map(EntityId::as_str));
+        lock_in_order(&mut tx, &entities).await?;
+        // Only the latest change can be undone: restoring an older action's previous status
+        // would wipe (or even escalate over) what happened since.
+        let version: i64 =
+            sqlx::query_scalar("SELECT moderation_version FROM entities WHERE entity = $1")
+                .bind(&action.entity)
+                .fetch_one(&mut *tx)
+                .await?;
+        if version != action.applied_version + 1 {
+            return Err(StoreError::Superseded { id, version });
+        }
+        // The author's derived signal for this action is compensated, so that reversed
+        // actions do not count towards escalating the author.
         let author = match author {
             Some(author) => {
-                let author = EntityId::parse(&author).map_err(|e| StoreError::Corrupt(e.0))?;
-                lock_in_order(&mut tx, &[action.entity.as_str(), author.as_str()]).await?;
                 let compensation = Event {
                     id: EventId::parse(&format!("derived-reversal:{}", action.dedup_key))
                         .map_err(|e| StoreError::Corrupt(e.0))?,

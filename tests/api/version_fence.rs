@@ -210,6 +210,147 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
             ("post:batch-c".to_owned(), 1, 1),
         ]
     );
+
+    // One entity twice in a batch would pass the fence twice: refused, nothing written.
+    let twice = [batch[0], batch[0]];
+    let refused = quiesce::store::Store::record_fenced_evaluations(&app.pool, &twice).await;
+    assert!(
+        matches!(refused, Err(quiesce::store::StoreError::Corrupt(_))),
+        "{refused:?}"
+    );
+    assert_eq!(app.evaluation_count("post:batch-a").await, 1);
+}
+
+#[tokio::test]
+async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action() {
+    // A retry after a crash between commit and ack finds its action already stored.
+    let app = spawn_app(TestOptions::idle()).await;
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("d{i}"), "post:dedup", "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    let store = &app.backends.store;
+    let entity = quiesce::domain::EntityId::parse("post:dedup").unwrap();
+    let snapshot = store.snapshot(&entity, false).await.unwrap().unwrap();
+    let verdict = app.backends.rules.current().evaluate(&snapshot);
+    let decision = verdict.to_apply(snapshot.status, None).cloned().unwrap();
+    sqlx::query(
+        "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                              snapshot, applied_version, dedup_key)
+         VALUES ('post:dedup', 'hide', $1, 'earlier', 'visible', 'hidden', '{}', 0, $2)",
+    )
+    .bind(&decision.rule)
+    .bind(snapshot.dedup_key(&decision.rule))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    let batch = [quiesce::store::FencedEvaluation {
+        snapshot: &snapshot,
+        verdict: &verdict,
+        decision: Some(&decision),
+        worker: "test",
+        started_at: chrono::Utc::now(),
+        due_at: None,
+    }];
+    let recorded = quiesce::store::Store::record_fenced_evaluations(&app.pool, &batch)
+        .await
+        .unwrap();
+    assert_eq!(
+        recorded.get("post:dedup"),
+        Some(&quiesce::store::Recorded { action_id: None })
+    );
+    assert!(matches!(
+        quiesce::store::completion_of(&snapshot, Some(&decision), recorded.get("post:dedup")),
+        Ok(quiesce::store::Completion::AlreadyApplied)
+    ));
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(app.evaluation_count("post:dedup").await, 1);
+    let (status, version): (String, i64) = sqlx::query_as(
+        "SELECT status, moderation_version FROM entities WHERE entity = 'post:dedup'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), version),
+        ("visible", 0),
+        "no second status change"
+    );
+}
+
+#[tokio::test]
+async fn a_row_locked_elsewhere_does_not_fail_the_evaluations_sharing_its_statement() {
+    let app = spawn_app(TestOptions {
+        backend_timeout: Duration::from_millis(800),
+        ..TestOptions::idle()
+    })
+    .await;
+    let names = ["post:held", "post:free-1", "post:free-2"];
+    let events: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, entity)| event(&format!("h{i}"), entity, "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
+        app.backends.store.clone(),
+        "test".into(),
+    );
+    let rules = app.backends.rules.current();
+    let mut snapshots = Vec::new();
+    for name in names {
+        let entity = quiesce::domain::EntityId::parse(name).unwrap();
+        snapshots.push(
+            batches
+                .snapshot(&entity, false, false)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // Another transaction holds post:held's row for longer than the statement timeout.
+    let mut blocker =
+        <sqlx::PgConnection as sqlx::Connection>::connect_with(&app.pool.connect_options())
+            .await
+            .unwrap();
+    let mut hold = sqlx::Connection::begin(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:held' FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+
+    let completions = snapshots.into_iter().map(|snapshot| {
+        let (batches, verdict) = (batches.clone(), rules.evaluate(&snapshot));
+        async move {
+            let entity = snapshot.entity.to_string();
+            let completion = batches
+                .complete(quiesce::evaluation_batches::FinishedEvaluation {
+                    snapshot,
+                    verdict,
+                    decision: None,
+                    started_at: chrono::Utc::now(),
+                    due_at: None,
+                })
+                .await;
+            (entity, completion)
+        }
+    });
+    // All answered while the row is still held: the held one fails (its statement times out,
+    // an attempt of its own), the others are recorded by the one-by-one retry.
+    let outcomes = futures::future::join_all(completions).await;
+    for (entity, completion) in &outcomes {
+        match (entity.as_str(), completion) {
+            ("post:held", Err(error)) => assert!(!error.is_unavailable(), "{error}"),
+            (_, Ok(quiesce::store::Completion::NoAction)) if entity != "post:held" => {}
+            (entity, other) => panic!("{entity}: {other:?}"),
+        }
+    }
+    hold.rollback().await.unwrap();
+    assert_eq!(app.evaluation_count("post:held").await, 0);
+    assert_eq!(app.evaluation_count("post:free-1").await, 1);
+    assert_eq!(app.evaluation_count("post:free-2").await, 1);
 }
 
 #[tokio::test]
