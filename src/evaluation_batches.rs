@@ -16,7 +16,10 @@ use crate::{
     coalesce::Coalescer,
     domain::EntityId,
     rules::{Decision, Verdict},
-    store::{Completion, FencedEvaluation, Recorded, Snapshot, Store, StoreError, completion_of},
+    store::{
+        Completion, FencedEvaluation, LockedRows, Recorded, Snapshot, Store, StoreError,
+        completion_of,
+    },
     telemetry::Timed,
 };
 
@@ -185,7 +188,9 @@ async fn record_completions(
         .iter()
         .map(|&i| fenced(&requests[i], worker))
         .collect();
-    let recorded = Store::record_fenced_evaluations(store.pool(), &batch)
+    // The shared statement skips rows held elsewhere, so that one held row does not hold up
+    // the batch; those (and the fenced out, which look the same) are tried again on their own.
+    let recorded = Store::record_fenced_evaluations(store.pool(), &batch, LockedRows::Skip)
         .timed_query("complete_evaluation")
         .await;
     let mut one_by_one = repeated;
@@ -193,7 +198,10 @@ async fn record_completions(
         Ok(recorded) => {
             for &i in &first {
                 let entity = requests[i].snapshot.entity.as_str();
-                answers[i] = Some(answer(&requests[i], recorded.get(entity)));
+                match recorded.get(entity) {
+                    Some(done) => answers[i] = Some(answer(&requests[i], Some(done))),
+                    None => one_by_one.push(i),
+                }
             }
         }
         Err(error) if first.len() > 1 && !error.is_unavailable() => {
@@ -202,13 +210,17 @@ async fn record_completions(
         }
         Err(error) => share_error(error, &first, &mut answers),
     }
-    // Concurrently: an entity that fails again (or waits on a row lock held elsewhere) must not
-    // hold up the others.
+    // Concurrently: an entity that fails again or waits on a row held elsewhere must not hold up
+    // the others.
     let singles = one_by_one.into_iter().map(|i| {
         let request = &requests[i];
         async move {
-            let recorded =
-                Store::record_fenced_evaluations(store.pool(), &[fenced(request, worker)]).await;
+            let recorded = Store::record_fenced_evaluations(
+                store.pool(),
+                &[fenced(request, worker)],
+                LockedRows::Wait,
+            )
+            .await;
             let entity = request.snapshot.entity.as_str();
             (i, recorded.and_then(|r| answer(request, r.get(entity))))
         }

@@ -398,6 +398,78 @@ pub enum Completion {
     AlreadyApplied,
 }
 
+/// What the fenced completion does with an entity row another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedRows {
+    /// Wait for it (up to `statement_timeout`).
+    Wait,
+    /// Leave the entity out, as if fenced; the caller finds out which it was.
+    Skip,
+}
+
+/// [`Store::record_fenced_evaluations`]' statement.
+const RECORD_FENCED: &str = "WITH input AS (
+                 SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
+                                      $5::timestamptz[], $6::jsonb[], $7::jsonb[],
+                                      $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+                                      $12::text[], $13::text[], $14::text[], $15::bool[])
+                     AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
+                          due_at, status, action, rule, reason, new_status, dedup_key, shadow)
+             ),
+             locked AS MATERIALIZED (
+                 SELECT e.entity FROM entities e
+                 JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
+                 ORDER BY e.entity
+                 FOR UPDATE OF e
+             ),
+             applied AS (
+                 INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                      snapshot, applied_version, dedup_key)
+                 SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
+                        i.version, i.dedup_key
+                 FROM input i JOIN locked l ON l.entity = i.entity
+                 WHERE i.action IS NOT NULL
+                 ORDER BY i.dedup_key
+                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
+                 RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+             ),
+             notified AS (
+                 INSERT INTO outbox (topic, idempotency_key, payload)
+                 SELECT 'action.applied', a.dedup_key,
+                        jsonb_build_object('action_id', a.id, 'entity', a.entity,
+                                           'action', a.action, 'rule', a.rule,
+                                           'reason', a.reason, 'status', a.new_status,
+                                           'moderation_version', a.applied_version + 1)
+                 FROM applied a
+                 ORDER BY a.id
+             ),
+             fenced AS (
+                 UPDATE entities e SET
+                     status = COALESCE(a.new_status, e.status),
+                     moderation_version = e.moderation_version
+                                          + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
+                     evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
+                     pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
+                                          ELSE e.pending_since END,
+                     evaluation_count = e.evaluation_count + 1,
+                     last_evaluated_at = now()
+                 FROM input i
+                 JOIN locked l ON l.entity = i.entity
+                 LEFT JOIN applied a ON a.entity = i.entity
+                 WHERE e.entity = i.entity AND e.moderation_version = i.version
+                 RETURNING e.entity, a.id AS action_id)
+             INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
+                                      decisions, action_id, snapshot, due_at)
+             SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
+                    f.action_id, CASE WHEN i.shadow THEN i.snapshot END, i.due_at
+             FROM fenced f JOIN input i ON i.entity = f.entity
+             RETURNING entity, action_id";
+
+static RECORD_FENCED_SKIPPING_LOCKED: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| {
+        RECORD_FENCED.replace("FOR UPDATE OF e", "FOR UPDATE OF e SKIP LOCKED")
+    });
+
 /// One evaluation to record behind the version fence: what the rules saw and decided, and the
 /// action to apply, if any.
 #[derive(Debug, Clone, Copy)]
@@ -541,12 +613,14 @@ impl Store {
     /// version read, an entity's action, status and evaluation are written together. The
     /// action's unique dedup key is the authority that it takes effect once: on a conflict the
     /// evaluation is recorded without it. An entity may appear once per call (a second one is
-    /// refused as [`StoreError::Corrupt`]). A row locked elsewhere holds up the whole statement,
-    /// up to `statement_timeout`. The author's
-    /// derived signal is not written here (see [`Store::complete_evaluation`]).
+    /// refused as [`StoreError::Corrupt`]). With [`LockedRows::Skip`] an entity whose row is
+    /// locked elsewhere is left out as well (the caller retries it with [`LockedRows::Wait`] to
+    /// learn which), so one held row cannot hold up the others. The author's derived signal is
+    /// not written here (see [`Store::complete_evaluation`]).
     pub async fn record_fenced_evaluations<'e>(
         executor: impl sqlx::PgExecutor<'e>,
         evaluations: &[FencedEvaluation<'_>],
+        locked_rows: LockedRows,
     ) -> Result<HashMap<String, Recorded>> {
         use sqlx::types::Json;
         let distinct: HashSet<&str> = evaluations
@@ -575,111 +649,58 @@ impl Store {
                 (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot))
             })
             .collect();
-        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
-            "WITH input AS (
-                 SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
-                                      $5::timestamptz[], $6::jsonb[], $7::jsonb[],
-                                      $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                      $12::text[], $13::text[], $14::text[], $15::bool[])
-                     AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                          due_at, status, action, rule, reason, new_status, dedup_key, shadow)
-             ),
-             locked AS MATERIALIZED (
-                 SELECT e.entity FROM entities e
-                 JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
-                 ORDER BY e.entity
-                 FOR UPDATE OF e
-             ),
-             applied AS (
-                 INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                      snapshot, applied_version, dedup_key)
-                 SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                        i.version, i.dedup_key
-                 FROM input i JOIN locked l ON l.entity = i.entity
-                 WHERE i.action IS NOT NULL
-                 ORDER BY i.dedup_key
-                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
-                 RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
-             ),
-             notified AS (
-                 INSERT INTO outbox (topic, idempotency_key, payload)
-                 SELECT 'action.applied', a.dedup_key,
-                        jsonb_build_object('action_id', a.id, 'entity', a.entity,
-                                           'action', a.action, 'rule', a.rule,
-                                           'reason', a.reason, 'status', a.new_status,
-                                           'moderation_version', a.applied_version + 1)
-                 FROM applied a
-                 ORDER BY a.id
-             ),
-             fenced AS (
-                 UPDATE entities e SET
-                     status = COALESCE(a.new_status, e.status),
-                     moderation_version = e.moderation_version
-                                          + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
-                     evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
-                     pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
-                                          ELSE e.pending_since END,
-                     evaluation_count = e.evaluation_count + 1,
-                     last_evaluated_at = now()
-                 FROM input i
-                 JOIN locked l ON l.entity = i.entity
-                 LEFT JOIN applied a ON a.entity = i.entity
-                 WHERE e.entity = i.entity AND e.moderation_version = i.version
-                 RETURNING e.entity, a.id AS action_id)
-             INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                      decisions, action_id, snapshot, due_at)
-             SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                    f.action_id, CASE WHEN i.shadow THEN i.snapshot END, i.due_at
-             FROM fenced f JOIN input i ON i.entity = f.entity
-             RETURNING entity, action_id",
-        )
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.entity.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.moderation_version)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.event_count)
-                .collect::<Vec<_>>(),
-        )
-        .bind(evaluations.iter().map(|e| e.worker).collect::<Vec<_>>())
-        .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| Json(e.verdict))
-                .collect::<Vec<_>>(),
-        )
-        .bind(snapshots)
-        .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.status.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(actions)
-        .bind(rules)
-        .bind(reasons)
-        .bind(new_statuses)
-        .bind(dedup_keys)
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| !e.verdict.shadow.is_empty())
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(executor)
-        .await?;
+        let statement = match locked_rows {
+            LockedRows::Wait => RECORD_FENCED,
+            LockedRows::Skip => RECORD_FENCED_SKIPPING_LOCKED.as_str(),
+        };
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(statement)
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| e.snapshot.entity.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| e.snapshot.moderation_version)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| e.snapshot.event_count)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(evaluations.iter().map(|e| e.worker).collect::<Vec<_>>())
+            .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| Json(e.verdict))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(snapshots)
+            .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| e.snapshot.status.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(actions)
+            .bind(rules)
+            .bind(reasons)
+            .bind(new_statuses)
+            .bind(dedup_keys)
+            .bind(
+                evaluations
+                    .iter()
+                    .map(|e| !e.verdict.shadow.is_empty())
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(executor)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(entity, action_id)| (entity, Recorded { action_id }))
@@ -712,7 +733,8 @@ impl Store {
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
             // One statement, atomic on its own: no transaction needed.
-            let recorded = Self::record_fenced_evaluations(&self.pool, &fenced).await?;
+            let recorded =
+                Self::record_fenced_evaluations(&self.pool, &fenced, LockedRows::Wait).await?;
             return completion_of(snapshot, decision, recorded.get(snapshot.entity.as_str()));
         };
         // An action on an authored entity feeds back: the author's entity gets a derived
@@ -720,7 +742,7 @@ impl Store {
         // Both rows are locked first, in the order ingest locks them.
         let mut tx = self.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
-        let recorded = Self::record_fenced_evaluations(&mut *tx, &fenced).await?;
+        let recorded = Self::record_fenced_evaluations(&mut *tx, &fenced, LockedRows::Wait).await?;
         let mut completion = completion_of(
             snapshot,
             Some(decision),

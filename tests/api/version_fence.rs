@@ -12,7 +12,7 @@ use std::{
 use futures::FutureExt;
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app};
+use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 
 #[tokio::test]
 async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
@@ -186,9 +186,13 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
             due_at: None,
         })
         .collect();
-    let recorded = quiesce::store::Store::record_fenced_evaluations(&app.pool, &batch)
-        .await
-        .unwrap();
+    let recorded = quiesce::store::Store::record_fenced_evaluations(
+        &app.pool,
+        &batch,
+        quiesce::store::LockedRows::Wait,
+    )
+    .await
+    .unwrap();
 
     let mut recorded: Vec<_> = recorded.into_keys().collect();
     recorded.sort();
@@ -213,7 +217,12 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
 
     // One entity twice in a batch would pass the fence twice: refused, nothing written.
     let twice = [batch[0], batch[0]];
-    let refused = quiesce::store::Store::record_fenced_evaluations(&app.pool, &twice).await;
+    let refused = quiesce::store::Store::record_fenced_evaluations(
+        &app.pool,
+        &twice,
+        quiesce::store::LockedRows::Wait,
+    )
+    .await;
     assert!(
         matches!(refused, Err(quiesce::store::StoreError::Corrupt(_))),
         "{refused:?}"
@@ -253,9 +262,13 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
         started_at: chrono::Utc::now(),
         due_at: None,
     }];
-    let recorded = quiesce::store::Store::record_fenced_evaluations(&app.pool, &batch)
-        .await
-        .unwrap();
+    let recorded = quiesce::store::Store::record_fenced_evaluations(
+        &app.pool,
+        &batch,
+        quiesce::store::LockedRows::Wait,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         recorded.get("post:dedup"),
         Some(&quiesce::store::Recorded { action_id: None })
@@ -278,79 +291,6 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
         ("visible", 0),
         "no second status change"
     );
-}
-
-#[tokio::test]
-async fn a_row_locked_elsewhere_does_not_fail_the_evaluations_sharing_its_statement() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_millis(800),
-        ..TestOptions::idle()
-    })
-    .await;
-    let names = ["post:held", "post:free-1", "post:free-2"];
-    let events: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, entity)| event(&format!("h{i}"), entity, "upvote"))
-        .collect();
-    app.send(&json!(events)).await;
-    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
-        app.backends.store.clone(),
-        "test".into(),
-    );
-    let rules = app.backends.rules.current();
-    let mut snapshots = Vec::new();
-    for name in names {
-        let entity = quiesce::domain::EntityId::parse(name).unwrap();
-        snapshots.push(
-            batches
-                .snapshot(&entity, false, false)
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-    }
-    // Another transaction holds post:held's row for longer than the statement timeout.
-    let mut blocker =
-        <sqlx::PgConnection as sqlx::Connection>::connect_with(&app.pool.connect_options())
-            .await
-            .unwrap();
-    let mut hold = sqlx::Connection::begin(&mut blocker).await.unwrap();
-    sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:held' FOR UPDATE")
-        .execute(&mut *hold)
-        .await
-        .unwrap();
-
-    let completions = snapshots.into_iter().map(|snapshot| {
-        let (batches, verdict) = (batches.clone(), rules.evaluate(&snapshot));
-        async move {
-            let entity = snapshot.entity.to_string();
-            let completion = batches
-                .complete(quiesce::evaluation_batches::FinishedEvaluation {
-                    snapshot,
-                    verdict,
-                    decision: None,
-                    started_at: chrono::Utc::now(),
-                    due_at: None,
-                })
-                .await;
-            (entity, completion)
-        }
-    });
-    // All answered while the row is still held: the held one fails (its statement times out,
-    // an attempt of its own), the others are recorded by the one-by-one retry.
-    let outcomes = futures::future::join_all(completions).await;
-    for (entity, completion) in &outcomes {
-        match (entity.as_str(), completion) {
-            ("post:held", Err(error)) => assert!(!error.is_unavailable(), "{error}"),
-            (_, Ok(quiesce::store::Completion::NoAction)) if entity != "post:held" => {}
-            (entity, other) => panic!("{entity}: {other:?}"),
-        }
-    }
-    hold.rollback().await.unwrap();
-    assert_eq!(app.evaluation_count("post:held").await, 0);
-    assert_eq!(app.evaluation_count("post:free-1").await, 1);
-    assert_eq!(app.evaluation_count("post:free-2").await, 1);
 }
 
 #[tokio::test]
@@ -443,4 +383,87 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_statement() {
+    // The statement timeout is far beyond the wait below: the free entities must not be waiting
+    // for the held row at all.
+    let app = spawn_app(TestOptions {
+        backend_timeout: Duration::from_secs(20),
+        sweep_grace: Duration::from_secs(20),
+        ..TestOptions::idle()
+    })
+    .await;
+    let names = ["post:held", "post:free-1", "post:free-2"];
+    let events: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, entity)| event(&format!("h{i}"), entity, "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
+        app.backends.store.clone(),
+        "test".into(),
+    );
+    let rules = app.backends.rules.current();
+    let mut snapshots = Vec::new();
+    for name in names {
+        let entity = quiesce::domain::EntityId::parse(name).unwrap();
+        snapshots.push(
+            batches
+                .snapshot(&entity, false, false)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // Another transaction holds post:held's row.
+    let mut blocker =
+        <sqlx::PgConnection as sqlx::Connection>::connect_with(&app.pool.connect_options())
+            .await
+            .unwrap();
+    let mut hold = sqlx::Connection::begin(&mut blocker).await.unwrap();
+    sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:held' FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+
+    let tasks: Vec<_> = snapshots
+        .into_iter()
+        .map(|snapshot| {
+            let (batches, verdict) = (batches.clone(), rules.evaluate(&snapshot));
+            tokio::spawn(async move {
+                batches
+                    .complete(quiesce::evaluation_batches::FinishedEvaluation {
+                        snapshot,
+                        verdict,
+                        decision: None,
+                        started_at: chrono::Utc::now(),
+                        due_at: None,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    wait_for(
+        Duration::from_secs(10),
+        "the free entities to be recorded while post:held is locked",
+        || async {
+            app.evaluation_count("post:free-1").await == 1
+                && app.evaluation_count("post:free-2").await == 1
+        },
+    )
+    .await;
+    assert!(!tasks[0].is_finished(), "post:held waits for its row");
+    assert_eq!(app.evaluation_count("post:held").await, 0);
+
+    hold.rollback().await.unwrap();
+    for task in tasks {
+        assert!(matches!(
+            task.await.unwrap(),
+            Ok(quiesce::store::Completion::NoAction)
+        ));
+    }
+    assert_eq!(app.evaluation_count("post:held").await, 1);
 }
