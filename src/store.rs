@@ -539,28 +539,8 @@ impl Store {
     /// Reads the entity's status, version and every signal total in one statement (one moment of
     /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
-        self.snapshot_reading(entity, with_actors, true).await
-    }
-
-    /// The snapshot `rules` need: distinct actors and trailing windows are aggregated only when
-    /// a rule reads them (both scan more rows than the totals).
-    pub async fn snapshot_for(
-        &self,
-        entity: &EntityId,
-        rules: &crate::rules::RuleSet,
-    ) -> Result<Option<Snapshot>> {
-        self.snapshot_reading(entity, rules.uses_actors(), rules.uses_windows())
-            .await
-    }
-
-    async fn snapshot_reading(
-        &self,
-        entity: &EntityId,
-        with_actors: bool,
-        with_windows: bool,
-    ) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(&[entity.as_str()], with_actors, with_windows)
+            .snapshots(&[entity.as_str()], with_actors, true)
             .await?
             .into_values()
             .next())
