@@ -1,8 +1,9 @@
 //! The two Postgres calls every evaluation makes, coalesced across concurrent evaluations:
 //! snapshot reads share one statement, and completions (with their actions and outbox rows)
-//! share one fenced statement, so one commit. Each evaluation still has its own lock, fence and outcome; only the
-//! round trips are shared. A batch that fails for a reason other than an outage is retried one
-//! entity at a time, so that one entity's bad data cannot fail the others.
+//! share one fenced statement, so one commit. Each evaluation still has its own lock, fence
+//! and outcome; only the round trips are shared. A batch that fails for a reason other than an
+//! outage is retried one entity at a time, so that one entity's bad data cannot fail the
+//! others.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -51,6 +52,8 @@ pub struct FinishedEvaluation {
 pub struct EvaluationBatches {
     snapshots: Coalescer<SnapshotRequest, Result<Option<Snapshot>>>,
     completions: Coalescer<FinishedEvaluation, Result<Completion>>,
+    store: Store,
+    worker: Arc<str>,
 }
 
 impl EvaluationBatches {
@@ -62,14 +65,16 @@ impl EvaluationBatches {
             async move { read_snapshots(&store, requests).await }
         });
         let worker: Arc<str> = worker.into();
+        let (writer, name) = (store.clone(), Arc::clone(&worker));
         let completions = Coalescer::start("completion", FLUSHERS, MAX_BATCH, move |requests| {
-            let store = store.clone();
-            let worker = Arc::clone(&worker);
+            let (store, worker) = (writer.clone(), Arc::clone(&name));
             async move { record_completions(&store, &worker, requests).await }
         });
         Self {
             snapshots,
             completions,
+            store,
+            worker,
         }
     }
 
@@ -91,15 +96,24 @@ impl EvaluationBatches {
             .unwrap_or_else(|| Err(StoreError::Interrupted))
     }
 
-    /// Records the evaluation and applies its action, if any: [`Store::complete_evaluation`]
-    /// sharing its statement with concurrent evaluations. An action whose entity has an author
-    /// must go through [`Store::complete_evaluation`] (the author's derived signal needs a
-    /// transaction of its own).
+    /// Records the evaluation and applies its action, if any, as [`Store::complete_evaluation`]
+    /// does, sharing its statement with concurrent evaluations. An action on an entity with an
+    /// author is completed on its own: the author's derived signal needs a transaction.
     pub async fn complete(&self, evaluation: FinishedEvaluation) -> Result<Completion> {
-        debug_assert!(
-            evaluation.decision.is_none() || evaluation.snapshot.author.is_none(),
-            "authored actions are completed one by one"
-        );
+        if evaluation.decision.is_some() && evaluation.snapshot.author.is_some() {
+            return self
+                .store
+                .complete_evaluation(
+                    &evaluation.snapshot,
+                    &evaluation.verdict,
+                    evaluation.decision.as_ref(),
+                    &self.worker,
+                    evaluation.started_at,
+                    evaluation.due_at,
+                )
+                .timed_query("complete_evaluation")
+                .await;
+        }
         self.completions
             .call(evaluation)
             .await

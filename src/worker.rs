@@ -648,50 +648,35 @@ impl Worker {
         for shadow in &verdict.shadow {
             metrics::counter!(names::SHADOW_HITS, "rule" => shadow.rule.clone()).increment(1);
         }
-        let mut decision = verdict.to_apply(snapshot.status, snapshot.override_cap);
-        if let Some(d) = decision {
-            // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
-            let key = snapshot.dedup_key(&d.rule);
-            if self
+        let mut decision = verdict
+            .to_apply(snapshot.status, snapshot.override_cap)
+            .cloned();
+        let dedup_key = decision.as_ref().map(|d| snapshot.dedup_key(&d.rule));
+        // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
+        if let Some(key) = &dedup_key
+            && self
                 .queue
-                .action_known_applied(&claim.entity, &key)
+                .action_known_applied(&claim.entity, key)
                 .await
                 .unwrap_or(false)
-            {
-                decision = None;
-            }
+        {
+            decision = None;
         }
         if let Some(hook) = &self.before_apply {
             hook(snapshot.clone()).await;
         }
-        let due_at = DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms);
-        let completion = if decision.is_some() && snapshot.author.is_some() {
-            // The author's derived signal needs a transaction of its own.
-            self.store
-                .complete_evaluation(
-                    &snapshot,
-                    &verdict,
-                    decision,
-                    &self.settings.worker_id,
-                    started_at,
-                    due_at,
-                )
-                .timed_query("complete_evaluation")
-                .await?
-        } else {
-            // Shares its statement (and commit) with concurrent evaluations.
-            self.batches
-                .complete(FinishedEvaluation {
-                    snapshot: snapshot.clone(),
-                    verdict: verdict.clone(),
-                    decision: decision.cloned(),
-                    started_at,
-                    due_at,
-                })
-                .await?
-        };
-        metrics::histogram!(names::EVENTS_PER_EVALUATION)
-            .record((snapshot.event_count - snapshot.previously_evaluated).max(0) as f64);
+        let collapsed = (snapshot.event_count - snapshot.previously_evaluated).max(0);
+        let completion = self
+            .batches
+            .complete(FinishedEvaluation {
+                snapshot,
+                verdict,
+                decision: decision.clone(),
+                started_at,
+                due_at: DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
+            })
+            .await?;
+        metrics::histogram!(names::EVENTS_PER_EVALUATION).record(collapsed as f64);
         if let Completion::Applied {
             author: Some(author),
             ..
@@ -707,20 +692,15 @@ impl Worker {
                 tracing::warn!(%error, %author, "could not schedule the author; the sweep will");
             }
         }
-        if let (Some(d), Completion::Applied { .. } | Completion::AlreadyApplied) =
-            (decision, &completion)
+        if let (Some(d), Some(key), Completion::Applied { .. } | Completion::AlreadyApplied) =
+            (&decision, &dedup_key, &completion)
         {
             if matches!(completion, Completion::Applied { .. }) {
                 metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
                     .increment(1);
                 tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
             }
-            let key = snapshot.dedup_key(&d.rule);
-            if let Err(error) = self
-                .queue
-                .remember_applied_action(&claim.entity, &key)
-                .await
-            {
+            if let Err(error) = self.queue.remember_applied_action(&claim.entity, key).await {
                 tracing::debug!(%error, "could not cache the applied action");
             }
         }
