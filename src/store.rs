@@ -412,9 +412,9 @@ const RECORD_FENCED: &str = "WITH input AS (
                  SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                       $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                       $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                      $12::text[], $13::text[], $14::text[], $15::bool[])
+                                      $12::text[], $13::text[], $14::text[])
                      AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                          due_at, status, action, rule, reason, new_status, dedup_key, shadow)
+                          due_at, status, action, rule, reason, new_status, dedup_key)
              ),
              locked AS MATERIALIZED (
                  SELECT e.entity FROM entities e
@@ -461,7 +461,9 @@ const RECORD_FENCED: &str = "WITH input AS (
              INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                       decisions, action_id, snapshot, due_at)
              SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                    f.action_id, CASE WHEN i.shadow THEN i.snapshot END, i.due_at
+                    f.action_id,
+                    CASE WHEN jsonb_array_length(i.decisions->'shadow') > 0 THEN i.snapshot END,
+                    i.due_at
              FROM fenced f JOIN input i ON i.entity = f.entity
              RETURNING entity, action_id";
 
@@ -613,33 +615,19 @@ impl Store {
                 "an entity appears twice in one fenced batch".into(),
             ));
         }
-        let column = |f: &dyn Fn(&FencedEvaluation<'_>) -> Option<String>| -> Vec<Option<String>> {
-            evaluations.iter().map(f).collect()
-        };
-        let actions = column(&|e| e.decision.map(|d| d.action.as_str().to_owned()));
-        let rules = column(&|e| e.decision.map(|d| d.rule.clone()));
-        let reasons = column(&|e| e.decision.map(|d| d.reason.clone()));
-        let new_statuses = column(&|e| e.decision.map(|d| d.action.status().as_str().to_owned()));
-        let dedup_keys = column(&|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)));
-        // The snapshot is kept with an action (what it decided on) and when a shadow rule
-        // matched (what it would have done, on what).
-        let snapshots: Vec<Option<Json<&Snapshot>>> = evaluations
-            .iter()
-            .map(|e| {
-                (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot))
-            })
-            .collect();
+        // A text column of the UNNEST input, borrowed from the evaluations (no copies).
+        fn strings<'a>(
+            evaluations: &'a [FencedEvaluation<'a>],
+            field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
+        ) -> Vec<Option<&'a str>> {
+            evaluations.iter().map(field).collect()
+        }
         let statement = match locked_rows {
             LockedRows::Wait => RECORD_FENCED,
             LockedRows::Skip => RECORD_FENCED_SKIPPING_LOCKED.as_str(),
         };
         let rows: Vec<(String, Option<i64>)> = sqlx::query_as(statement)
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| e.snapshot.entity.as_str())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(strings(evaluations, |e| Some(e.snapshot.entity.as_str())))
             .bind(
                 evaluations
                     .iter()
@@ -652,7 +640,7 @@ impl Store {
                     .map(|e| e.snapshot.event_count)
                     .collect::<Vec<_>>(),
             )
-            .bind(evaluations.iter().map(|e| e.worker).collect::<Vec<_>>())
+            .bind(strings(evaluations, |e| Some(e.worker)))
             .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
             .bind(
                 evaluations
@@ -660,23 +648,35 @@ impl Store {
                     .map(|e| Json(e.verdict))
                     .collect::<Vec<_>>(),
             )
-            .bind(snapshots)
-            .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
+            // The snapshot is kept with an action (what it decided on) and, in the evaluation
+            // row, when a shadow rule matched (what it would have done, on what).
             .bind(
                 evaluations
                     .iter()
-                    .map(|e| e.snapshot.status.as_str())
+                    .map(|e| {
+                        (e.decision.is_some() || !e.verdict.shadow.is_empty())
+                            .then_some(Json(e.snapshot))
+                    })
                     .collect::<Vec<_>>(),
             )
-            .bind(actions)
-            .bind(rules)
-            .bind(reasons)
-            .bind(new_statuses)
-            .bind(dedup_keys)
+            .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
+            .bind(strings(evaluations, |e| Some(e.snapshot.status.as_str())))
+            .bind(strings(evaluations, |e| {
+                e.decision.map(|d| d.action.as_str())
+            }))
+            .bind(strings(evaluations, |e| {
+                e.decision.map(|d| d.rule.as_str())
+            }))
+            .bind(strings(evaluations, |e| {
+                e.decision.map(|d| d.reason.as_str())
+            }))
+            .bind(strings(evaluations, |e| {
+                e.decision.map(|d| d.action.status().as_str())
+            }))
             .bind(
                 evaluations
                     .iter()
-                    .map(|e| !e.verdict.shadow.is_empty())
+                    .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
                     .collect::<Vec<_>>(),
             )
             .fetch_all(executor)
