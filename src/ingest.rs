@@ -4,7 +4,7 @@
 
 use crate::telemetry::Timed;
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, hash_map::Entry},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -159,12 +159,14 @@ impl Committer {
     /// One transaction for the whole group, then one schedule call per shard.
     async fn commit(&self, group: &[Job]) -> Result<Vec<IngestOutcome>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
-        let mut seen = HashSet::new();
+        // Each id's first occurrence: the entity it is recorded for if it is new.
+        let mut owned_by: HashMap<&str, &EntityId> = HashMap::new();
         let mut unique: Vec<&Event> = Vec::new();
         let mut owners: Vec<(usize, &str)> = Vec::new();
         for (index, job) in group.iter().enumerate() {
             for event in &job.events {
-                if seen.insert(event.id.as_str()) {
+                if let Entry::Vacant(slot) = owned_by.entry(event.id.as_str()) {
+                    slot.insert(&event.entity);
                     unique.push(event);
                     owners.push((index, event.id.as_str()));
                 }
@@ -203,10 +205,6 @@ impl Committer {
         } else {
             self.store.entities_of(&duplicate_ids).await?
         };
-        let owned_by: HashMap<&str, &EntityId> = unique
-            .iter()
-            .map(|event| (event.id.as_str(), &event.entity))
-            .collect();
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
         for event in group.iter().flat_map(|job| &job.events) {
             let entity = match recorded.get(event.id.as_str()) {
