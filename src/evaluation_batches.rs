@@ -153,16 +153,13 @@ async fn read_snapshots(
             }
             Err(error) if members.len() > 1 && !error.is_unavailable() => {
                 tracing::warn!(%error, entities = members.len(), "snapshot batch failed; reading one by one");
-                // Concurrently: an entity that fails again must not hold up the others.
                 let requests = &requests;
-                let reads = members.iter().map(|&i| async move {
+                each_on_its_own(members, &mut answers, |i| async move {
                     let one = [requests[i].entity.as_str()];
                     let read = store.snapshots(&one, with_actors, with_windows).await;
-                    (i, read.map(|mut found| found.remove(one[0])))
-                });
-                for (i, read) in join_all(reads).await {
-                    answers[i] = Some(read);
-                }
+                    read.map(|mut found| found.remove(one[0]))
+                })
+                .await;
             }
             Err(error) => share_error(error, &members, &mut answers),
         }
@@ -224,28 +221,39 @@ async fn record_completions(
         }
         Err(error) => share_error(error, &first, &mut answers),
     }
-    // Concurrently: an entity that fails again or waits on a row held elsewhere must not hold up
-    // the others.
-    let singles = one_by_one.into_iter().map(|i| {
+    let requests = &requests;
+    each_on_its_own(one_by_one, &mut answers, |i| async move {
         let request = &requests[i];
-        async move {
-            let recorded = Store::record_fenced_evaluations(
-                store.pool(),
-                &[fenced(request, worker)],
-                LockedRows::Wait,
-            )
-            .await;
-            let entity = request.snapshot.entity.as_str();
-            (i, recorded.and_then(|r| answer(request, r.get(entity))))
-        }
-    });
-    for (i, completion) in join_all(singles).await {
-        answers[i] = Some(completion);
-    }
+        let recorded = Store::record_fenced_evaluations(
+            store.pool(),
+            &[fenced(request, worker)],
+            LockedRows::Wait,
+        )
+        .await;
+        let entity = request.snapshot.entity.as_str();
+        recorded.and_then(|r| answer(request, r.get(entity)))
+    })
+    .await;
     answers
         .into_iter()
         .map(|answer| answer.expect("every request is answered"))
         .collect()
+}
+
+/// Answers each member with a call of its own, concurrently: an entity that fails again (or
+/// waits on a row held elsewhere) must not hold up the others.
+async fn each_on_its_own<T, F, Fut>(members: Vec<usize>, answers: &mut [Option<Result<T>>], call: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let calls = members.into_iter().map(|i| {
+        let answer = call(i);
+        async move { (i, answer.await) }
+    });
+    for (i, answer) in join_all(calls).await {
+        answers[i] = Some(answer);
+    }
 }
 
 /// Gives every member of a failed batch the same error (an outage: each evaluation gives its
