@@ -726,6 +726,8 @@ fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Res
 
 #[cfg(test)]
 mod tests {
+    use super::RedisDurability;
+
     #[test]
     fn anchors_decode_from_six_bytes_or_from_older_decimal_values() {
         let ms: i64 = 1_796_000_000_123;
@@ -734,8 +736,6 @@ mod tests {
         assert_eq!(super::decode_anchor(b"1796000000123"), Some(ms));
         assert_eq!(super::decode_anchor(b"not a time"), None);
     }
-
-    use super::RedisDurability;
 
     #[test]
     fn eviction_and_missing_aof_are_reported() {
