@@ -12,7 +12,43 @@ use std::{
 use futures::FutureExt;
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+
+/// Sends one upvote for each entity.
+async fn upvote_each(app: &TestApp, entities: &[&str]) {
+    let events: Vec<_> = entities
+        .iter()
+        .map(|entity| event(&format!("{entity}-upvote"), entity, "upvote"))
+        .collect();
+    app.send(&json!(events)).await;
+}
+
+/// Sends ten flags for the entity (the default rules hide it) and returns what an evaluation
+/// reads and decides: its snapshot, the verdict and the decision.
+async fn flagged_ten_times(
+    app: &TestApp,
+    entity: &str,
+) -> (
+    quiesce::store::Snapshot,
+    quiesce::rules::Verdict,
+    Option<quiesce::rules::Decision>,
+) {
+    let events: Vec<_> = (0..10)
+        .map(|i| event(&format!("{entity}-flag-{i}"), entity, "flag"))
+        .collect();
+    app.send(&json!(events)).await;
+    let entity = quiesce::domain::EntityId::parse(entity).unwrap();
+    let snapshot = app
+        .backends
+        .store
+        .snapshot(&entity, false)
+        .await
+        .unwrap()
+        .unwrap();
+    let verdict = app.backends.rules.current().evaluate(&snapshot);
+    let decision = verdict.to_apply(snapshot.status, None).cloned();
+    (snapshot, verdict, decision)
+}
 
 #[tokio::test]
 async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
@@ -73,16 +109,9 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
 #[tokio::test]
 async fn the_store_refuses_a_write_on_a_stale_version() {
     let app = spawn_app(TestOptions::idle()).await;
-    let events: Vec<_> = (0..10)
-        .map(|i| event(&format!("f{i}"), "post:stale", "flag"))
-        .collect();
-    app.send(&json!(events)).await;
-    let entity = quiesce::domain::EntityId::parse("post:stale").unwrap();
+    let (snapshot, verdict, decision) = flagged_ten_times(&app, "post:stale").await;
+    let entity = snapshot.entity.clone();
     let store = &app.backends.store;
-
-    let snapshot = store.snapshot(&entity, false).await.unwrap().unwrap();
-    let verdict = app.backends.rules.current().evaluate(&snapshot);
-    let decision = verdict.to_apply(snapshot.status, None).cloned();
     assert_eq!(
         decision.as_ref().unwrap().action,
         quiesce::domain::Action::Hide
@@ -154,12 +183,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
 async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stale_one() {
     let app = spawn_app(TestOptions::idle()).await;
     let names = ["post:batch-a", "post:batch-b", "post:batch-c"];
-    let events: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, entity)| event(&format!("b{i}"), entity, "upvote"))
-        .collect();
-    app.send(&json!(events)).await;
+    upvote_each(&app, &names).await;
     let store = &app.backends.store;
     let snapshots = store.snapshots(&names, false, false).await.unwrap();
     assert_eq!(snapshots.len(), 3, "one statement reads all three");
@@ -234,15 +258,8 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
 async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action() {
     // A retry after a crash between commit and ack finds its action already stored.
     let app = spawn_app(TestOptions::idle()).await;
-    let events: Vec<_> = (0..10)
-        .map(|i| event(&format!("d{i}"), "post:dedup", "flag"))
-        .collect();
-    app.send(&json!(events)).await;
-    let store = &app.backends.store;
-    let entity = quiesce::domain::EntityId::parse("post:dedup").unwrap();
-    let snapshot = store.snapshot(&entity, false).await.unwrap().unwrap();
-    let verdict = app.backends.rules.current().evaluate(&snapshot);
-    let decision = verdict.to_apply(snapshot.status, None).cloned().unwrap();
+    let (snapshot, verdict, decision) = flagged_ten_times(&app, "post:dedup").await;
+    let decision = decision.unwrap();
     sqlx::query(
         "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
                               snapshot, applied_version, dedup_key)
@@ -396,12 +413,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
     })
     .await;
     let names = ["post:held", "post:free-1", "post:free-2"];
-    let events: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, entity)| event(&format!("h{i}"), entity, "upvote"))
-        .collect();
-    app.send(&json!(events)).await;
+    upvote_each(&app, &names).await;
     let batches = quiesce::evaluation_batches::EvaluationBatches::start(
         app.backends.store.clone(),
         "test".into(),
