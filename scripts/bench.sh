@@ -9,63 +9,18 @@ cd "$root"
 
 out=bench/results
 rm -rf "$out" && mkdir -p "$out"
-base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
-redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
-suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
-port=$((20000 + RANDOM % 20000))
 events=${BENCH_EVENTS:-100000}
 entities=${BENCH_ENTITIES:-10000}
-loadgen=target/release/quiesce-loadgen
-dbs=()
-prefixes=()
-
-cleanup() {
-  [ -n "${server:-}" ] && { kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
-  for db in "${dbs[@]}"; do
-    psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  done
-  for prefix in "${prefixes[@]}"; do
-    redis-cli -u "$redis_url" --scan --pattern "{$prefix:*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true
-  done
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 echo "bench: building (release)" >&2
 cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
-if [ ! -d bench/peers/bullmq/node_modules ]; then
-  (cd bench/peers/bullmq && npm ci --no-audit --no-fund --silent)
-fi
+bullmq_deps
 if [ ! -x .local/bench-venv/bin/python ]; then
   python3 -m venv .local/bench-venv
   .local/bench-venv/bin/pip install -q -r bench/requirements.txt
 fi
-
-# start_server NAME [VAR=value ...]: a `quiesce serve` on its own database and prefix.
-start_server() {
-  local name=$1; shift
-  local db="quiesce_bench_${name}_$suffix" prefix="bench-$name-$suffix"
-  dbs+=("$db"); prefixes+=("$prefix")
-  export DATABASE_URL_RUN="${base_db%/*}/$db"
-  env QUIESCE_DATABASE_URL="$DATABASE_URL_RUN" QUIESCE_REDIS_URL="$redis_url" \
-    QUIESCE_REDIS_PREFIX="$prefix" QUIESCE_LISTEN="127.0.0.1:$port" QUIESCE_METRICS_LISTEN=off \
-    QUIESCE_RATE_LIMIT=100000000 QUIESCE_RATE_BURST=100000000 QUIESCE_MAX_CONCURRENT_INGEST=4096 \
-    RUST_LOG=warn "$@" target/release/quiesce serve --insecure-dev >"$out/server-$name.log" 2>&1 &
-  server=$!
-  for _ in $(seq 300); do
-    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
-    kill -0 "$server" 2>/dev/null || { cat "$out/server-$name.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "bench: server $name did not start" >&2; exit 1
-}
-stop_server() {
-  kill -TERM "$server"; wait "$server" || true; server=
-}
-run_loadgen() {
-  local name=$1; shift
-  echo "bench: $name" >&2
-  "$loadgen" --url "http://127.0.0.1:$port" --json --run-id "$name" "$@" >"$out/$name.json"
-}
 
 # 1. quiesce, debounced: a 2 s window, max wait well above the run.
 start_server debounced QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
