@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench check fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench ceilings check fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -47,6 +47,10 @@ observability:
 ## bench: quiesce vs the BullMQ debounce peer and a naive per-event baseline (BENCHMARKS.md)
 bench:
 	@eval "$$(scripts/services.sh)" && scripts/bench.sh
+
+## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
+ceilings:
+	@eval "$$(scripts/services.sh)" && scripts/ceilings.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
