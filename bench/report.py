@@ -78,7 +78,7 @@ def main(out):
             None,
         ),
         (
-            "evaluations per second (default rules), busiest second",
+            "evaluations per second (default rules), busiest one-second window",
             f"{d['evaluations_per_second_peak']:,} /s (mean {d['evaluations_per_second_mean']:,.0f})",
             "",
             "",
