@@ -1,6 +1,7 @@
-# Shared by scripts/bench.sh and scripts/ceilings.sh (sourced, not run): quiesce servers on
-# databases and Redis prefixes of their own, dropped on exit. The caller sets `out` (where
-# server logs go) and may set `quiesce_bin` (default target/release/quiesce).
+# Shared by scripts/bench.sh and scripts/ceilings.sh (sourced from the repository root, not
+# run): quiesce servers on databases and Redis prefixes of their own, dropped when the run is
+# done or on exit. The caller sets `out` (where server logs go) and may set `quiesce_bin`
+# (default target/release/quiesce).
 base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
@@ -11,24 +12,31 @@ dbs=()
 prefixes=()
 server=
 
-cleanup() {
-  [ -n "${server:-}" ] && { kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
+# drop_runs: drops the databases and Redis keys of every server started so far.
+drop_runs() {
   for db in "${dbs[@]}"; do
-    psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
   done
   for prefix in "${prefixes[@]}"; do
     redis-cli -u "$redis_url" --scan --pattern "{$prefix:*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true
   done
+  dbs=()
+  prefixes=()
+}
+
+cleanup() {
+  [ -n "${server:-}" ] && { kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
+  drop_runs
 }
 trap cleanup EXIT
 
 # start_server NAME [VAR=value ...]: a `quiesce serve` on its own database and prefix; sets
-# DATABASE_URL_RUN to its database.
+# DATABASE_URL_RUN and REDIS_PREFIX_RUN to them.
 start_server() {
   local name=$1; shift
   local db="quiesce_bench_${name//-/_}_$suffix" prefix="bench-$name-$suffix"
   dbs+=("$db"); prefixes+=("$prefix")
-  export DATABASE_URL_RUN="${base_db%/*}/$db"
+  export DATABASE_URL_RUN="${base_db%/*}/$db" REDIS_PREFIX_RUN="$prefix"
   env QUIESCE_DATABASE_URL="$DATABASE_URL_RUN" QUIESCE_REDIS_URL="$redis_url" \
     QUIESCE_REDIS_PREFIX="$prefix" QUIESCE_LISTEN="127.0.0.1:$port" QUIESCE_METRICS_LISTEN=off \
     QUIESCE_RATE_LIMIT=100000000 QUIESCE_RATE_BURST=100000000 QUIESCE_MAX_CONCURRENT_INGEST=4096 \

@@ -44,7 +44,7 @@ stop_server
 # 3. Memory: 100k entities pending (a window longer than the run), Redis bytes per entity and
 # the server's RSS.
 start_server memory QUIESCE_DEBOUNCE_WINDOW=10m QUIESCE_MAX_WAIT=20m
-prefix="bench-memory-$suffix"
+prefix=$REDIS_PREFIX_RUN
 run_loadgen memory --scenario burst --events 100000 --entities 100000 --batch 100 --connections 64
 redis_bytes=0
 for key in $(redis-cli -u "$redis_url" --scan --pattern "{$prefix:*"); do

@@ -12,10 +12,11 @@ cd "$root"
 
 work=.local/ceilings
 out=$work/results
-mkdir -p "$out" "$work/bin"
+rm -rf "$out" && mkdir -p "$out" "$work/bin"
 events=${CEILINGS_EVENTS:-200000}
 entities=${CEILINGS_ENTITIES:-10000}
 rounds=${CEILINGS_ROUNDS:-2}
+[ "$rounds" -ge 1 ] || { echo "ceilings: CEILINGS_ROUNDS must be at least 1" >&2; exit 1; }
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
 
@@ -28,7 +29,9 @@ for patch in bench/ceilings/*.patch; do
   copy="$work/src-$name"
   rm -rf "$copy" && mkdir -p "$copy"
   git ls-files -z | xargs -0 cp --parents -t "$copy"
-  (cd "$copy" && patch -p1 --quiet <"$root/$patch") || { echo "ceilings: $patch no longer applies" >&2; exit 1; }
+  # Exact hunks only (no fuzz, no questions): a patch that no longer fits is an error.
+  (cd "$copy" && patch -p1 --batch --fuzz=0 --quiet <"$root/$patch") ||
+    { echo "ceilings: $patch no longer applies" >&2; exit 1; }
   echo "ceilings: building $name" >&2
   (cd "$copy" && CARGO_TARGET_DIR="$root/$work/target" cargo build --release --quiet --bin quiesce)
   cp "$work/target/release/quiesce" "$work/bin/quiesce-$name"
@@ -45,9 +48,11 @@ measure() {
   run_loadgen "$name-$round-single" --scenario burst --events $((events / 2)) \
     --entities "$entities" --batch 1 --connections 128
   stop_server
+  # The next run does not share Postgres and Redis with this one's leftover data.
+  drop_runs
 }
 for round in $(seq "$rounds"); do
-  if ((round % 2)); then order=("${variants[@]}"); else order=($(printf '%s\n' "${variants[@]}" | tac)); fi
+  if ((round % 2)); then order=("${variants[@]}"); else mapfile -t order < <(printf '%s\n' "${variants[@]}" | tac); fi
   for name in "${order[@]}"; do measure "$name" "$round"; done
 done
 echo "ceilings: bullmq" >&2
@@ -59,8 +64,12 @@ import json, sys
 out, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 bull = json.load(open(f"{out}/bullmq.json"))["adds_per_second"]
 def rates(name, run):
-    return [json.load(open(f"{out}/{name}-{r}-{run}.json"))["events_per_second"]
-            for r in range(1, rounds + 1)]
+    reports = [json.load(open(f"{out}/{name}-{r}-{run}.json")) for r in range(1, rounds + 1)]
+    for report in reports:
+        # A build that answered errors would only show a lower rate: refuse the figure.
+        if report["errors_by_status"]:
+            sys.exit(f"ceilings: {name} {run} answered errors: {report['errors_by_status']}")
+    return [report["events_per_second"] for report in reports]
 print(f"BullMQ adds/s in this run: {bull:,.0f}\n")
 print("| variant | batched events/s (each round) | x BullMQ | one event per request, events/s | x BullMQ |")
 print("|---|---|---|---|---|")
