@@ -515,6 +515,7 @@ async fn drain(
 /// The most instants (sorted, in milliseconds) that fall in one window `[t, t + window_ms)`,
 /// over every start `t`: the busiest window is never split by where a clock second begins.
 fn busiest_window(sorted_ms: &[i64], window_ms: i64) -> u64 {
+    debug_assert!(window_ms > 0, "an empty window would run past the end");
     let mut start = 0;
     let mut busiest = 0;
     for (end, at) in sorted_ms.iter().enumerate() {
@@ -552,7 +553,7 @@ impl Report {
         );
         if let Some(d) = &self.drain {
             out.push_str(&format!(
-                "  drained: {} ({:.2}s after the last request)\n  evaluations: {} for {} entities = {:.2} per entity ({} entities more than once), {:.4} per event\n  fire delay p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n  evaluations/s: peak second {}, mean {:.0}\n  actions {} (expected {}), duplicates {}, wrong {}\n",
+                "  drained: {} ({:.2}s after the last request)\n  evaluations: {} for {} entities = {:.2} per entity ({} entities more than once), {:.4} per event\n  fire delay p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n  evaluations/s: busiest one-second window {}, mean {:.0}\n  actions {} (expected {}), duplicates {}, wrong {}\n",
                 d.drained,
                 d.drain_seconds,
                 d.evaluations,

@@ -66,7 +66,7 @@ async fn a_debounced_burst_collapses_to_one_evaluation_per_entity_with_the_right
         100,
         "every evaluation has a fire delay"
     );
-    // The busiest second counts some of these 100 evaluations, never more.
+    // The busiest one-second window holds some of these 100 evaluations, never more.
     assert!((1..=100).contains(&drain.evaluations_per_second_peak));
     // Every lock was released with its ack, none left to expire.
     let locks: Vec<String> = app
