@@ -733,19 +733,12 @@ impl Store {
             ..
         } = &mut completion
         {
-            let dedup_key = snapshot.dedup_key(&decision.rule);
-            let derived = Event {
-                id: EventId::parse(&format!("derived:{dedup_key}"))
-                    .map_err(|e| StoreError::Corrupt(e.0))?,
-                entity: author.clone(),
-                signal: Signal::parse(&format!("auto.{}", decision.action.as_str()))
-                    .map_err(|e| StoreError::Corrupt(e.0))?,
-                actor: Some(snapshot.entity.as_str().to_owned()),
-                weight: 1.0,
-                occurred_at: None,
-                priority: Priority::Normal,
-                author: None,
-            };
+            let derived = derived_event(
+                derived_event_id(&snapshot.dedup_key(&decision.rule)),
+                author,
+                format!("auto.{}", decision.action.as_str()),
+                snapshot.entity.as_str(),
+            )?;
             let inserted = record_in(&mut tx, &[&derived]).await?;
             *to_schedule = (!inserted.is_empty()).then(|| author.clone());
         }
@@ -1108,11 +1101,10 @@ impl Store {
         // The author whose derived signal this action wrote (events never change, so this is
         // read before any entity lock); both entity rows are then locked in the order ingest
         // and evaluation batches lock them, so that none of them waits on the other in a cycle.
-        let author: Option<String> =
-            sqlx::query_scalar("SELECT entity FROM events WHERE id = 'derived:' || $1")
-                .bind(&action.dedup_key)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let author: Option<String> = sqlx::query_scalar("SELECT entity FROM events WHERE id = $1")
+            .bind(derived_event_id(&action.dedup_key))
+            .fetch_optional(&mut *tx)
+            .await?;
         let author = author
             .map(|a| EntityId::parse(&a).map_err(|e| StoreError::Corrupt(e.0)))
             .transpose()?;
@@ -1133,18 +1125,12 @@ impl Store {
         // actions do not count towards escalating the author.
         let author = match author {
             Some(author) => {
-                let compensation = Event {
-                    id: EventId::parse(&format!("derived-reversal:{}", action.dedup_key))
-                        .map_err(|e| StoreError::Corrupt(e.0))?,
-                    entity: author.clone(),
-                    signal: Signal::parse(&format!("auto.{}.reversed", action.action))
-                        .map_err(|e| StoreError::Corrupt(e.0))?,
-                    actor: Some(action.entity.clone()),
-                    weight: 1.0,
-                    occurred_at: None,
-                    priority: Priority::Normal,
-                    author: None,
-                };
+                let compensation = derived_event(
+                    format!("derived-reversal:{}", action.dedup_key),
+                    &author,
+                    format!("auto.{}.reversed", action.action),
+                    &action.entity,
+                )?;
                 record_in(&mut tx, &[&compensation]).await?;
                 Some(author)
             }
@@ -1309,6 +1295,26 @@ impl Store {
         }
         Ok((total, by_rule))
     }
+}
+
+/// The id of the author's derived event for the action with this dedup key (one per action).
+fn derived_event_id(dedup_key: &str) -> String {
+    format!("derived:{dedup_key}")
+}
+
+/// A signal quiesce records on an author's entity about one of its entities (`actor`).
+fn derived_event(id: String, author: &EntityId, signal: String, actor: &str) -> Result<Event> {
+    let corrupt = |e: crate::domain::Invalid| StoreError::Corrupt(e.0);
+    Ok(Event {
+        id: EventId::parse(&id).map_err(corrupt)?,
+        entity: author.clone(),
+        signal: Signal::parse(&signal).map_err(corrupt)?,
+        actor: Some(actor.to_owned()),
+        weight: 1.0,
+        occurred_at: None,
+        priority: Priority::Normal,
+        author: None,
+    })
 }
 
 /// The completion of one evaluation from what the fenced statement recorded for it (`None`:
