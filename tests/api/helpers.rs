@@ -447,6 +447,17 @@ impl TestApp {
         scan_keys(&mut redis, &self.settings.redis_prefix).await
     }
 
+    /// The entity's snapshot as an evaluation reads it (without distinct actors); it must exist.
+    pub async fn snapshot(&self, entity: &str) -> quiesce::store::Snapshot {
+        let entity = quiesce::domain::EntityId::parse(entity).unwrap();
+        self.backends
+            .store
+            .snapshot(&entity, false)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{entity} has no events"))
+    }
+
     /// The entity's max-wait anchor (unix ms) in Redis, if it has one.
     pub async fn max_wait_anchor(&self, entity: &quiesce::domain::EntityId) -> Option<i64> {
         self.backends.queue.max_wait_anchor(entity).await.unwrap()

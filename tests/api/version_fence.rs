@@ -2,6 +2,7 @@
 //! retried on the new version.
 
 use std::{
+    collections::HashMap,
     sync::{
         Arc,
         atomic::{AtomicUsize, Ordering},
@@ -13,6 +14,19 @@ use futures::FutureExt;
 use serde_json::json;
 
 use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+
+/// One fenced statement for these evaluations, waiting on rows held elsewhere.
+async fn record_waiting(
+    app: &TestApp,
+    evaluations: &[quiesce::store::FencedEvaluation<'_>],
+) -> Result<HashMap<String, quiesce::store::Recorded>, quiesce::store::StoreError> {
+    quiesce::store::Store::record_fenced_evaluations(
+        &app.pool,
+        evaluations,
+        quiesce::store::LockedRows::Wait,
+    )
+    .await
+}
 
 /// Sends one upvote for each entity.
 async fn upvote_each(app: &TestApp, entities: &[&str]) {
@@ -37,14 +51,7 @@ async fn flagged_ten_times(
         .map(|i| event(&format!("{entity}-flag-{i}"), entity, "flag"))
         .collect();
     app.send(&json!(events)).await;
-    let entity = quiesce::domain::EntityId::parse(entity).unwrap();
-    let snapshot = app
-        .backends
-        .store
-        .snapshot(&entity, false)
-        .await
-        .unwrap()
-        .unwrap();
+    let snapshot = app.snapshot(entity).await;
     let verdict = app.backends.rules.current().evaluate(&snapshot);
     let decision = verdict.to_apply(snapshot.status, None).cloned();
     (snapshot, verdict, decision)
@@ -210,13 +217,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
             due_at: None,
         })
         .collect();
-    let recorded = quiesce::store::Store::record_fenced_evaluations(
-        &app.pool,
-        &batch,
-        quiesce::store::LockedRows::Wait,
-    )
-    .await
-    .unwrap();
+    let recorded = record_waiting(&app, &batch).await.unwrap();
 
     let mut recorded: Vec<_> = recorded.into_keys().collect();
     recorded.sort();
@@ -241,12 +242,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
 
     // One entity twice in a batch would pass the fence twice: refused, nothing written.
     let twice = [batch[0], batch[0]];
-    let refused = quiesce::store::Store::record_fenced_evaluations(
-        &app.pool,
-        &twice,
-        quiesce::store::LockedRows::Wait,
-    )
-    .await;
+    let refused = record_waiting(&app, &twice).await;
     assert!(
         matches!(refused, Err(quiesce::store::StoreError::Corrupt(_))),
         "{refused:?}"
@@ -279,13 +275,7 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
         started_at: chrono::Utc::now(),
         due_at: None,
     }];
-    let recorded = quiesce::store::Store::record_fenced_evaluations(
-        &app.pool,
-        &batch,
-        quiesce::store::LockedRows::Wait,
-    )
-    .await
-    .unwrap();
+    let recorded = record_waiting(&app, &batch).await.unwrap();
     assert_eq!(
         recorded.get("post:dedup"),
         Some(&quiesce::store::Recorded { action_id: None })

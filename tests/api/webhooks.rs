@@ -192,14 +192,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
         .unwrap();
     assert_eq!(response.status(), 200);
     // A decision refused by the version fence is rolled back whole: no outbox row.
-    let entity = quiesce::domain::EntityId::parse("post:w1").unwrap();
-    let snapshot = app
-        .backends
-        .store
-        .snapshot(&entity, false)
-        .await
-        .unwrap()
-        .unwrap();
+    let snapshot = app.snapshot("post:w1").await;
     sqlx::query(
         "UPDATE entities SET status = 'visible', moderation_version = 9 WHERE entity = 'post:w1'",
     )
