@@ -21,6 +21,11 @@ def load(out, name):
     return json.loads((out / f"{name}.json").read_text())
 
 
+def quantiles(q):
+    """p50 / p99 / max of a delay distribution, in whole milliseconds."""
+    return f"{q['p50']:.0f} / {q['p99']:.0f} / {q['max']:.0f} ms"
+
+
 def main(out):
     batched, single = load(out, "batched"), load(out, "single")
     sloan, naive = load(out, "sloan"), load(out, "naive-sloan")
@@ -58,10 +63,8 @@ def main(out):
         ),
         (
             f"fire delay, {p['entities']:,} entities due within 5 s (p50 / p99 / max)",
-            f"{p['fire_delay_ms']['p50']:.0f} / {p['fire_delay_ms']['p99']:.0f} / "
-            f"{p['fire_delay_ms']['max']:.0f} ms",
-            f"{bullmq_paced['fire_lag_ms']['p50']} / {bullmq_paced['fire_lag_ms']['p99']} / "
-            f"{bullmq_paced['fire_lag_ms']['max']} ms",
+            quantiles(p["fire_delay_ms"]),
+            quantiles(bullmq_paced["fire_lag_ms"]),
             "",
             "p99 <= 50 ms",
             p["fire_delay_ms"]["p99"] <= 50 and p["evaluations"] == p["entities"],
@@ -69,10 +72,8 @@ def main(out):
         (
             f"(for information) fire delay after the batched burst: {d['entities']:,} entities "
             "due within about half a second",
-            f"{d['fire_delay_ms']['p50']:.0f} / {d['fire_delay_ms']['p99']:.0f} / "
-            f"{d['fire_delay_ms']['max']:.0f} ms",
-            f"{bullmq['fire_lag_ms']['p50']} / {bullmq['fire_lag_ms']['p99']} / "
-            f"{bullmq['fire_lag_ms']['max']} ms",
+            quantiles(d["fire_delay_ms"]),
+            quantiles(bullmq["fire_lag_ms"]),
             "",
             "",
             None,
