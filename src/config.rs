@@ -297,7 +297,7 @@ impl Default for Settings {
             insecure_dev: false,
             inbound_secrets: Vec::new(),
             inbound_github_secrets: Vec::new(),
-            signature_tolerance: crate::signature::DEFAULT_TOLERANCE,
+            signature_tolerance: Duration::from_secs(300),
             webhook_url: None,
             webhook_secret: None,
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -357,11 +357,7 @@ impl SourceSettings {
                 self.name
             ));
         }
-        if let Some(reason) = self
-            .secrets
-            .iter()
-            .find_map(|s| crate::outbox::validate_secret(s).err())
-        {
+        if let Some(reason) = self.secrets.iter().find_map(|s| validate_secret(s).err()) {
             return Err(format!("source {}: {reason}", self.name));
         }
         if self.rate_limit == Some(0) || self.rate_burst == Some(0) {
@@ -938,11 +934,13 @@ impl Settings {
                 .map(str::to_owned)
                 .collect();
             for spec in &specs {
-                crate::auth::parse_token_spec(spec).map_err(|reason| ConfigError::Invalid {
-                    var: "QUIESCE_API_TOKENS",
-                    flag: "api-tokens",
-                    value: String::new(),
-                    reason,
+                crate::credentials::ApiToken::parse(spec).map_err(|reason| {
+                    ConfigError::Invalid {
+                        var: "QUIESCE_API_TOKENS",
+                        flag: "api-tokens",
+                        value: String::new(),
+                        reason,
+                    }
                 })?;
             }
             self.api_tokens = specs;
@@ -957,7 +955,7 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .collect();
             for secret in &secrets {
-                crate::outbox::WebhookSecret::parse(secret).map_err(|reason| {
+                crate::credentials::WebhookSecret::parse(secret).map_err(|reason| {
                     ConfigError::Invalid {
                         var: "QUIESCE_INBOUND_SECRETS",
                         flag: "inbound-secrets",
@@ -998,7 +996,7 @@ impl Settings {
         )?;
         if let Some(raw) = &a.webhook_secret {
             // Checked without echoing the value.
-            crate::outbox::WebhookSecret::parse(raw.trim()).map_err(|reason| {
+            crate::credentials::WebhookSecret::parse(raw.trim()).map_err(|reason| {
                 ConfigError::Invalid {
                     var: "QUIESCE_WEBHOOK_SECRET",
                     flag: "webhook-secret",
@@ -1162,21 +1160,21 @@ impl Settings {
             );
         }
         if let Some(secret) = &self.webhook_secret
-            && let Err(reason) = crate::outbox::validate_secret(secret)
+            && let Err(reason) = validate_secret(secret)
         {
             return fail("QUIESCE_WEBHOOK_SECRET", "webhook_secret", &reason);
         }
         if let Some(reason) = self
             .api_tokens
             .iter()
-            .find_map(|spec| crate::auth::parse_token_spec(spec).err())
+            .find_map(|spec| crate::credentials::ApiToken::parse(spec).err())
         {
             return fail("QUIESCE_API_TOKENS", "api_tokens", &reason);
         }
         if let Some(reason) = self
             .inbound_secrets
             .iter()
-            .find_map(|s| crate::outbox::validate_secret(s).err())
+            .find_map(|s| validate_secret(s).err())
         {
             return fail("QUIESCE_INBOUND_SECRETS", "inbound_secrets", &reason);
         }
@@ -1364,6 +1362,11 @@ impl Settings {
     }
 }
 
+fn validate_secret(secret: &SecretString) -> Result<(), String> {
+    use secrecy::ExposeSecret;
+    crate::credentials::WebhookSecret::parse(secret.expose_secret()).map(|_| ())
+}
+
 fn invalid_secret(var: &'static str, flag: &'static str) -> ConfigError {
     ConfigError::Invalid {
         var,
@@ -1515,7 +1518,10 @@ mod tests {
         };
         assert!(dev.check_api_security().is_ok());
         let configured = Settings {
-            api_tokens: vec![crate::auth::token_spec(crate::auth::Role::Admin, "t")],
+            api_tokens: vec![crate::credentials::ApiToken::spec_for(
+                crate::credentials::Role::Admin,
+                "t",
+            )],
             inbound_github_secrets: vec![SecretString::from("s")],
             ..Settings::default()
         };

@@ -15,12 +15,9 @@ use futures::future::join_all;
 
 use crate::{
     coalesce::Coalescer,
-    domain::EntityId,
+    domain::{EntityId, Snapshot},
     rules::{Decision, Verdict},
-    store::{
-        Completion, FencedEvaluation, LockedRows, Recorded, Snapshot, Store, StoreError,
-        completion_of,
-    },
+    store::{Completion, FencedEvaluation, LockedRows, Recorded, Store, StoreError, completion_of},
     telemetry::Timed,
 };
 

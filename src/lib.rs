@@ -6,9 +6,9 @@
 //! version-checked action. README.md states the guarantees; docs/state-machine.md follows an
 //! entity through the Redis sets.
 
-pub mod auth;
 pub mod coalesce;
 pub mod config;
+pub mod credentials;
 pub mod domain;
 pub mod evaluation_batches;
 pub mod http;
@@ -17,7 +17,6 @@ pub mod loadgen;
 pub mod outbox;
 pub mod queue;
 pub mod rules;
-pub mod signature;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -21,10 +21,10 @@ use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
 
 use crate::{
+    credentials::WebhookSecret,
+    domain::Snapshot,
     domain::{EntityId, Status},
-    outbox::WebhookSecret,
     rules::RuleSet,
-    store::Snapshot,
 };
 
 /// How events are spread over entities and signals.

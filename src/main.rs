@@ -4,7 +4,6 @@ use clap::{Parser, Subcommand};
 use quiesce::{
     config::{ConfigArgs, Settings},
     domain::EntityId,
-    http::redrive_matching,
     queue::{DeadLetterCursor, Keyspace, Queue, Timing},
     rules::RuleSet,
     startup::{self, Application, Backends},
@@ -248,7 +247,7 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                         .map_err(|e| anyhow::anyhow!("invalid --entity {raw:?}: {e}"))?;
                     queue.redrive(&[entity]).await?
                 }
-                None => redrive_matching(&queue, reason.as_deref()).await?,
+                None => queue.redrive_matching(reason.as_deref()).await?,
             };
             println!("redriven: {redriven}");
         }

@@ -11,10 +11,7 @@ use std::{
 use cel::{Context, Env, ExecutionError, Program};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    domain::{Action, Status},
-    store::{SignalStats, Snapshot, WINDOWS},
-};
+use crate::domain::{Action, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../rules/default.toml");
@@ -319,7 +316,7 @@ fn window_totals(
     signals: &Signals,
     signal: &str,
     window: &str,
-) -> Result<crate::store::SignalTotals, ExecutionError> {
+) -> Result<SignalTotals, ExecutionError> {
     if !WINDOWS.iter().any(|(name, _)| *name == window) {
         return Err(ExecutionError::function_error(
             "count_in",
@@ -581,10 +578,7 @@ mod condition_tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{
-        domain::EntityId,
-        store::{SignalStats, SignalTotals},
-    };
+    use crate::domain::{EntityId, SignalStats, SignalTotals};
 
     fn rule(when: &str) -> RuleSet {
         RuleSet::from_toml(&format!(
@@ -732,7 +726,7 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::store::SignalStats;
+    use crate::domain::SignalStats;
 
     fn status() -> impl Strategy<Value = Status> {
         prop_oneof![

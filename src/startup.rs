@@ -64,7 +64,7 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
 }
 
 /// The inbound signing secrets from the settings (validated at load).
-pub fn inbound_secrets(settings: &Settings) -> crate::signature::InboundSecrets {
+pub fn inbound_secrets(settings: &Settings) -> crate::http::signature::InboundSecrets {
     signing_secrets(
         &settings.inbound_secrets,
         &settings.inbound_github_secrets,
@@ -75,7 +75,7 @@ pub fn inbound_secrets(settings: &Settings) -> crate::signature::InboundSecrets 
 /// Each named source's secrets.
 pub fn source_secrets(
     settings: &Settings,
-) -> std::collections::HashMap<String, crate::signature::InboundSecrets> {
+) -> std::collections::HashMap<String, crate::http::signature::InboundSecrets> {
     settings
         .sources
         .iter()
@@ -90,11 +90,11 @@ fn signing_secrets(
     standard: &[secrecy::SecretString],
     github: &[secrecy::SecretString],
     settings: &Settings,
-) -> crate::signature::InboundSecrets {
-    crate::signature::InboundSecrets {
+) -> crate::http::signature::InboundSecrets {
+    crate::http::signature::InboundSecrets {
         standard: standard
             .iter()
-            .filter_map(|s| crate::outbox::WebhookSecret::parse(s.expose_secret()).ok())
+            .filter_map(|s| crate::credentials::WebhookSecret::parse(s.expose_secret()).ok())
             .collect(),
         github: github
             .iter()
@@ -199,13 +199,15 @@ impl Application {
             ingestor,
             rules: Arc::clone(&backends.rules),
             // --insecure-dev waives what is missing; whatever is configured is enforced.
-            auth: Arc::new(
-                crate::auth::Auth::new(
-                    &settings.api_tokens,
-                    !settings.insecure_dev || !settings.api_tokens.is_empty(),
-                )
-                .map_err(|e| anyhow::anyhow!("invalid API tokens: {e}"))?,
-            ),
+            auth: Arc::new(http::auth::Auth::new(
+                settings
+                    .api_tokens
+                    .iter()
+                    .map(|spec| crate::credentials::ApiToken::parse(spec))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("invalid API tokens: {e}"))?,
+                !settings.insecure_dev || !settings.api_tokens.is_empty(),
+            )),
             inbound: Arc::new(inbound_secrets(settings)),
             sources: Arc::new(source_secrets(settings)),
             rate_limits: Arc::new(http::limits::RateLimits::new(settings)),

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use sqlx::{
     PgPool, Postgres, Row, Transaction,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -14,7 +13,10 @@ use sqlx::{
 
 use crate::{
     config::Settings,
-    domain::{EntityId, Event, EventId, Priority, Signal, Status},
+    domain::{
+        EntityId, Event, EventId, Priority, Signal, SignalStats, SignalTotals, Snapshot, Status,
+        WINDOWS,
+    },
     rules::{Decision, Verdict},
 };
 
@@ -102,109 +104,8 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-pub struct SignalTotals {
-    pub count: i64,
-    pub weight: f64,
-}
-
 /// Minute buckets outlive a shorter retention: the longest window needs 24 hours of them.
 const BUCKETS_KEPT: std::time::Duration = std::time::Duration::from_secs(25 * 3600);
-
-/// The trailing windows rules can count over (minute-granular: by receive-time minute).
-pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
-
-/// What a snapshot knows of one signal on one entity.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct SignalStats {
-    /// Events ever recorded (the totals survive event retention).
-    pub count: i64,
-    /// Their summed weights: an actor-weighted score when weights model reporters' trust.
-    pub weight: f64,
-    /// Distinct actors among the retained events; counted only when a rule asks for them
-    /// (it reads every retained event of the entity).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub actors: Option<i64>,
-    /// Count and weight over each trailing window of [`WINDOWS`]; empty when the snapshot was
-    /// read for rules that use no window.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub windows: BTreeMap<String, SignalTotals>,
-}
-
-/// One consistent read of an entity: what the rules decide on.
-#[derive(Debug, Clone, Serialize)]
-pub struct Snapshot {
-    pub entity: EntityId,
-    pub kind: String,
-    pub status: Status,
-    pub moderation_version: i64,
-    /// Events recorded when the snapshot was taken; the evaluation covers these.
-    pub event_count: i64,
-    /// Events covered by the evaluations before this one: the difference is how many events
-    /// this evaluation collapses.
-    #[serde(skip)]
-    pub previously_evaluated: i64,
-    pub signals: BTreeMap<String, SignalStats>,
-    pub taken_at: DateTime<Utc>,
-    /// A moderator's override in force: automation does not go past this status.
-    pub override_cap: Option<Status>,
-    /// Who wrote the entity, if an event said so.
-    pub author: Option<EntityId>,
-}
-
-impl Snapshot {
-    /// An entity with no events, for checking rules before any data exists.
-    pub fn empty_for_validation() -> Self {
-        Self {
-            entity: EntityId::parse("post:0").expect("valid id"),
-            kind: "post".into(),
-            status: Status::Visible,
-            moderation_version: 0,
-            event_count: 0,
-            previously_evaluated: 0,
-            signals: BTreeMap::new(),
-            taken_at: DateTime::<Utc>::UNIX_EPOCH,
-            override_cap: None,
-            author: None,
-        }
-    }
-
-    /// A visible entity with these signal counts (each event weighing 1) and nothing else: what
-    /// the rules would see on exactly those totals.
-    pub fn with_counts<'a>(
-        entity: EntityId,
-        counts: impl IntoIterator<Item = (&'a str, i64)>,
-    ) -> Self {
-        let mut snapshot = Self::empty_for_validation();
-        snapshot.kind = entity.kind().to_owned();
-        snapshot.entity = entity;
-        for (signal, count) in counts {
-            snapshot.signals.insert(
-                signal.to_owned(),
-                SignalStats {
-                    count,
-                    weight: count as f64,
-                    ..Default::default()
-                },
-            );
-        }
-        snapshot
-    }
-
-    /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the
-    /// same version of an entity once. The version is in the key so that after a moderator's
-    /// reversal (which bumps it) the rule may act again, once the override allows.
-    pub fn dedup_key(&self, rule: &str) -> String {
-        let hour = self.taken_at.timestamp().div_euclid(3600);
-        let digest = Sha256::digest(format!(
-            "{}\n{}\n{}\n{}",
-            self.entity, rule, hour, self.moderation_version
-        ));
-        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
-    }
-}
 
 /// An entity as the read API shows it.
 #[derive(Debug, Clone, Serialize)]

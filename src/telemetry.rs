@@ -250,8 +250,8 @@ pub fn record_settings(settings: &crate::config::Settings) {
     let tokens = settings
         .api_tokens
         .iter()
-        .filter_map(|spec| crate::auth::parse_token_spec(spec).ok())
-        .map(|(_, hash)| crate::auth::client_label(&hash));
+        .filter_map(|spec| crate::credentials::ApiToken::parse(spec).ok())
+        .map(|token| token.label());
     let sources = settings
         .sources
         .iter()

@@ -23,11 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Settings,
-    domain::EntityId,
+    domain::{EntityId, Snapshot},
     evaluation_batches::{EvaluationBatches, FinishedEvaluation},
     queue::{Claim, Failed, Queue, QueueError, Reaped},
     rules::Rules,
-    store::{Completion, Snapshot, Store, StoreError, SweepCursor},
+    store::{Completion, Store, StoreError, SweepCursor},
     telemetry::names,
 };
 

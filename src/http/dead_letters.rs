@@ -15,10 +15,7 @@ use super::{
     error::ApiError,
     read::{bad_query, parse_entity, unknown_parameters},
 };
-use crate::{
-    domain::EntityId,
-    queue::{DeadLetterCursor, Queue, QueueError},
-};
+use crate::queue::{DeadLetterCursor, QueueError};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -172,29 +169,10 @@ pub async fn redrive_many(
             }
         }
     };
-    let redriven = redrive_matching(&state.queue, reason.as_deref())
+    let redriven = state
+        .queue
+        .redrive_matching(reason.as_deref())
         .await
         .map_err(unavailable)?;
     Ok((StatusCode::OK, Json(json!({ "redriven": redriven }))))
-}
-
-/// Redrives every dead letter (of `reason`, if given); returns how many.
-pub async fn redrive_matching(queue: &Queue, reason: Option<&str>) -> Result<usize, QueueError> {
-    let mut matching = Vec::new();
-    let mut cursor = Some(DeadLetterCursor::default());
-    while let Some(at) = cursor {
-        let page = queue.dead_letters(at, MAX_LIMIT).await?;
-        matching.extend(
-            page.entries
-                .into_iter()
-                .filter(|d| reason.is_none() || d.record.reason.as_deref() == reason)
-                .filter_map(|d| EntityId::parse(&d.entity).ok()),
-        );
-        cursor = page.next;
-    }
-    let mut redriven = 0;
-    for chunk in matching.chunks(MAX_LIMIT) {
-        redriven += queue.redrive(chunk).await?;
-    }
-    Ok(redriven)
 }

@@ -11,9 +11,8 @@ use axum::{
 };
 use serde_json::{Map, Value};
 
-use super::{AppState, error::ApiError, limits::RateKey};
+use super::{AppState, auth::Caller, error::ApiError, limits::RateKey};
 use crate::{
-    auth::Caller,
     domain::{EntityId, Event, EventId, Priority, Signal},
     ingest::{IngestError, IngestOutcome},
     telemetry::names,
@@ -135,7 +134,7 @@ async fn accept(
     state: &AppState,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-    signing: Option<&crate::signature::InboundSecrets>,
+    signing: Option<&super::signature::InboundSecrets>,
     rate_key: RateKey<'_>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     if !is_json(headers) {

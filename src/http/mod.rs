@@ -2,6 +2,7 @@
 //! request timeout and the role check; the ingest routes also the concurrency cap. Metrics are
 //! served on a listener of their own ([`metrics_router`]).
 
+pub mod auth;
 mod dead_letters;
 mod error;
 mod events;
@@ -11,6 +12,7 @@ mod moderation;
 pub mod openapi;
 mod read;
 mod rules;
+pub mod signature;
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
 
@@ -24,7 +26,7 @@ use axum::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
 
-pub use self::{dead_letters::redrive_matching, error::ApiError, events::parse_events};
+pub use self::{error::ApiError, events::parse_events};
 use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
 
 /// Request limits from the settings.
@@ -61,11 +63,11 @@ pub struct Shared {
     pub store: Store,
     pub rules: Arc<crate::rules::Rules>,
     /// API tokens and their roles.
-    pub auth: Arc<crate::auth::Auth>,
+    pub auth: Arc<auth::Auth>,
     /// Secrets inbound events must be signed with (none configured: not checked).
-    pub inbound: Arc<crate::signature::InboundSecrets>,
+    pub inbound: Arc<signature::InboundSecrets>,
     /// Named sources and the secrets each signs with.
-    pub sources: Arc<HashMap<String, crate::signature::InboundSecrets>>,
+    pub sources: Arc<HashMap<String, signature::InboundSecrets>>,
     pub rate_limits: Arc<limits::RateLimits>,
     pub ingest_slots: limits::IngestSlots,
     pub queue: Queue,
@@ -101,7 +103,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
-            crate::auth::require_role,
+            auth::require_role,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(

@@ -19,8 +19,8 @@ use utoipa::{
 
 use super::error::ErrorBody;
 use crate::{
-    domain::{Action, Status},
-    store::{Override, SignalStats},
+    domain::{Action, SignalStats, Status},
+    store::Override,
 };
 
 /// Every error: `{"error": {"code", "message", "index"?, "field"?}}`.

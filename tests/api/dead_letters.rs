@@ -30,7 +30,7 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
     let poisoned = Arc::new(AtomicBool::new(true));
     let hook = {
         let poisoned = Arc::clone(&poisoned);
-        Arc::new(move |snapshot: quiesce::store::Snapshot| {
+        Arc::new(move |snapshot: quiesce::domain::Snapshot| {
             let poison =
                 poisoned.load(Ordering::SeqCst) && snapshot.entity.as_str() == "post:poison";
             async move {

@@ -298,7 +298,7 @@ pub fn source(name: &str, secrets: &[&str]) -> quiesce::config::SourceSettings {
 pub fn signed_headers(secret: &str, body: &[u8]) -> reqwest::header::HeaderMap {
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     let now = chrono::Utc::now().timestamp();
-    let signature = quiesce::outbox::WebhookSecret::parse(secret)
+    let signature = quiesce::credentials::WebhookSecret::parse(secret)
         .expect("a whsec_ secret")
         .sign(&id, now, body);
     let mut headers = reqwest::header::HeaderMap::new();
@@ -448,7 +448,7 @@ impl TestApp {
     }
 
     /// The entity's snapshot as an evaluation reads it (without distinct actors); it must exist.
-    pub async fn snapshot(&self, entity: &str) -> quiesce::store::Snapshot {
+    pub async fn snapshot(&self, entity: &str) -> quiesce::domain::Snapshot {
         let entity = quiesce::domain::EntityId::parse(entity).unwrap();
         self.backends
             .store

@@ -122,11 +122,11 @@ async fn a_flooding_source_gets_429_while_another_keeps_being_served() {
 
 #[tokio::test]
 async fn ingest_clients_with_different_tokens_have_separate_budgets() {
-    use quiesce::auth::{Role, token_spec};
+    use quiesce::credentials::{ApiToken, Role};
     let app = spawn_app(TestOptions {
         api_tokens: vec![
-            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST_A),
-            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST_B),
+            ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST_A),
+            ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST_B),
         ],
         rate_limit: 10,
         rate_burst: 20,

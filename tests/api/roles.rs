@@ -1,6 +1,6 @@
 //! API tokens and roles: every route x {no token, bad token, each role}.
 
-use quiesce::auth::{Role, token_spec};
+use quiesce::credentials::{ApiToken, Role};
 use serde_json::json;
 
 use crate::helpers::{SHOP_SECRET, TestOptions, event, source, spawn_app};
@@ -9,9 +9,9 @@ use crate::helpers::{SHOP_SECRET, TestOptions, event, source, spawn_app};
 async fn every_route_answers_each_role_as_documented() {
     let app = spawn_app(TestOptions {
         api_tokens: vec![
-            token_spec(Role::Ingest, crate::secrets::TOKEN_INGEST),
-            token_spec(Role::Moderator, crate::secrets::TOKEN_MODERATOR),
-            token_spec(Role::Admin, crate::secrets::TOKEN_ADMIN),
+            ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST),
+            ApiToken::spec_for(Role::Moderator, crate::secrets::TOKEN_MODERATOR),
+            ApiToken::spec_for(Role::Admin, crate::secrets::TOKEN_ADMIN),
         ],
         sources: vec![source("shop", &[SHOP_SECRET])],
         ..TestOptions::idle()

@@ -2,7 +2,7 @@
 //! accepted, checked on the raw body before anything is parsed or written.
 
 use hmac::{Hmac, Mac};
-use quiesce::outbox::WebhookSecret;
+use quiesce::credentials::WebhookSecret;
 use sha2::Sha256;
 
 use crate::helpers::{TestOptions, spawn_app};

@@ -43,7 +43,7 @@ async fn flagged_ten_times(
     app: &TestApp,
     entity: &str,
 ) -> (
-    quiesce::store::Snapshot,
+    quiesce::domain::Snapshot,
     quiesce::rules::Verdict,
     Option<quiesce::rules::Decision>,
 ) {
@@ -64,7 +64,7 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
     let calls = Arc::new(AtomicUsize::new(0));
     let hook = {
         let (database_url, calls) = (Arc::clone(&database_url), Arc::clone(&calls));
-        Arc::new(move |snapshot: quiesce::store::Snapshot| {
+        Arc::new(move |snapshot: quiesce::domain::Snapshot| {
             let (database_url, calls) = (Arc::clone(&database_url), Arc::clone(&calls));
             async move {
                 if calls.fetch_add(1, Ordering::SeqCst) == 0 {

@@ -18,7 +18,10 @@ use axum::{
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
-use quiesce::outbox::{DeliverySettings, Dispatcher, WebhookSecret};
+use quiesce::{
+    credentials::WebhookSecret,
+    outbox::{DeliverySettings, Dispatcher},
+};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;

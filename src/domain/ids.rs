@@ -1,17 +1,10 @@
-//! Domain values that parse at the edge, so an invalid one cannot exist past it.
+//! Identifiers that parse at the edge: an entity, a signal, an event id.
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// Why a value was refused; the HTTP layer adds the field name and batch position.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Invalid(pub String);
-
-fn invalid(message: impl Into<String>) -> Invalid {
-    Invalid(message.into())
-}
+use super::{Invalid, invalid};
 
 /// `<kind>:<id>`, e.g. `post:9842`: kind `[a-z][a-z0-9_]{0,31}`, id 1-128 of `[A-Za-z0-9_.:-]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -102,101 +95,6 @@ impl EventId {
     }
 }
 
-/// Critical events skip the debounce window and fire at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Priority {
-    #[default]
-    Normal,
-    Critical,
-}
-
-impl Priority {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Priority::Normal => "normal",
-            Priority::Critical => "critical",
-        }
-    }
-}
-
-/// An entity's moderation status, ordered by severity; automation only escalates.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Visible,
-    Flagged,
-    Hidden,
-    Suspended,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Visible => "visible",
-            Status::Flagged => "flagged",
-            Status::Hidden => "hidden",
-            Status::Suspended => "suspended",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Result<Self, Invalid> {
-        match raw {
-            "visible" => Ok(Status::Visible),
-            "flagged" => Ok(Status::Flagged),
-            "hidden" => Ok(Status::Hidden),
-            "suspended" => Ok(Status::Suspended),
-            other => Err(invalid(format!("unknown status {other:?}"))),
-        }
-    }
-}
-
-/// What a rule may do to an entity; each sets a status, never adds to one.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Flag,
-    Hide,
-    Suspend,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Flag => "flag",
-            Action::Hide => "hide",
-            Action::Suspend => "suspend",
-        }
-    }
-
-    /// The status this action sets.
-    pub fn status(self) -> Status {
-        match self {
-            Action::Flag => Status::Flagged,
-            Action::Hide => Status::Hidden,
-            Action::Suspend => Status::Suspended,
-        }
-    }
-}
-
-/// One validated event, ready to be recorded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub id: EventId,
-    pub entity: EntityId,
-    pub signal: Signal,
-    pub actor: Option<String>,
-    pub weight: f64,
-    pub occurred_at: Option<chrono::DateTime<chrono::Utc>>,
-    pub priority: Priority,
-    /// Who wrote the entity (`user:77`); automated actions on the entity feed back to it.
-    pub author: Option<EntityId>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,13 +123,5 @@ mod tests {
         assert!(EventId::parse("has space").is_err());
         assert!(EventId::parse("").is_err());
         assert!(EventId::parse(&"x".repeat(129)).is_err());
-    }
-
-    #[test]
-    fn statuses_are_ordered_by_severity() {
-        assert!(Status::Visible < Status::Flagged);
-        assert!(Status::Flagged < Status::Hidden);
-        assert!(Status::Hidden < Status::Suspended);
-        assert_eq!(Action::Hide.status(), Status::Hidden);
     }
 }

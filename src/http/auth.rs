@@ -1,7 +1,5 @@
-//! API tokens with roles. Tokens are configured as `role:<sha256 hex of the token>`, so the
-//! tokens themselves are never stored; a presented bearer token is hashed and compared in
-//! constant time. `ingest` may send events; `moderator` may read and reverse or override;
-//! `admin` may do everything (dead letters, rules reload).
+//! The token check on every `/v1` route: which role a route needs, and whether the request's
+//! bearer token has it. Tokens and roles themselves are [`crate::credentials`].
 
 use axum::{
     extract::{MatchedPath, Request, State},
@@ -9,39 +7,9 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use sha2::{Digest, Sha256};
 
-use crate::http::{ApiError, AppState};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Ingest,
-    Moderator,
-    Admin,
-}
-
-impl Role {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "ingest" => Some(Role::Ingest),
-            "moderator" => Some(Role::Moderator),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Ingest => "ingest",
-            Role::Moderator => "moderator",
-            Role::Admin => "admin",
-        }
-    }
-
-    fn allows(self, required: Role) -> bool {
-        self == Role::Admin || self == required
-    }
-}
+use super::{ApiError, AppState};
+use crate::credentials::{ApiToken, Role};
 
 /// The role a route needs; `None`: no token (health, readiness, the API description, and
 /// named sources, whose requests are authenticated by their signature).
@@ -60,61 +28,16 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
     }
 }
 
-#[derive(Debug, Clone)]
-struct TokenHash {
-    role: Role,
-    hash: [u8; 32],
-}
-
 /// The configured tokens; with `enforce` off (`--insecure-dev`) every request passes.
 #[derive(Debug, Clone, Default)]
 pub struct Auth {
-    tokens: Vec<TokenHash>,
+    tokens: Vec<ApiToken>,
     enforce: bool,
 }
 
-/// `role:<64 hex digits>`, the SHA-256 of the token.
-pub fn parse_token_spec(spec: &str) -> Result<(Role, [u8; 32]), String> {
-    let (role, hex) = spec
-        .split_once(':')
-        .ok_or("expected role:<sha256 hex of the token>")?;
-    let role = Role::parse(role).ok_or("the role must be ingest, moderator or admin")?;
-    let bytes: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .filter_map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|b| u8::from_str_radix(b, 16).ok())
-        })
-        .collect();
-    let hash: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| "the hash must be 64 hex digits (sha256 of the token)")?;
-    Ok((role, hash))
-}
-
-/// `token:<first 8 hex digits of the token's sha256>`: names a client (rate limits, metrics)
-/// without revealing anything usable.
-pub fn client_label(hash: &[u8; 32]) -> String {
-    let prefix: String = hash[..4].iter().map(|b| format!("{b:02x}")).collect();
-    format!("token:{prefix}")
-}
-
-/// The spec line for a token: what an operator puts in QUIESCE_API_TOKENS.
-pub fn token_spec(role: Role, token: &str) -> String {
-    let hash: String = Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("{}:{hash}", role.as_str())
-}
-
 impl Auth {
-    pub fn new(specs: &[String], enforce: bool) -> Result<Self, String> {
-        let tokens = specs
-            .iter()
-            .map(|spec| parse_token_spec(spec).map(|(role, hash)| TokenHash { role, hash }))
-            .collect::<Result<_, _>>()?;
-        Ok(Self { tokens, enforce })
+    pub fn new(tokens: Vec<ApiToken>, enforce: bool) -> Self {
+        Self { tokens, enforce }
     }
 
     /// The role of a bearer token, if it is one of ours.
@@ -123,16 +46,8 @@ impl Auth {
         self.token_of(token).map(|t| t.role)
     }
 
-    fn token_of(&self, token: &str) -> Option<&TokenHash> {
-        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        // Constant time per comparison: every byte is looked at, whatever differs.
-        self.tokens.iter().find(|t| {
-            t.hash
-                .iter()
-                .zip(presented)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-        })
+    fn token_of(&self, token: &str) -> Option<&ApiToken> {
+        self.tokens.iter().find(|t| t.matches(token))
     }
 
     /// The caller, if the request carries a token of the required role; `Ok(None)` when
@@ -165,7 +80,7 @@ impl Auth {
         if role.allows(required) {
             Ok(Some(Caller {
                 role,
-                client: client_label(&known.hash),
+                client: known.label(),
             }))
         } else {
             Err(ApiError::new(
@@ -222,19 +137,19 @@ mod tests {
 
     #[test]
     fn tokens_are_matched_by_hash_and_roles_by_route() {
+        let token = |role, token| ApiToken::parse(&ApiToken::spec_for(role, token)).unwrap();
         let auth = Auth::new(
-            &[
-                token_spec(Role::Ingest, "in-token"),
-                token_spec(Role::Admin, "admin-token"),
+            vec![
+                token(Role::Ingest, "in-token"),
+                token(Role::Admin, "admin-token"),
             ],
             true,
-        )
-        .unwrap();
+        );
         assert_eq!(auth.role_of("in-token"), Some(Role::Ingest));
         assert_eq!(auth.role_of("admin-token"), Some(Role::Admin));
         assert_eq!(auth.role_of("in-token "), None);
-        assert!(Auth::new(&["root:abcd".into()], true).is_err());
-        assert!(Auth::new(&["admin:abcd".into()], true).is_err());
+        assert!(ApiToken::parse("root:abcd").is_err());
+        assert!(ApiToken::parse("admin:abcd").is_err());
         assert_eq!(required_role(&Method::GET, "/healthz"), None);
         assert_eq!(
             required_role(&Method::POST, "/v1/events"),

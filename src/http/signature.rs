@@ -11,10 +11,7 @@ use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::outbox::WebhookSecret;
-
-/// Accepted clock difference between the sender's timestamp and ours, both ways.
-pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+use crate::credentials::{WebhookSecret, decode_hex};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
@@ -118,16 +115,6 @@ impl InboundSecrets {
     }
 }
 
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use axum::http::{HeaderMap, HeaderValue};
@@ -138,7 +125,7 @@ mod tests {
         InboundSecrets {
             standard: vec![WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()],
             github: vec![b"It's a Secret to Everybody".to_vec()],
-            tolerance: DEFAULT_TOLERANCE,
+            tolerance: Duration::from_secs(300),
         }
     }
 
@@ -259,7 +246,7 @@ mod properties {
             let secrets = InboundSecrets {
                 standard: vec![WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()],
                 github: vec![b"secret".to_vec()],
-                tolerance: DEFAULT_TOLERANCE,
+                tolerance: Duration::from_secs(300),
             };
             let mut headers = HeaderMap::new();
             for (name, value) in [("webhook-id", id), ("webhook-timestamp", timestamp.to_string()), ("webhook-signature", signature)] {

@@ -1,0 +1,23 @@
+//! Domain values that parse at the edge, so an invalid one cannot exist past it: identifiers,
+//! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
+
+mod event;
+mod ids;
+mod snapshot;
+mod status;
+
+pub use self::{
+    event::{Event, Priority},
+    ids::{EntityId, EventId, Signal},
+    snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
+    status::{Action, Status},
+};
+
+/// Why a value was refused; the HTTP layer adds the field name and batch position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+fn invalid(message: impl Into<String>) -> Invalid {
+    Invalid(message.into())
+}

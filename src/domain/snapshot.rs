@@ -1,0 +1,110 @@
+//! One consistent read of an entity, what the rules decide on, and the dedup key that makes an
+//! action on it take effect once.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{EntityId, Status};
+
+/// The trailing windows rules can count over (minute-granular: by receive-time minute).
+pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
+
+/// A count of events and the sum of their weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SignalTotals {
+    pub count: i64,
+    pub weight: f64,
+}
+
+/// What a snapshot knows of one signal on one entity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SignalStats {
+    /// Events ever recorded (the totals survive event retention).
+    pub count: i64,
+    /// Their summed weights: an actor-weighted score when weights model reporters' trust.
+    pub weight: f64,
+    /// Distinct actors among the retained events; counted only when a rule asks for them
+    /// (it reads every retained event of the entity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actors: Option<i64>,
+    /// Count and weight over each trailing window of [`WINDOWS`]; empty when the snapshot was
+    /// read for rules that use no window.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, SignalTotals>,
+}
+
+/// One consistent read of an entity: what the rules decide on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub entity: EntityId,
+    pub kind: String,
+    pub status: Status,
+    pub moderation_version: i64,
+    /// Events recorded when the snapshot was taken; the evaluation covers these.
+    pub event_count: i64,
+    /// Events covered by the evaluations before this one: the difference is how many events
+    /// this evaluation collapses.
+    #[serde(skip)]
+    pub previously_evaluated: i64,
+    pub signals: BTreeMap<String, SignalStats>,
+    pub taken_at: DateTime<Utc>,
+    /// A moderator's override in force: automation does not go past this status.
+    pub override_cap: Option<Status>,
+    /// Who wrote the entity, if an event said so.
+    pub author: Option<EntityId>,
+}
+
+impl Snapshot {
+    /// An entity with no events, for checking rules before any data exists.
+    pub fn empty_for_validation() -> Self {
+        Self {
+            entity: EntityId::parse("post:0").expect("valid id"),
+            kind: "post".into(),
+            status: Status::Visible,
+            moderation_version: 0,
+            event_count: 0,
+            previously_evaluated: 0,
+            signals: BTreeMap::new(),
+            taken_at: DateTime::<Utc>::UNIX_EPOCH,
+            override_cap: None,
+            author: None,
+        }
+    }
+
+    /// A visible entity with these signal counts (each event weighing 1) and nothing else: what
+    /// the rules would see on exactly those totals.
+    pub fn with_counts<'a>(
+        entity: EntityId,
+        counts: impl IntoIterator<Item = (&'a str, i64)>,
+    ) -> Self {
+        let mut snapshot = Self::empty_for_validation();
+        snapshot.kind = entity.kind().to_owned();
+        snapshot.entity = entity;
+        for (signal, count) in counts {
+            snapshot.signals.insert(
+                signal.to_owned(),
+                SignalStats {
+                    count,
+                    weight: count as f64,
+                    ..Default::default()
+                },
+            );
+        }
+        snapshot
+    }
+
+    /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the
+    /// same version of an entity once. The version is in the key so that after a moderator's
+    /// reversal (which bumps it) the rule may act again, once the override allows.
+    pub fn dedup_key(&self, rule: &str) -> String {
+        let hour = self.taken_at.timestamp().div_euclid(3600);
+        let digest = Sha256::digest(format!(
+            "{}\n{}\n{}\n{}",
+            self.entity, rule, hour, self.moderation_version
+        ));
+        digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}

@@ -1,0 +1,294 @@
+//! Claims: take due entities with a lease, lock each, renew, and settle them (ack, retry,
+//! fail); the reaper returns the claims of workers that died.
+
+use std::time::Duration;
+
+use super::{Queue, QueueError, Result, scripts::SCRIPTS};
+use crate::{domain::EntityId, telemetry::Timed};
+
+/// One claimed entity: only the holder of `token` may renew, ack or retry it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub shard: u16,
+    pub entity: EntityId,
+    pub token: String,
+    /// The fire-at the entity was claimed at (unix ms).
+    pub due_at_ms: i64,
+    /// Lease (and lock time-to-live) of this claim, renewed by the same amount.
+    pub lease_ms: u64,
+}
+
+/// What one claim call on one shard returned.
+#[derive(Debug, Default)]
+pub struct ClaimBatch {
+    /// Redis' clock at the claim (unix ms).
+    pub now_ms: i64,
+    /// The earliest fire-at still waiting in the shard, if any.
+    pub next_due_ms: Option<i64>,
+    /// Due entities pushed back because an earlier claim of theirs was still running.
+    pub busy: usize,
+    pub claims: Vec<Claim>,
+    /// Members that failed to parse as entity ids (never written by quiesce).
+    pub malformed: Vec<String>,
+}
+
+/// What one reaper call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    /// Entities whose lease expired, due again.
+    pub returned: usize,
+    /// Entities whose lease expired on their last allowed attempt.
+    pub dead_lettered: usize,
+}
+
+/// What became of a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failed {
+    /// Due again after its backoff.
+    Retried,
+    /// Moved to the dead-letter set.
+    DeadLettered,
+    /// The claim had been taken over; its new owner decides.
+    TakenOver,
+}
+
+impl Queue {
+    /// Claims up to `limit` due entities of one shard.
+    pub async fn claim(
+        &self,
+        shard: u16,
+        limit: usize,
+        busy_delay: Duration,
+        lease: Duration,
+    ) -> Result<ClaimBatch> {
+        let lease_ms = lease.as_millis().max(1) as u64;
+        let keys = self.keys.for_shard(shard);
+        let token_prefix = uuid::Uuid::new_v4().simple().to_string();
+        let mut redis = self.redis.clone();
+        let reply: Vec<redis::Value> = SCRIPTS
+            .claim
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(limit)
+            .arg(lease_ms)
+            .arg(&token_prefix)
+            .arg(busy_delay.as_millis() as u64)
+            .invoke_async(&mut redis)
+            .timed_script("claim")
+            .await?;
+        parse_claim_reply(shard, lease_ms, reply)
+    }
+
+    /// Finishes a claim and releases the entity lock if it is still ours; false if the claim
+    /// had been taken over (lease expired and reaped).
+    pub async fn ack(&self, claim: &Claim) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .ack
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.failures())
+            .key(keys.lock(&claim.entity))
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .invoke_async(&mut redis)
+            .timed_script("ack")
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Gives a claim back, to fire again after `delay`.
+    pub async fn retry(&self, claim: &Claim, delay: Duration) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .retry
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(delay.as_millis() as u64)
+            .invoke_async(&mut redis)
+            .timed_script("retry")
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Extends the claim's lease and its entity lock; false if either was lost.
+    pub async fn renew(&self, claim: &Claim) -> Result<bool> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .renew
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.lock(&claim.entity))
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(claim.lease_ms)
+            .invoke_async(&mut redis)
+            .timed_script("renew")
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Returns entities whose lease expired (their worker died) to the due set.
+    pub async fn reap(&self, shard: u16, limit: usize) -> Result<Reaped> {
+        let keys = self.keys.for_shard(shard);
+        let mut redis = self.redis.clone();
+        let (returned, dead_lettered): (usize, usize) = SCRIPTS
+            .reap
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.failures())
+            .key(keys.dead())
+            .key(keys.dead_info())
+            .arg(limit)
+            .arg(self.timing.max_attempts)
+            .invoke_async(&mut redis)
+            .timed_script("reap")
+            .await?;
+        Ok(Reaped {
+            returned,
+            dead_lettered,
+        })
+    }
+
+    /// Records a failed attempt: due again after a jittered exponential backoff, or
+    /// dead-lettered at the attempt limit (at once if `fatal`).
+    pub async fn fail(&self, claim: &Claim, error: &str, fatal: bool) -> Result<Failed> {
+        let keys = self.keys.for_shard(claim.shard);
+        let mut redis = self.redis.clone();
+        let jitter: f64 = rand::random();
+        let result: i64 = SCRIPTS
+            .fail
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.inflight())
+            .key(keys.claims())
+            .key(keys.failures())
+            .key(keys.dead())
+            .key(keys.dead_info())
+            .arg(claim.entity.as_str())
+            .arg(&claim.token)
+            .arg(error)
+            .arg(self.timing.max_attempts)
+            .arg(self.timing.backoff_base_ms)
+            .arg(self.timing.backoff_max_ms)
+            .arg(if fatal { "1" } else { "0" })
+            .arg(jitter)
+            .invoke_async(&mut redis)
+            .timed_script("fail")
+            .await?;
+        Ok(match result {
+            1 => Failed::Retried,
+            2 => Failed::DeadLettered,
+            _ => Failed::TakenOver,
+        })
+    }
+
+    /// Takes the entity lock for a claim: `SET lock token NX PX lease`.
+    pub async fn lock(&self, claim: &Claim) -> Result<bool> {
+        let key = self.keys.for_shard(claim.shard).lock(&claim.entity);
+        let mut redis = self.redis.clone();
+        let reply: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&claim.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(claim.lease_ms)
+            .query_async(&mut redis)
+            .await?;
+        Ok(reply.is_some())
+    }
+
+    /// Releases the entity lock if it still holds the claim's token.
+    pub async fn unlock(&self, claim: &Claim) -> Result<bool> {
+        let key = self.keys.for_shard(claim.shard).lock(&claim.entity);
+        let mut redis = self.redis.clone();
+        let done: i64 = SCRIPTS
+            .unlock
+            .key(key)
+            .arg(&claim.token)
+            .invoke_async(&mut redis)
+            .timed_script("unlock")
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Whether the action with this dedup key is known to be applied (a cache: Postgres decides).
+    pub async fn action_known_applied(&self, entity: &EntityId, dedup_key: &str) -> Result<bool> {
+        let key = self.keys.for_entity(entity).applied_action(dedup_key);
+        let mut redis = self.redis.clone();
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut redis)
+            .await?;
+        Ok(exists)
+    }
+
+    /// Remembers an applied action's dedup key for a day; only after Postgres committed it.
+    pub async fn remember_applied_action(&self, entity: &EntityId, dedup_key: &str) -> Result<()> {
+        let key = self.keys.for_entity(entity).applied_action(dedup_key);
+        let mut redis = self.redis.clone();
+        let _: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(86_400)
+            .query_async(&mut redis)
+            .await?;
+        Ok(())
+    }
+}
+
+fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
+    use redis::FromRedisValue;
+    let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
+    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(3) {
+        return Err(bad("wrong length"));
+    }
+    let number = |v: &redis::Value| -> Result<i64> {
+        match v {
+            redis::Value::Int(n) => Ok(*n),
+            other => {
+                let text =
+                    String::from_redis_value(other.clone()).map_err(|_| bad("not a number"))?;
+                text.parse::<f64>()
+                    .map(|f| f as i64)
+                    .map_err(|_| bad("not a number"))
+            }
+        }
+    };
+    let text =
+        |v: &redis::Value| String::from_redis_value(v.clone()).map_err(|_| bad("not a string"));
+    let next = number(&reply[1])?;
+    let mut batch = ClaimBatch {
+        now_ms: number(&reply[0])?,
+        next_due_ms: (next >= 0).then_some(next),
+        busy: number(&reply[2])? as usize,
+        ..Default::default()
+    };
+    for chunk in reply[3..].chunks(3) {
+        let raw = text(&chunk[0])?;
+        match EntityId::parse(&raw) {
+            Ok(entity) => batch.claims.push(Claim {
+                shard,
+                entity,
+                token: text(&chunk[1])?,
+                due_at_ms: number(&chunk[2])?,
+                lease_ms,
+            }),
+            Err(_) => batch.malformed.push(raw),
+        }
+    }
+    Ok(batch)
+}
