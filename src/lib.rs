@@ -7,7 +7,6 @@
 //! entity through the Redis sets.
 
 pub mod coalesce;
-pub mod config;
 pub mod credentials;
 pub mod domain;
 pub mod evaluation_batches;
@@ -17,6 +16,7 @@ pub mod loadgen;
 pub mod outbox;
 pub mod queue;
 pub mod rules;
+pub mod settings;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

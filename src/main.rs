@@ -2,10 +2,10 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 
 use clap::{Parser, Subcommand};
 use quiesce::{
-    config::{ConfigArgs, Settings},
     domain::EntityId,
-    queue::{DeadLetterCursor, Keyspace, Queue, Timing},
+    queue::{DeadLetterCursor, Keyspace, Queue},
     rules::RuleSet,
+    settings::{ConfigArgs, Loaded, Settings},
     startup::{self, Application, Backends},
     store::Store,
     telemetry,
@@ -15,7 +15,8 @@ use quiesce::{
 /// evaluates the rules once on a consistent snapshot and applies at most one action.
 ///
 /// Every setting can come from a TOML file (--config), a QUIESCE_* environment variable, or
-/// the flag of the same name; a flag beats its variable, which beats the file.
+/// the flag of the same name; a flag beats its variable, which beats the file. `quiesce config`
+/// prints each setting's value and where it came from.
 #[derive(Parser)]
 #[command(name = "quiesce", version, about, long_about)]
 struct Cli {
@@ -41,6 +42,9 @@ enum Command {
         #[command(subcommand)]
         command: DeliveriesCommand,
     },
+    /// Print the effective settings, each with where it came from (default, file, environment,
+    /// flag); secrets are redacted.
+    Config(ConfigArgs),
     /// Check a rules file and print its rules.
     Rules {
         #[command(subcommand)]
@@ -122,7 +126,10 @@ async fn main() -> ExitCode {
 
 fn settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
     let settings = Settings::load(args)?;
-    telemetry::init_tracing(settings.log_format, "info,sqlx=warn,tower_http=warn");
+    telemetry::init_tracing(
+        settings.telemetry.log_format,
+        "info,sqlx=warn,tower_http=warn",
+    );
     Ok(settings)
 }
 
@@ -130,8 +137,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let settings = settings(&args)?;
-            settings.check_api_security().map_err(anyhow::Error::msg)?;
-            if settings.insecure_dev {
+            settings
+                .security
+                .check_serving()
+                .map_err(anyhow::Error::msg)?;
+            if settings.security.insecure_dev {
                 tracing::warn!("--insecure-dev: the API runs without tokens or inbound signatures");
             }
             let rules = Arc::new(startup::load_rules(&settings)?);
@@ -163,7 +173,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let backends = Backends::connect(&settings, rules).await?;
             backends.check_redis_durability().await;
             let _ = telemetry::metrics_handle();
-            tracing::info!(workers = settings.workers, "quiesce worker started");
+            tracing::info!(workers = settings.worker.workers, "quiesce worker started");
             startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
@@ -182,6 +192,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let settings = settings(&args)?;
             startup::prepare_database(&settings).await?;
             println!("migrations applied");
+            Ok(())
+        }
+        Command::Config(args) => {
+            let loaded = Loaded::load(&args, &|name| std::env::var(name).ok())?;
+            print!("{}", loaded.report());
             Ok(())
         }
         Command::DeadLetters { command } => dead_letters(command).await,
@@ -215,8 +230,8 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
     let settings = settings(config)?;
     let queue = Queue::new(
         startup::connect_redis(&settings).await?,
-        Keyspace::new(settings.redis_prefix.clone(), settings.shards),
-        Timing::from_settings(&settings),
+        Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards),
+        settings.schedule.timing(),
     );
     match command {
         DeadLettersCommand::List { limit, .. } => {
@@ -262,7 +277,7 @@ async fn deliveries(command: DeliveriesCommand) -> anyhow::Result<()> {
         }
     };
     let settings = settings(config)?;
-    let store = Store::new(quiesce::store::connect(&settings).await?);
+    let store = Store::new(quiesce::store::connect(&settings.database).await?);
     match command {
         DeliveriesCommand::Failed { limit, .. } => {
             for row in store.failed_deliveries(limit).await? {

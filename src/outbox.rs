@@ -6,12 +6,11 @@ use crate::telemetry::Timed;
 use std::{sync::Arc, time::Duration};
 
 use rand::Rng;
-use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::Settings,
     credentials::WebhookSecret,
+    settings::Settings,
     store::{OutboxRow, Store, StoreError},
     telemetry::names,
 };
@@ -31,19 +30,17 @@ pub struct DeliverySettings {
 impl DeliverySettings {
     /// `None` when no webhook URL is configured (rows then wait in the outbox).
     pub fn from_settings(settings: &Settings) -> Option<Self> {
-        let url = settings.webhook_url.clone()?;
+        let delivery = &settings.delivery;
+        let url = delivery.webhook_url.clone()?;
         Some(Self {
             url,
-            secret: settings
-                .webhook_secret
-                .as_ref()
-                .map(|s| WebhookSecret::parse(s.expose_secret()).expect("validated at load")),
-            timeout: settings.delivery_timeout,
-            horizon: settings.delivery_horizon,
-            backoff_base: settings.delivery_backoff_base,
-            backoff_max: settings.delivery_backoff_max,
+            secret: delivery.webhook_secret.clone(),
+            timeout: delivery.delivery_timeout,
+            horizon: delivery.delivery_horizon,
+            backoff_base: delivery.delivery_backoff_base,
+            backoff_max: delivery.delivery_backoff_max,
             batch: DELIVERY_BATCH,
-            poll_interval: settings.poll_interval.max(Duration::from_millis(50)),
+            poll_interval: settings.worker.poll_interval.max(Duration::from_millis(50)),
         })
     }
 }

@@ -11,12 +11,12 @@ use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::Settings,
-    http::{self, AppState, Limits},
+    http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
     outbox::{DeliverySettings, Dispatcher},
-    queue::{Keyspace, Queue, Timing},
+    queue::{Keyspace, Queue},
     rules::{RuleSet, Rules},
+    settings::Settings,
     store::{self, Store},
     telemetry,
     worker::{Worker, WorkerSettings},
@@ -24,16 +24,17 @@ use crate::{
 
 /// Loads the configured rules file, or the shipped defaults, into a reloadable handle.
 pub fn load_rules(settings: &Settings) -> anyhow::Result<Rules> {
-    let set = match &settings.rules {
+    let file = &settings.moderation.rules;
+    let set = match file {
         Some(path) => RuleSet::from_file(path).context("the rules were refused")?,
         None => RuleSet::default_rules(),
     };
-    Ok(Rules::new(set, settings.rules.clone()))
+    Ok(Rules::new(set, file.clone()))
 }
 
 /// Creates the database if it does not exist and applies pending migrations.
 pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
-    let url = settings.database_url.expose_secret();
+    let url = settings.database.database_url.expose_secret();
     if !Postgres::database_exists(url)
         .await
         .context("cannot reach Postgres")?
@@ -43,7 +44,7 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
             .context("cannot create the database")?;
         tracing::info!("created the database");
     }
-    let pool = store::connect(settings)
+    let pool = store::connect(&settings.database)
         .await
         .context("cannot connect to Postgres")?;
     store::migrate(&pool).await.context("migrations failed")?;
@@ -52,56 +53,16 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
 }
 
 pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionManager> {
-    let client =
-        redis::Client::open(settings.redis_url.expose_secret()).context("invalid Redis URL")?;
+    let client = redis::Client::open(settings.redis.redis_url.expose_secret())
+        .context("invalid Redis URL")?;
+    let timeout = settings.database.backend_timeout;
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(settings.backend_timeout))
-        .set_response_timeout(Some(settings.backend_timeout))
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
         .set_number_of_retries(2);
     ConnectionManager::new_with_config(client, config)
         .await
         .context("cannot connect to Redis")
-}
-
-/// The inbound signing secrets from the settings (validated at load).
-pub fn inbound_secrets(settings: &Settings) -> crate::http::signature::InboundSecrets {
-    signing_secrets(
-        &settings.inbound_secrets,
-        &settings.inbound_github_secrets,
-        settings,
-    )
-}
-
-/// Each named source's secrets.
-pub fn source_secrets(
-    settings: &Settings,
-) -> std::collections::HashMap<String, crate::http::signature::InboundSecrets> {
-    settings
-        .sources
-        .iter()
-        .map(|source| {
-            let secrets = signing_secrets(&source.secrets, &source.github_secrets, settings);
-            (source.name.clone(), secrets)
-        })
-        .collect()
-}
-
-fn signing_secrets(
-    standard: &[secrecy::SecretString],
-    github: &[secrecy::SecretString],
-    settings: &Settings,
-) -> crate::http::signature::InboundSecrets {
-    crate::http::signature::InboundSecrets {
-        standard: standard
-            .iter()
-            .filter_map(|s| crate::credentials::WebhookSecret::parse(s.expose_secret()).ok())
-            .collect(),
-        github: github
-            .iter()
-            .map(|s| s.expose_secret().as_bytes().to_vec())
-            .collect(),
-        tolerance: settings.signature_tolerance,
-    }
 }
 
 /// Postgres, Redis and the rules: what both the API and the workers run on.
@@ -115,14 +76,14 @@ pub struct Backends {
 
 impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
-        let pool = store::connect(settings)
+        let pool = store::connect(&settings.database)
             .await
             .context("cannot connect to Postgres")?;
         let redis = connect_redis(settings).await?;
-        let keys = Keyspace::new(settings.redis_prefix.clone(), settings.shards);
+        let keys = Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards);
         Ok(Self {
             store: Store::new(pool),
-            queue: Queue::new(redis, keys, Timing::from_settings(settings)),
+            queue: Queue::new(redis, keys, settings.schedule.timing()),
             rules,
             wakeup: Arc::new(Notify::new()),
         })
@@ -172,17 +133,18 @@ impl Application {
         backends: &Backends,
         worker: Option<Worker>,
     ) -> anyhow::Result<Self> {
-        let listener = TcpListener::bind(settings.listen)
+        let listen = settings.http.listen;
+        let listener = TcpListener::bind(listen)
             .await
-            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+            .with_context(|| format!("cannot listen on {listen}"))?;
         let address = listener.local_addr()?;
-        let metrics = match settings.metrics_listen {
+        let metrics = match settings.telemetry.metrics_listen {
             Some(at) => {
                 let listener = TcpListener::bind(at)
                     .await
                     .with_context(|| format!("cannot listen for metrics on {at} (QUIESCE_METRICS_LISTEN; off disables it)"))?;
                 let bound = listener.local_addr()?;
-                telemetry::record_settings(settings);
+                record_baseline(settings);
                 Some((listener, bound))
             }
             None => None,
@@ -191,8 +153,9 @@ impl Application {
             backends.store.clone(),
             backends.queue.clone(),
             Arc::clone(&backends.wakeup),
-            settings.backend_timeout,
+            settings.database.backend_timeout,
         );
+        let security = &settings.security;
         let state = AppState::new(http::Shared {
             store: backends.store.clone(),
             queue: backends.queue.clone(),
@@ -200,24 +163,41 @@ impl Application {
             rules: Arc::clone(&backends.rules),
             // --insecure-dev waives what is missing; whatever is configured is enforced.
             auth: Arc::new(http::auth::Auth::new(
-                settings
-                    .api_tokens
-                    .iter()
-                    .map(|spec| crate::credentials::ApiToken::parse(spec))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| anyhow::anyhow!("invalid API tokens: {e}"))?,
-                !settings.insecure_dev || !settings.api_tokens.is_empty(),
+                security.api_tokens.clone(),
+                !security.insecure_dev || !security.api_tokens.is_empty(),
             )),
-            inbound: Arc::new(inbound_secrets(settings)),
-            sources: Arc::new(source_secrets(settings)),
-            rate_limits: Arc::new(http::limits::RateLimits::new(settings)),
-            ingest_slots: Arc::new(tokio::sync::Semaphore::new(settings.max_concurrent_ingest)),
+            inbound: Arc::new(InboundSecrets::new(
+                &security.inbound_secrets,
+                &security.inbound_github_secrets,
+                security.signature_tolerance,
+            )),
+            sources: Arc::new(
+                security
+                    .sources
+                    .iter()
+                    .map(|source| {
+                        let secrets = InboundSecrets::new(
+                            &source.secrets,
+                            &source.github_secrets,
+                            security.signature_tolerance,
+                        );
+                        (source.name.clone(), secrets)
+                    })
+                    .collect(),
+            ),
+            rate_limits: Arc::new(http::limits::RateLimits::new(
+                &settings.http,
+                &security.sources,
+            )),
+            ingest_slots: Arc::new(tokio::sync::Semaphore::new(
+                settings.http.max_concurrent_ingest,
+            )),
             limits: Arc::new(Limits {
-                body_limit: settings.body_limit,
-                max_batch: settings.max_batch,
-                backend_timeout: settings.backend_timeout,
-                override_after_reversal: settings.override_after_reversal,
-                request_timeout: settings.request_timeout,
+                body_limit: settings.http.body_limit,
+                max_batch: settings.http.max_batch,
+                backend_timeout: settings.database.backend_timeout,
+                override_after_reversal: settings.moderation.override_after_reversal,
+                request_timeout: settings.http.request_timeout,
             }),
         });
         Ok(Self {
@@ -291,20 +271,20 @@ pub async fn spawn_metrics_listener(
     backends: &Backends,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    let Some(address) = settings.metrics_listen else {
+    let Some(address) = settings.telemetry.metrics_listen else {
         return Ok(None);
     };
     let listener = TcpListener::bind(address).await.with_context(|| {
         format!("cannot listen for metrics on {address} (QUIESCE_METRICS_LISTEN; off disables it)")
     })?;
     tracing::info!(address = %listener.local_addr()?, "metrics listener started");
-    telemetry::record_settings(settings);
+    record_baseline(settings);
     let router = http::metrics_router(
         backends.queue.clone(),
         backends.store.clone(),
         Arc::clone(&backends.rules),
         telemetry::metrics_handle(),
-        settings.backend_timeout,
+        settings.database.backend_timeout,
     );
     Ok(Some(serve_metrics(listener, router, shutdown)))
 }
@@ -366,4 +346,21 @@ pub fn shutdown_on_signal() -> CancellationToken {
         trigger.cancel();
     });
     token
+}
+
+/// The settings alerts compare against, and a zero for each series a healthy process may never
+/// touch; each rate budget the configuration implies gets one (named sources, ingest tokens by
+/// the label the limiter uses, and `default` for requests without a token).
+fn record_baseline(settings: &Settings) {
+    let security = &settings.security;
+    let tokens = security.api_tokens.iter().map(|token| token.label());
+    let sources = security
+        .sources
+        .iter()
+        .map(|s| format!("source:{}", s.name));
+    telemetry::record_baseline(
+        settings.schedule.max_wait,
+        settings.moderation.reversal_alert_threshold,
+        tokens.chain(sources).chain(["default".to_owned()]),
+    );
 }

@@ -12,12 +12,12 @@ use sqlx::{
 };
 
 use crate::{
-    config::Settings,
     domain::{
         EntityId, Event, EventId, Priority, Signal, SignalStats, SignalTotals, Snapshot, Status,
         WINDOWS,
     },
     rules::{Decision, Verdict},
+    settings::Database,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +76,7 @@ impl StoreError {
     }
 }
 
-pub async fn connect(settings: &Settings) -> Result<PgPool> {
+pub async fn connect(settings: &Database) -> Result<PgPool> {
     // A statement that cannot finish within the backend timeout (a row lock held elsewhere, a
     // network black hole) is cancelled by Postgres rather than holding its caller forever.
     let statement_timeout = settings.backend_timeout.as_millis().to_string();

@@ -6,7 +6,12 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::config::LogFormat;
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 pub mod names {
     pub const EVENTS_INGESTED: &str = "quiesce_events_ingested_total";
@@ -218,11 +223,16 @@ fn describe() {
 }
 
 /// Exports the settings alerts compare against, and creates the series that a healthy
-/// process may never touch (so that rates and alerts see zeros rather than nothing).
-pub fn record_settings(settings: &crate::config::Settings) {
+/// process may never touch (so that rates and alerts see zeros rather than nothing), with
+/// one rate-limit series for each budget the configuration implies (`rate_budgets`).
+pub fn record_baseline(
+    max_wait: std::time::Duration,
+    reversal_alert_threshold: f64,
+    rate_budgets: impl IntoIterator<Item = String>,
+) {
     let _ = metrics_handle();
-    metrics::gauge!(names::MAX_WAIT_SECONDS).set(settings.max_wait.as_secs_f64());
-    metrics::gauge!(names::REVERSAL_RATE_THRESHOLD).set(settings.reversal_alert_threshold);
+    metrics::gauge!(names::MAX_WAIT_SECONDS).set(max_wait.as_secs_f64());
+    metrics::gauge!(names::REVERSAL_RATE_THRESHOLD).set(reversal_alert_threshold);
     for counter in [
         names::EVENTS_INGESTED,
         names::EVENTS_DUPLICATE,
@@ -245,19 +255,8 @@ pub fn record_settings(settings: &crate::config::Settings) {
         metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
-    // Every rate budget the configuration implies: named sources, ingest tokens (by the same
-    // hash prefix the limiter uses), and `default` for requests without a token.
-    let tokens = settings
-        .api_tokens
-        .iter()
-        .filter_map(|spec| crate::credentials::ApiToken::parse(spec).ok())
-        .map(|token| token.label());
-    let sources = settings
-        .sources
-        .iter()
-        .map(|s| format!("source:{}", s.name));
-    for source in tokens.chain(sources).chain(["default".to_owned()]) {
-        metrics::counter!(names::RATE_LIMITED, "source" => source).increment(0);
+    for budget in rate_budgets {
+        metrics::counter!(names::RATE_LIMITED, "source" => budget).increment(0);
     }
 }
 

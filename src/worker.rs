@@ -22,11 +22,11 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::Settings,
     domain::{EntityId, Snapshot},
     evaluation_batches::{EvaluationBatches, FinishedEvaluation},
     queue::{Claim, Failed, Queue, QueueError, Reaped},
     rules::Rules,
+    settings::Settings,
     store::{Completion, Store, StoreError, SweepCursor},
     telemetry::names,
 };
@@ -94,21 +94,21 @@ pub struct WorkerSettings {
 impl WorkerSettings {
     pub fn from_settings(settings: &Settings) -> Self {
         Self {
-            concurrency: settings.workers,
-            poll_interval: settings.poll_interval,
-            claim_batch: settings.claim_batch,
-            retry_delay: settings.retry_delay,
-            lease: settings.lease,
-            lease_floor: settings.lease_floor,
-            evaluation_timeout: settings.evaluation_timeout,
-            retention: settings.retention,
-            retention_interval: settings.retention_interval,
-            retention_batch: settings.retention_batch,
-            sweep_interval: settings.sweep_interval,
-            sweep_batch: settings.sweep_batch,
-            sweep_grace: settings.sweep_grace,
-            shutdown_timeout: settings.shutdown_timeout,
-            worker_id: settings.worker_id.clone(),
+            concurrency: settings.worker.workers,
+            poll_interval: settings.worker.poll_interval,
+            claim_batch: settings.worker.claim_batch,
+            retry_delay: settings.worker.retry_delay,
+            lease: settings.worker.lease,
+            lease_floor: settings.worker.lease_floor,
+            evaluation_timeout: settings.worker.evaluation_timeout,
+            retention: settings.maintenance.retention,
+            retention_interval: settings.maintenance.retention_interval,
+            retention_batch: settings.maintenance.retention_batch,
+            sweep_interval: settings.maintenance.sweep_interval,
+            sweep_batch: settings.maintenance.sweep_batch,
+            sweep_grace: settings.maintenance.sweep_grace,
+            shutdown_timeout: settings.worker.shutdown_timeout,
+            worker_id: settings.worker.worker_id.clone(),
         }
     }
 }

@@ -16,7 +16,10 @@ use governor::{
 use tokio::sync::Semaphore;
 
 use super::{AppState, error::ApiError};
-use crate::{config::Settings, telemetry::names};
+use crate::{
+    settings::{Http, Source},
+    telemetry::names,
+};
 
 /// Whose budget a request spends.
 #[derive(Debug, Clone, Copy)]
@@ -50,19 +53,18 @@ fn quota(rate: u32, burst: u32) -> Quota {
 }
 
 impl RateLimits {
-    pub fn new(settings: &Settings) -> Self {
-        let sources = settings
-            .sources
+    pub fn new(http: &Http, sources: &[Source]) -> Self {
+        let sources = sources
             .iter()
             .map(|source| {
-                let rate = source.rate_limit.unwrap_or(settings.rate_limit);
-                let burst = source.rate_burst.unwrap_or(settings.rate_burst);
+                let rate = source.rate_limit.unwrap_or(http.rate_limit);
+                let burst = source.rate_burst.unwrap_or(http.rate_burst);
                 (source.name.clone(), RateLimiter::direct(quota(rate, burst)))
             })
             .collect();
         Self {
             sources,
-            clients: RateLimiter::keyed(quota(settings.rate_limit, settings.rate_burst)),
+            clients: RateLimiter::keyed(quota(http.rate_limit, http.rate_burst)),
         }
     }
 

@@ -79,7 +79,7 @@ impl utoipa::PartialSchema for EventsBody {
                 ArrayBuilder::new()
                     .items(Ref::from_schema_name("Event"))
                     .min_items(Some(1))
-                    .max_items(Some(crate::config::DEFAULT_MAX_BATCH)),
+                    .max_items(Some(crate::settings::Http::default().max_batch)),
             )
             .into()
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
 use sha2::Sha256;
 
 use crate::credentials::{WebhookSecret, decode_hex};
@@ -36,6 +37,18 @@ pub struct InboundSecrets {
 }
 
 impl InboundSecrets {
+    /// What requests must be signed with: any of these secrets, within `tolerance` of now.
+    pub fn new(standard: &[WebhookSecret], github: &[SecretString], tolerance: Duration) -> Self {
+        Self {
+            standard: standard.to_vec(),
+            github: github
+                .iter()
+                .map(|s| s.expose_secret().as_bytes().to_vec())
+                .collect(),
+            tolerance,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.standard.is_empty() && self.github.is_empty()
     }

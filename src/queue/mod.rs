@@ -18,7 +18,6 @@ pub use self::{
     keys::{Keyspace, ShardKeys},
 };
 use crate::{
-    config::{ScheduleMode, Settings},
     domain::{EntityId, Priority},
     telemetry::Timed,
 };
@@ -33,6 +32,25 @@ pub enum QueueError {
 
 pub type Result<T> = std::result::Result<T, QueueError>;
 
+/// How an event moves an entity's fire-at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleMode {
+    /// Every event pushes the fire-at to now + window (capped by max wait).
+    Sliding,
+    /// The first pending event fixes the fire-at at its time + window.
+    Fixed,
+}
+
+impl ScheduleMode {
+    /// As `lua/schedule.lua` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleMode::Sliding => "sliding",
+            ScheduleMode::Fixed => "fixed",
+        }
+    }
+}
+
 /// Debounce timing and the retry policy, in milliseconds as the scripts take them.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -42,19 +60,6 @@ pub struct Timing {
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
-}
-
-impl Timing {
-    pub fn from_settings(settings: &Settings) -> Self {
-        Self {
-            window_ms: settings.debounce_window.as_millis() as u64,
-            max_wait_ms: settings.max_wait.as_millis() as u64,
-            mode: settings.schedule_mode,
-            max_attempts: settings.max_attempts,
-            backoff_base_ms: settings.backoff_base.as_millis() as u64,
-            backoff_max_ms: settings.backoff_max.as_millis() as u64,
-        }
-    }
 }
 
 #[derive(Clone)]

@@ -8,13 +8,14 @@ use std::{
     time::{Duration, Instant},
 };
 
+use quiesce::credentials::{ApiToken, WebhookSecret};
 use quiesce::{
-    config::Settings,
     rules::RuleSet,
+    settings::{Settings, Source},
     startup::{self, Application, Backends},
     worker::{BeforeApplyHook, Worker},
 };
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::task::JoinHandle;
@@ -64,7 +65,7 @@ pub struct TestOptions {
     /// API token specs (`role:<sha256>`); none: the app runs as with --insecure-dev.
     pub api_tokens: Vec<String>,
     /// Named sources with their secrets and rates.
-    pub sources: Vec<quiesce::config::SourceSettings>,
+    pub sources: Vec<Source>,
     pub rate_limit: u32,
     pub rate_burst: u32,
     pub request_timeout: Duration,
@@ -100,7 +101,7 @@ impl Default for TestOptions {
             rate_limit: 1_000_000,
             rate_burst: 1_000_000,
             request_timeout: Duration::from_secs(30),
-            max_concurrent_ingest: quiesce::config::DEFAULT_MAX_CONCURRENT_INGEST,
+            max_concurrent_ingest: quiesce::settings::Http::default().max_concurrent_ingest,
         }
     }
 }
@@ -156,7 +157,7 @@ fn init_logs() {
                 .try_init();
         } else if std::env::var_os("TEST_LOG").is_some() {
             quiesce::telemetry::init_tracing(
-                quiesce::config::LogFormat::Text,
+                quiesce::telemetry::LogFormat::Text,
                 "info,quiesce=debug",
             );
         }
@@ -193,50 +194,56 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         database_url = redirect(&database_url, 5432, proxy.address).1;
         postgres_proxy = Some(proxy);
     }
-    let settings = Settings {
-        database_url: SecretString::from(database_url),
-        redis_url: SecretString::from(redis_url),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-        rate_limit: options.rate_limit,
-        rate_burst: options.rate_burst,
-        request_timeout: options.request_timeout,
-        max_concurrent_ingest: options.max_concurrent_ingest,
-        sources: options.sources.clone(),
-        debounce_window: options.window,
-        max_wait: options.max_wait,
-        workers: options.workers.max(1),
-        redis_prefix: format!("test-{id}"),
-        shards: 4,
-        lease: options.lease,
-        poll_interval: Duration::from_millis(20),
-        retry_delay: Duration::from_millis(40),
-        body_limit: options.body_limit,
-        max_batch: options.max_batch,
-        db_max_connections: 8,
-        backend_timeout: options.backend_timeout,
-        evaluation_timeout: options.evaluation_timeout,
-        sweep_interval: options.sweep_interval,
-        sweep_grace: options.sweep_grace,
-        max_attempts: options.max_attempts,
-        insecure_dev: options.api_tokens.is_empty(),
-        api_tokens: options.api_tokens.clone(),
-        inbound_secrets: options
-            .inbound_secrets
-            .iter()
-            .map(|s| SecretString::from(s.as_str()))
-            .collect(),
-        inbound_github_secrets: options
-            .inbound_github_secrets
-            .iter()
-            .map(|s| SecretString::from(s.as_str()))
-            .collect(),
-        backoff_base: Duration::from_millis(20),
-        backoff_max: Duration::from_millis(200),
-        shutdown_timeout: Duration::from_secs(5),
-        worker_id: "in-process".to_owned(),
-        ..Settings::default()
-    };
+    let mut settings = Settings::default();
+    settings.database.database_url = SecretString::from(database_url);
+    settings.database.db_max_connections = 8;
+    settings.database.backend_timeout = options.backend_timeout;
+    settings.redis.redis_url = SecretString::from(redis_url);
+    settings.redis.redis_prefix = format!("test-{id}");
+    settings.redis.shards = 4;
+    let http = &mut settings.http;
+    http.listen = "127.0.0.1:0".parse().unwrap();
+    http.rate_limit = options.rate_limit;
+    http.rate_burst = options.rate_burst;
+    http.request_timeout = options.request_timeout;
+    http.max_concurrent_ingest = options.max_concurrent_ingest;
+    http.body_limit = options.body_limit;
+    http.max_batch = options.max_batch;
+    settings.telemetry.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let schedule = &mut settings.schedule;
+    schedule.debounce_window = options.window;
+    schedule.max_wait = options.max_wait;
+    schedule.max_attempts = options.max_attempts;
+    schedule.backoff_base = Duration::from_millis(20);
+    schedule.backoff_max = Duration::from_millis(200);
+    let worker = &mut settings.worker;
+    worker.workers = options.workers.max(1);
+    worker.lease = options.lease;
+    worker.poll_interval = Duration::from_millis(20);
+    worker.retry_delay = Duration::from_millis(40);
+    worker.evaluation_timeout = options.evaluation_timeout;
+    worker.shutdown_timeout = Duration::from_secs(5);
+    worker.worker_id = "in-process".to_owned();
+    settings.maintenance.sweep_interval = options.sweep_interval;
+    settings.maintenance.sweep_grace = options.sweep_grace;
+    let security = &mut settings.security;
+    security.sources = options.sources.clone();
+    security.insecure_dev = options.api_tokens.is_empty();
+    security.api_tokens = options
+        .api_tokens
+        .iter()
+        .map(|spec| ApiToken::parse(spec).expect("a token spec"))
+        .collect();
+    security.inbound_secrets = options
+        .inbound_secrets
+        .iter()
+        .map(|s| WebhookSecret::parse(s).expect("a whsec_ secret"))
+        .collect();
+    security.inbound_github_secrets = options
+        .inbound_github_secrets
+        .iter()
+        .map(|s| SecretString::from(s.as_str()))
+        .collect();
     settings.validate().expect("valid test settings");
     startup::prepare_database(&settings)
         .await
@@ -284,21 +291,19 @@ pub const SHOP_SECRET: &str = crate::secrets::SHOP;
 pub const FORUM_SECRET: &str = crate::secrets::FORUM;
 
 /// A named source signing with `secrets`, at the global rate.
-pub fn source(name: &str, secrets: &[&str]) -> quiesce::config::SourceSettings {
-    quiesce::config::SourceSettings {
-        name: name.to_owned(),
-        secrets: secrets.iter().map(|s| SecretString::from(*s)).collect(),
-        github_secrets: Vec::new(),
-        rate_limit: None,
-        rate_burst: None,
-    }
+pub fn source(name: &str, secrets: &[&str]) -> Source {
+    let secrets = secrets
+        .iter()
+        .map(|s| WebhookSecret::parse(s).expect("a whsec_ secret"))
+        .collect();
+    Source::new(name, secrets)
 }
 
 /// Standard Webhooks headers signing `body` with `secret` now.
 pub fn signed_headers(secret: &str, body: &[u8]) -> reqwest::header::HeaderMap {
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     let now = chrono::Utc::now().timestamp();
-    let signature = quiesce::credentials::WebhookSecret::parse(secret)
+    let signature = WebhookSecret::parse(secret)
         .expect("a whsec_ secret")
         .sign(&id, now, body);
     let mut headers = reqwest::header::HeaderMap::new();
@@ -444,7 +449,7 @@ impl TestApp {
     /// Every Redis key under this test's prefix.
     pub async fn redis_keys(&self) -> Vec<String> {
         let mut redis = self.backends.queue.connection();
-        scan_keys(&mut redis, &self.settings.redis_prefix).await
+        scan_keys(&mut redis, &self.settings.redis.redis_prefix).await
     }
 
     /// The entity's snapshot as an evaluation reads it (without distinct actors); it must exist.
@@ -466,7 +471,7 @@ impl TestApp {
     /// Deletes every Redis key of this test, as a restart without persistence or a flush would
     /// (only this test's prefix: the server is shared).
     pub async fn lose_redis_data(&self) {
-        delete_redis_prefix(&self.settings.redis_prefix).await;
+        delete_redis_prefix(&self.settings.redis.redis_prefix).await;
         assert!(self.redis_keys().await.is_empty());
     }
 
@@ -493,56 +498,18 @@ impl TestApp {
         worker_id: &str,
         metrics_listen: Option<std::net::SocketAddr>,
     ) -> tokio::process::Command {
-        let s = &self.settings;
+        let mut settings = self.settings.clone();
+        settings.telemetry.metrics_listen = metrics_listen;
+        settings.worker.workers = 4;
+        settings.database.db_max_connections = 4;
+        settings.worker.worker_id = worker_id.to_owned();
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
-        command.env_clear();
-        command.env(
-            "QUIESCE_METRICS_LISTEN",
-            metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
-        );
         command
             .arg("worker")
+            .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("QUIESCE_DATABASE_URL", s.database_url.expose_secret())
-            .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
-            .env("QUIESCE_REDIS_PREFIX", &s.redis_prefix)
-            .env("QUIESCE_SHARDS", s.shards.to_string())
-            .env(
-                "QUIESCE_DEBOUNCE_WINDOW",
-                humantime::format_duration(s.debounce_window).to_string(),
-            )
-            .env(
-                "QUIESCE_MAX_WAIT",
-                humantime::format_duration(s.max_wait).to_string(),
-            )
-            .env(
-                "QUIESCE_LEASE",
-                humantime::format_duration(s.lease).to_string(),
-            )
-            .env("QUIESCE_POLL_INTERVAL", "20ms")
-            .env("QUIESCE_RETRY_DELAY", "40ms")
-            .env("QUIESCE_MAX_ATTEMPTS", s.max_attempts.to_string())
-            .env(
-                "QUIESCE_LEASE_FLOOR",
-                humantime::format_duration(s.lease_floor).to_string(),
-            )
-            .env(
-                "QUIESCE_BACKEND_TIMEOUT",
-                humantime::format_duration(s.backend_timeout).to_string(),
-            )
-            .env(
-                "QUIESCE_SWEEP_INTERVAL",
-                humantime::format_duration(s.sweep_interval).to_string(),
-            )
-            .env(
-                "QUIESCE_SWEEP_GRACE",
-                humantime::format_duration(s.sweep_grace).to_string(),
-            )
-            .env("QUIESCE_BACKOFF_BASE", "20ms")
-            .env("QUIESCE_BACKOFF_MAX", "200ms")
-            .env("QUIESCE_WORKERS", "4")
-            .env("QUIESCE_DB_MAX_CONNECTIONS", "4")
-            .env("QUIESCE_WORKER_ID", worker_id)
+            // The same settings as this app's, as the process reads them.
+            .envs(settings.to_environment())
             .env(
                 "RUST_LOG",
                 if log_dir().is_some() {
@@ -570,15 +537,11 @@ impl TestApp {
 
     /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.
     pub async fn run_cli(&self, args: &[&str]) -> String {
-        let s = &self.settings;
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("QUIESCE_REDIS_URL", s.redis_url.expose_secret())
-            .env("QUIESCE_DATABASE_URL", s.database_url.expose_secret())
-            .env("QUIESCE_REDIS_PREFIX", &s.redis_prefix)
-            .env("QUIESCE_SHARDS", s.shards.to_string())
+            .envs(self.settings.to_environment())
             .env("RUST_LOG", "error")
             .output()
             .await
@@ -632,7 +595,7 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
         let db_name = self.db_name.clone();
-        let prefix = self.settings.redis_prefix.clone();
+        let prefix = self.settings.redis.redis_prefix.clone();
         // Clean up on a separate runtime: Drop cannot await.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()

@@ -24,9 +24,15 @@ fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> 
         token: None,
         secret: None,
         source: None,
-        database_url: Some(app.settings.database_url.expose_secret().to_owned()),
+        database_url: Some(
+            app.settings
+                .database
+                .database_url
+                .expose_secret()
+                .to_owned(),
+        ),
         drain_timeout: Duration::from_secs(60),
-        window: app.settings.debounce_window,
+        window: app.settings.schedule.debounce_window,
         run_id: uuid::Uuid::new_v4().simple().to_string()[..10].to_owned(),
         rules: Arc::new(RuleSet::default_rules()),
         seed: 7,

@@ -45,7 +45,7 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
     assert_eq!((again.examined, again.repaired), (3, 0));
 
     // One sweep at a time: while another process holds the sweep lock, a pass does nothing.
-    let lock_name = format!("quiesce-sweep:{}", app.settings.redis_prefix);
+    let lock_name = format!("quiesce-sweep:{}", app.settings.redis.redis_prefix);
     let held = app
         .backends
         .store

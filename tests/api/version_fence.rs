@@ -88,7 +88,7 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
     })
     .await;
     *database_url.lock().unwrap() =
-        secrecy::ExposeSecret::expose_secret(&app.settings.database_url).to_owned();
+        secrecy::ExposeSecret::expose_secret(&app.settings.database.database_url).to_owned();
 
     let events: Vec<_> = (0..10)
         .map(|i| event(&format!("f{i}"), "post:fenced", "flag"))

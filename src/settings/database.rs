@@ -1,0 +1,21 @@
+//! Postgres, the source of truth, and how long any backend call may take.
+
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use super::declare::{nonzero, section};
+
+section! {
+    /// Postgres, the source of truth, and how long any backend call may take.
+    pub struct Database("database", heading "Postgres"), flags DatabaseFlags {
+        /// Postgres connection URL, the source of truth; the database is created if missing.
+        #[value_name = "URL"]
+        database_url: SecretString = SecretString::from("postgres://postgres@127.0.0.1:5432/quiesce");
+        /// Postgres pool size per process.
+        db_max_connections: u32 = 16, check nonzero;
+        /// Longest wait for Redis or Postgres before answering 503 or retrying; also Postgres'
+        /// statement_timeout for every connection.
+        backend_timeout: Duration = Duration::from_secs(5), check nonzero;
+    }
+}

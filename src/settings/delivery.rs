@@ -1,0 +1,36 @@
+//! Outbound webhooks: where applied actions, reversals and overrides are delivered.
+
+use std::time::Duration;
+
+use super::declare::{nonzero, section};
+use crate::credentials::WebhookSecret;
+
+section! {
+    /// Outbound webhooks: where applied actions, reversals and overrides are delivered.
+    pub struct Delivery("delivery", heading "Webhook delivery"), flags DeliveryFlags {
+        /// URL that receives applied actions, reversals and overrides as signed webhooks;
+        /// without it the rows wait in the outbox.
+        #[value_name = "URL"]
+        webhook_url: Option<String> = None, check http_url;
+        /// Standard Webhooks secret (whsec_<base64>, at least 16 bytes) that signs deliveries;
+        /// without it deliveries are unsigned.
+        webhook_secret: Option<WebhookSecret> = None;
+        /// Longest wait for the receiver's answer.
+        delivery_timeout: Duration = Duration::from_secs(10), check nonzero;
+        /// How long a webhook is retried before it joins the failed deliveries.
+        delivery_horizon: Duration = Duration::from_secs(24 * 3600), check nonzero;
+        /// Backoff after the first failed delivery; doubles per attempt, full jitter.
+        delivery_backoff_base: Duration = Duration::from_secs(1), check nonzero;
+        /// Longest delivery backoff, and the longest Retry-After honoured.
+        delivery_backoff_max: Duration = Duration::from_secs(600);
+    }
+}
+
+fn http_url(url: &Option<String>) -> Result<(), String> {
+    match url {
+        Some(url) if !url.starts_with("http://") && !url.starts_with("https://") => {
+            Err("expected an http:// or https:// URL".into())
+        }
+        _ => Ok(()),
+    }
+}

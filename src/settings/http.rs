@@ -1,0 +1,30 @@
+//! The HTTP API: where it listens and what one request or one sender may take.
+
+use std::{net::SocketAddr, time::Duration};
+
+use super::declare::{nonzero, section};
+
+section! {
+    /// The HTTP API: where it listens and what one request or one sender may take.
+    pub struct Http("http", heading "HTTP API"), flags HttpFlags {
+        /// HTTP listen address (`serve` only).
+        listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 8080));
+        /// Largest request body in bytes.
+        #[value_name = "BYTES"]
+        body_limit: usize = 1024 * 1024, check nonzero;
+        /// Most events in one request.
+        max_batch: usize = 1000, check nonzero;
+        /// Events per second one source may send (a named source, or one ingest token); more
+        /// get 429 with Retry-After.
+        #[value_name = "EVENTS"]
+        rate_limit: u32 = 10_000, check nonzero;
+        /// Events a source may send at once above its rate; at least max_batch.
+        #[value_name = "EVENTS"]
+        rate_burst: u32 = 20_000, check nonzero;
+        /// Longest a request may take, body upload included, before it is answered 408; longer
+        /// than backend_timeout.
+        request_timeout: Duration = Duration::from_secs(30), check nonzero;
+        /// Ingest requests handled at once per process; more are answered 503 with Retry-After.
+        max_concurrent_ingest: usize = 512, check nonzero;
+    }
+}
