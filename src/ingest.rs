@@ -1,21 +1,22 @@
-//! Group commit of accepted events: concurrent requests hand their validated events to a few
-//! committer tasks, each of which writes everything queued in one Postgres transaction and then
-//! schedules the entities in Redis, before any of those requests is answered.
+//! Group commit of accepted events: concurrent requests hand their validated events to a
+//! coalescer whose committers each write everything queued in one Postgres transaction and then
+//! schedule the entities in Redis, before any of those requests is answered.
 
-use crate::telemetry::Timed;
 use std::{
     collections::{HashMap, hash_map::Entry},
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::Notify;
+use tracing::Instrument;
 
 use crate::{
+    coalesce::{Batching, Coalescer},
     domain::{EntityId, Event, Priority},
     queue::{Queue, QueueError},
     store::{Store, StoreError},
-    telemetry::names,
+    telemetry::{Timed, names},
 };
 
 /// Most events one group commit takes from the queue.
@@ -23,14 +24,17 @@ const MAX_GROUP_EVENTS: usize = 5_000;
 /// Group committers per process: enough to overlap one group's Redis step with the next
 /// group's Postgres step.
 const COMMITTERS: usize = 4;
+/// Requests waiting for a committer before senders wait to queue theirs.
+const QUEUED_REQUESTS: usize = 4_096;
 
-/// Why a request's events could not be made durable and scheduled; all mean "try again".
+/// Why a request's events could not be made durable and scheduled; all mean "try again". A
+/// group's failure is every request's in it, so causes are shared.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum IngestError {
-    #[error("postgres unavailable: {0}")]
-    Postgres(String),
-    #[error("redis unavailable: {0}")]
-    Redis(String),
+    #[error("postgres is unavailable")]
+    Postgres(#[source] Arc<StoreError>),
+    #[error("redis is unavailable")]
+    Redis(#[source] Arc<QueueError>),
     #[error("timed out after {0:?} waiting for postgres and redis")]
     Timeout(Duration),
     #[error("the ingest pipeline is shutting down")]
@@ -39,13 +43,13 @@ pub enum IngestError {
 
 impl From<StoreError> for IngestError {
     fn from(error: StoreError) -> Self {
-        IngestError::Postgres(error.to_string())
+        IngestError::Postgres(Arc::new(error))
     }
 }
 
 impl From<QueueError> for IngestError {
     fn from(error: QueueError) -> Self {
-        IngestError::Redis(error.to_string())
+        IngestError::Redis(Arc::new(error))
     }
 }
 
@@ -55,48 +59,48 @@ pub struct IngestOutcome {
     pub duplicates: usize,
 }
 
-struct Job {
-    events: Vec<Event>,
-    reply: oneshot::Sender<Result<IngestOutcome, IngestError>>,
-}
+type Answer = Result<IngestOutcome, IngestError>;
 
 /// Handle used by the HTTP layer; cheap to clone.
 #[derive(Clone)]
 pub struct Ingestor {
-    jobs: mpsc::Sender<Job>,
+    groups: Coalescer<Vec<Event>, Answer>,
     timeout: Duration,
 }
 
 impl Ingestor {
-    /// Starts the committer tasks; they stop when every handle is dropped.
+    /// Starts the committers; they stop when every handle is dropped.
     pub fn start(store: Store, queue: Queue, wakeup: Arc<Notify>, timeout: Duration) -> Self {
-        let (jobs, receiver) = mpsc::channel::<Job>(4_096);
-        let receiver = Arc::new(Mutex::new(receiver));
-        for _ in 0..COMMITTERS {
-            let committer = Committer {
-                store: store.clone(),
-                queue: queue.clone(),
-                wakeup: Arc::clone(&wakeup),
-                receiver: Arc::clone(&receiver),
-                timeout,
-            };
-            tokio::spawn(committer.run());
-        }
-        Self { jobs, timeout }
+        let committer = Arc::new(Committer {
+            store,
+            queue,
+            wakeup,
+            timeout,
+        });
+        let batching = Batching {
+            name: "ingest",
+            flushers: COMMITTERS,
+            max_weight: MAX_GROUP_EVENTS,
+            weigh: Vec::len,
+            queue: QUEUED_REQUESTS,
+            measured: false,
+        };
+        let groups = Coalescer::start(batching, move |group: Vec<Vec<Event>>| {
+            let committer = Arc::clone(&committer);
+            async move { committer.commit_group(group).await }
+        });
+        Self { groups, timeout }
     }
 
     /// Records and schedules a request's events; returns once they are durable and scheduled.
-    pub async fn submit(&self, events: Vec<Event>) -> Result<IngestOutcome, IngestError> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job { events, reply })
-            .await
-            .map_err(|_| IngestError::ShuttingDown)?;
+    /// A request given up on while it still waits for its group is never written.
+    pub async fn submit(&self, events: Vec<Event>) -> Answer {
         // The committer has its own timeout; this one bounds the wait for a place in line.
-        match tokio::time::timeout(self.timeout * 3, answer).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(IngestError::ShuttingDown),
-            Err(_) => Err(IngestError::Timeout(self.timeout * 3)),
+        let wait = self.timeout * 3;
+        match tokio::time::timeout(wait, self.groups.call(events)).await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => Err(IngestError::ShuttingDown),
+            Err(_) => Err(IngestError::Timeout(wait)),
         }
     }
 }
@@ -105,66 +109,42 @@ struct Committer {
     store: Store,
     queue: Queue,
     wakeup: Arc<Notify>,
-    receiver: Arc<Mutex<mpsc::Receiver<Job>>>,
     timeout: Duration,
 }
 
 impl Committer {
-    async fn run(self) {
-        loop {
-            let group = {
-                let mut receiver = self.receiver.lock().await;
-                let Some(first) = receiver.recv().await else {
-                    return;
-                };
-                let mut size = first.events.len();
-                let mut group = vec![first];
-                while size < MAX_GROUP_EVENTS {
-                    match receiver.try_recv() {
-                        Ok(job) => {
-                            size += job.events.len();
-                            group.push(job);
-                        }
-                        Err(_) => break,
-                    }
-                }
-                group
-            };
-            let started = Instant::now();
-            let result = tokio::time::timeout(self.timeout, self.commit(&group)).await;
-            metrics::histogram!(names::INGEST_COMMIT_SECONDS)
-                .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok(Ok(outcomes)) => {
-                    for (job, outcome) in group.into_iter().zip(outcomes) {
-                        let _ = job.reply.send(Ok(outcome));
-                    }
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(error = %error, requests = group.len(), "group commit failed");
-                    for job in group {
-                        let _ = job.reply.send(Err(error.clone()));
-                    }
-                }
-                Err(_) => {
-                    tracing::warn!(requests = group.len(), "group commit timed out");
-                    for job in group {
-                        let _ = job.reply.send(Err(IngestError::Timeout(self.timeout)));
-                    }
-                }
+    /// Commits a group, within the timeout, and answers each request of it.
+    async fn commit_group(&self, group: Vec<Vec<Event>>) -> Vec<Answer> {
+        let events: usize = group.iter().map(Vec::len).sum();
+        let span = tracing::info_span!("ingest_group", requests = group.len(), events);
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, self.commit(&group))
+            .instrument(span.clone())
+            .await;
+        metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+        let _entered = span.enter();
+        match result {
+            Ok(Ok(outcomes)) => outcomes.into_iter().map(Ok).collect(),
+            Ok(Err(error)) => {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "group commit failed");
+                vec![Err(error); group.len()]
+            }
+            Err(_) => {
+                tracing::warn!("group commit timed out");
+                vec![Err(IngestError::Timeout(self.timeout)); group.len()]
             }
         }
     }
 
     /// One transaction for the whole group, then one schedule call per shard.
-    async fn commit(&self, group: &[Job]) -> Result<Vec<IngestOutcome>, IngestError> {
+    async fn commit(&self, group: &[Vec<Event>]) -> Result<Vec<IngestOutcome>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.
         let mut owned_by: HashMap<&str, &EntityId> = HashMap::new();
         let mut unique: Vec<&Event> = Vec::new();
         let mut owners: Vec<(usize, &str)> = Vec::new();
-        for (index, job) in group.iter().enumerate() {
-            for event in &job.events {
+        for (index, events) in group.iter().enumerate() {
+            for event in events {
                 if let Entry::Vacant(slot) = owned_by.entry(event.id.as_str()) {
                     slot.insert(&event.entity);
                     unique.push(event);
@@ -180,9 +160,9 @@ impl Committer {
 
         let mut outcomes: Vec<IngestOutcome> = group
             .iter()
-            .map(|job| IngestOutcome {
+            .map(|events| IngestOutcome {
                 accepted: 0,
-                duplicates: job.events.len(),
+                duplicates: events.len(),
             })
             .collect();
         for (index, id) in owners {
@@ -206,7 +186,7 @@ impl Committer {
             self.store.entities_of(&duplicate_ids).await?
         };
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
-        for event in group.iter().flat_map(|job| &job.events) {
+        for event in group.iter().flatten() {
             let entity = match recorded.get(event.id.as_str()) {
                 Some(stored) => stored.clone(),
                 // Inserted now, by this event or an earlier one of the group with the same

@@ -9,10 +9,10 @@
 pub mod coalesce;
 pub mod credentials;
 pub mod domain;
-pub mod evaluation_batches;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;
+pub mod maintenance;
 pub mod outbox;
 pub mod queue;
 pub mod rules;

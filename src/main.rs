@@ -179,7 +179,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
             let metrics = metrics.await?;
             let dispatcher = startup::spawn_dispatcher(&settings, &backends, shutdown.clone());
-            backends.worker(&settings).run(shutdown).await;
+            startup::run_workers(
+                backends.worker(&settings),
+                backends.maintenance(&settings),
+                shutdown,
+            )
+            .await;
             if let Some(dispatcher) = dispatcher {
                 dispatcher.await?;
             }

@@ -13,13 +13,14 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
+    maintenance::Maintenance,
     outbox::{DeliverySettings, Dispatcher},
     queue::{Keyspace, Queue},
     rules::{RuleSet, Rules},
     settings::Settings,
     store::{self, Store},
     telemetry,
-    worker::{Worker, WorkerSettings},
+    worker::Worker,
 };
 
 /// Loads the configured rules file, or the shipped defaults, into a reloadable handle.
@@ -109,10 +110,26 @@ impl Backends {
             self.queue.clone(),
             self.store.clone(),
             Arc::clone(&self.rules),
-            WorkerSettings::from_settings(settings),
+            &settings.worker,
             Arc::clone(&self.wakeup),
         )
     }
+
+    /// The reaper, the repair sweep and retention, which run wherever workers run.
+    pub fn maintenance(&self, settings: &Settings) -> Maintenance {
+        Maintenance::new(
+            self.queue.clone(),
+            self.store.clone(),
+            &settings.maintenance,
+            settings.worker.lease_floor,
+        )
+    }
+}
+
+/// Runs the evaluation loop and maintenance beside it until `shutdown`, then waits for both:
+/// the loop drains its running evaluations first.
+pub async fn run_workers(worker: Worker, maintenance: Maintenance, shutdown: CancellationToken) {
+    tokio::join!(worker.run(shutdown.clone()), maintenance.run(shutdown));
 }
 
 /// The HTTP API, bound to its port, with its metrics listener and the workers of the same
@@ -122,12 +139,12 @@ pub struct Application {
     address: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
     state: AppState,
-    worker: Option<Worker>,
+    workers: Option<(Worker, Maintenance)>,
 }
 
 impl Application {
     /// Binds the listener (port 0 picks a free port) and builds the state; `worker` is the
-    /// evaluation loop to run beside the API (`None` for an API-only process).
+    /// evaluation loop to run beside the API, with maintenance (`None` for an API-only process).
     pub async fn build(
         settings: &Settings,
         backends: &Backends,
@@ -205,7 +222,7 @@ impl Application {
             address,
             metrics,
             state,
-            worker,
+            workers: worker.map(|worker| (worker, backends.maintenance(settings))),
         })
     }
 
@@ -221,9 +238,9 @@ impl Application {
     /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
     /// workers drain.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let worker = self
-            .worker
-            .map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+        let workers = self.workers.map(|(worker, maintenance)| {
+            tokio::spawn(run_workers(worker, maintenance, shutdown.clone()))
+        });
         let metrics = self.metrics.map(|(listener, _)| {
             let router = http::metrics_router(
                 self.state.queue.clone(),
@@ -239,8 +256,8 @@ impl Application {
             .with_graceful_shutdown(async move { signal.cancelled().await })
             .await
             .context("the HTTP server failed")?;
-        if let Some(worker) = worker {
-            worker.await.context("the worker loop panicked")?;
+        if let Some(workers) = workers {
+            workers.await.context("the worker loop panicked")?;
         }
         if let Some(metrics) = metrics {
             metrics.await.context("the metrics listener panicked")?;

@@ -286,3 +286,19 @@ async fn timed<F: std::future::Future>(
     metrics::histogram!(histogram, label => value).record(started.elapsed().as_secs_f64());
     output
 }
+
+/// An error with its causes, `outer: cause: root cause`, for log lines: an error's own message
+/// never repeats its source's, so the chain is where the whole story is.
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}

@@ -62,10 +62,15 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     doomed.wait().await.unwrap();
     hold.rollback().await.unwrap();
 
-    // Another worker picks the entity up once the dead worker's lease runs out.
+    // Another worker picks the entity up once the dead worker's lease runs out (its process's
+    // reaper returns the claim).
     let survivor = app.worker();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(survivor.run(shutdown.clone()));
+    let running = tokio::spawn(quiesce::startup::run_workers(
+        survivor,
+        app.maintenance(),
+        shutdown.clone(),
+    ));
     wait_for(
         Duration::from_secs(20),
         "the survivor to apply the action",
@@ -143,7 +148,7 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     wait_for(
         Duration::from_secs(10),
         "the lease to expire and be reaped",
-        || async { worker.reap_once().await.unwrap().returned == 1 },
+        || async { app.maintenance().reap_once().await.unwrap().returned == 1 },
     )
     .await;
     assert_eq!(

@@ -242,14 +242,14 @@ async fn a_worker_that_dies_on_every_attempt_ends_in_the_dead_letters() {
     wait_for(
         Duration::from_secs(10),
         "the first lease to expire",
-        || async { worker.reap_once().await.unwrap().returned == 1 },
+        || async { app.maintenance().reap_once().await.unwrap().returned == 1 },
     )
     .await;
     let _second = claim_next(&worker).await;
     wait_for(
         Duration::from_secs(10),
         "the second lease to expire",
-        || async { worker.reap_once().await.unwrap().dead_lettered == 1 },
+        || async { app.maintenance().reap_once().await.unwrap().dead_lettered == 1 },
     )
     .await;
     let dead = dead_letters(&app).await;

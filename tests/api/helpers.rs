@@ -480,6 +480,11 @@ impl TestApp {
         self.backends.worker(&self.settings)
     }
 
+    /// Maintenance on this app's backends, for driving a reaper, sweep or retention pass.
+    pub fn maintenance(&self) -> quiesce::maintenance::Maintenance {
+        self.backends.maintenance(&self.settings)
+    }
+
     /// Starts `quiesce worker` as a separate process on this test's database and prefix.
     /// With `metrics_listen`, the process also serves /metrics there.
     pub fn spawn_worker_process(

@@ -19,7 +19,7 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     .await
     .unwrap();
 
-    assert_eq!(app.worker().purge_once().await.unwrap(), 3);
+    assert_eq!(app.maintenance().purge_once().await.unwrap(), 3);
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 2);
     assert_eq!(
         app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:old'")
@@ -32,7 +32,7 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
             .await,
         5
     );
-    assert_eq!(app.worker().purge_once().await.unwrap(), 0);
+    assert_eq!(app.maintenance().purge_once().await.unwrap(), 0);
 
     // Old evaluation records and delivered outbox rows go with them; undelivered rows stay.
     sqlx::query(
@@ -52,7 +52,7 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     .execute(&app.pool)
     .await
     .unwrap();
-    app.worker().purge_once().await.unwrap();
+    app.maintenance().purge_once().await.unwrap();
     assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 1);
     let left: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM outbox")
         .fetch_all(&app.pool)

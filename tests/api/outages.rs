@@ -120,7 +120,11 @@ async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves()
 
     let worker = app.worker();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(worker.clone().run(shutdown.clone()));
+    let running = tokio::spawn(quiesce::startup::run_workers(
+        worker.clone(),
+        app.maintenance(),
+        shutdown.clone(),
+    ));
     wait_for(
         Duration::from_secs(20),
         "the breaker to probe a down Postgres 3 times",

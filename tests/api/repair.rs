@@ -22,17 +22,17 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
         .collect();
     app.send(&json!(events)).await;
     app.lose_redis_data().await;
-    let worker = app.worker();
+    let maintenance = app.maintenance();
 
     // Within the grace an ingest may still be on its way to Redis: nothing is touched.
-    let (report, _) = worker.sweep_once(None).await.unwrap();
+    let (report, _) = maintenance.sweep_once(None).await.unwrap();
     assert!(report.ran);
     assert_eq!(report.repaired, 0);
 
     wait_for(
         Duration::from_secs(15),
         "the sweep to repair all three",
-        || async { worker.sweep_once(None).await.unwrap().0.repaired == 3 },
+        || async { maintenance.sweep_once(None).await.unwrap().0.repaired == 3 },
     )
     .await;
     for i in 0..3 {
@@ -41,7 +41,7 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
         assert!(state.due_at_ms.is_some(), "post:lost{i} is due again");
     }
     // What is already scheduled is left as it is.
-    let (again, _) = worker.sweep_once(None).await.unwrap();
+    let (again, _) = maintenance.sweep_once(None).await.unwrap();
     assert_eq!((again.examined, again.repaired), (3, 0));
 
     // One sweep at a time: while another process holds the sweep lock, a pass does nothing.
@@ -53,9 +53,9 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
         .await
         .unwrap()
         .expect("lock free");
-    assert!(!worker.sweep_once(None).await.unwrap().0.ran);
+    assert!(!maintenance.sweep_once(None).await.unwrap().0.ran);
     held.rollback().await.unwrap();
-    assert!(worker.sweep_once(None).await.unwrap().0.ran);
+    assert!(maintenance.sweep_once(None).await.unwrap().0.ran);
 }
 
 #[tokio::test]

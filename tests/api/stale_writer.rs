@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use quiesce::{store::Completion, worker::Outcome};
 
 use crate::helpers::{TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
+use quiesce::startup::run_workers;
 
 #[tokio::test]
 async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_action_stands() {
@@ -60,7 +61,7 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
     wait_for(
         Duration::from_secs(10),
         "the expired lease to be reaped",
-        || async { rescuer.reap_once().await.unwrap().returned == 1 },
+        || async { app.maintenance().reap_once().await.unwrap().returned == 1 },
     )
     .await;
     let outcome = rescuer.process(claim_next(&rescuer).await).await;
@@ -114,13 +115,17 @@ async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
         })
     });
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let slow_run = tokio::spawn(slow.run(shutdown.clone()));
+    let slow_run = tokio::spawn(run_workers(slow, app.maintenance(), shutdown.clone()));
     tokio::time::timeout(Duration::from_secs(10), entered.notified())
         .await
         .expect("the slow evaluation started");
 
     // A competitor polls and reaps the same queue while the evaluation takes three leases.
-    let competitor = tokio::spawn(app.worker().run(shutdown.clone()));
+    let competitor = tokio::spawn(run_workers(
+        app.worker(),
+        app.maintenance(),
+        shutdown.clone(),
+    ));
     let entity = quiesce::domain::EntityId::parse("post:slow").unwrap();
     let started = std::time::Instant::now();
     wait_for(lease * 6, "three lease lifetimes to pass", || async {

@@ -315,10 +315,8 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
         }
     }
     app.send(&json!(events)).await;
-    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
-        app.backends.store.clone(),
-        "test".into(),
-    );
+    let batches =
+        quiesce::worker::EvaluationBatches::start(app.backends.store.clone(), "test".into());
     let rules = app.backends.rules.current();
     let runs = entities.iter().enumerate().map(|(i, name)| {
         let (batches, rules, pool) = (batches.clone(), rules.clone(), app.pool.clone());
@@ -340,7 +338,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
             let verdict = rules.evaluate(&snapshot);
             let decision = verdict.to_apply(snapshot.status, None).cloned();
             let completion = batches
-                .complete(quiesce::evaluation_batches::FinishedEvaluation {
+                .complete(quiesce::worker::FinishedEvaluation {
                     snapshot,
                     verdict,
                     decision,
@@ -404,10 +402,8 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
     .await;
     let names = ["post:held", "post:free-1", "post:free-2"];
     upvote_each(&app, &names).await;
-    let batches = quiesce::evaluation_batches::EvaluationBatches::start(
-        app.backends.store.clone(),
-        "test".into(),
-    );
+    let batches =
+        quiesce::worker::EvaluationBatches::start(app.backends.store.clone(), "test".into());
     let rules = app.backends.rules.current();
     let mut snapshots = Vec::new();
     for name in names {
@@ -437,7 +433,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
             let (batches, verdict) = (batches.clone(), rules.evaluate(&snapshot));
             tokio::spawn(async move {
                 batches
-                    .complete(quiesce::evaluation_batches::FinishedEvaluation {
+                    .complete(quiesce::worker::FinishedEvaluation {
                         snapshot,
                         verdict,
                         decision: None,

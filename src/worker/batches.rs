@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use futures::future::join_all;
 
 use crate::{
-    coalesce::Coalescer,
+    coalesce::{Batching, Coalescer},
     domain::{EntityId, Snapshot},
     rules::{Decision, Verdict},
     store::{Completion, FencedEvaluation, LockedRows, Recorded, Store, StoreError, completion_of},
@@ -28,6 +28,18 @@ const FLUSHERS: usize = 2;
 const MAX_BATCH: usize = 128;
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// Up to [`MAX_BATCH`] evaluations a statement, [`FLUSHERS`] statements in flight.
+fn batching<Req>(name: &'static str) -> Batching<Req> {
+    Batching {
+        name,
+        flushers: FLUSHERS,
+        max_weight: MAX_BATCH,
+        weigh: |_| 1,
+        queue: MAX_BATCH * FLUSHERS * 2,
+        measured: true,
+    }
+}
 
 struct SnapshotRequest {
     entity: EntityId,
@@ -57,13 +69,13 @@ impl EvaluationBatches {
     /// Starts the flusher tasks (inside a Tokio runtime); `worker` names the evaluations' writer.
     pub fn start(store: Store, worker: String) -> Self {
         let reader = store.clone();
-        let snapshots = Coalescer::start("snapshot", FLUSHERS, MAX_BATCH, move |requests| {
+        let snapshots = Coalescer::start(batching("snapshot"), move |requests| {
             let store = reader.clone();
             async move { read_snapshots(&store, requests).await }
         });
         let worker: Arc<str> = worker.into();
         let (writer, name) = (store.clone(), Arc::clone(&worker));
-        let completions = Coalescer::start("completion", FLUSHERS, MAX_BATCH, move |requests| {
+        let completions = Coalescer::start(batching("completion"), move |requests| {
             let (store, worker) = (writer.clone(), Arc::clone(&name));
             async move { record_completions(&store, &worker, requests).await }
         });

@@ -1,0 +1,93 @@
+//! Upkeep beside the workers, each pass on its own timer and all under the workers' shutdown
+//! token: the reaper returns the claims of workers that died, the repair sweep re-schedules
+//! from Postgres what Redis lost, and retention deletes what is past the retention window.
+//! `startup` runs it in every process that runs workers.
+
+mod reaper;
+mod retention;
+mod sweeper;
+
+use std::{fmt::Display, future::Future, time::Duration};
+
+use tokio_util::sync::CancellationToken;
+
+pub use self::sweeper::{SweepError, SweepReport};
+use crate::{queue::Queue, settings, store::Store};
+
+#[derive(Clone)]
+pub struct Maintenance {
+    queue: Queue,
+    store: Store,
+    settings: settings::Maintenance,
+    /// How often the reaper runs: half the shortest lease.
+    reap_every: Duration,
+}
+
+impl Maintenance {
+    /// `lease_floor` is the shortest lease workers give: the reaper runs every half of it, so
+    /// a dead worker's claims come back soon after their leases expire.
+    pub fn new(
+        queue: Queue,
+        store: Store,
+        settings: &settings::Maintenance,
+        lease_floor: Duration,
+    ) -> Self {
+        Self {
+            queue,
+            store,
+            settings: settings.clone(),
+            reap_every: (lease_floor / 2).max(Duration::from_millis(50)),
+        }
+    }
+
+    /// Runs the reaper, the sweep and retention until `shutdown`. The reaper has a timer of
+    /// its own, so a process whose evaluation slots are all busy still rescues what other
+    /// processes left behind.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let cursor = std::sync::Mutex::new(None);
+        let (this, cursor) = (&self, &cursor);
+        tokio::join!(
+            every(self.reap_every, &shutdown, "reaper pass", || this
+                .reap_once()),
+            every(
+                self.settings.sweep_interval,
+                &shutdown,
+                "repair sweep",
+                || async move {
+                    let from = cursor.lock().expect("not poisoned").take();
+                    let (_, next) = this.sweep_once(from).await?;
+                    *cursor.lock().expect("not poisoned") = next;
+                    Ok::<_, SweepError>(())
+                }
+            ),
+            every(
+                self.settings.retention_interval,
+                &shutdown,
+                "retention pass",
+                || this.purge_once()
+            ),
+        );
+    }
+}
+
+/// Runs `pass` every `period` (the first at once) until `shutdown`; a failed pass is logged
+/// and the next one runs on time.
+async fn every<T, E, F, Fut>(period: Duration, shutdown: &CancellationToken, what: &str, pass: F)
+where
+    E: Display,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticker.tick() => {
+                if let Err(error) = pass().await {
+                    tracing::warn!(%error, "{what} failed");
+                }
+            }
+        }
+    }
+}

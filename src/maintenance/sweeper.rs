@@ -1,0 +1,73 @@
+//! The repair sweep: Postgres knows which entities are owed an evaluation; those Redis holds
+//! neither due nor in flight (a flush, a failover, a lost schedule call) are scheduled again.
+
+use super::Maintenance;
+use crate::{
+    domain::EntityId,
+    queue::QueueError,
+    store::{Store, StoreError, SweepCursor},
+    telemetry::{Timed, names},
+};
+
+/// What one repair-sweep pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    /// False when another process held the sweep lock, so this pass did nothing.
+    pub ran: bool,
+    /// Entities owed an evaluation that the pass looked up in Redis.
+    pub examined: usize,
+    /// Of those, the ones Redis had lost and that are now due again.
+    pub repaired: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl Maintenance {
+    /// One repair-sweep pass: entities that Postgres says are owed an evaluation and that
+    /// Redis holds neither due nor in flight are scheduled again, due now. One process sweeps
+    /// at a time (a Postgres advisory lock); a pass examines at most `sweep_batch` entities,
+    /// continuing after `cursor`. Returns the report and where the next pass continues.
+    pub async fn sweep_once(
+        &self,
+        cursor: Option<SweepCursor>,
+    ) -> Result<(SweepReport, Option<SweepCursor>), SweepError> {
+        let lock_name = format!("quiesce-sweep:{}", self.queue.keys().prefix());
+        let Some(mut tx) = self.store.begin_sweep(&lock_name).await? else {
+            return Ok((SweepReport::default(), cursor));
+        };
+        let owed = Store::owed_evaluations(
+            &mut tx,
+            self.settings.sweep_grace,
+            cursor.as_ref(),
+            self.settings.sweep_batch,
+        )
+        .timed_query("owed_evaluations")
+        .await?;
+        let entities: Vec<EntityId> = owed
+            .iter()
+            .filter_map(|(_, entity)| EntityId::parse(entity).ok())
+            .collect();
+        let repaired = self.queue.repair(&entities).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        if repaired > 0 {
+            metrics::counter!(names::SWEEP_REPAIRED).increment(repaired as u64);
+            tracing::warn!(repaired, "re-scheduled entities that Redis had lost");
+        }
+        // A short page means the end was reached: the next pass starts from the oldest again.
+        let next = (owed.len() >= self.settings.sweep_batch)
+            .then(|| owed.last().cloned())
+            .flatten();
+        let report = SweepReport {
+            ran: true,
+            examined: owed.len(),
+            repaired,
+        };
+        Ok((report, next))
+    }
+}

@@ -1,0 +1,68 @@
+//! The Postgres circuit breaker: a worker stops claiming while Postgres is unreachable.
+
+use std::{
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use crate::telemetry::names;
+
+/// Longest pause of the breaker between probes.
+const MAX_BREAKER_PAUSE: Duration = Duration::from_secs(5);
+
+/// Stops claiming while Postgres is unreachable, so that workers neither churn through claims
+/// nor hammer a database that is down. Opens on an evaluation that found Postgres unreachable;
+/// after an exponential, jittered pause a ping decides whether to close or stay open.
+#[derive(Debug, Default)]
+pub(super) struct Breaker {
+    state: Mutex<BreakerState>,
+}
+
+#[derive(Debug, Default)]
+struct BreakerState {
+    trips: u32,
+    open_until: Option<Instant>,
+}
+
+impl Breaker {
+    pub(super) fn trip(&self, base: Duration) {
+        let mut state = self.state.lock().expect("not poisoned");
+        state.trips = state.trips.saturating_add(1);
+        let exponent = state.trips.min(16) - 1;
+        let pause = (base * 2u32.pow(exponent)).min(MAX_BREAKER_PAUSE);
+        let jittered = pause.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+        state.open_until = Some(Instant::now() + jittered);
+        metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(1.0);
+    }
+
+    /// How long the breaker stays open, if it is.
+    pub(super) fn open_for(&self) -> Option<Duration> {
+        let state = self.state.lock().expect("not poisoned");
+        state
+            .open_until
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Tripped and its pause is over: the next step is a probe.
+    pub(super) fn needs_probe(&self) -> bool {
+        let tripped = self.state.lock().expect("not poisoned").trips > 0;
+        tripped && self.open_for().is_none()
+    }
+
+    pub(super) fn close(&self) {
+        let mut state = self.state.lock().expect("not poisoned");
+        if state.trips > 0 {
+            tracing::info!("Postgres is reachable again; claiming resumes");
+        }
+        *state = BreakerState::default();
+        metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+    }
+}
+
+impl Breaker {
+    /// Whether it has tripped and not closed since.
+    pub(super) fn is_open(&self) -> bool {
+        self.state.lock().expect("not poisoned").trips > 0
+    }
+}

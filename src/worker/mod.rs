@@ -1,0 +1,299 @@
+//! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
+//! version-checked action, ack. This file is the poll loop (bounded concurrency, graceful
+//! shutdown); `pipeline` is one evaluation, `batches` the Postgres statements evaluations
+//! share, `lease` and `breaker` what keeps a claim alive and pauses claiming in an outage.
+
+mod batches;
+mod breaker;
+mod lease;
+mod pipeline;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::future::BoxFuture;
+use rand::Rng;
+use tokio::{
+    sync::{Notify, Semaphore},
+    task::JoinSet,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use self::breaker::Breaker;
+pub use self::{
+    batches::{EvaluationBatches, FinishedEvaluation},
+    lease::LeaseEstimator,
+    pipeline::Outcome,
+};
+use crate::{
+    domain::Snapshot,
+    queue::{Claim, Queue, QueueError},
+    rules::Rules,
+    settings,
+    store::Store,
+    telemetry::names,
+};
+
+/// Longest back-off after Redis errors in the poll loop.
+const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A test seam: runs after the snapshot is read and before the decision is written.
+pub type BeforeApplyHook = Arc<dyn Fn(Snapshot) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The result of one pass over every shard.
+#[derive(Debug, Default)]
+pub struct ClaimRound {
+    pub claims: Vec<Claim>,
+    /// How long until the earliest entity still waiting is due (None: nothing waits).
+    pub next_due_in: Option<Duration>,
+    /// Due entities pushed back because an earlier claim of theirs is still running.
+    pub busy: usize,
+}
+
+#[derive(Clone)]
+pub struct Worker {
+    queue: Queue,
+    store: Store,
+    rules: Arc<Rules>,
+    settings: settings::Worker,
+    wakeup: Arc<Notify>,
+    before_apply: Option<BeforeApplyHook>,
+    breaker: Arc<Breaker>,
+    stats: Arc<WorkerStats>,
+    leases: Arc<LeaseEstimator>,
+    batches: EvaluationBatches,
+}
+
+/// Counters of one worker, for tests and logs (Prometheus has the process-wide figures).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Entities claimed by this worker's poll loop and single-step calls.
+    pub claims: AtomicU64,
+    /// Postgres probes made while the circuit breaker was open.
+    pub probes: AtomicU64,
+    /// Writes refused by the moderation version fence (a stale evaluation).
+    pub fenced: AtomicU64,
+}
+
+impl Worker {
+    pub fn new(
+        queue: Queue,
+        store: Store,
+        rules: Arc<Rules>,
+        settings: &settings::Worker,
+        wakeup: Arc<Notify>,
+    ) -> Self {
+        let leases = Arc::new(LeaseEstimator::new(settings.lease_floor, settings.lease));
+        let batches = EvaluationBatches::start(store.clone(), settings.worker_id.clone());
+        Self {
+            batches,
+            queue,
+            store,
+            rules,
+            settings: settings.clone(),
+            wakeup,
+            before_apply: None,
+            breaker: Arc::default(),
+            stats: Arc::default(),
+            leases,
+        }
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+
+    /// Whether this worker has stopped claiming because Postgres is unreachable.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    pub fn with_before_apply(mut self, hook: BeforeApplyHook) -> Self {
+        self.before_apply = Some(hook);
+        self
+    }
+
+    /// Claims up to `limit` due entities across the shards, starting at a random shard so
+    /// that processes do not all drain shard 0 first.
+    pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
+        let shards = self.queue.keys().shards();
+        let start = rand::rng().random_range(0..shards);
+        let lease = self.leases.current();
+        metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
+        let mut round = ClaimRound::default();
+        let mut next_due_in: Option<i64> = None;
+        for offset in 0..shards {
+            let remaining = limit.saturating_sub(round.claims.len());
+            if remaining == 0 {
+                break;
+            }
+            let shard = (start + offset) % shards;
+            let claimed = self
+                .queue
+                .claim(
+                    shard,
+                    remaining.min(self.settings.claim_batch),
+                    self.jittered(self.settings.retry_delay),
+                    lease,
+                )
+                .instrument(tracing::debug_span!("claim", shard))
+                .await;
+            let batch = match claimed {
+                Ok(batch) => batch,
+                // Keep what other shards gave: dropping it would strand those claims until
+                // their leases expire.
+                Err(error) if !round.claims.is_empty() => {
+                    tracing::warn!(%error, shard, "claim failed on one shard");
+                    return Ok(round);
+                }
+                Err(error) => return Err(error),
+            };
+            round.busy += batch.busy;
+            if batch.busy > 0 {
+                metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
+            }
+            for raw in &batch.malformed {
+                tracing::error!(member = %raw, shard, "due set holds a member that is not an entity id");
+            }
+            for claim in &batch.claims {
+                let delay_ms = (batch.now_ms - claim.due_at_ms).max(0);
+                metrics::histogram!(names::FIRE_DELAY_SECONDS).record(delay_ms as f64 / 1000.0);
+            }
+            if let Some(next) = batch.next_due_ms {
+                let wait = (next - batch.now_ms).max(0);
+                next_due_in = Some(next_due_in.map_or(wait, |w| w.min(wait)));
+            }
+            self.stats
+                .claims
+                .fetch_add(batch.claims.len() as u64, Ordering::Relaxed);
+            round.claims.extend(batch.claims);
+        }
+        round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
+        Ok(round)
+    }
+
+    /// Half the base plus a random part of it ("equal jitter"), so retries spread out.
+    fn jittered(&self, base: Duration) -> Duration {
+        let base_ms = base.as_millis().max(2) as u64;
+        Duration::from_millis(base_ms / 2 + rand::rng().random_range(0..=base_ms / 2))
+    }
+
+    /// The poll loop: claims while permits are free, sleeps until the earliest due entity (at
+    /// most the poll interval) or a wake-up, and on shutdown stops claiming, waits for running
+    /// evaluations, and gives back what did not finish in time. Maintenance (the reaper among
+    /// it) runs beside it, started with it by `startup`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.settings.workers));
+        let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
+        let mut tasks = JoinSet::new();
+        let mut backoff = self.settings.poll_interval;
+
+        while !shutdown.is_cancelled() {
+            while tasks.try_join_next().is_some() {}
+
+            let available = permits.available_permits();
+            let mut sleep_for = self.settings.poll_interval;
+            let claiming = if let Some(pause) = self.breaker.open_for() {
+                sleep_for = pause;
+                false
+            } else if self.breaker.needs_probe() {
+                self.stats.probes.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(
+                    self.settings.poll_interval.max(Duration::from_secs(1)),
+                    self.store.ping(),
+                )
+                .await
+                {
+                    Ok(Ok(())) => {
+                        self.breaker.close();
+                        true
+                    }
+                    _ => {
+                        self.breaker.trip(self.settings.poll_interval);
+                        sleep_for = self
+                            .breaker
+                            .open_for()
+                            .unwrap_or(self.settings.poll_interval);
+                        false
+                    }
+                }
+            } else {
+                true
+            };
+            if claiming && available > 0 {
+                match self.claim_once(available).await {
+                    Ok(round) => {
+                        backoff = self.settings.poll_interval;
+                        let full = round.claims.len() == available;
+                        for claim in round.claims {
+                            let permit = Arc::clone(&permits)
+                                .try_acquire_owned()
+                                .expect("claimed no more than the free permits");
+                            running
+                                .lock()
+                                .expect("not poisoned")
+                                .insert(claim.token.clone(), claim.clone());
+                            let worker = self.clone();
+                            let running = Arc::clone(&running);
+                            tasks.spawn(async move {
+                                let token = claim.token.clone();
+                                worker.process(claim).await;
+                                running.lock().expect("not poisoned").remove(&token);
+                                drop(permit);
+                            });
+                        }
+                        if full {
+                            // More may be due; come back as soon as a permit frees.
+                            sleep_for = Duration::ZERO;
+                        } else if let Some(next) = round.next_due_in {
+                            sleep_for = next.min(self.settings.poll_interval);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "claim failed; backing off");
+                        backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
+                        sleep_for = self.jittered(backoff);
+                    }
+                }
+            }
+
+            let at_capacity = permits.available_permits() == 0;
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wakeup.notified() => {}
+                _ = tokio::time::sleep(sleep_for), if !at_capacity => {}
+                Some(_) = tasks.join_next(), if at_capacity => {}
+            }
+        }
+
+        let drained = tokio::time::timeout(self.settings.shutdown_timeout, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+            let unfinished: Vec<Claim> = running
+                .lock()
+                .expect("not poisoned")
+                .drain()
+                .map(|(_, c)| c)
+                .collect();
+            tracing::warn!(
+                count = unfinished.len(),
+                "shutdown timeout: giving unfinished claims back"
+            );
+            for claim in unfinished {
+                let _ = self.queue.retry(&claim, Duration::ZERO).await;
+                let _ = self.queue.unlock(&claim).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! One evaluation, step by step: lock the entity, read its snapshot, run the rules, record the
+//! completion behind the version fence, ack. Each step has a span of its own (at debug level)
+//! with the entity and shard; the outcome says how the claim was settled.
+
+use std::{
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use tracing::Instrument;
+
+use super::{Worker, batches::FinishedEvaluation, lease::renew_while_running};
+use crate::{
+    domain::Priority,
+    queue::{Claim, Failed},
+    store::{Completion, StoreError},
+    telemetry::names,
+};
+
+/// How one evaluation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Evaluated and recorded (with or without an action).
+    Done(Completion),
+    /// The entity was locked or in flight elsewhere: tried again shortly, no attempt used.
+    Snooze(Duration),
+    /// A transient failure that is not the entity's fault (version conflict, Postgres or Redis
+    /// unreachable): re-scheduled after a short jittered delay, no attempt used.
+    Retry(String),
+    /// A failed attempt (error, panic, timeout): re-scheduled after an exponential backoff with
+    /// full jitter.
+    Failed(String),
+    /// Moved to the dead-letter set: a fatal failure, or the last allowed attempt failed.
+    DeadLettered(String),
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done(_) => "done",
+            Outcome::Snooze(_) => "snooze",
+            Outcome::Retry(_) => "retry",
+            Outcome::Failed(_) => "failed",
+            Outcome::DeadLettered(_) => "dead_lettered",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum EvaluationError {
+    #[error("entity is scheduled but has no record in Postgres")]
+    UnknownEntity,
+    #[error("the rules cannot evaluate this entity: {0}")]
+    Rules(String),
+    #[error("evaluation did not finish within {0:?}")]
+    TimedOut(Duration),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A span for one step of an evaluation.
+macro_rules! step {
+    ($name:literal, $claim:expr) => {
+        tracing::debug_span!($name, entity = %$claim.entity, shard = $claim.shard)
+    };
+}
+
+impl Worker {
+    /// Evaluates one claimed entity and settles its claim (ack, re-schedule or dead-letter).
+    /// A panic inside the evaluation is caught and counted as a failed attempt.
+    /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
+    #[tracing::instrument(name = "evaluation", skip_all, fields(entity = %claim.entity, evaluation = %claim.token, shard = claim.shard))]
+    pub async fn process(&self, claim: Claim) -> Outcome {
+        let started = Instant::now();
+        let outcome = match AssertUnwindSafe(self.process_inner(&claim))
+            .catch_unwind()
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".to_owned());
+                let outcome = self.fail(&claim, format!("panic: {message}"), false).await;
+                let _ = self.queue.unlock(&claim).await;
+                outcome
+            }
+        };
+        metrics::counter!(names::EVALUATIONS, "outcome" => outcome.label()).increment(1);
+        metrics::histogram!(names::EVALUATION_SECONDS).record(started.elapsed().as_secs_f64());
+        match &outcome {
+            Outcome::Retry(reason) => tracing::info!(%reason, "evaluation will be retried"),
+            Outcome::Failed(error) => {
+                tracing::warn!(%error, "evaluation failed; retrying with backoff")
+            }
+            Outcome::DeadLettered(error) => tracing::error!(%error, "entity dead-lettered"),
+            _ => {}
+        }
+        outcome
+    }
+
+    async fn process_inner(&self, claim: &Claim) -> Outcome {
+        let locking = Instant::now();
+        let locked = self
+            .queue
+            .lock(claim)
+            .instrument(step!("lock", claim))
+            .await;
+        metrics::histogram!(names::LOCK_ACQUIRE_SECONDS).record(locking.elapsed().as_secs_f64());
+        match locked {
+            Ok(true) => {}
+            Ok(false) => {
+                metrics::counter!(names::LOCK_CONTENTION).increment(1);
+                let delay = self.jittered(self.settings.retry_delay);
+                return match self.queue.retry(claim, delay).await {
+                    Ok(_) => Outcome::Snooze(delay),
+                    // The lease will expire and the reaper returns the entity.
+                    Err(error) => {
+                        Outcome::Retry(format!("lock busy, and re-scheduling failed: {error}"))
+                    }
+                };
+            }
+            Err(error) => {
+                // The SET may have taken effect with its reply lost: release it if it is ours.
+                let _ = self.queue.unlock(claim).await;
+                return self.give_back(claim, format!("lock: {error}")).await;
+            }
+        }
+
+        let lost = Arc::new(AtomicBool::new(false));
+        // Renewal stops when the guard drops: on return, on timeout, and on a panic.
+        let renewal = renew_while_running(self.queue.clone(), claim.clone(), Arc::clone(&lost));
+        let evaluation_started = Instant::now();
+        let result = tokio::time::timeout(self.settings.evaluation_timeout, self.evaluate(claim))
+            .await
+            .unwrap_or(Err(EvaluationError::TimedOut(
+                self.settings.evaluation_timeout,
+            )));
+        drop(renewal);
+        self.leases.record(evaluation_started.elapsed());
+
+        let mut released = false;
+        let outcome = match result {
+            Ok(completion) => {
+                match self.queue.ack(claim).instrument(step!("ack", claim)).await {
+                    // The ack released the lock too.
+                    Ok(_) => released = true,
+                    // Not acked: the lease expires and the entity is evaluated again, which
+                    // the dedup key and version fence make harmless.
+                    Err(error) => tracing::warn!(%error, "ack failed"),
+                }
+                Outcome::Done(completion)
+            }
+            Err(error @ (EvaluationError::UnknownEntity | EvaluationError::Rules(_))) => {
+                self.fail(claim, error.to_string(), true).await
+            }
+            Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
+                metrics::counter!(names::VERSION_CONFLICTS).increment(1);
+                self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+                self.give_back(claim, format!("moderation version moved past {read}"))
+                    .await
+            }
+            // A deadlock or serialization failure: try again, nobody's fault.
+            Err(EvaluationError::Store(error)) if error.is_conflict() => {
+                self.give_back(claim, error.to_string()).await
+            }
+            // A timeout is the entity's fault only if Postgres answers: a black-holed network
+            // must not use up attempts.
+            Err(error @ EvaluationError::TimedOut(_)) if !self.postgres_answers().await => {
+                self.breaker.trip(self.settings.poll_interval);
+                self.give_back(claim, error.to_string()).await
+            }
+            // An outage is not the entity's fault: it must not use up its attempts, and
+            // claiming pauses until Postgres answers again.
+            Err(EvaluationError::Store(error)) if error.is_unavailable() => {
+                if !self.breaker_open() {
+                    tracing::warn!(%error, "Postgres unreachable; pausing claims");
+                }
+                self.breaker.trip(self.settings.poll_interval);
+                self.give_back(claim, error.to_string()).await
+            }
+            Err(error) => self.fail(claim, error.to_string(), false).await,
+        };
+        if lost.load(Ordering::Relaxed) {
+            tracing::warn!("lease or lock was lost during the evaluation");
+        }
+        if !released && let Err(error) = self.queue.unlock(claim).await {
+            tracing::warn!(%error, "unlock failed; the lock expires with its lease");
+        }
+        outcome
+    }
+
+    /// Whether Postgres answers a ping within a second.
+    async fn postgres_answers(&self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), self.store.ping()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Re-schedules after a short jittered delay without using an attempt.
+    async fn give_back(&self, claim: &Claim, reason: String) -> Outcome {
+        if let Err(error) = self
+            .queue
+            .retry(claim, self.jittered(self.settings.retry_delay))
+            .await
+        {
+            tracing::warn!(%error, "re-scheduling failed; the lease expires and the reaper returns it");
+        }
+        Outcome::Retry(reason)
+    }
+
+    /// Records a failed attempt: backoff and retry, or dead letter (at once if `fatal`).
+    async fn fail(&self, claim: &Claim, error: String, fatal: bool) -> Outcome {
+        match self.queue.fail(claim, &error, fatal).await {
+            Ok(Failed::DeadLettered) => {
+                let reason = if fatal { "fatal" } else { "attempts_exhausted" };
+                metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(1);
+                Outcome::DeadLettered(error)
+            }
+            Ok(Failed::Retried | Failed::TakenOver) => Outcome::Failed(error),
+            Err(redis_error) => {
+                tracing::warn!(%redis_error, "recording the failure failed; the lease expires and the reaper counts it");
+                Outcome::Failed(error)
+            }
+        }
+    }
+
+    async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
+        let started_at = Utc::now();
+        let rules = self.rules.current();
+        let snapshot = self
+            .batches
+            .snapshot(&claim.entity, rules.uses_actors(), rules.uses_windows())
+            .instrument(step!("snapshot", claim))
+            .await?
+            .ok_or(EvaluationError::UnknownEntity)?;
+        let verdict = step!("rules", claim).in_scope(|| rules.evaluate(&snapshot));
+        for (rule, error) in &verdict.shadow_errors {
+            metrics::counter!(names::RULE_ERRORS).increment(1);
+            tracing::warn!(%rule, %error, "shadow rule could not be evaluated");
+        }
+        if !verdict.errors.is_empty() {
+            metrics::counter!(names::RULE_ERRORS).increment(verdict.errors.len() as u64);
+            let errors: Vec<String> = verdict
+                .errors
+                .iter()
+                .map(|(rule, error)| format!("rule {rule:?}: {error}"))
+                .collect();
+            return Err(EvaluationError::Rules(errors.join("; ")));
+        }
+        for shadow in &verdict.shadow {
+            metrics::counter!(names::SHADOW_HITS, "rule" => shadow.rule.clone()).increment(1);
+        }
+        let mut decision = verdict
+            .to_apply(snapshot.status, snapshot.override_cap)
+            .cloned();
+        let dedup_key = decision.as_ref().map(|d| snapshot.dedup_key(&d.rule));
+        // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
+        if let Some(key) = &dedup_key
+            && self
+                .queue
+                .action_known_applied(&claim.entity, key)
+                .await
+                .unwrap_or(false)
+        {
+            decision = None;
+        }
+        if let Some(hook) = &self.before_apply {
+            hook(snapshot.clone()).await;
+        }
+        let collapsed = (snapshot.event_count - snapshot.previously_evaluated).max(0);
+        let completion = self
+            .batches
+            .complete(FinishedEvaluation {
+                snapshot,
+                verdict,
+                decision: decision.clone(),
+                started_at,
+                due_at: DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
+            })
+            .instrument(step!("completion", claim))
+            .await?;
+        metrics::histogram!(names::EVENTS_PER_EVALUATION).record(collapsed as f64);
+        if let Completion::Applied {
+            author: Some(author),
+            ..
+        } = &completion
+        {
+            // The author's derived signal is committed; if this schedule is lost, the repair
+            // sweep finds the author owed an evaluation.
+            if let Err(error) = self
+                .queue
+                .schedule(&[(author.clone(), Priority::Normal)])
+                .await
+            {
+                tracing::warn!(%error, %author, "could not schedule the author; the sweep will");
+            }
+        }
+        if let (Some(d), Some(key), Completion::Applied { .. } | Completion::AlreadyApplied) =
+            (&decision, &dedup_key, &completion)
+        {
+            if matches!(completion, Completion::Applied { .. }) {
+                metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
+                    .increment(1);
+                tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
+            }
+            if let Err(error) = self.queue.remember_applied_action(&claim.entity, key).await {
+                tracing::debug!(%error, "could not cache the applied action");
+            }
+        }
+        Ok(completion)
+    }
+}
