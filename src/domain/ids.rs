@@ -12,6 +12,10 @@ use super::{Invalid, invalid};
 pub struct EntityId(String);
 
 impl EntityId {
+    /// What [`EntityId::parse`] accepts, as the API's schema states it (a test holds the two
+    /// to each other).
+    pub const PATTERN: &'static str = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$";
+
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
         let (kind, id) = raw
             .split_once(':')
@@ -57,6 +61,9 @@ impl fmt::Display for EntityId {
 pub struct Signal(String);
 
 impl Signal {
+    /// What [`Signal::parse`] accepts, as the API's schema states it.
+    pub const PATTERN: &'static str = r"^[a-z][a-z0-9_.]{0,63}$";
+
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
         let mut chars = raw.chars();
         let ok = raw.len() <= 64
@@ -82,6 +89,9 @@ impl Signal {
 pub struct EventId(String);
 
 impl EventId {
+    /// What [`EventId::parse`] accepts, as the API's schema states it.
+    pub const PATTERN: &'static str = r"^[!-~]{1,128}$";
+
     pub fn parse(raw: &str) -> Result<Self, Invalid> {
         if (1..=128).contains(&raw.len()) && raw.bytes().all(|b| b.is_ascii_graphic()) {
             Ok(Self(raw.to_owned()))
@@ -123,5 +133,40 @@ mod tests {
         assert!(EventId::parse("has space").is_err());
         assert!(EventId::parse("").is_err());
         assert!(EventId::parse(&"x".repeat(129)).is_err());
+    }
+
+    /// Each parser accepts exactly what its pattern states, on strings near the grammar's edges.
+    #[test]
+    fn the_patterns_state_what_the_parsers_accept() {
+        use proptest::{prelude::*, test_runner::TestRunner};
+        let mut runner = TestRunner::default();
+        let near = "[a-zA-Z0-9_.:\\- !~\\x7f\\x00é]{0,140}";
+        for (pattern, parses) in [
+            (
+                EntityId::PATTERN,
+                (|s: &str| EntityId::parse(s).is_ok()) as fn(&str) -> bool,
+            ),
+            (Signal::PATTERN, |s: &str| Signal::parse(s).is_ok()),
+            (EventId::PATTERN, |s: &str| EventId::parse(s).is_ok()),
+        ] {
+            let regex = regex::Regex::new(pattern).unwrap();
+            // Strings the pattern generates all parse ...
+            runner
+                .run(
+                    &proptest::string::string_regex(&pattern[1..pattern.len() - 1]).unwrap(),
+                    |s| {
+                        prop_assert!(parses(&s), "{pattern} generated {s:?}");
+                        Ok(())
+                    },
+                )
+                .unwrap();
+            // ... and on strings near the grammar, parsing and matching agree.
+            runner
+                .run(&prop_oneof![near, "post:[a-z0-9]{1,130}"], |s| {
+                    prop_assert_eq!(parses(&s), regex.is_match(&s), "{} on {:?}", pattern, s);
+                    Ok(())
+                })
+                .unwrap();
+        }
     }
 }

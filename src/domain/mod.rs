@@ -3,11 +3,12 @@
 
 mod event;
 mod ids;
+mod introspect;
 mod snapshot;
 mod status;
 
 pub use self::{
-    event::{Event, Priority},
+    event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     ids::{EntityId, EventId, Signal},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     error::ApiError,
-    read::{bad_query, parse_entity, unknown_parameters},
+    params::{bad_query, parse_entity, unknown_parameters},
 };
 use crate::queue::{DeadLetterCursor, QueueError};
 
@@ -35,9 +35,9 @@ fn unavailable(error: QueueError) -> ApiError {
         ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,5}\.[0-9]{1,18}$", description = "next_cursor of the previous page"),
     ),
     responses(
-        (status = 200, description = "A page of dead letters", body = crate::http::openapi::DeadLettersPage),
-        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "A page of dead letters", body = crate::http::schemas::DeadLettersPage),
+        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -88,10 +88,10 @@ pub async fn list(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
     responses(
-        (status = 200, description = "Redriven", body = crate::http::openapi::Redriven),
-        (status = 400, description = "Not a valid entity id", body = crate::http::openapi::ErrorResponse),
-        (status = 404, description = "The entity is not dead-lettered", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "Redriven", body = crate::http::schemas::Redriven),
+        (status = 400, description = "Not a valid entity id", body = crate::http::schemas::ErrorResponse),
+        (status = 404, description = "The entity is not dead-lettered", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -119,12 +119,12 @@ pub async fn redrive_one(
     path = "/v1/dead-letters/redrive",
     tag = "admin",
     description = "Redrives every dead letter, or those of one reason. Role admin.",
-    request_body(content = Option<crate::http::openapi::RedriveRequest>, content_type = "application/json"),
+    request_body(content = Option<crate::http::schemas::RedriveRequest>, content_type = "application/json"),
     responses(
-        (status = 200, description = "How many were redriven", body = crate::http::openapi::Redriven),
-        (status = 400, description = "Malformed JSON", body = crate::http::openapi::ErrorResponse),
-        (status = 422, description = "A bad body (field names it)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "How many were redriven", body = crate::http::schemas::Redriven),
+        (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "A bad body (field names it)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

@@ -8,6 +8,8 @@ use axum::{
 };
 use serde::Serialize;
 
+use crate::store::StoreError;
+
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
 
@@ -102,5 +104,25 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+/// How a store error reaches a client: an outage is 503, a missing or conflicting record its
+/// 4xx, anything else an opaque 500.
+pub fn store_error(error: StoreError) -> ApiError {
+    match &error {
+        _ if error.is_unavailable() => ApiError::unavailable(&error),
+        StoreError::NotFound(message) => ApiError::not_found(message.clone()),
+        StoreError::AlreadyReversed { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "already_reversed",
+            error.to_string(),
+        ),
+        StoreError::Superseded { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "superseded",
+            error.to_string(),
+        ),
+        _ => ApiError::internal(&error),
     }
 }

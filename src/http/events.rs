@@ -9,27 +9,15 @@ use axum::{
     extract::{Path, State, rejection::BytesRejection},
     http::{HeaderMap, StatusCode, header},
 };
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::{AppState, auth::Caller, error::ApiError, limits::RateKey};
 use crate::{
-    domain::{EntityId, Event, EventId, Priority, Signal},
+    domain::{Event, EventBody, FieldError},
     ingest::{IngestError, IngestOutcome},
     telemetry::names,
 };
-
-const FIELDS: [&str; 8] = [
-    "author",
-    "id",
-    "entity",
-    "type",
-    "actor",
-    "weight",
-    "occurred_at",
-    "priority",
-];
-const MAX_ACTOR_LEN: usize = 128;
-const MAX_WEIGHT: f64 = 1000.0;
 
 #[utoipa::path(
     post,
@@ -42,17 +30,17 @@ const MAX_WEIGHT: f64 = 1000.0;
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
     ),
-    request_body(content = crate::http::openapi::EventsBody, content_type = "application/json"),
+    request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
         (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
-        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::openapi::ErrorResponse),
-        (status = 413, description = "The body is larger than body_limit", body = crate::http::openapi::ErrorResponse),
-        (status = 415, description = "Not application/json", body = crate::http::openapi::ErrorResponse),
-        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
-        (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
-        (status = 403, description = "The token's role may not ingest", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::CommonErrors,
+        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::schemas::ErrorResponse),
+        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::schemas::ErrorResponse),
+        (status = 413, description = "The body is larger than body_limit", body = crate::http::schemas::ErrorResponse),
+        (status = 415, description = "Not application/json", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::schemas::ErrorResponse),
+        (status = 429, description = "The sender's rate limit is spent", body = crate::http::schemas::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
+        (status = 403, description = "The token's role may not ingest", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::CommonErrors,
     ),
     security(("bearer" = []))
 )]
@@ -79,17 +67,17 @@ pub async fn post_events(
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
     ),
-    request_body(content = crate::http::openapi::EventsBody, content_type = "application/json"),
+    request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
         (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
-        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::openapi::ErrorResponse),
-        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::openapi::ErrorResponse),
-        (status = 413, description = "The body is larger than body_limit", body = crate::http::openapi::ErrorResponse),
-        (status = 415, description = "Not application/json", body = crate::http::openapi::ErrorResponse),
-        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::openapi::ErrorResponse),
-        (status = 429, description = "The sender's rate limit is spent", body = crate::http::openapi::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
-        (status = 404, description = "No source of that name (code unknown_source)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::CommonErrors,
+        (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::schemas::ErrorResponse),
+        (status = 401, description = "Missing or bad token, or no valid signature (code invalid_signature)", body = crate::http::schemas::ErrorResponse),
+        (status = 413, description = "The body is larger than body_limit", body = crate::http::schemas::ErrorResponse),
+        (status = 415, description = "Not application/json", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "An invalid event (field and index say which) or batch", body = crate::http::schemas::ErrorResponse),
+        (status = 429, description = "The sender's rate limit is spent", body = crate::http::schemas::ErrorResponse, headers(("Retry-After" = u64, description = "Seconds until the events would fit"))),
+        (status = 404, description = "No source of that name (code unknown_source)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::CommonErrors,
     ),
     security(())
 )]
@@ -196,23 +184,130 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// Parses one event object or an array of them; every event is checked before any is used.
+/// A well-formed body is read straight into [`EventBody`]s; any other is read again as JSON
+/// to name its first problem exactly (that path runs only for refused requests).
 pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
+    match serde_json::from_slice::<Batch>(body) {
+        Ok(Batch::One(event)) => convert([(None, event)]),
+        Ok(Batch::Many(events)) => {
+            check_batch_size(events.len(), max_batch)?;
+            convert(events.into_iter().enumerate().map(|(i, e)| (Some(i), e)))
+        }
+        Err(_) => diagnose(body, max_batch),
+    }
+}
+
+/// The body: one event, or an array of them.
+enum Batch {
+    One(EventBody),
+    Many(Vec<EventBody>),
+}
+
+impl<'de> Deserialize<'de> for Batch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Batch;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event object or an array of events")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Batch, A::Error> {
+                EventBody::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Batch::One)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Batch, A::Error> {
+                let mut events = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(Object(event)) = seq.next_element()? {
+                    events.push(event);
+                }
+                Ok(Batch::Many(events))
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+/// An event that must be a JSON object (a derived struct would also read an array).
+struct Object(EventBody);
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Object;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an event object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Object, A::Error> {
+                EventBody::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(Object)
+            }
+        }
+
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
+fn unprocessable(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", message)
+}
+
+fn check_batch_size(len: usize, max_batch: usize) -> Result<(), ApiError> {
+    if len == 0 {
+        return Err(unprocessable("the array holds no events"));
+    }
+    if len > max_batch {
+        return Err(unprocessable(&format!(
+            "the array holds {len} events; at most {max_batch} are accepted per request"
+        )));
+    }
+    Ok(())
+}
+
+/// Converts each event, naming the first that is wrong by its position (`None`: a single
+/// event, not a batch).
+fn convert(
+    events: impl IntoIterator<Item = (Option<usize>, EventBody)>,
+) -> Result<Vec<Event>, ApiError> {
+    events
+        .into_iter()
+        .map(|(index, event)| event.into_event().map_err(|e| invalid_event(index, e)))
+        .collect()
+}
+
+fn invalid_event(index: Option<usize>, error: FieldError) -> ApiError {
+    let refused = ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_event",
+        error.message,
+    )
+    .with_index(index);
+    match error.field {
+        Some(field) => refused.with_field(field),
+        None => refused,
+    }
+}
+
+/// Names the first problem of a body that did not read as events: not JSON, not an event or
+/// an array of them, or an event with a field it does not have, or one that is not an object.
+fn diagnose(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     })?;
-    let unprocessable =
-        |message: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_batch", message);
     let (items, batched) = match value {
         Value::Array(items) => {
-            if items.is_empty() {
-                return Err(unprocessable("the array holds no events"));
-            }
-            if items.len() > max_batch {
-                return Err(unprocessable(&format!(
-                    "the array holds {} events; at most {max_batch} are accepted per request",
-                    items.len()
-                )));
-            }
+            check_batch_size(items.len(), max_batch)?;
             (items, true)
         }
         Value::Object(_) => (vec![value], false),
@@ -222,145 +317,39 @@ pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiErro
             ));
         }
     };
+    let fields = EventBody::fields();
     items
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(index, item)| {
-            parse_event(item).map_err(|(field, message)| {
-                let error =
-                    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event", message)
-                        .with_index(batched.then_some(index));
-                match field {
-                    Some(field) => error.with_field(field),
-                    None => error,
-                }
-            })
+        .map(|(i, item)| {
+            let index = batched.then_some(i);
+            let object_error = || FieldError {
+                field: None,
+                message: "an event must be a JSON object".into(),
+            };
+            let Value::Object(object) = &item else {
+                return Err(invalid_event(index, object_error()));
+            };
+            if let Some(unknown) = object.keys().find(|key| !fields.contains(&key.as_str())) {
+                let error = FieldError {
+                    field: Some(unknown.clone()),
+                    message: format!("unknown field; an event has only {}", fields.join(", ")),
+                };
+                return Err(invalid_event(index, error));
+            }
+            // Known fields only, each read as it comes: reading cannot fail.
+            EventBody::deserialize(item)
+                .map_err(|_| object_error())
+                .and_then(EventBody::into_event)
+                .map_err(|e| invalid_event(index, e))
         })
         .collect()
-}
-
-type FieldError = (Option<String>, String);
-
-fn parse_event(item: &Value) -> Result<Event, FieldError> {
-    let Value::Object(object) = item else {
-        return Err((None, "an event must be a JSON object".into()));
-    };
-    if let Some(unknown) = object.keys().find(|key| !FIELDS.contains(&key.as_str())) {
-        return Err((
-            Some(unknown.clone()),
-            format!("unknown field; an event has only {}", FIELDS.join(", ")),
-        ));
-    }
-    let field_error = |field: &str, message: String| (Some(field.to_owned()), message);
-    let id = required_str(object, "id")?;
-    let id = EventId::parse(id).map_err(|e| field_error("id", e.0))?;
-    let entity = required_str(object, "entity")?;
-    let entity = EntityId::parse(entity).map_err(|e| field_error("entity", e.0))?;
-    let signal = required_str(object, "type")?;
-    let signal = Signal::parse(signal).map_err(|e| field_error("type", e.0))?;
-
-    let actor = match optional(object, "actor") {
-        None => None,
-        Some(Value::String(actor))
-            if (1..=MAX_ACTOR_LEN).contains(&actor.chars().count())
-                && !actor.chars().any(char::is_control) =>
-        {
-            Some(actor.clone())
-        }
-        Some(_) => {
-            return Err(field_error(
-                "actor",
-                format!(
-                    "must be a string of 1-{MAX_ACTOR_LEN} characters without control characters"
-                ),
-            ));
-        }
-    };
-    let weight = match optional(object, "weight") {
-        None => 1.0,
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(w) if w.is_finite() && w > 0.0 && w <= MAX_WEIGHT => w,
-            _ => {
-                return Err(field_error(
-                    "weight",
-                    format!("must be a number greater than 0 and at most {MAX_WEIGHT}"),
-                ));
-            }
-        },
-        Some(_) => {
-            return Err(field_error(
-                "weight",
-                format!("must be a number greater than 0 and at most {MAX_WEIGHT}"),
-            ));
-        }
-    };
-    let occurred_at = match optional(object, "occurred_at") {
-        None => None,
-        Some(Value::String(raw)) => Some(
-            chrono::DateTime::parse_from_rfc3339(raw)
-                .map_err(|e| {
-                    field_error("occurred_at", format!("must be an RFC 3339 timestamp: {e}"))
-                })?
-                .with_timezone(&chrono::Utc),
-        ),
-        Some(_) => {
-            return Err(field_error(
-                "occurred_at",
-                "must be an RFC 3339 timestamp string".into(),
-            ));
-        }
-    };
-    let priority = match optional(object, "priority") {
-        None => Priority::Normal,
-        Some(Value::String(p)) if p == "normal" => Priority::Normal,
-        Some(Value::String(p)) if p == "critical" => Priority::Critical,
-        Some(_) => {
-            return Err(field_error(
-                "priority",
-                "must be \"normal\" or \"critical\"".into(),
-            ));
-        }
-    };
-    let author = match optional(object, "author") {
-        None => None,
-        Some(Value::String(raw)) => {
-            Some(EntityId::parse(raw).map_err(|e| field_error("author", e.0))?)
-        }
-        Some(_) => {
-            return Err(field_error(
-                "author",
-                "must be an entity id such as user:77".into(),
-            ));
-        }
-    };
-    Ok(Event {
-        id,
-        entity,
-        signal,
-        actor,
-        weight,
-        occurred_at,
-        priority,
-        author,
-    })
-}
-
-fn required_str<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, FieldError> {
-    match object.get(field) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err((Some(field.to_owned()), "is required".into())),
-        Some(_) => Err((Some(field.to_owned()), "must be a string".into())),
-    }
-}
-
-/// An optional field; `null` counts as absent.
-fn optional<'a>(object: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
-    object.get(field).filter(|v| !v.is_null())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Priority;
 
     fn error_of(body: &str) -> ApiError {
         parse_events(body.as_bytes(), 1000).unwrap_err()
@@ -409,6 +398,7 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::domain::{EntityId, EventId};
 
     fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
@@ -449,7 +439,93 @@ mod properties {
         })
     }
 
+    /// A value of any JSON kind, often one a field nearly accepts.
+    fn field_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-5.0f64..2000.0).prop_map(|f| serde_json::json!(f)),
+            (0u64..3000).prop_map(|n| serde_json::json!(n)),
+            Just(serde_json::json!([1])),
+            Just(serde_json::json!({"a": 1})),
+            "[a-z:0-9 \\x00\\x7f._-]{0,12}".prop_map(Value::String),
+            prop_oneof![
+                Just("post:1"),
+                Just("user:9"),
+                Just("normal"),
+                Just("critical"),
+                Just("2026-01-01T00:00:00Z"),
+                Just("2026-13-01"),
+                Just("flag"),
+                Just(""),
+                Just("x".repeat(129).leak() as &str),
+                Just("Flag")
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ]
+    }
+    /// Events that are mostly valid, with a few fields (or unknown ones) set to anything.
+    fn near_valid() -> impl Strategy<Value = Value> {
+        let keys = prop_oneof![
+            Just("id"),
+            Just("entity"),
+            Just("type"),
+            Just("actor"),
+            Just("weight"),
+            Just("occurred_at"),
+            Just("priority"),
+            Just("author"),
+            Just("colour"),
+            Just("zeta")
+        ];
+        (
+            prop::collection::vec((keys, field_value()), 0..4),
+            any::<u8>(),
+        )
+            .prop_map(|(changes, base)| {
+                let mut object = serde_json::Map::new();
+                if base % 5 != 0 {
+                    object.insert("id".into(), Value::String(format!("e{base}")));
+                }
+                if base % 7 != 0 {
+                    object.insert("entity".into(), Value::String("post:7".into()));
+                }
+                if base % 11 != 0 {
+                    object.insert("type".into(), Value::String("flag".into()));
+                }
+                for (k, v) in changes {
+                    object.insert(k.to_owned(), v);
+                }
+                Value::Object(object)
+            })
+    }
+    fn outcome(result: &Result<Vec<Event>, ApiError>) -> String {
+        match result {
+            Ok(events) => format!("{events:?}"),
+            Err(e) => format!(
+                "{} {} {:?} {:?} {}",
+                e.status, e.body.code, e.body.index, e.body.field, e.body.message
+            ),
+        }
+    }
+
     proptest! {
+        /// Reading events straight into their type answers exactly what the full walk of the
+        /// JSON (the path that names every problem) answers: the same events, or the same error,
+        /// field, position and message.
+        #[test]
+        fn the_fast_path_answers_what_the_full_walk_answers(
+            events in prop::collection::vec(near_valid(), 0..5),
+            single in any::<bool>(),
+        ) {
+            let value = match events.first() {
+                Some(event) if single => event.clone(),
+                _ => Value::Array(events),
+            };
+            let body = serde_json::to_vec(&value).unwrap();
+            prop_assert_eq!(outcome(&parse_events(&body, 3)), outcome(&diagnose(&body, 3)));
+        }
+
         /// Any bytes: the parser answers events or a 4xx naming the problem, never panics.
         #[test]
         fn arbitrary_bytes_never_panic_and_errors_are_client_errors(body in prop::collection::vec(any::<u8>(), 0..512)) {

@@ -15,7 +15,7 @@ use crate::{queue::Queue, store::Store, telemetry::names};
     get,
     path = "/healthz",
     tag = "health",
-    responses((status = 200, description = "The process is up", body = crate::http::openapi::Health))
+    responses((status = 200, description = "The process is up", body = crate::http::schemas::Health))
 )]
 pub async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
@@ -27,8 +27,8 @@ pub async fn healthz() -> impl IntoResponse {
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "Redis and Postgres answer", body = crate::http::openapi::Readiness),
-        (status = 503, description = "One of them does not", body = crate::http::openapi::Readiness),
+        (status = 200, description = "Redis and Postgres answer", body = crate::http::schemas::Readiness),
+        (status = 503, description = "One of them does not", body = crate::http::schemas::Readiness),
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {

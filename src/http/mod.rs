@@ -10,8 +10,10 @@ mod health;
 pub mod limits;
 mod moderation;
 pub mod openapi;
+mod params;
 mod read;
 mod rules;
+pub mod schemas;
 pub mod signature;
 
 use std::{collections::HashMap, sync::Arc, time::Instant};

@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     AppState,
-    error::ApiError,
-    read::{bad_query, parse_entity, store_error, unknown_parameters},
+    error::{ApiError, store_error},
+    params::{bad_query, parse_entity, unknown_parameters},
 };
 use crate::{domain::Status, store::ActionFilter};
 
@@ -41,9 +41,9 @@ const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
         ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}$", description = "next_cursor of the previous page"),
     ),
     responses(
-        (status = 200, description = "A page of actions", body = crate::http::openapi::ActionsPage),
-        (status = 400, description = "A bad query parameter (code invalid_query or invalid_entity; field names it)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "A page of actions", body = crate::http::schemas::ActionsPage),
+        (status = 400, description = "A bad query parameter (code invalid_query or invalid_entity; field names it)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -172,14 +172,14 @@ fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a 
     tag = "moderation",
     description = "A moderator reverses an automated action: the entity goes back to the status before it, and an override keeps automation from redoing it. Role moderator.",
     params(("id" = i64, Path, description = "The action id")),
-    request_body(content = crate::http::openapi::ReverseRequest, content_type = "application/json"),
+    request_body(content = crate::http::schemas::ReverseRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The reversal", body = crate::store::Reversal),
-        (status = 400, description = "Malformed JSON or a bad id", body = crate::http::openapi::ErrorResponse),
-        (status = 404, description = "No such action", body = crate::http::openapi::ErrorResponse),
-        (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::openapi::ErrorResponse),
-        (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 400, description = "Malformed JSON or a bad id", body = crate::http::schemas::ErrorResponse),
+        (status = 404, description = "No such action", body = crate::http::schemas::ErrorResponse),
+        (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -223,13 +223,13 @@ pub async fn reverse(
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
-    request_body(content = crate::http::openapi::OverrideRequest, content_type = "application/json"),
+    request_body(content = crate::http::schemas::OverrideRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The override", body = crate::http::openapi::OverrideResult),
-        (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::openapi::ErrorResponse),
-        (status = 404, description = "No such entity", body = crate::http::openapi::ErrorResponse),
-        (status = 422, description = "A bad field (field names it)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "The override", body = crate::http::schemas::OverrideResult),
+        (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
+        (status = 404, description = "No such entity", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -300,9 +300,9 @@ pub async fn override_entity(
         ("by" = Option<String>, Query, description = "rule: add the figures per rule"),
     ),
     responses(
-        (status = 200, description = "The rate", body = crate::http::openapi::ReversalRate),
-        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "The rate", body = crate::http::schemas::ReversalRate),
+        (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

@@ -7,49 +7,11 @@ use axum::{
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{AppState, error::ApiError};
-use crate::{domain::EntityId, store::StoreError};
-
-pub(super) fn store_error(error: StoreError) -> ApiError {
-    match &error {
-        _ if error.is_unavailable() => ApiError::unavailable(&error),
-        StoreError::NotFound(message) => ApiError::not_found(message.clone()),
-        StoreError::AlreadyReversed { .. } => ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "already_reversed",
-            error.to_string(),
-        ),
-        StoreError::Superseded { .. } => ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "superseded",
-            error.to_string(),
-        ),
-        _ => ApiError::internal(&error),
-    }
-}
-
-pub(super) fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_query", message).with_field(field)
-}
-
-/// Refuses a query parameter a route does not take, naming it.
-pub(super) fn unknown_parameters(
-    params: &std::collections::HashMap<String, String>,
-    allowed: &[&str],
-) -> Result<(), ApiError> {
-    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(bad_query(
-            unknown,
-            format!("unknown query parameter; use {}", allowed.join(", ")),
-        )),
-        None => Ok(()),
-    }
-}
-
-pub(super) fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
-    EntityId::parse(raw)
-        .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
-}
+use super::{
+    AppState,
+    error::{ApiError, store_error},
+    params::parse_entity,
+};
 
 fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_millis(ms)
@@ -64,10 +26,10 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
     responses(
-        (status = 200, description = "The entity", body = crate::http::openapi::EntityView),
-        (status = 400, description = "Not a valid entity id", body = crate::http::openapi::ErrorResponse),
-        (status = 404, description = "No events were ever recorded for it", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "The entity", body = crate::http::schemas::EntityView),
+        (status = 400, description = "Not a valid entity id", body = crate::http::schemas::ErrorResponse),
+        (status = 404, description = "No events were ever recorded for it", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

@@ -5,7 +5,10 @@ use std::time::Duration;
 use axum::{Json, extract::State, http::StatusCode};
 use serde_json::{Value, json};
 
-use super::{AppState, error::ApiError, read::store_error};
+use super::{
+    AppState,
+    error::{ApiError, store_error},
+};
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -16,8 +19,8 @@ const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
     tag = "moderation",
     description = "The rules in force, with their live and shadow matches over 24h. Role moderator.",
     responses(
-        (status = 200, description = "The rules", body = crate::http::openapi::RulesList),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "The rules", body = crate::http::schemas::RulesList),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -54,9 +57,9 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     tag = "admin",
     description = "Reads the rules file again (this process). Role admin.",
     responses(
-        (status = 200, description = "Reloaded", body = crate::http::openapi::RulesReloaded),
-        (status = 422, description = "The file is invalid; the rules in force stay (code invalid_rules)", body = crate::http::openapi::ErrorResponse),
-        crate::http::openapi::TokenRouteErrors,
+        (status = 200, description = "Reloaded", body = crate::http::schemas::RulesReloaded),
+        (status = 422, description = "The file is invalid; the rules in force stay (code invalid_rules)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
 )]

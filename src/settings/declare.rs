@@ -3,47 +3,8 @@
 //! the layers and `quiesce config` need to read and show it. The variable and the flag of a
 //! setting are derived from its name: `max_wait` is `QUIESCE_MAX_WAIT` and `--max-wait`.
 
+pub use super::field::{Field, Shown, variable};
 use super::{ConfigError, layers::Layers};
-
-/// One declared setting, as the layers and `quiesce config` see it.
-#[derive(Debug, Clone, Copy)]
-pub struct Field {
-    pub section: &'static str,
-    pub name: &'static str,
-    pub doc: &'static str,
-    pub secret: bool,
-}
-
-impl Field {
-    /// `QUIESCE_MAX_WAIT` for `max_wait`.
-    pub fn variable(&self) -> String {
-        variable(self.name)
-    }
-
-    /// `max-wait` for `max_wait`.
-    pub fn flag(&self) -> String {
-        self.name.replace('_', "-")
-    }
-
-    /// `schedule.max_wait`: where figment finds it.
-    pub fn path(&self) -> String {
-        format!("{}.{}", self.section, self.name)
-    }
-}
-
-/// The environment variable of the setting `name`.
-pub fn variable(name: &str) -> String {
-    format!("QUIESCE_{}", name.to_ascii_uppercase())
-}
-
-/// A setting's current value: as the layers would give it, and as `quiesce config` shows it.
-#[derive(Debug, Clone)]
-pub struct Shown {
-    pub field: Field,
-    /// `None`: not set (an optional setting).
-    pub text: Option<String>,
-    pub shown: String,
-}
 
 /// What every section offers the settings as a whole.
 pub trait Section: Sized {

@@ -9,7 +9,11 @@ use figment::{
     value::{Dict, Map, Value},
 };
 
-use super::{ConfigError, declare::Field, value::Setting};
+use super::{
+    ConfigError,
+    field::{Field, names},
+    value::Setting,
+};
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,11 +229,6 @@ impl Layers {
                 _ => Origin::Default,
             })
     }
-}
-
-/// `--max-wait, max_wait in [schedule]`: the names a setting goes by besides its variable.
-pub fn names(field: &Field) -> String {
-    format!("--{}, {} in [{}]", field.flag(), field.name, field.section)
 }
 
 /// A value as an error shows it.

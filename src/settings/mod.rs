@@ -9,6 +9,7 @@
 mod database;
 pub(crate) mod declare;
 mod delivery;
+mod field;
 mod http;
 pub(crate) mod layers;
 mod maintenance;
@@ -41,8 +42,9 @@ pub use self::{
     worker::{Worker, WorkerFlags},
 };
 use self::{
-    declare::{Field, Flags, Section},
-    layers::{Layers, names},
+    declare::{Flags, Section},
+    field::{Field, names},
+    layers::Layers,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,27 @@
+//! Reading a request's path and query: entity ids, and query parameters a route does not take.
+
+use super::error::ApiError;
+use crate::domain::EntityId;
+
+pub(super) fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_query", message).with_field(field)
+}
+
+/// Refuses a query parameter a route does not take, naming it.
+pub(super) fn unknown_parameters(
+    params: &std::collections::HashMap<String, String>,
+    allowed: &[&str],
+) -> Result<(), ApiError> {
+    match params.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(bad_query(
+            unknown,
+            format!("unknown query parameter; use {}", allowed.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+pub(super) fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
+    EntityId::parse(raw)
+        .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
+}

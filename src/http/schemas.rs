@@ -1,0 +1,282 @@
+//! The shapes of the API's JSON bodies that handlers build with `json!`, described for the
+//! OpenAPI document (schemathesis checks every answer against them), and the error responses
+//! every route shares. The event itself is [`crate::domain::EventBody`].
+
+#![allow(dead_code)] // The types below only describe JSON; they are never built.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use utoipa::{
+    ToSchema,
+    openapi::{
+        RefOr, Schema,
+        schema::{ArrayBuilder, OneOfBuilder, Ref},
+    },
+};
+
+use super::error::ErrorBody;
+use crate::{
+    domain::{Action, EventBody, SignalStats, Status},
+    store::Override,
+};
+
+/// Every error: `{"error": {"code", "message", "index"?, "field"?}}`.
+#[derive(ToSchema)]
+pub struct ErrorResponse {
+    error: ErrorBody,
+}
+
+/// One event, or an array of 1 to `max_batch` (default 1000) events.
+pub struct EventsBody;
+
+impl utoipa::PartialSchema for EventsBody {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(Ref::from_schema_name("Event"))
+            .item(
+                ArrayBuilder::new()
+                    .items(Ref::from_schema_name("Event"))
+                    .min_items(Some(1))
+                    .max_items(Some(crate::settings::Http::default().max_batch)),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for EventsBody {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            "Event".to_owned(),
+            <EventBody as utoipa::PartialSchema>::schema(),
+        ));
+        schemas.push((
+            "Priority".to_owned(),
+            <crate::domain::Priority as utoipa::PartialSchema>::schema(),
+        ));
+    }
+}
+
+#[derive(ToSchema)]
+struct EvaluationView {
+    pending: bool,
+    fires_at: Option<DateTime<Utc>>,
+    running: bool,
+    pending_since: Option<DateTime<Utc>>,
+    count: i64,
+    last_evaluated_at: Option<DateTime<Utc>>,
+    evaluated_event_count: i64,
+}
+
+/// An entity's status, aggregates and schedule.
+#[derive(ToSchema)]
+pub struct EntityView {
+    entity: String,
+    kind: String,
+    status: Status,
+    moderation_version: i64,
+    signals: BTreeMap<String, SignalStats>,
+    event_count: i64,
+    evaluation: EvaluationView,
+    last_event_at: DateTime<Utc>,
+    /// The latest moderator override, in force or not.
+    r#override: Option<Override>,
+}
+
+#[derive(ToSchema)]
+pub struct ActionsPage {
+    actions: Vec<crate::store::ActionRecord>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// A moderator's decision. Texts are 1-1000 characters without control characters, not only
+/// spaces.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseRequest {
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    moderator: String,
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    reason: String,
+}
+
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideRequest {
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    moderator: String,
+    status: Status,
+    /// In the future; default now + `override_after_reversal`.
+    until: Option<DateTime<Utc>>,
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    reason: String,
+}
+
+#[derive(ToSchema)]
+pub struct OverrideResult {
+    entity: String,
+    status: Status,
+    moderation_version: i64,
+    r#override: Override,
+}
+
+#[derive(ToSchema)]
+struct RuleRate {
+    rule: String,
+    actions: i64,
+    reversed: i64,
+    rate: f64,
+}
+
+#[derive(ToSchema)]
+pub struct ReversalRate {
+    window: String,
+    actions: i64,
+    reversed: i64,
+    /// reversed / actions; 0 without actions.
+    rate: f64,
+    /// With `by=rule` only.
+    by_rule: Option<Vec<RuleRate>>,
+}
+
+#[derive(ToSchema)]
+struct RuleHits {
+    live: i64,
+    shadow: i64,
+}
+
+#[derive(ToSchema)]
+struct RuleView {
+    name: String,
+    action: Action,
+    kinds: Vec<String>,
+    when: String,
+    shadow: bool,
+    hits_24h: RuleHits,
+}
+
+#[derive(ToSchema)]
+pub struct RulesList {
+    rules: Vec<RuleView>,
+}
+
+#[derive(ToSchema)]
+pub struct RulesReloaded {
+    /// Rules now in force.
+    rules: usize,
+}
+
+#[derive(ToSchema)]
+pub struct DeadLettersPage {
+    dead_letters: Vec<crate::queue::DeadLetter>,
+    next_cursor: Option<String>,
+}
+
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+enum DeadLetterReason {
+    Fatal,
+    AttemptsExhausted,
+}
+
+/// Optional: without a body (or without `reason`), every dead letter is redriven.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    reason: Option<DeadLetterReason>,
+}
+
+#[derive(ToSchema)]
+pub struct Redriven {
+    redriven: usize,
+}
+
+#[derive(ToSchema)]
+pub struct Health {
+    status: String,
+}
+
+#[derive(ToSchema)]
+pub struct Readiness {
+    /// `ready` or `unavailable`.
+    status: String,
+    /// `ok` or the error.
+    redis: String,
+    postgres: String,
+}
+
+fn error_response(description: &str) -> utoipa::openapi::ResponseBuilder {
+    utoipa::openapi::ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            utoipa::openapi::ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                .build(),
+        )
+}
+
+/// 408, 500 and 503: what any `/v1` route may answer, whatever it does.
+pub struct CommonErrors;
+
+impl utoipa::IntoResponses for CommonErrors {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let retry_after = utoipa::openapi::HeaderBuilder::new()
+            .schema(<u64 as utoipa::PartialSchema>::schema())
+            .description(Some("Seconds to wait"))
+            .build();
+        BTreeMap::from([
+            (
+                "408".to_owned(),
+                error_response("The request took longer than request_timeout")
+                    .build()
+                    .into(),
+            ),
+            ("500".to_owned(), error_response("Unexpected error").build().into()),
+            (
+                "503".to_owned(),
+                error_response(
+                    "Redis or Postgres unavailable, shutting down, or (ingest) more than max_concurrent_ingest requests at once",
+                )
+                .header("Retry-After", retry_after)
+                .build()
+                .into(),
+            ),
+        ])
+    }
+}
+
+/// [`CommonErrors`] and the token check's 401 and 403: what every token route may answer.
+pub struct TokenRouteErrors;
+
+impl utoipa::IntoResponses for TokenRouteErrors {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let mut responses = <CommonErrors as utoipa::IntoResponses>::responses();
+        responses.insert(
+            "401".to_owned(),
+            error_response("No API token, or not a valid one")
+                .build()
+                .into(),
+        );
+        responses.insert(
+            "403".to_owned(),
+            error_response("The token's role may not use this route")
+                .build()
+                .into(),
+        );
+        responses
+    }
+}
