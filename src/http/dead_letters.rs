@@ -22,7 +22,7 @@ const MAX_LIMIT: usize = 1000;
 const REASONS: [&str; 2] = ["fatal", "attempts_exhausted"];
 
 fn unavailable(error: QueueError) -> ApiError {
-    ApiError::unavailable(&error)
+    ApiError::unavailable(error)
 }
 
 #[utoipa::path(

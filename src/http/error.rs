@@ -1,14 +1,19 @@
 //! The one error shape of the API: `{"error": {"code", "message", "index"?, "field"?}}`.
-//! Internal errors are logged here and shown to clients without their details.
+//! A 5xx keeps its cause, which clients never see: [`log_server_errors`] logs it once, with
+//! the whole chain of causes, in the request's span.
+
+use std::{error::Error, sync::Arc};
 
 use axum::{
     Json,
+    extract::Request,
     http::{HeaderValue, StatusCode, header},
+    middleware::Next,
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
 
-use crate::store::StoreError;
+use crate::{store::StoreError, telemetry::Chain};
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
@@ -23,12 +28,16 @@ pub struct ErrorBody {
     pub field: Option<String>,
 }
 
+/// Why a request failed on our side; logged, never answered.
+type Cause = Arc<dyn Error + Send + Sync>;
+
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
     /// Seconds for the Retry-After header; 503s get a default.
     pub retry_after: Option<u64>,
+    cause: Option<Cause>,
 }
 
 impl ApiError {
@@ -42,6 +51,7 @@ impl ApiError {
                 field: None,
             },
             retry_after: None,
+            cause: None,
         }
     }
 
@@ -69,23 +79,27 @@ impl ApiError {
     }
 
     /// Redis or Postgres could not be reached in time; the client should retry.
-    pub fn unavailable(cause: &dyn std::fmt::Display) -> Self {
-        tracing::warn!(error = %cause, "backend unavailable");
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "storage is unavailable; retry later",
-        )
+    pub fn unavailable(cause: impl Error + Send + Sync + 'static) -> Self {
+        Self {
+            cause: Some(Arc::new(cause)),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "storage is unavailable; retry later",
+            )
+        }
     }
 
-    /// Anything unexpected: logged with its cause, opaque to the client.
-    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
-        tracing::error!(error = %cause, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
+    /// Anything unexpected: opaque to the client, its cause logged.
+    pub fn internal(cause: impl Error + Send + Sync + 'static) -> Self {
+        Self {
+            cause: Some(Arc::new(cause)),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+        }
     }
 }
 
@@ -103,15 +117,33 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if let Some(cause) = self.cause {
+            response.extensions_mut().insert(cause);
+        }
         response
     }
+}
+
+/// Middleware: logs the cause of every 5xx once, with its chain, in the request's span (an
+/// overloaded 503 has no cause: it is no failure of ours).
+pub async fn log_server_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(cause) = response.extensions().get::<Cause>() {
+        let error = Chain(&**cause);
+        if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(%error, "backend unavailable");
+        } else {
+            tracing::error!(%error, "internal error");
+        }
+    }
+    response
 }
 
 /// How a store error reaches a client: an outage is 503, a missing or conflicting record its
 /// 4xx, anything else an opaque 500.
 pub fn store_error(error: StoreError) -> ApiError {
     match &error {
-        _ if error.is_unavailable() => ApiError::unavailable(&error),
+        _ if error.is_unavailable() => ApiError::unavailable(error),
         StoreError::NotFound(message) => ApiError::not_found(message.clone()),
         StoreError::AlreadyReversed { .. } => ApiError::new(
             axum::http::StatusCode::CONFLICT,
@@ -123,6 +155,88 @@ pub fn store_error(error: StoreError) -> ApiError {
             "superseded",
             error.to_string(),
         ),
-        _ => ApiError::internal(&error),
+        _ => ApiError::internal(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::{Router, body::Body, routing::get};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// An error whose message names only its own level; the details are in its source.
+    #[derive(Debug, thiserror::Error)]
+    #[error("the snapshot read failed")]
+    struct Outer(#[source] std::io::Error);
+
+    /// Collects what the subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_server_error_logs_its_whole_chain_once_and_answers_without_it() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let router = Router::new()
+            .route(
+                "/fails",
+                get(|| async {
+                    let cause = std::io::Error::other("connection reset by peer");
+                    ApiError::internal(Outer(cause))
+                }),
+            )
+            .route(
+                "/busy",
+                get(|| async {
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "busy")
+                }),
+            )
+            .layer(axum::middleware::from_fn(log_server_errors));
+        let (status, body) = tracing::subscriber::with_default(subscriber, || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let busy = Request::get("/busy").body(Body::empty()).unwrap();
+                let busy = router.clone().oneshot(busy).await.unwrap();
+                assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+                let request = Request::get("/fails").body(Body::empty()).unwrap();
+                let response = router.oneshot(request).await.unwrap();
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                    .await
+                    .unwrap();
+                (status, String::from_utf8(body.to_vec()).unwrap())
+            })
+        });
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!body.contains("connection reset"), "{body}");
+        let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let chain = "the snapshot read failed: connection reset by peer";
+        assert_eq!(logs.matches(chain).count(), 1, "{logs}");
+        assert_eq!(
+            logs.lines().count(),
+            1,
+            "the overloaded 503 logs nothing: {logs}"
+        );
     }
 }

@@ -161,8 +161,8 @@ async fn accept(
         Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
         Err(
             error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_)),
-        ) => Err(ApiError::unavailable(&error)),
-        Err(error @ IngestError::ShuttingDown) => Err(ApiError::unavailable(&error)),
+        ) => Err(ApiError::unavailable(error)),
+        Err(error @ IngestError::ShuttingDown) => Err(ApiError::unavailable(error)),
     }
 }
 

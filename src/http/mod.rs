@@ -125,6 +125,7 @@ pub fn router(state: AppState) -> Router {
                 "this route does not take that method",
             )
         })
+        .layer(middleware::from_fn(error::log_server_errors))
         .layer(middleware::from_fn(record_request))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &Request| {

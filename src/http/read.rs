@@ -48,7 +48,7 @@ pub async fn get_entity(
         .queue
         .state_of(&entity)
         .await
-        .map_err(|e| ApiError::unavailable(&e))?;
+        .map_err(ApiError::unavailable)?;
     let pending = schedule.due_at_ms.is_some()
         || schedule.lease_until_ms.is_some()
         || record.event_count > record.evaluated_event_count;
