@@ -23,11 +23,12 @@ run: build
 	exec ./target/debug/quiesce serve --insecure-dev
 
 ## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke),
-## then the check that no secret appears in the run's logs (target/test-logs/)
+## then the check that no secret appears in the run's logs (target/test-logs/); a few tests
+## start Redis servers of their own, so the redis-server binary is needed (installed if missing)
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
-	eval "$$(scripts/services.sh)" && \
+	eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
 	scripts/smoke-make-run.sh && \
 	$(CARGO) test --test secrets_in_logs -- --ignored

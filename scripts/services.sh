@@ -65,7 +65,8 @@ pg_installed() {
   command -v initdb >/dev/null || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 
-# The chaos suite starts Redis servers of its own: it needs the binary even when a server runs.
+# The chaos suite and a few tests start Redis servers of their own: they need the binary even
+# when a server runs.
 if [ -n "${QUIESCE_NEED_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null; then
   install_packages redis-server redis-server QUIESCE_REDIS_URL
 fi

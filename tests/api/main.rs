@@ -2,6 +2,9 @@
 //! isolated app (own database, own Redis prefix, own port) per test.
 
 mod helpers;
+#[path = "../support/private_redis.rs"]
+#[allow(dead_code)]
+mod private_redis;
 mod proxy;
 #[path = "../support/secrets.rs"]
 mod secrets;

@@ -1,8 +1,12 @@
 //! Retention of event ids, and the Redis configuration check at startup.
 
+use quiesce::queue::RedisDurability;
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app};
+use crate::{
+    helpers::{TestOptions, event, spawn_app},
+    private_redis::PrivateRedis,
+};
 
 #[tokio::test]
 async fn events_past_retention_are_deleted_and_totals_stay() {
@@ -67,25 +71,48 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
 
 #[tokio::test]
 async fn the_redis_durability_check_reads_the_server_settings() {
-    let app = spawn_app(TestOptions::idle()).await;
-    let mut redis = app.backends.queue.connection();
-    let appendonly: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendonly")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let durability = app
-        .backends
-        .queue
-        .durability()
-        .await
-        .unwrap()
-        .expect("CONFIG allowed");
-    assert_eq!(durability.appendonly, appendonly[1] == "yes");
-    assert!(!durability.maxmemory_policy.is_empty());
+    // A Redis of this test's own, whose settings it may change: the check must report what
+    // the server is set to, whichever way it is set.
+    let redis = PrivateRedis::start().await;
+    let app = spawn_app(TestOptions {
+        redis_url: Some(redis.url()),
+        ..TestOptions::idle()
+    })
+    .await;
+    let durability = || async {
+        app.backends
+            .queue
+            .durability()
+            .await
+            .unwrap()
+            .expect("CONFIG allowed")
+    };
+    redis.config_set("appendonly", "no").await;
+    redis.config_set("maxmemory-policy", "allkeys-lru").await;
+    let risky = durability().await;
     assert_eq!(
-        durability.warnings().iter().any(|w| w.contains("AOF")),
-        !durability.appendonly
+        risky,
+        RedisDurability {
+            maxmemory_policy: "allkeys-lru".into(),
+            appendonly: false,
+        }
     );
+    let warnings = risky.warnings();
+    assert!(
+        warnings.iter().any(|w| w.contains("allkeys-lru")),
+        "{warnings:?}"
+    );
+    assert!(warnings.iter().any(|w| w.contains("AOF")), "{warnings:?}");
+
+    redis.config_set("appendonly", "yes").await;
+    redis.config_set("maxmemory-policy", "noeviction").await;
+    let safe = durability().await;
+    assert_eq!(
+        safe,
+        RedisDurability {
+            maxmemory_policy: "noeviction".into(),
+            appendonly: true,
+        }
+    );
+    assert!(safe.warnings().is_empty(), "{:?}", safe.warnings());
 }

@@ -121,6 +121,9 @@ async fn health_readiness_and_metrics_answer() {
     assert_eq!(body["redis"], "ok");
     assert_eq!(body["postgres"], "ok");
 
+    // Counters are process-wide (other tests add to them too); what this test does must move
+    // each of them, and a counter nobody increments would not move at all.
+    let before = app.metrics_text().await;
     let events: Vec<_> = (0..10)
         .map(|i| event(&format!("m{i}"), "post:m", "flag"))
         .collect();
@@ -133,16 +136,32 @@ async fn health_readiness_and_metrics_answer() {
     // Metrics are served on their own listener, not with the API.
     assert_eq!(app.get("/metrics").await.0, 404);
     let text = &app.metrics_text().await;
-    for name in [
-        "quiesce_events_ingested_total",
-        "quiesce_evaluations_total",
-        "quiesce_actions_total",
-        "quiesce_fire_delay_seconds_bucket",
-        "quiesce_queue_due",
-        "quiesce_queue_inflight",
-        "quiesce_http_requests_total",
+    for (series, at_least) in [
+        ("quiesce_events_ingested_total", 10.0),
+        ("quiesce_evaluations_total{outcome=\"done\"}", 1.0),
+        ("quiesce_actions_total{action=\"hide\",", 1.0),
+        ("quiesce_fire_delay_seconds_count", 1.0),
+        (
+            "quiesce_http_requests_total{route=\"/v1/events\",method=\"POST\",status=\"202\"}",
+            1.0,
+        ),
     ] {
-        assert!(text.contains(name), "{name} missing from /metrics");
+        let moved = metric(text, series) - metric(&before, series);
+        assert!(
+            moved >= at_least,
+            "{series} moved by {moved}, expected at least {at_least}"
+        );
+    }
+    // Queue depths are read from Redis at each scrape: one series per shard of this app.
+    for gauge in ["quiesce_queue_due", "quiesce_queue_inflight"] {
+        let shards = text
+            .lines()
+            .filter(|line| line.starts_with(&format!("{gauge}{{shard=")))
+            .count();
+        assert!(
+            shards >= usize::from(app.settings.redis.shards),
+            "{gauge}: {shards} series"
+        );
     }
     assert!(
         text.contains("route=\"/v1/events\""),
@@ -209,4 +228,13 @@ async fn the_openapi_document_describes_every_route() {
         doc["paths"]["/v1/sources/{source}/events"]["post"]["security"],
         json!([{}])
     );
+}
+
+/// The sum of the samples whose line starts with `series` (a name, or a name and the first
+/// labels), 0 when there are none.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
