@@ -1,0 +1,287 @@
+//! The house's rules, read from the source: no import cycle among the modules of `src/`, none
+//! among the files of one module folder, and the lower layers never reach up to the HTTP layer,
+//! the wiring or the workers. References are every `crate::`, `super::` and `self::` path in
+//! the code (`use` trees included), resolved to the file that defines the module they name.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+/// Modules every other one may build on; none of them may use an upper one.
+const LOWER: [&str; 9] = [
+    "domain",
+    "credentials",
+    "telemetry",
+    "coalesce",
+    "queue",
+    "rules",
+    "settings",
+    "store",
+    "outbox",
+];
+/// What the lower layers must never import.
+const UPPER: [&str; 6] = [
+    "http",
+    "startup",
+    "worker",
+    "maintenance",
+    "ingest",
+    "loadgen",
+];
+
+fn source_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            source_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments and string literals, and without its test modules.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let text = match text.find("#[cfg(test)]") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths of a `use` tree or a path expression starting at `rest` (just after `crate::`).
+fn paths(rest: &str) -> Vec<Vec<String>> {
+    fn tree(s: &mut std::iter::Peekable<std::str::Chars>, prefix: Vec<String>) -> Vec<Vec<String>> {
+        let mut path = prefix;
+        loop {
+            while s.peek().is_some_and(|c| c.is_whitespace()) {
+                s.next();
+            }
+            if s.peek() == Some(&'{') {
+                s.next();
+                let mut found = Vec::new();
+                loop {
+                    found.extend(tree(s, path.clone()));
+                    while s.peek().is_some_and(|c| c.is_whitespace()) {
+                        s.next();
+                    }
+                    match s.next() {
+                        Some(',') => {
+                            while s.peek().is_some_and(|c| c.is_whitespace()) {
+                                s.next();
+                            }
+                            if s.peek() == Some(&'}') {
+                                s.next();
+                                return found;
+                            }
+                        }
+                        _ => return found,
+                    }
+                }
+            }
+            let ident: String =
+                std::iter::from_fn(|| s.next_if(|c| c.is_alphanumeric() || *c == '_')).collect();
+            if ident.is_empty() {
+                return vec![path];
+            }
+            path.push(ident);
+            if s.peek() == Some(&':') {
+                s.next();
+                s.next();
+            } else {
+                return vec![path];
+            }
+        }
+    }
+    tree(&mut rest.chars().peekable(), Vec::new())
+}
+
+/// The file defining the deepest module that `path` names, below `dir`.
+fn resolve(dir: &Path, path: &[String]) -> Option<PathBuf> {
+    let (mut dir, mut found) = (dir.to_owned(), None);
+    for segment in path {
+        if dir.join(format!("{segment}.rs")).exists() {
+            found = Some(dir.join(format!("{segment}.rs")));
+            dir = dir.join(segment);
+        } else if dir.join(segment).join("mod.rs").exists() {
+            found = Some(dir.join(segment).join("mod.rs"));
+            dir = dir.join(segment);
+        } else {
+            break;
+        }
+    }
+    found
+}
+
+/// Every file each file refers to.
+fn references(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    let mut files = Vec::new();
+    source_files(src, &mut files);
+    let mut graph = BTreeMap::new();
+    for file in files {
+        let code = code(&file);
+        let folder = file.parent().unwrap().to_owned();
+        let is_mod = file.ends_with("mod.rs");
+        let mut targets = BTreeSet::new();
+        for (marker, base) in [
+            ("crate::", Some(src.to_owned())),
+            // `super` of a folder's file is the folder; of a mod.rs, the folder's parent.
+            (
+                "super::",
+                Some(if is_mod {
+                    folder.parent().unwrap().to_owned()
+                } else {
+                    folder.clone()
+                }),
+            ),
+            ("self::", is_mod.then(|| folder.clone())),
+        ] {
+            let Some(base) = base else { continue };
+            for (at, _) in code.match_indices(marker) {
+                let before = code[..at].chars().next_back();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                for path in paths(&code[at + marker.len()..]) {
+                    let target = resolve(&base, &path)
+                        .or_else(|| (base != src).then(|| base.join("mod.rs")));
+                    if let Some(target) = target.filter(|t| *t != file && t.exists()) {
+                        targets.insert(target);
+                    }
+                }
+            }
+        }
+        graph.insert(file, targets);
+    }
+    graph
+}
+
+/// A cycle of the graph, if it has one.
+fn cycle<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Option<Vec<N>> {
+    fn visit<N: Ord + Clone>(
+        node: &N,
+        graph: &BTreeMap<N, BTreeSet<N>>,
+        path: &mut Vec<N>,
+        done: &mut BTreeSet<N>,
+    ) -> Option<Vec<N>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.clone());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.clone());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+/// `store` for src/store/events.rs and for src/store.rs.
+fn module_of(src: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(src).unwrap();
+    let first = relative
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+#[test]
+fn modules_import_each_other_without_a_cycle_and_only_downwards() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = references(&src);
+    assert!(graph.len() > 40, "read {} files", graph.len());
+    let entry_points = ["main", "lib", "bin"];
+    let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, targets) in &graph {
+        let from = module_of(&src, file);
+        if entry_points.contains(&from.as_str()) {
+            continue;
+        }
+        let entry = modules.entry(from.clone()).or_default();
+        for target in targets {
+            let to = module_of(&src, target);
+            if to != from && !entry_points.contains(&to.as_str()) {
+                entry.insert(to);
+            }
+        }
+    }
+    assert_eq!(
+        cycle(&modules),
+        None,
+        "an import cycle among the modules of src/"
+    );
+    for lower in LOWER {
+        let reaching_up: Vec<&String> = modules[lower]
+            .iter()
+            .filter(|m| UPPER.contains(&m.as_str()))
+            .collect();
+        assert!(reaching_up.is_empty(), "{lower} imports {reaching_up:?}");
+    }
+    // Modules are known to the rules: a new one must be placed in a layer.
+    for module in modules.keys() {
+        assert!(
+            LOWER.contains(&module.as_str()) || UPPER.contains(&module.as_str()),
+            "{module} is in no layer"
+        );
+    }
+}
+
+#[test]
+fn the_files_of_a_module_import_each_other_without_a_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // Within a folder, between its files; a folder's mod.rs declares and re-exports them,
+    // which is no import of theirs.
+    let files: BTreeMap<PathBuf, BTreeSet<PathBuf>> = references(&src)
+        .into_iter()
+        .filter(|(file, _)| !file.ends_with("mod.rs"))
+        .map(|(file, targets)| {
+            let folder = file.parent().unwrap().to_owned();
+            let siblings = targets
+                .into_iter()
+                .filter(|t| t.parent() == Some(folder.as_path()) && !t.ends_with("mod.rs"))
+                .collect();
+            (file, siblings)
+        })
+        .collect();
+    if let Some(found) = cycle(&files) {
+        let names: Vec<String> = found
+            .iter()
+            .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+            .collect();
+        panic!("an import cycle among files: {}", names.join(" -> "));
+    }
+}
+
+#[test]
+fn the_reader_finds_cycles_and_use_trees() {
+    let graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::from([
+        ("a", BTreeSet::from(["b"])),
+        ("b", BTreeSet::from(["c"])),
+        ("c", BTreeSet::from(["a"])),
+    ]);
+    assert_eq!(cycle(&graph), Some(vec!["a", "b", "c", "a"]));
+    let paths = paths("{\n    domain::{EntityId, Snapshot},\n    store::Store,\n};");
+    let first: Vec<&str> = paths.iter().map(|p| p[0].as_str()).collect();
+    assert_eq!(first, ["domain", "domain", "store"]);
+    assert_eq!(paths[2], ["store", "Store"]);
+}
