@@ -1,0 +1,285 @@
+//! One rule's condition on one snapshot: the CEL context with quiesce's functions (counts,
+//! weights, distinct actors, shares, ratios and trailing windows), and the reason rendered from
+//! the snapshot.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use cel::{Context, Env, ExecutionError};
+
+use super::Rule;
+use crate::domain::{SignalStats, SignalTotals, Snapshot, WINDOWS};
+
+pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
+
+fn window_totals(
+    signals: &Signals,
+    signal: &str,
+    window: &str,
+) -> Result<SignalTotals, ExecutionError> {
+    if !WINDOWS.iter().any(|(name, _)| *name == window) {
+        return Err(ExecutionError::function_error(
+            "count_in",
+            format!("unknown window {window:?}"),
+        ));
+    }
+    Ok(signals
+        .get(signal)
+        .and_then(|s| s.windows.get(window))
+        .copied()
+        .unwrap_or_default())
+}
+
+impl Rule {
+    pub(super) fn matches(
+        &self,
+        env: &Arc<Env>,
+        snapshot: &Snapshot,
+        signals: &Signals,
+    ) -> Result<bool, String> {
+        let mut context = Context::with_env(Arc::clone(env));
+        let s = Arc::clone(signals);
+        context
+            .add_function("count", move |signal: Arc<String>| {
+                s.get(signal.as_str()).map_or(0, |t| t.count)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function("weight", move |signal: Arc<String>| {
+                s.get(signal.as_str()).map_or(0.0, |t| t.weight)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function("actors", move |signal: Arc<String>| {
+                s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
+                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+                let (a, b) = (count(&signal), count(&other));
+                if a + b == 0.0 { 0.0 } else { a / (a + b) }
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
+                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+                count(&signal) / count(&other).max(1.0)
+            })
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function(
+                "count_in",
+                move |signal: Arc<String>, window: Arc<String>| {
+                    window_totals(&s, &signal, &window).map(|t| t.count)
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let s = Arc::clone(signals);
+        context
+            .add_function(
+                "weight_in",
+                move |signal: Arc<String>, window: Arc<String>| {
+                    window_totals(&s, &signal, &window).map(|t| t.weight)
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("kind", snapshot.kind.clone())
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("status", snapshot.status.as_str())
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("entity", snapshot.entity.as_str().to_owned())
+            .map_err(|e| e.to_string())?;
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("expected a boolean, got {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// Fills `{entity}`, `{kind}`, `{count.<signal>}`, `{weight.<signal>}` and
+/// `{actors.<signal>}` in a reason.
+pub(super) fn render_reason(template: &str, snapshot: &Snapshot) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        let name = &rest[start + 1..start + len];
+        let stats = |s: &str| snapshot.signals.get(s).cloned().unwrap_or_default();
+        match name.split_once('.') {
+            _ if name == "entity" => out.push_str(snapshot.entity.as_str()),
+            _ if name == "kind" => out.push_str(&snapshot.kind),
+            Some(("count", signal)) => out.push_str(&stats(signal).count.to_string()),
+            Some(("weight", signal)) => out.push_str(&stats(signal).weight.to_string()),
+            Some(("actors", signal)) => {
+                out.push_str(&stats(signal).actors.unwrap_or(0).to_string())
+            }
+            _ => out.push_str(&rest[start..=start + len]),
+        }
+        rest = &rest[start + len + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        domain::{Action, EntityId, SignalStats, SignalTotals, Status},
+        rules::RuleSet,
+    };
+
+    fn rule(when: &str) -> RuleSet {
+        RuleSet::from_toml(&format!(
+            "[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
+        ))
+        .unwrap_or_else(|e| panic!("{when}: {e}"))
+    }
+
+    /// A post with flags (weight 2 each, from 3 actors, 4 of them in the last minute) and
+    /// upvotes (from 20 actors, none recent).
+    fn snapshot() -> Snapshot {
+        let windows = |recent: i64, weight: f64| -> BTreeMap<String, SignalTotals> {
+            WINDOWS
+                .iter()
+                .map(|(name, _)| {
+                    let count = if *name == "1m" { recent } else { recent * 2 };
+                    (
+                        name.to_string(),
+                        SignalTotals {
+                            count,
+                            weight: count as f64 * weight,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let mut snapshot = Snapshot::empty_for_validation();
+        snapshot.entity = EntityId::parse("post:7").unwrap();
+        snapshot.status = Status::Flagged;
+        snapshot.signals.insert(
+            "flag".into(),
+            SignalStats {
+                count: 8,
+                weight: 16.0,
+                actors: Some(3),
+                windows: windows(4, 2.0),
+            },
+        );
+        snapshot.signals.insert(
+            "upvote".into(),
+            SignalStats {
+                count: 20,
+                weight: 20.0,
+                actors: Some(20),
+                windows: windows(0, 1.0),
+            },
+        );
+        snapshot
+    }
+
+    #[test]
+    fn each_condition_kind_reads_the_snapshot() {
+        let cases = [
+            ("count(\"flag\") == 8", true),
+            ("count(\"missing\") == 0", true),
+            ("weight(\"flag\") == 16.0", true),
+            ("weight(\"flag\") > 16.5", false),
+            ("actors(\"flag\") == 3", true),
+            ("actors(\"upvote\") >= 20", true),
+            (
+                "share(\"flag\", \"upvote\") > 0.28 && share(\"flag\", \"upvote\") < 0.29",
+                true,
+            ),
+            ("share(\"none\", \"nothing\") == 0.0", true),
+            ("ratio(\"upvote\", \"flag\") == 2.5", true),
+            ("ratio(\"flag\", \"missing\") == 8.0", true),
+            ("count_in(\"flag\", \"1m\") == 4", true),
+            ("count_in(\"flag\", \"24h\") == 8", true),
+            ("weight_in(\"flag\", \"5m\") == 16.0", true),
+            ("count_in(\"upvote\", \"1h\") == 0", true),
+            ("kind == \"post\"", true),
+            ("kind == \"user\"", false),
+            ("status == \"flagged\"", true),
+            ("entity.startsWith(\"post:\")", true),
+            ("count(\"flag\") >= 10 || actors(\"flag\") >= 3", true),
+        ];
+        for (when, expected) in cases {
+            let verdict = rule(when).evaluate(&snapshot());
+            assert_eq!(!verdict.matched.is_empty(), expected, "{when}: {verdict:?}");
+            assert!(verdict.errors.is_empty(), "{when}: {verdict:?}");
+        }
+    }
+
+    #[test]
+    fn a_failing_shadow_rule_is_recorded_apart_and_fails_nothing() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"divides\"\nwhen = 'count(\"flag\") > 0 && count(\"flag\") / count(\"none\") > 2'\naction = \"hide\"\nreason = \"x\"\nshadow = true\n",
+        )
+        .unwrap();
+        let verdict = rules.evaluate(&snapshot());
+        assert!(verdict.errors.is_empty(), "{verdict:?}");
+        assert_eq!(verdict.shadow_errors.len(), 1, "{verdict:?}");
+    }
+
+    #[test]
+    fn shadow_rules_are_reported_apart_and_never_applied() {
+        let rules = RuleSet::from_toml(
+            "[[rule]]\nname = \"trial\"\nwhen = 'count(\"flag\") >= 1'\naction = \"suspend\"\nreason = \"x\"\nshadow = true\n",
+        )
+        .unwrap();
+        let verdict = rules.evaluate(&snapshot());
+        assert!(verdict.matched.is_empty());
+        assert_eq!(verdict.shadow.len(), 1);
+        assert_eq!(verdict.shadow[0].action, Action::Suspend);
+        assert!(verdict.to_apply(Status::Visible, None).is_none());
+    }
+
+    #[test]
+    fn names_and_windows_are_checked_at_load_with_a_position() {
+        let file = |when: &str| {
+            format!(
+                "[[rule]]\nname = \"bad\"\nwhen = '{when}'\naction = \"hide\"\nreason = \"x\"\n"
+            )
+        };
+        // A typo behind a false condition: an empty snapshot never reaches it.
+        let err = RuleSet::from_toml(&file("false && cuont(\"flag\") > 1"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("cuont") && err.contains("1:10"),
+            "{err}"
+        );
+        let err = RuleSet::from_toml(&file("count_in(\"flag\", \"2h\") > 1"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("2h") && err.contains("1:1"),
+            "{err}"
+        );
+        let err = RuleSet::from_toml(&file("count(\"flag\") >"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("bad") && err.contains("does not parse"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,376 @@
+//! Moderation rules as data: a TOML file of named rules whose conditions are CEL expressions
+//! over an entity's snapshot. Evaluation is a pure function: snapshot -> verdict. A [`Rules`]
+//! handle holds the rule set in force and swaps it on reload. `check` refuses a bad rule at
+//! load time, `condition` runs one on a snapshot, `verdict` is what the rules concluded.
+
+mod check;
+mod condition;
+mod verdict;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
+
+use cel::{Env, Program};
+use serde::Deserialize;
+
+pub use self::verdict::{Decision, Verdict};
+use self::{
+    check::check_names,
+    condition::{Signals, render_reason},
+};
+use crate::domain::{Action, Snapshot};
+
+/// The rules shipped with quiesce, used when no rules file is configured.
+pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error("cannot read rules file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid rules file: {0}")]
+    Parse(String),
+    #[error("rule {rule:?}: {message}")]
+    Rule { rule: String, message: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesFile {
+    #[serde(default, rename = "rule")]
+    rules: Vec<RuleSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSpec {
+    name: String,
+    /// Entity kinds the rule applies to; empty or absent: all kinds.
+    #[serde(default)]
+    kinds: Vec<String>,
+    when: String,
+    action: Action,
+    reason: String,
+    /// A shadow rule is evaluated and recorded but never acts.
+    #[serde(default)]
+    shadow: bool,
+}
+
+#[derive(Debug)]
+pub struct Rule {
+    pub name: String,
+    pub kinds: Vec<String>,
+    pub action: Action,
+    pub when: String,
+    pub shadow: bool,
+    reason: String,
+    program: Program,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+/// A compiled, validated rule set.
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    env: Arc<Env>,
+}
+
+impl RuleSet {
+    pub fn from_toml(text: &str) -> Result<Self, RulesError> {
+        let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
+        let env = Arc::new(Env::stdlib());
+        let mut names = std::collections::HashSet::new();
+        let mut rules = Vec::with_capacity(file.rules.len());
+        for spec in file.rules {
+            let fail = |message: String| RulesError::Rule {
+                rule: spec.name.clone(),
+                message,
+            };
+            if spec.name.is_empty() || !names.insert(spec.name.clone()) {
+                return Err(fail("rule names must be present and unique".into()));
+            }
+            let program = env
+                .compile(&spec.when)
+                .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
+            check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
+            let rule = Rule {
+                name: spec.name.clone(),
+                kinds: spec.kinds,
+                action: spec.action,
+                when: spec.when,
+                shadow: spec.shadow,
+                reason: spec.reason,
+                program,
+            };
+            // A dry run on an empty snapshot catches unknown names and non-boolean results.
+            let empty = Snapshot::empty_for_validation();
+            rule.matches(&env, &empty, &Arc::new(empty.signals.clone()))
+                .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
+            rules.push(rule);
+        }
+        Ok(Self { rules, env })
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, RulesError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text)
+    }
+
+    pub fn default_rules() -> Self {
+        Self::from_toml(DEFAULT_RULES).expect("the shipped default rules are valid")
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Whether any rule reads distinct actors (a count over the entity's retained events,
+    /// so the snapshot reads them only when needed).
+    pub fn uses_actors(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
+    }
+
+    /// Whether any rule reads a trailing window (`count_in`, `weight_in`).
+    pub fn uses_windows(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.contains("count_in(") || r.when.contains("weight_in("))
+    }
+
+    /// Runs every rule that applies to the snapshot's kind.
+    pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
+        let mut verdict = Verdict::default();
+        // Shared by every rule's functions: one copy of the signals per evaluation.
+        let signals: Signals = Arc::new(snapshot.signals.clone());
+        for rule in &self.rules {
+            if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
+                continue;
+            }
+            match rule.matches(&self.env, snapshot, &signals) {
+                Ok(true) => {
+                    let decision = Decision {
+                        rule: rule.name.clone(),
+                        action: rule.action,
+                        reason: render_reason(&rule.reason, snapshot),
+                    };
+                    if rule.shadow {
+                        verdict.shadow.push(decision);
+                    } else {
+                        verdict.matched.push(decision);
+                    }
+                }
+                Ok(false) => {}
+                Err(error) if rule.shadow => verdict.shadow_errors.push((rule.name.clone(), error)),
+                Err(error) => verdict.errors.push((rule.name.clone(), error)),
+            }
+        }
+        verdict
+    }
+}
+
+/// The rule set in force, swapped whole on reload; evaluations hold the set they started with.
+pub struct Rules {
+    current: RwLock<Arc<RuleSet>>,
+    source: Option<PathBuf>,
+}
+
+impl Rules {
+    pub fn new(set: RuleSet, source: Option<PathBuf>) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(set)),
+            source,
+        }
+    }
+
+    pub fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(&self.current.read().expect("not poisoned"))
+    }
+
+    /// Reads the rules file again; an invalid file is refused and the rules in force stay.
+    /// Returns the number of rules now in force.
+    pub fn reload(&self) -> Result<usize, RulesError> {
+        let set = match &self.source {
+            Some(path) => RuleSet::from_file(path)?,
+            None => RuleSet::default_rules(),
+        };
+        let count = set.rules().len();
+        *self.current.write().expect("not poisoned") = Arc::new(set);
+        Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{EntityId, Status};
+
+    fn post(signals: &[(&str, i64)]) -> Snapshot {
+        Snapshot::with_counts(EntityId::parse("post:1").unwrap(), signals.iter().copied())
+    }
+
+    #[test]
+    fn windows_and_actors_are_read_only_for_rules_that_use_them() {
+        let defaults = RuleSet::default_rules();
+        assert!(!defaults.uses_windows() && !defaults.uses_actors());
+        let windowed = RuleSet::from_toml(
+            "[[rule]]\nname = \"surge\"\nkinds = [\"post\"]\nwhen = 'count_in(\"flag\", \"5m\") >= 5'\naction = \"flag\"\nreason = \"surge\"\n",
+        )
+        .unwrap();
+        assert!(windowed.uses_windows());
+    }
+
+    #[test]
+    fn default_rules_give_the_three_required_outcomes() {
+        let rules = RuleSet::default_rules();
+        let hidden = rules.evaluate(&post(&[("flag", 10)]));
+        assert_eq!(
+            hidden.to_apply(Status::Visible, None).unwrap().action,
+            Action::Hide
+        );
+        let flagged = rules.evaluate(&post(&[("flag", 3)]));
+        assert_eq!(
+            flagged.to_apply(Status::Visible, None).unwrap().action,
+            Action::Flag
+        );
+        let sloan = rules.evaluate(&post(&[("flag", 10), ("upvote", 500)]));
+        assert!(sloan.matched.is_empty(), "{sloan:?}");
+        assert!(rules.evaluate(&post(&[])).matched.is_empty());
+    }
+
+    #[test]
+    fn automation_only_escalates() {
+        let rules = RuleSet::default_rules();
+        let verdict = rules.evaluate(&post(&[("flag", 3)]));
+        assert!(verdict.to_apply(Status::Hidden, None).is_none());
+        assert!(verdict.to_apply(Status::Flagged, None).is_none());
+    }
+
+    #[test]
+    fn an_override_caps_what_automation_may_do() {
+        let rules = RuleSet::default_rules();
+        let verdict = rules.evaluate(&post(&[("flag", 10)]));
+        assert!(
+            verdict
+                .to_apply(Status::Visible, Some(Status::Visible))
+                .is_none()
+        );
+        let capped = verdict.to_apply(Status::Visible, Some(Status::Flagged));
+        assert!(
+            capped.is_none(),
+            "the strongest (hide) is past the cap: no action"
+        );
+        assert!(
+            verdict
+                .to_apply(Status::Visible, Some(Status::Suspended))
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn reasons_are_rendered_from_the_snapshot() {
+        let rules = RuleSet::default_rules();
+        let verdict = rules.evaluate(&post(&[("flag", 12), ("upvote", 2)]));
+        assert_eq!(
+            verdict.strongest().unwrap().reason,
+            "12 flags against 2 upvotes"
+        );
+    }
+
+    #[test]
+    fn invalid_rules_are_refused_with_the_rule_name() {
+        let bad_syntax = "[[rule]]\nname = \"broken\"\nwhen = 'count(\"flag\") >='\naction = \"hide\"\nreason = \"x\"\n";
+        let err = RuleSet::from_toml(bad_syntax).err().unwrap().to_string();
+        assert!(err.contains("broken"), "{err}");
+        let unknown = "[[rule]]\nname = \"typo\"\nwhen = 'cuont(\"flag\") > 1'\naction = \"hide\"\nreason = \"x\"\n";
+        let err = RuleSet::from_toml(unknown).err().unwrap().to_string();
+        assert!(err.contains("typo"), "{err}");
+        let not_bool = "[[rule]]\nname = \"number\"\nwhen = 'count(\"flag\")'\naction = \"hide\"\nreason = \"x\"\n";
+        assert!(
+            RuleSet::from_toml(not_bool)
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("number")
+        );
+        let bad_action =
+            "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"ban\"\nreason = \"x\"\n";
+        assert!(RuleSet::from_toml(bad_action).is_err());
+        let duplicate =
+            "[[rule]]\nname = \"a\"\nwhen = 'true'\naction = \"hide\"\nreason = \"x\"\n".repeat(2);
+        assert!(
+            RuleSet::from_toml(&duplicate)
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("unique")
+        );
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::domain::{SignalStats, Status};
+
+    fn status() -> impl Strategy<Value = Status> {
+        prop_oneof![
+            Just(Status::Visible),
+            Just(Status::Flagged),
+            Just(Status::Hidden),
+            Just(Status::Suspended)
+        ]
+    }
+
+    proptest! {
+        /// The same snapshot always gives the same verdict, and an applied decision only ever
+        /// raises the status (and never past an override).
+        #[test]
+        fn evaluation_is_deterministic_and_never_lowers_a_status(
+            flags in 0i64..40,
+            upvotes in 0i64..2000,
+            reports in 0i64..10,
+            weight in 1.0f64..5.0,
+            current in status(),
+            cap in proptest::option::of(status()),
+            kind in prop_oneof![Just("post"), Just("comment"), Just("user")],
+        ) {
+            let rules = RuleSet::default_rules();
+            let mut snapshot = Snapshot::empty_for_validation();
+            snapshot.kind = kind.to_owned();
+            snapshot.status = current;
+            for (signal, count) in [("flag", flags), ("upvote", upvotes), ("report", reports)] {
+                snapshot.signals.insert(signal.to_owned(), SignalStats {
+                    count,
+                    weight: count as f64 * weight,
+                    actors: Some(count),
+                    ..Default::default()
+                });
+            }
+            let first = rules.evaluate(&snapshot);
+            prop_assert_eq!(&first, &rules.evaluate(&snapshot));
+            if let Some(decision) = first.to_apply(current, cap) {
+                prop_assert!(decision.action.status() > current);
+                if let Some(cap) = cap {
+                    prop_assert!(decision.action.status() <= cap);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! What the rules concluded about one snapshot, and which decision automation may apply.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Action, Status};
+
+/// One rule's verdict on a snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Decision {
+    pub rule: String,
+    pub action: Action,
+    pub reason: String,
+}
+
+/// Everything the rules concluded about one snapshot.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Verdict {
+    /// Live rules whose condition held, in file order.
+    pub matched: Vec<Decision>,
+    /// Shadow rules whose condition held: what they would have done.
+    #[serde(default)]
+    pub shadow: Vec<Decision>,
+    /// Live rules that could not be evaluated on this snapshot, with the error.
+    pub errors: Vec<(String, String)>,
+    /// Shadow rules that could not be evaluated: recorded, never a reason to fail.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadow_errors: Vec<(String, String)>,
+}
+
+impl Verdict {
+    /// The strongest matched live action (the first rule in file order among equals).
+    pub fn strongest(&self) -> Option<&Decision> {
+        self.matched
+            .iter()
+            .rev()
+            .max_by_key(|decision| decision.action)
+    }
+
+    /// The decision to apply: the strongest one, if it escalates the current status and does
+    /// not go past a moderator's override (`cap`), which automation never overrules.
+    pub fn to_apply(&self, current: Status, cap: Option<Status>) -> Option<&Decision> {
+        self.strongest()
+            .filter(|d| d.action.status() > current)
+            .filter(|d| cap.is_none_or(|cap| d.action.status() <= cap))
+    }
+}
