@@ -215,8 +215,9 @@ impl<'de> Deserialize<'de> for Batch {
             }
 
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Batch, A::Error> {
-                EventBody::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(Batch::One)
+                let Object(event) =
+                    Object::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Batch::One(event))
             }
 
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
