@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 
 use super::{
-    Result, Store, StoreError,
+    Corruption, Result, Store, StoreError,
     events::{lock_in_order, record_in},
 };
 use crate::{
@@ -150,9 +150,10 @@ impl Store {
             .collect();
         if distinct.len() != evaluations.len() {
             // Two rows of one entity would both pass the fence: two actions, one version bump.
-            return Err(StoreError::Corrupt(
-                "an entity appears twice in one fenced batch".into(),
-            ));
+            return Err(StoreError::Corrupt(Corruption {
+                what: "an entity appears twice in one fenced batch".into(),
+                source: None,
+            }));
         }
         // A text column of the UNNEST input, borrowed from the evaluations (no copies).
         fn strings<'a>(
@@ -298,11 +299,12 @@ pub(super) fn derived_event(
     signal: String,
     actor: &str,
 ) -> Result<Event> {
-    let corrupt = |e: crate::domain::Invalid| StoreError::Corrupt(e.0);
     Ok(Event {
-        id: EventId::parse(&id).map_err(corrupt)?,
+        id: EventId::parse(&id)
+            .map_err(|e| StoreError::corrupt(format!("the derived event id {id:?}"), e))?,
         entity: author.clone(),
-        signal: Signal::parse(&signal).map_err(corrupt)?,
+        signal: Signal::parse(&signal)
+            .map_err(|e| StoreError::corrupt(format!("the derived signal {signal:?}"), e))?,
         actor: Some(actor.to_owned()),
         weight: 1.0,
         occurred_at: None,

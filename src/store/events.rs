@@ -29,10 +29,9 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await?;
         rows.into_iter()
-            .map(|(id, entity)| {
-                EntityId::parse(&entity)
-                    .map(|entity| (id, entity))
-                    .map_err(|e| StoreError::Corrupt(e.0))
+            .map(|(id, entity)| match EntityId::parse(&entity) {
+                Ok(entity) => Ok((id, entity)),
+                Err(e) => Err(StoreError::corrupt(format!("the entity of event {id}"), e)),
             })
             .collect()
     }

@@ -18,7 +18,7 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 
-use crate::settings::Database;
+use crate::{domain::Invalid, settings::Database};
 
 pub use self::{
     evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
@@ -38,8 +38,9 @@ pub enum StoreError {
     /// The entity's moderation version moved after the snapshot: a newer writer won.
     #[error("moderation version changed since the snapshot (read {read})")]
     VersionConflict { read: i64 },
-    #[error("stored data is inconsistent: {0}")]
-    Corrupt(String),
+    /// A stored value that does not parse (or a batch that cannot be written as asked).
+    #[error(transparent)]
+    Corrupt(Corruption),
     #[error("{0}")]
     NotFound(String),
     #[error("action {id} was already reversed by {by} at {at}")]
@@ -62,7 +63,42 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// What is inconsistent and, when a stored value was refused, the refusal: kept as the source
+/// so the chain shows why, and repeated in the message, which is what the logs print.
+#[derive(Debug)]
+pub struct Corruption {
+    /// What is inconsistent, e.g. `the status of entity post:1`.
+    pub what: String,
+    pub source: Option<Invalid>,
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stored data is inconsistent: {}", self.what)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Corruption {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
+
 impl StoreError {
+    /// A stored value, described by `what`, that its domain type refused.
+    pub fn corrupt(what: impl Into<String>, source: Invalid) -> Self {
+        StoreError::Corrupt(Corruption {
+            what: what.into(),
+            source: Some(source),
+        })
+    }
+
     /// A serialization failure or deadlock: retrying the transaction is the cure.
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -149,5 +185,25 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn a_corrupt_value_keeps_the_refusal_as_its_source() {
+        let refusal = crate::domain::Status::parse("gone").unwrap_err();
+        let error = StoreError::corrupt("the status of entity post:1", refusal.clone());
+        assert_eq!(
+            error.to_string(),
+            format!("stored data is inconsistent: the status of entity post:1: {refusal}")
+        );
+        let source = error.source().expect("the refusal is the source");
+        assert_eq!(source.to_string(), refusal.to_string());
+        assert!(!error.is_conflict() && !error.is_unavailable());
     }
 }

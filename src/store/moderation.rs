@@ -57,7 +57,11 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
         let author = author
-            .map(|a| EntityId::parse(&a).map_err(|e| StoreError::Corrupt(e.0)))
+            .map(|a| {
+                EntityId::parse(&a).map_err(|e| {
+                    StoreError::corrupt(format!("the entity of action {id}'s derived event"), e)
+                })
+            })
             .transpose()?;
         let mut entities = vec![action.entity.as_str()];
         entities.extend(author.as_ref().map(EntityId::as_str));
@@ -147,7 +151,9 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(Reversal {
-            status: Status::parse(&action.previous_status).map_err(|e| StoreError::Corrupt(e.0))?,
+            status: Status::parse(&action.previous_status).map_err(|e| {
+                StoreError::corrupt(format!("the previous status of action {id}"), e)
+            })?,
             moderation_version: entity_row.get("moderation_version"),
             override_until,
             action,

@@ -64,8 +64,9 @@ impl Store {
             .await?
             .into_iter()
             .map(|record| {
-                let entity =
-                    EntityId::parse(&record.entity).map_err(|e| StoreError::Corrupt(e.0))?;
+                let entity = EntityId::parse(&record.entity).map_err(|e| {
+                    StoreError::corrupt(format!("the entity id {:?}", record.entity), e)
+                })?;
                 let snapshot = Snapshot {
                     entity,
                     kind: record.kind,
@@ -191,11 +192,14 @@ fn signal_stats_from(
 /// An entity row as read by [`Store::entity_records`].
 fn entity_record_from(row: &sqlx::postgres::PgRow, with_windows: bool) -> Result<EntityRecord> {
     let signals = signal_stats_from(row, with_windows)?;
+    let entity: String = row.get("entity");
     let status: String = row.get("status");
     Ok(EntityRecord {
-        entity: row.get("entity"),
+        status: Status::parse(&status)
+            .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
+        override_decision: override_from_row(row, &entity)?,
+        entity,
         kind: row.get("kind"),
-        status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
         moderation_version: row.get("moderation_version"),
         event_count: row.get("event_count"),
         evaluated_event_count: row.get("evaluated_event_count"),
@@ -205,17 +209,18 @@ fn entity_record_from(row: &sqlx::postgres::PgRow, with_windows: bool) -> Result
         last_evaluated_at: row.get("last_evaluated_at"),
         signals,
         author: row.get("author"),
-        override_decision: override_from_row(row)?,
         read_at: row.get("read_at"),
     })
 }
 
-fn override_from_row(row: &sqlx::postgres::PgRow) -> Result<Option<Override>> {
+fn override_from_row(row: &sqlx::postgres::PgRow, entity: &str) -> Result<Option<Override>> {
     let status: Option<String> = row.get("override_status");
     let until: Option<DateTime<Utc>> = row.get("override_until");
     match (status, until) {
         (Some(status), Some(until)) => Ok(Some(Override {
-            status: Status::parse(&status).map_err(|e| StoreError::Corrupt(e.0))?,
+            status: Status::parse(&status).map_err(|e| {
+                StoreError::corrupt(format!("the override status of entity {entity}"), e)
+            })?,
             until,
             by: row
                 .get::<Option<String>, _>("override_by")
