@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
+use sqlx::{Acquire, PgConnection, Postgres};
 
 use super::{
     Corruption, Result, Store, StoreError,
@@ -39,7 +40,9 @@ pub enum LockedRows {
     Skip,
 }
 
-/// [`Store::record_fenced_evaluations`]' statement.
+/// [`Store::record_fenced_evaluations`]' statement. It skips entity rows locked elsewhere;
+/// [`LockedRows::Wait`] locks them in its own transaction first, which the statement never
+/// skips.
 const RECORD_FENCED: &str = "WITH input AS (
                  SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                       $5::timestamptz[], $6::jsonb[], $7::jsonb[],
@@ -52,7 +55,7 @@ const RECORD_FENCED: &str = "WITH input AS (
                  SELECT e.entity FROM entities e
                  JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
                  ORDER BY e.entity
-                 FOR UPDATE OF e
+                 FOR UPDATE OF e SKIP LOCKED
              ),
              applied AS (
                  INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
@@ -99,11 +102,6 @@ const RECORD_FENCED: &str = "WITH input AS (
              FROM fenced f JOIN input i ON i.entity = f.entity
              RETURNING entity, action_id";
 
-static RECORD_FENCED_SKIPPING_LOCKED: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| {
-        RECORD_FENCED.replace("FOR UPDATE OF e", "FOR UPDATE OF e SKIP LOCKED")
-    });
-
 /// One evaluation to record behind the version fence: what the rules saw and decided, and the
 /// action to apply, if any.
 #[derive(Debug, Clone, Copy)]
@@ -125,7 +123,8 @@ pub struct Recorded {
 
 impl Store {
     /// The fence, the actions, their outbox rows, the entities' bookkeeping and the evaluation
-    /// records of several evaluations in one statement (atomic on its own, one round trip).
+    /// records of several evaluations in one statement (atomic on its own, one round trip;
+    /// with [`LockedRows::Wait`] the rows are locked first, in the same transaction).
     /// Returns, by entity, what was recorded for those that passed the fence; an entity whose
     /// version moved is left out and nothing of its evaluation is written.
     ///
@@ -138,12 +137,11 @@ impl Store {
     /// locked elsewhere is left out as well (the caller retries it with [`LockedRows::Wait`] to
     /// learn which), so one held row cannot hold up the others. The author's derived signal is
     /// not written here (see [`Store::complete_evaluation`]).
-    pub async fn record_fenced_evaluations<'e>(
-        executor: impl sqlx::PgExecutor<'e>,
+    pub async fn record_fenced_evaluations<'c>(
+        connection: impl Acquire<'c, Database = Postgres>,
         evaluations: &[FencedEvaluation<'_>],
         locked_rows: LockedRows,
     ) -> Result<HashMap<String, Recorded>> {
-        use sqlx::types::Json;
         let distinct: HashSet<&str> = evaluations
             .iter()
             .map(|e| e.snapshot.entity.as_str())
@@ -155,76 +153,27 @@ impl Store {
                 source: None,
             }));
         }
-        // A text column of the UNNEST input, borrowed from the evaluations (no copies).
-        fn strings<'a>(
-            evaluations: &'a [FencedEvaluation<'a>],
-            field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
-        ) -> Vec<Option<&'a str>> {
-            evaluations.iter().map(field).collect()
+        match locked_rows {
+            LockedRows::Skip => {
+                let mut connection = connection.acquire().await?;
+                record_fenced(&mut connection, evaluations).await
+            }
+            LockedRows::Wait => {
+                // One statement, skipping held rows, serves both ways: SKIP LOCKED never skips a
+                // row its own transaction holds, so locking the rows first (waiting for them,
+                // in entity order as ingest does) makes the same statement wait. A row whose
+                // version moved while we waited is then fenced out by the statement itself.
+                let mut tx = connection.begin().await?;
+                let entities: Vec<&str> = evaluations
+                    .iter()
+                    .map(|e| e.snapshot.entity.as_str())
+                    .collect();
+                lock_in_order(&mut tx, &entities).await?;
+                let recorded = record_fenced(&mut tx, evaluations).await?;
+                tx.commit().await?;
+                Ok(recorded)
+            }
         }
-        let statement = match locked_rows {
-            LockedRows::Wait => RECORD_FENCED,
-            LockedRows::Skip => RECORD_FENCED_SKIPPING_LOCKED.as_str(),
-        };
-        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(statement)
-            .bind(strings(evaluations, |e| Some(e.snapshot.entity.as_str())))
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| e.snapshot.moderation_version)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| e.snapshot.event_count)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(strings(evaluations, |e| Some(e.worker)))
-            .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| Json(e.verdict))
-                    .collect::<Vec<_>>(),
-            )
-            // The snapshot is kept with an action (what it decided on) and, in the evaluation
-            // row, when a shadow rule matched (what it would have done, on what).
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| {
-                        (e.decision.is_some() || !e.verdict.shadow.is_empty())
-                            .then_some(Json(e.snapshot))
-                    })
-                    .collect::<Vec<_>>(),
-            )
-            .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
-            .bind(strings(evaluations, |e| Some(e.snapshot.status.as_str())))
-            .bind(strings(evaluations, |e| {
-                e.decision.map(|d| d.action.as_str())
-            }))
-            .bind(strings(evaluations, |e| {
-                e.decision.map(|d| d.rule.as_str())
-            }))
-            .bind(strings(evaluations, |e| {
-                e.decision.map(|d| d.reason.as_str())
-            }))
-            .bind(strings(evaluations, |e| {
-                e.decision.map(|d| d.action.status().as_str())
-            }))
-            .bind(
-                evaluations
-                    .iter()
-                    .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(executor)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(entity, action_id)| (entity, Recorded { action_id }))
-            .collect())
     }
 
     /// Records a completed evaluation and applies its decision, in one transaction, fenced by
@@ -252,17 +201,17 @@ impl Store {
         }];
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
-            // One statement, atomic on its own: no transaction needed.
             let recorded =
                 Self::record_fenced_evaluations(&self.pool, &fenced, LockedRows::Wait).await?;
             return completion_of(snapshot, decision, recorded.get(snapshot.entity.as_str()));
         };
         // An action on an authored entity feeds back: the author's entity gets a derived
         // signal, once per action (its id is the action's dedup key), in the same transaction.
-        // Both rows are locked first, in the order ingest locks them.
+        // Both rows are locked first, in the order ingest locks them; the fenced statement then
+        // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
         let mut tx = self.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
-        let recorded = Self::record_fenced_evaluations(&mut *tx, &fenced, LockedRows::Wait).await?;
+        let recorded = record_fenced(&mut tx, &fenced).await?;
         let mut completion = completion_of(
             snapshot,
             Some(decision),
@@ -285,6 +234,80 @@ impl Store {
         tx.commit().await?;
         Ok(completion)
     }
+}
+
+/// Runs [`RECORD_FENCED`] for the evaluations (each entity once) on this connection.
+async fn record_fenced(
+    connection: &mut PgConnection,
+    evaluations: &[FencedEvaluation<'_>],
+) -> Result<HashMap<String, Recorded>> {
+    use sqlx::types::Json;
+    // A text column of the UNNEST input, borrowed from the evaluations (no copies).
+    fn strings<'a>(
+        evaluations: &'a [FencedEvaluation<'a>],
+        field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
+    ) -> Vec<Option<&'a str>> {
+        evaluations.iter().map(field).collect()
+    }
+    let rows: Vec<(String, Option<i64>)> = sqlx::query_as(RECORD_FENCED)
+        .bind(strings(evaluations, |e| Some(e.snapshot.entity.as_str())))
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.snapshot.moderation_version)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.snapshot.event_count)
+                .collect::<Vec<_>>(),
+        )
+        .bind(strings(evaluations, |e| Some(e.worker)))
+        .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| Json(e.verdict))
+                .collect::<Vec<_>>(),
+        )
+        // The snapshot is kept with an action (what it decided on) and, in the evaluation
+        // row, when a shadow rule matched (what it would have done, on what).
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| {
+                    (e.decision.is_some() || !e.verdict.shadow.is_empty())
+                        .then_some(Json(e.snapshot))
+                })
+                .collect::<Vec<_>>(),
+        )
+        .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
+        .bind(strings(evaluations, |e| Some(e.snapshot.status.as_str())))
+        .bind(strings(evaluations, |e| {
+            e.decision.map(|d| d.action.as_str())
+        }))
+        .bind(strings(evaluations, |e| {
+            e.decision.map(|d| d.rule.as_str())
+        }))
+        .bind(strings(evaluations, |e| {
+            e.decision.map(|d| d.reason.as_str())
+        }))
+        .bind(strings(evaluations, |e| {
+            e.decision.map(|d| d.action.status().as_str())
+        }))
+        .bind(
+            evaluations
+                .iter()
+                .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *connection)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(entity, action_id)| (entity, Recorded { action_id }))
+        .collect())
 }
 
 /// The id of the author's derived event for the action with this dedup key (one per action).
