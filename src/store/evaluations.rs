@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgConnection, Postgres};
+use sqlx::{Acquire, PgConnection, Postgres, types::Json};
 
 use super::{
     Corruption, Result, Store, StoreError,
@@ -39,68 +39,6 @@ pub enum LockedRows {
     /// Leave the entity out, as if fenced; the caller finds out which it was.
     Skip,
 }
-
-/// [`Store::record_fenced_evaluations`]' statement. It skips entity rows locked elsewhere;
-/// [`LockedRows::Wait`] locks them in its own transaction first, which the statement never
-/// skips.
-const RECORD_FENCED: &str = "WITH input AS (
-                 SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
-                                      $5::timestamptz[], $6::jsonb[], $7::jsonb[],
-                                      $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                      $12::text[], $13::text[], $14::text[])
-                     AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                          due_at, status, action, rule, reason, new_status, dedup_key)
-             ),
-             locked AS MATERIALIZED (
-                 SELECT e.entity FROM entities e
-                 JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
-                 ORDER BY e.entity
-                 FOR UPDATE OF e SKIP LOCKED
-             ),
-             applied AS (
-                 INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                      snapshot, applied_version, dedup_key)
-                 SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                        i.version, i.dedup_key
-                 FROM input i JOIN locked l ON l.entity = i.entity
-                 WHERE i.action IS NOT NULL
-                 ORDER BY i.dedup_key
-                 ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
-                 RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
-             ),
-             notified AS (
-                 INSERT INTO outbox (topic, idempotency_key, payload)
-                 SELECT 'action.applied', a.dedup_key,
-                        jsonb_build_object('action_id', a.id, 'entity', a.entity,
-                                           'action', a.action, 'rule', a.rule,
-                                           'reason', a.reason, 'status', a.new_status,
-                                           'moderation_version', a.applied_version + 1)
-                 FROM applied a
-                 ORDER BY a.id
-             ),
-             fenced AS (
-                 UPDATE entities e SET
-                     status = COALESCE(a.new_status, e.status),
-                     moderation_version = e.moderation_version
-                                          + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
-                     evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
-                     pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
-                                          ELSE e.pending_since END,
-                     evaluation_count = e.evaluation_count + 1,
-                     last_evaluated_at = now()
-                 FROM input i
-                 JOIN locked l ON l.entity = i.entity
-                 LEFT JOIN applied a ON a.entity = i.entity
-                 WHERE e.entity = i.entity AND e.moderation_version = i.version
-                 RETURNING e.entity, a.id AS action_id)
-             INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                      decisions, action_id, snapshot, due_at)
-             SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                    f.action_id,
-                    CASE WHEN jsonb_array_length(i.decisions->'shadow') > 0 THEN i.snapshot END,
-                    i.due_at
-             FROM fenced f JOIN input i ON i.entity = f.entity
-             RETURNING entity, action_id";
 
 /// One evaluation to record behind the version fence: what the rules saw and decided, and the
 /// action to apply, if any.
@@ -236,77 +174,127 @@ impl Store {
     }
 }
 
-/// Runs [`RECORD_FENCED`] for the evaluations (each entity once) on this connection.
+/// The fenced statement of [`Store::record_fenced_evaluations`] for the evaluations (each
+/// entity once) on this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`]
+/// locks them in its own transaction first, which the statement never skips.
 async fn record_fenced(
     connection: &mut PgConnection,
     evaluations: &[FencedEvaluation<'_>],
 ) -> Result<HashMap<String, Recorded>> {
-    use sqlx::types::Json;
-    // A text column of the UNNEST input, borrowed from the evaluations (no copies).
+    // A text column of the UNNEST input, borrowed from the evaluations (no copies); the casts
+    // below name the types bound to the arrays, which the macro would otherwise want owned.
     fn strings<'a>(
         evaluations: &'a [FencedEvaluation<'a>],
         field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
     ) -> Vec<Option<&'a str>> {
         evaluations.iter().map(field).collect()
     }
-    let rows: Vec<(String, Option<i64>)> = sqlx::query_as(RECORD_FENCED)
-        .bind(strings(evaluations, |e| Some(e.snapshot.entity.as_str())))
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.moderation_version)
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.snapshot.event_count)
-                .collect::<Vec<_>>(),
-        )
-        .bind(strings(evaluations, |e| Some(e.worker)))
-        .bind(evaluations.iter().map(|e| e.started_at).collect::<Vec<_>>())
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| Json(e.verdict))
-                .collect::<Vec<_>>(),
-        )
-        // The snapshot is kept with an action (what it decided on) and, in the evaluation
-        // row, when a shadow rule matched (what it would have done, on what).
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| {
-                    (e.decision.is_some() || !e.verdict.shadow.is_empty())
-                        .then_some(Json(e.snapshot))
-                })
-                .collect::<Vec<_>>(),
-        )
-        .bind(evaluations.iter().map(|e| e.due_at).collect::<Vec<_>>())
-        .bind(strings(evaluations, |e| Some(e.snapshot.status.as_str())))
-        .bind(strings(evaluations, |e| {
-            e.decision.map(|d| d.action.as_str())
-        }))
-        .bind(strings(evaluations, |e| {
-            e.decision.map(|d| d.rule.as_str())
-        }))
-        .bind(strings(evaluations, |e| {
-            e.decision.map(|d| d.reason.as_str())
-        }))
-        .bind(strings(evaluations, |e| {
-            e.decision.map(|d| d.action.status().as_str())
-        }))
-        .bind(
-            evaluations
-                .iter()
-                .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
-                .collect::<Vec<_>>(),
-        )
-        .fetch_all(&mut *connection)
-        .await?;
+    let versions: Vec<i64> = evaluations
+        .iter()
+        .map(|e| e.snapshot.moderation_version)
+        .collect();
+    let event_counts: Vec<i64> = evaluations.iter().map(|e| e.snapshot.event_count).collect();
+    let started: Vec<DateTime<Utc>> = evaluations.iter().map(|e| e.started_at).collect();
+    let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(e.verdict)).collect();
+    // The snapshot is kept with an action (what it decided on) and, in the evaluation
+    // row, when a shadow rule matched (what it would have done, on what).
+    let snapshots: Vec<Option<Json<&Snapshot>>> = evaluations
+        .iter()
+        .map(|e| (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot)))
+        .collect();
+    let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
+    let dedup_keys: Vec<Option<String>> = evaluations
+        .iter()
+        .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
+        .collect();
+    let rows = sqlx::query!(
+        r#"WITH input AS (
+               SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
+                                    $5::timestamptz[], $6::jsonb[], $7::jsonb[],
+                                    $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+                                    $12::text[], $13::text[], $14::text[])
+                   AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
+                        due_at, status, action, rule, reason, new_status, dedup_key)
+           ),
+           locked AS MATERIALIZED (
+               SELECT e.entity FROM entities e
+               JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
+               ORDER BY e.entity
+               FOR UPDATE OF e SKIP LOCKED
+           ),
+           applied AS (
+               INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                    snapshot, applied_version, dedup_key)
+               SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
+                      i.version, i.dedup_key
+               FROM input i JOIN locked l ON l.entity = i.entity
+               WHERE i.action IS NOT NULL
+               ORDER BY i.dedup_key
+               ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
+               RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+           ),
+           notified AS (
+               INSERT INTO outbox (topic, idempotency_key, payload)
+               SELECT 'action.applied', a.dedup_key,
+                      jsonb_build_object('action_id', a.id, 'entity', a.entity,
+                                         'action', a.action, 'rule', a.rule,
+                                         'reason', a.reason, 'status', a.new_status,
+                                         'moderation_version', a.applied_version + 1)
+               FROM applied a
+               ORDER BY a.id
+           ),
+           fenced AS (
+               UPDATE entities e SET
+                   status = COALESCE(a.new_status, e.status),
+                   moderation_version = e.moderation_version
+                                        + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
+                   evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
+                   pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
+                                        ELSE e.pending_since END,
+                   evaluation_count = e.evaluation_count + 1,
+                   last_evaluated_at = now()
+               FROM input i
+               JOIN locked l ON l.entity = i.entity
+               LEFT JOIN applied a ON a.entity = i.entity
+               WHERE e.entity = i.entity AND e.moderation_version = i.version
+               RETURNING e.entity, a.id AS action_id)
+           INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
+                                    decisions, action_id, snapshot, due_at)
+           SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
+                  f.action_id,
+                  CASE WHEN jsonb_array_length(i.decisions->'shadow') > 0 THEN i.snapshot END,
+                  i.due_at
+           FROM fenced f JOIN input i ON i.entity = f.entity
+           RETURNING entity, action_id"#,
+        &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
+        &versions,
+        &event_counts,
+        &strings(evaluations, |e| Some(e.worker)) as &[Option<&str>],
+        &started,
+        &decisions as &[Json<&Verdict>],
+        &snapshots as &[Option<Json<&Snapshot>>],
+        &due as &[Option<DateTime<Utc>>],
+        &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.action.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.rule.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.reason.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e
+            .decision
+            .map(|d| d.action.status().as_str())) as &[Option<&str>],
+        &dedup_keys as &[Option<String>],
+    )
+    .fetch_all(&mut *connection)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(entity, action_id)| (entity, Recorded { action_id }))
+        .map(|row| {
+            (
+                row.entity,
+                Recorded {
+                    action_id: row.action_id,
+                },
+            )
+        })
         .collect())
 }
 

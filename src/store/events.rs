@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, StoreError};
@@ -23,15 +24,19 @@ impl Store {
 
     /// The entities that these event ids were recorded for.
     pub async fn entities_of(&self, ids: &[&str]) -> Result<HashMap<String, EntityId>> {
-        let rows: Vec<(String, String)> =
-            sqlx::query_as("SELECT id, entity FROM events WHERE id = ANY($1)")
-                .bind(ids)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query!(
+            "SELECT id, entity FROM events WHERE id = ANY($1)",
+            ids as &[&str]
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter()
-            .map(|(id, entity)| match EntityId::parse(&entity) {
-                Ok(entity) => Ok((id, entity)),
-                Err(e) => Err(StoreError::corrupt(format!("the entity of event {id}"), e)),
+            .map(|row| match EntityId::parse(&row.entity) {
+                Ok(entity) => Ok((row.id, entity)),
+                Err(e) => Err(StoreError::corrupt(
+                    format!("the entity of event {}", row.id),
+                    e,
+                )),
             })
             .collect()
     }
@@ -47,35 +52,33 @@ pub(super) async fn record_in(
 ) -> Result<HashSet<String>> {
     let mut events = events.to_vec();
     events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
-    let inserted: Vec<String> = sqlx::query_scalar(
+    // Borrowed columns (no copies): the casts name the types bound to the text arrays, which
+    // the macro would otherwise want owned.
+    let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    let entities: Vec<&str> = events.iter().map(|e| e.entity.as_str()).collect();
+    let signals: Vec<&str> = events.iter().map(|e| e.signal.as_str()).collect();
+    let actors: Vec<Option<&str>> = events.iter().map(|e| e.actor.as_deref()).collect();
+    let weights: Vec<f64> = events.iter().map(|e| e.weight).collect();
+    let occurred: Vec<Option<DateTime<Utc>>> = events.iter().map(|e| e.occurred_at).collect();
+    let priorities: Vec<&str> = events.iter().map(|e| e.priority.as_str()).collect();
+    let authors: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| e.author.as_ref().map(EntityId::as_str))
+        .collect();
+    let inserted: Vec<String> = sqlx::query_scalar!(
         "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
                               $6::timestamptz[], $7::text[], $8::text[])
          ON CONFLICT (id) DO NOTHING
          RETURNING id",
-    )
-    .bind(events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.entity.as_str()).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.signal.as_str()).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|e| e.actor.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(events.iter().map(|e| e.weight).collect::<Vec<_>>())
-    .bind(events.iter().map(|e| e.occurred_at).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|e| e.priority.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        events
-            .iter()
-            .map(|e| e.author.as_ref().map(EntityId::as_str))
-            .collect::<Vec<_>>(),
+        &ids as &[&str],
+        &entities as &[&str],
+        &signals as &[&str],
+        &actors as &[Option<&str>],
+        &weights,
+        &occurred as &[Option<DateTime<Utc>>],
+        &priorities as &[&str],
+        &authors as &[Option<&str>],
     )
     .fetch_all(&mut **tx)
     .await?;
@@ -113,7 +116,7 @@ async fn upsert_entities(
         .collect();
     let counts: Vec<i64> = per_entity.values().map(|(n, _)| *n).collect();
     let authors: Vec<Option<&str>> = per_entity.values().map(|(_, a)| *a).collect();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at, author)
          SELECT entity, kind, n, now(), now(), author
          FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[]) AS t(entity, kind, n, author)
@@ -123,11 +126,11 @@ async fn upsert_entities(
              pending_since = COALESCE(entities.pending_since, now()),
              last_event_at = now(),
              author = COALESCE(EXCLUDED.author, entities.author)",
+        &ids as &[&str],
+        &kinds as &[&str],
+        &counts,
+        &authors as &[Option<&str>],
     )
-    .bind(ids)
-    .bind(kinds)
-    .bind(counts)
-    .bind(authors)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -142,7 +145,7 @@ async fn upsert_signal_totals(
     let counts: Vec<i64> = per_signal.values().map(|t| t.count).collect();
     let weights: Vec<f64> = per_signal.values().map(|t| t.weight).collect();
     // Running totals and this minute's bucket in one statement (one round trip); both sorted.
-    sqlx::query(
+    sqlx::query!(
         "WITH input AS (
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
          ),
@@ -158,11 +161,11 @@ async fn upsert_signal_totals(
          ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
              count = signal_buckets.count + EXCLUDED.count,
              weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum",
+        &entities as &[&str],
+        &signals as &[&str],
+        &counts,
+        &weights,
     )
-    .bind(&entities)
-    .bind(&signals)
-    .bind(&counts)
-    .bind(&weights)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -173,9 +176,11 @@ pub(super) async fn lock_in_order(
     tx: &mut Transaction<'_, Postgres>,
     entities: &[&str],
 ) -> Result<()> {
-    sqlx::query("SELECT 1 FROM entities WHERE entity = ANY($1) ORDER BY entity FOR UPDATE")
-        .bind(entities)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query!(
+        "SELECT 1 AS locked FROM entities WHERE entity = ANY($1) ORDER BY entity FOR UPDATE",
+        entities as &[&str]
+    )
+    .fetch_all(&mut **tx)
+    .await?;
     Ok(())
 }

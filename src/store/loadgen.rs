@@ -4,7 +4,7 @@
 //! reports them.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 /// One evaluation of a run: when it started and finished, and its fire delay (start minus due
 /// time) when the evaluation recorded a due time.
@@ -18,50 +18,54 @@ pub struct RunEvaluation {
 
 /// How many of the run's entities are recorded, and how many of them are owed an evaluation.
 pub async fn drain_progress(pool: &PgPool, pattern: &str) -> sqlx::Result<(i64, i64)> {
-    let row = sqlx::query(
-        "SELECT count(*) AS entities,
-                count(*) FILTER (WHERE event_count <> evaluated_event_count) AS owed
-         FROM entities WHERE entity LIKE $1",
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "entities!",
+                count(*) FILTER (WHERE event_count <> evaluated_event_count) AS "owed!"
+         FROM entities WHERE entity LIKE $1"#,
+        pattern,
     )
-    .bind(pattern)
     .fetch_one(pool)
     .await?;
-    Ok((row.get("entities"), row.get("owed")))
+    Ok((row.entities, row.owed))
 }
 
 /// The run's evaluations, in the order they started.
 pub async fn run_evaluations(pool: &PgPool, pattern: &str) -> sqlx::Result<Vec<RunEvaluation>> {
-    let rows = sqlx::query(
-        "SELECT entity, started_at, finished_at,
-                (extract(epoch FROM started_at - due_at) * 1000)::float8 AS delay_ms
-         FROM evaluations WHERE entity LIKE $1 ORDER BY started_at",
+    sqlx::query_as!(
+        RunEvaluation,
+        r#"SELECT entity, started_at, finished_at,
+                (extract(epoch FROM started_at - due_at) * 1000)::float8 AS "delay_ms?"
+         FROM evaluations WHERE entity LIKE $1 ORDER BY started_at"#,
+        pattern,
     )
-    .bind(pattern)
     .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .iter()
-        .map(|row| RunEvaluation {
-            entity: row.get("entity"),
-            started_at: row.get("started_at"),
-            finished_at: row.get("finished_at"),
-            delay_ms: row.try_get::<Option<f64>, _>("delay_ms").ok().flatten(),
-        })
-        .collect())
+    .await
 }
 
 /// The run's applied actions, as (entity, action).
 pub async fn run_actions(pool: &PgPool, pattern: &str) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as("SELECT entity, action FROM actions WHERE entity LIKE $1")
-        .bind(pattern)
-        .fetch_all(pool)
-        .await
+    let rows = sqlx::query!(
+        "SELECT entity, action FROM actions WHERE entity LIKE $1",
+        pattern,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.entity, row.action))
+        .collect())
 }
 
 /// The run's entities and their statuses, as (entity, status).
 pub async fn run_statuses(pool: &PgPool, pattern: &str) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as("SELECT entity, status FROM entities WHERE entity LIKE $1")
-        .bind(pattern)
-        .fetch_all(pool)
-        .await
+    let rows = sqlx::query!(
+        "SELECT entity, status FROM entities WHERE entity LIKE $1",
+        pattern,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.entity, row.status))
+        .collect())
 }

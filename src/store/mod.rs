@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use sqlx::{
     PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
+    postgres::{PgConnectOptions, PgPoolOptions, types::PgInterval},
 };
 
 use crate::{domain::Invalid, settings::Database};
@@ -183,8 +183,20 @@ impl Store {
     }
 
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query!("SELECT 1 AS ok").fetch_one(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// A duration as a Postgres interval, truncated to the millisecond as the statements have
+/// always taken them (a duration too long for an interval saturates, and Postgres then refuses
+/// the timestamp it gives, as it refused the interval before).
+fn interval(duration: std::time::Duration) -> PgInterval {
+    let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: millis.saturating_mul(1000),
     }
 }
 

@@ -3,13 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use super::{
     ActionRecord, Result, Store, StoreError,
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
-    read::{ACTION_COLUMNS, action_from_row},
+    interval,
 };
 use crate::domain::{EntityId, Status};
 
@@ -38,24 +38,28 @@ impl Store {
         override_for: std::time::Duration,
     ) -> Result<Reversal> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions WHERE id = $1 FOR UPDATE"
-        ))
-        .bind(id)
+        let action = sqlx::query_as!(
+            ActionRecord,
+            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+             FROM actions WHERE id = $1 FOR UPDATE",
+            id,
+        )
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("no action {id}")))?;
-        let action = action_from_row(&row);
         if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
             return Err(StoreError::AlreadyReversed { id, by, at });
         }
         // The author whose derived signal this action wrote (events never change, so this is
         // read before any entity lock); both entity rows are then locked in the order ingest
         // and evaluation batches lock them, so that none of them waits on the other in a cycle.
-        let author: Option<String> = sqlx::query_scalar("SELECT entity FROM events WHERE id = $1")
-            .bind(derived_event_id(&action.dedup_key))
-            .fetch_optional(&mut *tx)
-            .await?;
+        let author = sqlx::query_scalar!(
+            "SELECT entity FROM events WHERE id = $1",
+            derived_event_id(&action.dedup_key),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
         let author = author
             .map(|a| {
                 EntityId::parse(&a).map_err(|e| {
@@ -68,11 +72,12 @@ impl Store {
         lock_in_order(&mut tx, &entities).await?;
         // Only the latest change can be undone: restoring an older action's previous status
         // would wipe (or even escalate over) what happened since.
-        let version: i64 =
-            sqlx::query_scalar("SELECT moderation_version FROM entities WHERE entity = $1")
-                .bind(&action.entity)
-                .fetch_one(&mut *tx)
-                .await?;
+        let version = sqlx::query_scalar!(
+            "SELECT moderation_version FROM entities WHERE entity = $1",
+            action.entity,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         if version != action.applied_version + 1 {
             return Err(StoreError::Superseded { id, version });
         }
@@ -91,9 +96,8 @@ impl Store {
             }
             None => None,
         };
-        let until_interval = format!("{} milliseconds", override_for.as_millis());
-        let entity_row = sqlx::query(
-            "UPDATE entities SET
+        let entity_row = sqlx::query!(
+            r#"UPDATE entities SET
                  status = $2,
                  moderation_version = moderation_version + 1,
                  override_status = $2,
@@ -101,27 +105,30 @@ impl Store {
                  override_by = $4,
                  override_reason = $5
              WHERE entity = $1
-             RETURNING moderation_version, override_until",
+             RETURNING moderation_version, override_until AS "override_until!""#,
+            action.entity,
+            action.previous_status,
+            interval(override_for),
+            moderator,
+            reason,
         )
-        .bind(&action.entity)
-        .bind(&action.previous_status)
-        .bind(&until_interval)
-        .bind(moderator)
-        .bind(reason)
         .fetch_one(&mut *tx)
         .await?;
-        let reversed = sqlx::query(&format!(
+        let action = sqlx::query_as!(
+            ActionRecord,
             "UPDATE actions SET reversed_at = now(), reversed_by = $2, reversal_reason = $3
-             WHERE id = $1 RETURNING {ACTION_COLUMNS}"
-        ))
-        .bind(id)
-        .bind(moderator)
-        .bind(reason)
+             WHERE id = $1
+             RETURNING id, entity, action, rule, reason, previous_status, new_status,
+                       applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
+                       reversal_reason",
+            id,
+            moderator,
+            reason,
+        )
         .fetch_one(&mut *tx)
         .await?;
-        let action = action_from_row(&reversed);
-        let override_until: DateTime<Utc> = entity_row.get("override_until");
-        let new_version: i64 = entity_row.get("moderation_version");
+        let override_until = entity_row.override_until;
+        let new_version = entity_row.moderation_version;
         record_decision(
             &mut tx,
             &action.entity,
@@ -133,11 +140,10 @@ impl Store {
             Some(override_until),
         )
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
-        )
-        .bind(format!("reversal:{}", action.dedup_key))
-        .bind(serde_json::json!({
+            format!("reversal:{}", action.dedup_key),
+            serde_json::json!({
             "action_id": id,
             "entity": action.entity,
             "action": action.action,
@@ -146,7 +152,8 @@ impl Store {
             "moderator": moderator,
             "reason": reason,
             "moderation_version": new_version,
-        }))
+            }),
+        )
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -154,7 +161,7 @@ impl Store {
             status: Status::parse(&action.previous_status).map_err(|e| {
                 StoreError::corrupt(format!("the previous status of action {id}"), e)
             })?,
-            moderation_version: entity_row.get("moderation_version"),
+            moderation_version: new_version,
             override_until,
             action,
             author,
@@ -172,7 +179,7 @@ impl Store {
         reason: &str,
     ) -> Result<i64> {
         let mut tx = self.pool.begin().await?;
-        let version: i64 = sqlx::query_scalar(
+        let version = sqlx::query_scalar!(
             "UPDATE entities SET
                  status = $2,
                  moderation_version = moderation_version + 1,
@@ -182,12 +189,12 @@ impl Store {
                  override_reason = $5
              WHERE entity = $1
              RETURNING moderation_version",
+            entity.as_str(),
+            status.as_str(),
+            until,
+            moderator,
+            reason,
         )
-        .bind(entity.as_str())
-        .bind(status.as_str())
-        .bind(until)
-        .bind(moderator)
-        .bind(reason)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| {
@@ -204,18 +211,18 @@ impl Store {
             Some(until),
         )
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
-        )
-        .bind(format!("override:{entity}:{version}"))
-        .bind(serde_json::json!({
+            format!("override:{entity}:{version}"),
+            serde_json::json!({
             "entity": entity,
             "status": status,
             "until": until,
             "moderator": moderator,
             "reason": reason,
             "moderation_version": version,
-        }))
+            }),
+        )
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -234,17 +241,17 @@ async fn record_decision(
     status: &str,
     until: Option<DateTime<Utc>>,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO moderator_decisions (entity, kind, action_id, moderator, reason, status, until)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        entity,
+        kind,
+        action_id,
+        moderator,
+        reason,
+        status,
+        until,
     )
-    .bind(entity)
-    .bind(kind)
-    .bind(action_id)
-    .bind(moderator)
-    .bind(reason)
-    .bind(status)
-    .bind(until)
     .execute(&mut **tx)
     .await?;
     Ok(())

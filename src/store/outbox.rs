@@ -1,11 +1,9 @@
 //! The outbox: claiming deliveries, recording their outcome, the failed deliveries and their
 //! redrive, and the backlog.
 
+use super::{Result, Store, interval};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Row;
-
-use super::{Result, Store};
 
 /// An outbox row claimed for delivery.
 #[derive(Debug, Clone, Serialize)]
@@ -21,23 +19,6 @@ pub struct OutboxRow {
     pub failed_at: Option<DateTime<Utc>>,
 }
 
-const OUTBOX_COLUMNS: &str =
-    "id, topic, idempotency_key, payload, attempts, created_at, last_status, last_error, failed_at";
-
-fn outbox_from_row(row: &sqlx::postgres::PgRow) -> OutboxRow {
-    OutboxRow {
-        id: row.get("id"),
-        topic: row.get("topic"),
-        idempotency_key: row.get("idempotency_key"),
-        payload: row.get("payload"),
-        attempts: row.get("attempts"),
-        created_at: row.get("created_at"),
-        last_status: row.get("last_status"),
-        last_error: row.get("last_error"),
-        failed_at: row.get("failed_at"),
-    }
-}
-
 impl Store {
     /// Claims up to `limit` outbox rows that are due for delivery (oldest first), counting an
     /// attempt and hiding them from other dispatchers for `claim_for`.
@@ -46,29 +27,32 @@ impl Store {
         limit: usize,
         claim_for: std::time::Duration,
     ) -> Result<Vec<OutboxRow>> {
-        let rows = sqlx::query(&format!(
+        let mut rows = sqlx::query_as!(
+            OutboxRow,
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + $2::interval
              WHERE id IN (
                  SELECT id FROM outbox
                  WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-             RETURNING {OUTBOX_COLUMNS}"
-        ))
-        .bind(limit as i64)
-        .bind(format!("{} milliseconds", claim_for.as_millis()))
+             RETURNING id, topic, idempotency_key, payload, attempts, created_at, last_status,
+                       last_error, failed_at",
+            limit as i64,
+            interval(claim_for),
+        )
         .fetch_all(&self.pool)
         .await?;
-        let mut rows: Vec<OutboxRow> = rows.iter().map(outbox_from_row).collect();
         rows.sort_by_key(|row| row.id);
         Ok(rows)
     }
 
     pub async fn mark_delivered(&self, id: i64, status: u16) -> Result<()> {
-        sqlx::query("UPDATE outbox SET delivered_at = now(), last_status = $2, last_error = NULL WHERE id = $1")
-            .bind(id)
-            .bind(i32::from(status))
-            .execute(&self.pool)
-            .await?;
+        sqlx::query!(
+            "UPDATE outbox SET delivered_at = now(), last_status = $2, last_error = NULL WHERE id = $1",
+            id,
+            i32::from(status),
+        )
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -83,21 +67,21 @@ impl Store {
         delay: std::time::Duration,
         horizon: std::time::Duration,
     ) -> Result<bool> {
-        let gave_up: bool = sqlx::query_scalar(
-            "UPDATE outbox SET
+        let gave_up = sqlx::query_scalar!(
+            r#"UPDATE outbox SET
                  last_status = $2,
                  last_error = $3,
                  next_attempt_at = now() + $4::interval,
                  failed_at = CASE WHEN now() + $4::interval > horizon_from + $5::interval
                                   THEN now() END
              WHERE id = $1
-             RETURNING failed_at IS NOT NULL",
+             RETURNING failed_at IS NOT NULL AS "gave_up!""#,
+            id,
+            status.map(i32::from),
+            error,
+            interval(delay),
+            interval(horizon),
         )
-        .bind(id)
-        .bind(status.map(i32::from))
-        .bind(error)
-        .bind(format!("{} milliseconds", delay.as_millis()))
-        .bind(format!("{} milliseconds", horizon.as_millis()))
         .fetch_one(&self.pool)
         .await?;
         Ok(gave_up)
@@ -105,22 +89,24 @@ impl Store {
 
     /// Deliveries given up, oldest first.
     pub async fn failed_deliveries(&self, limit: i64) -> Result<Vec<OutboxRow>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1"
-        ))
-        .bind(limit)
+        Ok(sqlx::query_as!(
+            OutboxRow,
+            "SELECT id, topic, idempotency_key, payload, attempts, created_at, last_status,
+                    last_error, failed_at
+             FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1",
+            limit,
+        )
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.iter().map(outbox_from_row).collect())
+        .await?)
     }
 
     /// Gives failed deliveries (all, or these ids) a new horizon, due now; returns how many.
     pub async fn redrive_deliveries(&self, ids: Option<&[i64]>) -> Result<u64> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "UPDATE outbox SET failed_at = NULL, next_attempt_at = now(), horizon_from = now()
              WHERE failed_at IS NOT NULL AND ($1::int8[] IS NULL OR id = ANY($1))",
+            ids,
         )
-        .bind(ids.map(<[i64]>::to_vec))
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected())
@@ -128,8 +114,9 @@ impl Store {
 
     /// Outbox rows not yet delivered nor given up.
     pub async fn outbox_backlog(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM outbox WHERE delivered_at IS NULL AND failed_at IS NULL",
+        Ok(sqlx::query_scalar!(
+            r#"SELECT count(*) AS "backlog!" FROM outbox
+             WHERE delivered_at IS NULL AND failed_at IS NULL"#,
         )
         .fetch_one(&self.pool)
         .await?)

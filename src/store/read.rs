@@ -2,12 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use super::{EntityRecord, Result, Store, interval};
+use crate::domain::EntityId;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Row;
-
-use super::{EntityRecord, Result, Store};
-use crate::domain::EntityId;
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ActionRecord {
@@ -27,29 +25,6 @@ pub struct ActionRecord {
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
     pub reversal_reason: Option<String>,
-}
-
-pub(super) const ACTION_COLUMNS: &str =
-    "id, entity, action, rule, reason, previous_status, new_status, applied_version,
-     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason";
-
-pub(super) fn action_from_row(row: &sqlx::postgres::PgRow) -> ActionRecord {
-    ActionRecord {
-        id: row.get("id"),
-        entity: row.get("entity"),
-        action: row.get("action"),
-        rule: row.get("rule"),
-        reason: row.get("reason"),
-        previous_status: row.get("previous_status"),
-        new_status: row.get("new_status"),
-        applied_version: row.get("applied_version"),
-        dedup_key: row.get("dedup_key"),
-        created_at: row.get("created_at"),
-        snapshot: row.get("snapshot"),
-        reversed_at: row.get("reversed_at"),
-        reversed_by: row.get("reversed_by"),
-        reversal_reason: row.get("reversal_reason"),
-    }
 }
 
 /// Which actions to list (all filters optional); `before` is the cursor: actions with a
@@ -85,8 +60,11 @@ impl ReversalCounts {
 impl Store {
     /// Applied actions matching `filter`, newest first.
     pub async fn actions(&self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ACTION_COLUMNS} FROM actions
+        Ok(sqlx::query_as!(
+            ActionRecord,
+            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+             FROM actions
              WHERE ($1::text IS NULL OR entity = $1)
                AND ($2::text IS NULL OR rule = $2)
                AND ($3::text IS NULL OR action = $3)
@@ -94,18 +72,17 @@ impl Store {
                AND ($5::bool IS NULL OR (reversed_at IS NOT NULL) = $5)
                AND ($6::int8 IS NULL OR id < $6)
              ORDER BY id DESC
-             LIMIT $7"
-        ))
-        .bind(filter.entity.as_ref().map(EntityId::as_str))
-        .bind(filter.rule.as_deref())
-        .bind(filter.action.as_deref())
-        .bind(filter.since)
-        .bind(filter.reversed)
-        .bind(filter.before)
-        .bind(filter.limit)
+             LIMIT $7",
+            filter.entity.as_ref().map(EntityId::as_str),
+            filter.rule.as_deref(),
+            filter.action.as_deref(),
+            filter.since,
+            filter.reversed,
+            filter.before,
+            filter.limit,
+        )
         .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.iter().map(action_from_row).collect())
+        .await?)
     }
 
     /// Automated actions applied in the last `window`, and those reversed within 24h of being
@@ -114,27 +91,27 @@ impl Store {
         &self,
         window: std::time::Duration,
     ) -> Result<(ReversalCounts, Vec<(String, ReversalCounts)>)> {
-        let rows = sqlx::query(
-            "SELECT rule, count(*) AS actions,
+        let rows = sqlx::query!(
+            r#"SELECT rule, count(*) AS "actions!",
                     count(*) FILTER (WHERE reversed_at IS NOT NULL
-                                       AND reversed_at <= created_at + interval '24 hours') AS reversed
+                                       AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
              FROM actions
              WHERE created_at >= now() - $1::interval
-             GROUP BY rule ORDER BY rule",
+             GROUP BY rule ORDER BY rule"#,
+            interval(window),
         )
-        .bind(format!("{} milliseconds", window.as_millis()))
         .fetch_all(&self.pool)
         .await?;
         let mut total = ReversalCounts::default();
         let mut by_rule = Vec::with_capacity(rows.len());
         for row in rows {
             let counts = ReversalCounts {
-                actions: row.get("actions"),
-                reversed: row.get("reversed"),
+                actions: row.actions,
+                reversed: row.reversed,
             };
             total.actions += counts.actions;
             total.reversed += counts.reversed;
-            by_rule.push((row.get("rule"), counts));
+            by_rule.push((row.rule, counts));
         }
         Ok((total, by_rule))
     }
@@ -144,10 +121,10 @@ impl Store {
         &self,
         window: std::time::Duration,
     ) -> Result<BTreeMap<String, (i64, i64)>> {
-        let rows = sqlx::query(
-            "SELECT d.decision->>'rule' AS rule,
-                    count(*) FILTER (WHERE d.kind = 'live') AS live,
-                    count(*) FILTER (WHERE d.kind = 'shadow') AS shadow
+        let rows = sqlx::query!(
+            r#"SELECT d.decision->>'rule' AS "rule!",
+                    count(*) FILTER (WHERE d.kind = 'live') AS "live!",
+                    count(*) FILTER (WHERE d.kind = 'shadow') AS "shadow!"
              FROM evaluations e,
                   LATERAL (SELECT 'live' AS kind, x AS decision
                              FROM jsonb_array_elements(e.decisions->'matched') x
@@ -155,14 +132,14 @@ impl Store {
                            SELECT 'shadow', x
                              FROM jsonb_array_elements(coalesce(e.decisions->'shadow', '[]')) x) d
              WHERE e.finished_at >= now() - $1::interval
-             GROUP BY 1",
+             GROUP BY 1"#,
+            interval(window),
         )
-        .bind(format!("{} milliseconds", window.as_millis()))
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|row| (row.get("rule"), (row.get("live"), row.get("shadow"))))
+            .map(|row| (row.rule, (row.live, row.shadow)))
             .collect())
     }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::Row;
+use sqlx::types::Json;
 
 use super::{Result, Store, StoreError};
 use crate::domain::{EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
@@ -100,13 +100,16 @@ impl Store {
     ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
         // windows and (when asked) its distinct actors agree.
-        let rows = sqlx::query(
-            "SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
+        let window_names: Vec<&str> = WINDOWS.iter().map(|(name, _)| *name).collect();
+        let window_seconds: Vec<i64> = WINDOWS.iter().map(|(_, seconds)| *seconds).collect();
+        let rows = sqlx::query_as!(
+            EntityRow,
+            r#"SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
                     e.evaluated_event_count, e.pending_since, e.last_event_at, e.evaluation_count,
-                    e.last_evaluated_at, now() AS read_at, e.override_status, e.override_until,
+                    e.last_evaluated_at, now() AS "read_at!", e.override_status, e.override_until,
                     e.override_by, e.override_reason, e.author,
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
-                     FROM signal_totals t WHERE t.entity = e.entity) AS totals,
+                     FROM signal_totals t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
                     CASE WHEN $5 THEN
                     (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
                      FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
@@ -118,30 +121,55 @@ impl Store {
                            WHERE b.entity = e.entity
                              AND b.bucket_start >= now() - interval '24 hours'
                            GROUP BY b.signal, win.name) w)
-                    END AS windows,
+                    END AS "windows?: Json<WindowRows>",
                     CASE WHEN $4 THEN
                         (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
                                WHERE entity = e.entity GROUP BY signal) a)
-                    END AS actors
-             FROM entities e WHERE e.entity = ANY($1)",
+                    END AS "actors?: Json<Actors>"
+             FROM entities e WHERE e.entity = ANY($1)"#,
+            entities as &[&str],
+            &window_names as &[&str],
+            &window_seconds,
+            with_actors,
+            with_windows,
         )
-        .bind(entities)
-        .bind(WINDOWS.iter().map(|(name, _)| *name).collect::<Vec<_>>())
-        .bind(
-            WINDOWS
-                .iter()
-                .map(|(_, seconds)| *seconds)
-                .collect::<Vec<_>>(),
-        )
-        .bind(with_actors)
-        .bind(with_windows)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
+        rows.into_iter()
             .map(|row| entity_record_from(row, with_windows))
             .collect()
     }
+}
+
+/// (signal, count, weight) per signal.
+type Totals = Vec<(String, i64, f64)>;
+/// (signal, window, count, weight) per row; NULL when the windows were not read.
+type WindowRows = Vec<(String, String, i64, f64)>;
+/// (signal, distinct actors) per signal; NULL when the actors were not counted.
+type Actors = Vec<(String, i64)>;
+
+/// An entity row as [`Store::entity_records`]' statement returns it.
+struct EntityRow {
+    entity: String,
+    kind: String,
+    status: String,
+    moderation_version: i64,
+    event_count: i64,
+    evaluated_event_count: i64,
+    pending_since: Option<DateTime<Utc>>,
+    last_event_at: DateTime<Utc>,
+    evaluation_count: i64,
+    last_evaluated_at: Option<DateTime<Utc>>,
+    read_at: DateTime<Utc>,
+    override_status: Option<String>,
+    override_until: Option<DateTime<Utc>>,
+    override_by: Option<String>,
+    override_reason: Option<String>,
+    author: Option<String>,
+    totals: Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    actors: Option<Json<Actors>>,
 }
 
 /// Totals, distinct actors and trailing-window counts per signal, read in the caller's
@@ -149,12 +177,12 @@ impl Store {
 /// The signal figures of an entity row read by [`Store::entity_with`]: totals, windows and,
 /// when read, distinct actors, each a JSON array of tuples.
 fn signal_stats_from(
-    row: &sqlx::postgres::PgRow,
+    Json(totals): Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    actors: Option<Json<Actors>>,
     with_windows: bool,
-) -> Result<BTreeMap<String, SignalStats>> {
-    use sqlx::types::Json;
+) -> BTreeMap<String, SignalStats> {
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
-    let Json(totals): Json<Vec<(String, i64, f64)>> = row.try_get("totals")?;
     for (signal, count, weight) in totals {
         let entry = stats.entry(signal).or_default();
         entry.count = count;
@@ -168,7 +196,7 @@ fn signal_stats_from(
                 .insert(name.to_owned(), SignalTotals::default());
         }
     }
-    if let Some(Json(actors)) = row.try_get::<Option<Json<Vec<(String, i64)>>>, _>("actors")? {
+    if let Some(Json(actors)) = actors {
         for stat in stats.values_mut() {
             stat.actors = Some(0);
         }
@@ -176,9 +204,6 @@ fn signal_stats_from(
             stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    // (signal, window, count, weight) per row; NULL when the windows were not read.
-    type WindowRows = Vec<(String, String, i64, f64)>;
-    let windows: Option<Json<WindowRows>> = row.try_get("windows")?;
     for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
         stats
             .entry(signal)
@@ -186,48 +211,54 @@ fn signal_stats_from(
             .windows
             .insert(window, SignalTotals { count, weight });
     }
-    Ok(stats)
+    stats
 }
 
 /// An entity row as read by [`Store::entity_records`].
-fn entity_record_from(row: &sqlx::postgres::PgRow, with_windows: bool) -> Result<EntityRecord> {
-    let signals = signal_stats_from(row, with_windows)?;
-    let entity: String = row.get("entity");
-    let status: String = row.get("status");
+fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord> {
+    let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
+    let entity = row.entity;
     Ok(EntityRecord {
-        status: Status::parse(&status)
+        status: Status::parse(&row.status)
             .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
-        override_decision: override_from_row(row, &entity)?,
+        override_decision: override_from(
+            &entity,
+            row.override_status,
+            row.override_until,
+            row.override_by,
+            row.override_reason,
+        )?,
         entity,
-        kind: row.get("kind"),
-        moderation_version: row.get("moderation_version"),
-        event_count: row.get("event_count"),
-        evaluated_event_count: row.get("evaluated_event_count"),
-        pending_since: row.get("pending_since"),
-        last_event_at: row.get("last_event_at"),
-        evaluation_count: row.get("evaluation_count"),
-        last_evaluated_at: row.get("last_evaluated_at"),
+        kind: row.kind,
+        moderation_version: row.moderation_version,
+        event_count: row.event_count,
+        evaluated_event_count: row.evaluated_event_count,
+        pending_since: row.pending_since,
+        last_event_at: row.last_event_at,
+        evaluation_count: row.evaluation_count,
+        last_evaluated_at: row.last_evaluated_at,
         signals,
-        author: row.get("author"),
-        read_at: row.get("read_at"),
+        author: row.author,
+        read_at: row.read_at,
     })
 }
 
-fn override_from_row(row: &sqlx::postgres::PgRow, entity: &str) -> Result<Option<Override>> {
-    let status: Option<String> = row.get("override_status");
-    let until: Option<DateTime<Utc>> = row.get("override_until");
+/// The latest override of the entity, if one was ever set (status and expiry both present).
+fn override_from(
+    entity: &str,
+    status: Option<String>,
+    until: Option<DateTime<Utc>>,
+    by: Option<String>,
+    reason: Option<String>,
+) -> Result<Option<Override>> {
     match (status, until) {
         (Some(status), Some(until)) => Ok(Some(Override {
             status: Status::parse(&status).map_err(|e| {
                 StoreError::corrupt(format!("the override status of entity {entity}"), e)
             })?,
             until,
-            by: row
-                .get::<Option<String>, _>("override_by")
-                .unwrap_or_default(),
-            reason: row
-                .get::<Option<String>, _>("override_reason")
-                .unwrap_or_default(),
+            by: by.unwrap_or_default(),
+            reason: reason.unwrap_or_default(),
         })),
         _ => Ok(None),
     }

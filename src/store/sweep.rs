@@ -1,9 +1,9 @@
 //! The repair sweep's reads: the sweep lock, and the entities owed an evaluation.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 
-use super::{Result, Store};
+use super::{Result, Store, interval};
 
 /// Where the repair sweep continues: the last (pending since, entity) it examined.
 pub type SweepCursor = (DateTime<Utc>, String);
@@ -16,10 +16,12 @@ impl Store {
         lock_name: &str,
     ) -> Result<Option<Transaction<'static, Postgres>>> {
         let mut tx = self.pool.begin().await?;
-        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))")
-            .bind(lock_name)
-            .fetch_one(&mut *tx)
-            .await?;
+        let locked = sqlx::query_scalar!(
+            r#"SELECT pg_try_advisory_xact_lock(hashtext($1)) AS "locked!""#,
+            lock_name
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         Ok(locked.then_some(tx))
     }
 
@@ -31,24 +33,24 @@ impl Store {
         cursor: Option<&SweepCursor>,
         limit: usize,
     ) -> Result<Vec<SweepCursor>> {
-        let rows = sqlx::query(
-            "SELECT pending_since, entity FROM entities
+        let rows = sqlx::query!(
+            r#"SELECT pending_since AS "pending_since!", entity FROM entities
              WHERE pending_since IS NOT NULL
                AND event_count > evaluated_event_count
                AND last_event_at < now() - $1::interval
                AND ($2::timestamptz IS NULL OR (pending_since, entity) > ($2, $3))
              ORDER BY pending_since, entity
-             LIMIT $4",
+             LIMIT $4"#,
+            interval(grace),
+            cursor.map(|c| c.0),
+            cursor.map(|c| c.1.as_str()),
+            limit as i64,
         )
-        .bind(format!("{} milliseconds", grace.as_millis()))
-        .bind(cursor.map(|c| c.0))
-        .bind(cursor.map(|c| c.1.as_str()))
-        .bind(limit as i64)
         .fetch_all(&mut **tx)
         .await?;
         Ok(rows
             .into_iter()
-            .map(|row| (row.get("pending_since"), row.get("entity")))
+            .map(|row| (row.pending_since, row.entity))
             .collect())
     }
 }
