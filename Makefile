@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench ceilings check fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench ceilings check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -64,6 +64,15 @@ fmt:
 check:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+## sqlx-check: .sqlx/ (the query data builds check the SQL against, offline) matches the statements
+## and the migrations, checked against a scratch database (scripts/sqlx-check.sh)
+sqlx-check:
+	@scripts/sqlx-check.sh
+
+## sqlx-prepare: regenerate .sqlx/ after changing a statement or a migration; commit the result
+sqlx-prepare:
+	@scripts/sqlx-check.sh --prepare
 
 ## clean-local: stop private instances started by scripts/services.sh and delete their data
 clean-local:

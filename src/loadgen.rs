@@ -18,13 +18,14 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Zipf};
 use serde::Serialize;
 use serde_json::{Value, json};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 use crate::{
     credentials::WebhookSecret,
     domain::Snapshot,
     domain::{EntityId, Status},
     rules::RuleSet,
+    store,
 };
 
 /// How events are spread over entities and signals.
@@ -410,15 +411,7 @@ async fn drain(
     let deadline = send_done + config.drain_timeout;
     let mut drained = false;
     while Instant::now() < deadline {
-        let row = sqlx::query(
-            "SELECT count(*) AS entities,
-                    count(*) FILTER (WHERE event_count <> evaluated_event_count) AS owed
-             FROM entities WHERE entity LIKE $1",
-        )
-        .bind(&pattern)
-        .fetch_one(&pool)
-        .await?;
-        let (recorded, owed): (i64, i64) = (row.get("entities"), row.get("owed"));
+        let (recorded, owed) = store::loadgen::drain_progress(&pool, &pattern).await?;
         if recorded as usize == entities && owed == 0 {
             drained = true;
             break;
@@ -430,27 +423,17 @@ async fn drain(
     tokio::time::sleep(config.window + Duration::from_secs(1)).await;
 
     let run_started = chrono::Utc::now() - chrono::Duration::from_std(started.elapsed())?;
-    let rows = sqlx::query(
-        "SELECT entity, started_at, finished_at,
-                (extract(epoch FROM started_at - due_at) * 1000)::float8 AS delay_ms
-         FROM evaluations WHERE entity LIKE $1 ORDER BY started_at",
-    )
-    .bind(&pattern)
-    .fetch_all(&pool)
-    .await?;
+    let rows = store::loadgen::run_evaluations(&pool, &pattern).await?;
     let mut per_entity: HashMap<String, u64> = HashMap::new();
     let mut delays = Vec::with_capacity(rows.len());
     let mut fire_delays = Vec::with_capacity(rows.len());
     let mut finishes_ms = Vec::with_capacity(rows.len());
     for row in &rows {
-        let entity: String = row.get("entity");
-        *per_entity.entry(entity).or_default() += 1;
-        let started_at: chrono::DateTime<chrono::Utc> = row.get("started_at");
-        let finished_at: chrono::DateTime<chrono::Utc> = row.get("finished_at");
-        finishes_ms.push(finished_at.timestamp_millis());
-        if let Ok(Some(delay)) = row.try_get::<Option<f64>, _>("delay_ms") {
+        *per_entity.entry(row.entity.clone()).or_default() += 1;
+        finishes_ms.push(row.finished_at.timestamp_millis());
+        if let Some(delay) = row.delay_ms {
             delays.push(delay);
-            let at = (started_at - run_started).num_milliseconds() as f64 / 1000.0;
+            let at = (row.started_at - run_started).num_milliseconds() as f64 / 1000.0;
             fire_delays.push((at, delay));
         }
     }
@@ -461,25 +444,16 @@ async fn drain(
         _ => 1.0,
     };
 
-    let action_rows = sqlx::query("SELECT entity, action FROM actions WHERE entity LIKE $1")
-        .bind(&pattern)
-        .fetch_all(&pool)
-        .await?;
+    let action_rows = store::loadgen::run_actions(&pool, &pattern).await?;
     let mut applied: HashMap<(String, String), u64> = HashMap::new();
     for row in &action_rows {
-        *applied
-            .entry((row.get("entity"), row.get("action")))
-            .or_default() += 1;
+        *applied.entry(row.clone()).or_default() += 1;
     }
     let duplicate_actions = applied.values().map(|n| n.saturating_sub(1)).sum();
-    let statuses: HashMap<String, String> =
-        sqlx::query("SELECT entity, status FROM entities WHERE entity LIKE $1")
-            .bind(&pattern)
-            .fetch_all(&pool)
-            .await?
-            .iter()
-            .map(|row| (row.get("entity"), row.get("status")))
-            .collect();
+    let statuses: HashMap<String, String> = store::loadgen::run_statuses(&pool, &pattern)
+        .await?
+        .into_iter()
+        .collect();
     let (mut wrong, mut expected_actions) = (0, 0);
     for (index, signals) in &counts {
         let name = entity_name(&config.run_id, *index);

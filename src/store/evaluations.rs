@@ -1,0 +1,350 @@
+//! Completing evaluations behind the version fence: the fenced statement that records several
+//! evaluations and applies their actions at once, the single completion that also writes the
+//! author's derived event, and the derived events themselves.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use sqlx::{Acquire, PgConnection, Postgres, types::Json};
+
+use super::{
+    Corruption, Result, Store, StoreError,
+    events::{lock_in_order, record_in},
+};
+use crate::{
+    domain::{EntityId, Event, EventId, Priority, Signal, Snapshot},
+    rules::{Decision, Verdict},
+};
+
+/// What a completed evaluation wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// No action was due; the evaluation is recorded.
+    NoAction,
+    /// The action was applied now, as this action row; `author` got a derived signal for it
+    /// and must be scheduled.
+    Applied {
+        action_id: i64,
+        author: Option<EntityId>,
+    },
+    /// The action's dedup key exists: it took effect before (a retry after a crash).
+    AlreadyApplied,
+}
+
+/// What the fenced completion does with an entity row another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockedRows {
+    /// Wait for it (up to `statement_timeout`).
+    Wait,
+    /// Leave the entity out, as if fenced; the caller finds out which it was.
+    Skip,
+}
+
+/// One evaluation to record behind the version fence: what the rules saw and decided, and the
+/// action to apply, if any.
+#[derive(Debug, Clone, Copy)]
+pub struct FencedEvaluation<'a> {
+    pub snapshot: &'a Snapshot,
+    pub verdict: &'a Verdict,
+    pub decision: Option<&'a Decision>,
+    pub worker: &'a str,
+    pub started_at: DateTime<Utc>,
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+/// What [`Store::record_fenced_evaluations`] wrote for one entity that passed the fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The action applied now; `None` if there was no decision or its dedup key existed.
+    pub action_id: Option<i64>,
+}
+
+impl Store {
+    /// The fence, the actions, their outbox rows, the entities' bookkeeping and the evaluation
+    /// records of several evaluations in one statement (atomic on its own, one round trip;
+    /// with [`LockedRows::Wait`] the rows are locked first, in the same transaction).
+    /// Returns, by entity, what was recorded for those that passed the fence; an entity whose
+    /// version moved is left out and nothing of its evaluation is written.
+    ///
+    /// Rows are locked in entity order, as ingest locks them, so concurrent batches and ingest
+    /// transactions wait on each other in one order, never in a cycle; once locked at the
+    /// version read, an entity's action, status and evaluation are written together. The
+    /// action's unique dedup key is the authority that it takes effect once: on a conflict the
+    /// evaluation is recorded without it. An entity may appear once per call (a second one is
+    /// refused as [`StoreError::Corrupt`]). With [`LockedRows::Skip`] an entity whose row is
+    /// locked elsewhere is left out as well (the caller retries it with [`LockedRows::Wait`] to
+    /// learn which), so one held row cannot hold up the others. The author's derived signal is
+    /// not written here (see [`Store::complete_evaluation`]).
+    pub async fn record_fenced_evaluations<'c>(
+        connection: impl Acquire<'c, Database = Postgres>,
+        evaluations: &[FencedEvaluation<'_>],
+        locked_rows: LockedRows,
+    ) -> Result<HashMap<String, Recorded>> {
+        let distinct: HashSet<&str> = evaluations
+            .iter()
+            .map(|e| e.snapshot.entity.as_str())
+            .collect();
+        if distinct.len() != evaluations.len() {
+            // Two rows of one entity would both pass the fence: two actions, one version bump.
+            return Err(StoreError::Corrupt(Corruption {
+                what: "an entity appears twice in one fenced batch".into(),
+                source: None,
+            }));
+        }
+        match locked_rows {
+            LockedRows::Skip => {
+                let mut connection = connection.acquire().await?;
+                record_fenced(&mut connection, evaluations).await
+            }
+            LockedRows::Wait => {
+                // One statement, skipping held rows, serves both ways: SKIP LOCKED never skips a
+                // row its own transaction holds, so locking the rows first (waiting for them,
+                // in entity order as ingest does) makes the same statement wait. A row whose
+                // version moved while we waited is then fenced out by the statement itself.
+                let mut tx = connection.begin().await?;
+                let entities: Vec<&str> = evaluations
+                    .iter()
+                    .map(|e| e.snapshot.entity.as_str())
+                    .collect();
+                lock_in_order(&mut tx, &entities).await?;
+                let recorded = record_fenced(&mut tx, evaluations).await?;
+                tx.commit().await?;
+                Ok(recorded)
+            }
+        }
+    }
+
+    /// Records a completed evaluation and applies its decision, in one transaction, fenced by
+    /// the moderation version read in the snapshot.
+    ///
+    /// The action row's unique dedup key is the authority that an action takes effect once;
+    /// the status is set, never incremented. If the version moved, nothing is written and
+    /// [`StoreError::VersionConflict`] is returned.
+    pub async fn complete_evaluation(
+        &self,
+        snapshot: &Snapshot,
+        verdict: &Verdict,
+        decision: Option<&Decision>,
+        worker: &str,
+        started_at: DateTime<Utc>,
+        due_at: Option<DateTime<Utc>>,
+    ) -> Result<Completion> {
+        let fenced = [FencedEvaluation {
+            snapshot,
+            verdict,
+            decision,
+            worker,
+            started_at,
+            due_at,
+        }];
+        let author = snapshot.author.as_ref().filter(|_| decision.is_some());
+        let Some((decision, author)) = decision.zip(author) else {
+            let recorded =
+                Self::record_fenced_evaluations(&self.pool, &fenced, LockedRows::Wait).await?;
+            return completion_of(snapshot, decision, recorded.get(snapshot.entity.as_str()));
+        };
+        // An action on an authored entity feeds back: the author's entity gets a derived
+        // signal, once per action (its id is the action's dedup key), in the same transaction.
+        // Both rows are locked first, in the order ingest locks them; the fenced statement then
+        // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
+        let mut tx = self.pool.begin().await?;
+        lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
+        let recorded = record_fenced(&mut tx, &fenced).await?;
+        let mut completion = completion_of(
+            snapshot,
+            Some(decision),
+            recorded.get(snapshot.entity.as_str()),
+        )?;
+        if let Completion::Applied {
+            author: to_schedule,
+            ..
+        } = &mut completion
+        {
+            let derived = derived_event(
+                derived_event_id(&snapshot.dedup_key(&decision.rule)),
+                author,
+                format!("auto.{}", decision.action.as_str()),
+                snapshot.entity.as_str(),
+            )?;
+            let inserted = record_in(&mut tx, &[&derived]).await?;
+            *to_schedule = (!inserted.is_empty()).then(|| author.clone());
+        }
+        tx.commit().await?;
+        Ok(completion)
+    }
+}
+
+/// The fenced statement of [`Store::record_fenced_evaluations`] for the evaluations (each
+/// entity once) on this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`]
+/// locks them in its own transaction first, which the statement never skips.
+async fn record_fenced(
+    connection: &mut PgConnection,
+    evaluations: &[FencedEvaluation<'_>],
+) -> Result<HashMap<String, Recorded>> {
+    // A text column of the UNNEST input, borrowed from the evaluations (no copies); the casts
+    // below name the types bound to the arrays, which the macro would otherwise want owned.
+    fn strings<'a>(
+        evaluations: &'a [FencedEvaluation<'a>],
+        field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
+    ) -> Vec<Option<&'a str>> {
+        evaluations.iter().map(field).collect()
+    }
+    let versions: Vec<i64> = evaluations
+        .iter()
+        .map(|e| e.snapshot.moderation_version)
+        .collect();
+    let event_counts: Vec<i64> = evaluations.iter().map(|e| e.snapshot.event_count).collect();
+    let started: Vec<DateTime<Utc>> = evaluations.iter().map(|e| e.started_at).collect();
+    let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(e.verdict)).collect();
+    // The snapshot is kept with an action (what it decided on) and, in the evaluation
+    // row, when a shadow rule matched (what it would have done, on what).
+    let snapshots: Vec<Option<Json<&Snapshot>>> = evaluations
+        .iter()
+        .map(|e| (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot)))
+        .collect();
+    let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
+    let dedup_keys: Vec<Option<String>> = evaluations
+        .iter()
+        .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
+        .collect();
+    let rows = sqlx::query!(
+        r#"WITH input AS (
+               SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
+                                    $5::timestamptz[], $6::jsonb[], $7::jsonb[],
+                                    $8::timestamptz[], $9::text[], $10::text[], $11::text[],
+                                    $12::text[], $13::text[], $14::text[])
+                   AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
+                        due_at, status, action, rule, reason, new_status, dedup_key)
+           ),
+           locked AS MATERIALIZED (
+               SELECT e.entity FROM entities e
+               JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
+               ORDER BY e.entity
+               FOR UPDATE OF e SKIP LOCKED
+           ),
+           applied AS (
+               INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                    snapshot, applied_version, dedup_key)
+               SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
+                      i.version, i.dedup_key
+               FROM input i JOIN locked l ON l.entity = i.entity
+               WHERE i.action IS NOT NULL
+               ORDER BY i.dedup_key
+               ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
+               RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+           ),
+           notified AS (
+               INSERT INTO outbox (topic, idempotency_key, payload)
+               SELECT 'action.applied', a.dedup_key,
+                      jsonb_build_object('action_id', a.id, 'entity', a.entity,
+                                         'action', a.action, 'rule', a.rule,
+                                         'reason', a.reason, 'status', a.new_status,
+                                         'moderation_version', a.applied_version + 1)
+               FROM applied a
+               ORDER BY a.id
+           ),
+           fenced AS (
+               UPDATE entities e SET
+                   status = COALESCE(a.new_status, e.status),
+                   moderation_version = e.moderation_version
+                                        + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
+                   evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
+                   pending_since = CASE WHEN e.event_count <= i.event_count THEN NULL
+                                        ELSE e.pending_since END,
+                   evaluation_count = e.evaluation_count + 1,
+                   last_evaluated_at = now()
+               FROM input i
+               JOIN locked l ON l.entity = i.entity
+               LEFT JOIN applied a ON a.entity = i.entity
+               WHERE e.entity = i.entity AND e.moderation_version = i.version
+               RETURNING e.entity, a.id AS action_id)
+           INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
+                                    decisions, action_id, snapshot, due_at)
+           SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
+                  f.action_id,
+                  CASE WHEN jsonb_array_length(i.decisions->'shadow') > 0 THEN i.snapshot END,
+                  i.due_at
+           FROM fenced f JOIN input i ON i.entity = f.entity
+           RETURNING entity, action_id"#,
+        &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
+        &versions,
+        &event_counts,
+        &strings(evaluations, |e| Some(e.worker)) as &[Option<&str>],
+        &started,
+        &decisions as &[Json<&Verdict>],
+        &snapshots as &[Option<Json<&Snapshot>>],
+        &due as &[Option<DateTime<Utc>>],
+        &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.action.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.rule.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e.decision.map(|d| d.reason.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e
+            .decision
+            .map(|d| d.action.status().as_str())) as &[Option<&str>],
+        &dedup_keys as &[Option<String>],
+    )
+    .fetch_all(&mut *connection)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.entity,
+                Recorded {
+                    action_id: row.action_id,
+                },
+            )
+        })
+        .collect())
+}
+
+/// The id of the author's derived event for the action with this dedup key (one per action).
+pub(super) fn derived_event_id(dedup_key: &str) -> String {
+    format!("derived:{dedup_key}")
+}
+
+/// A signal quiesce records on an author's entity about one of its entities (`actor`).
+pub(super) fn derived_event(
+    id: String,
+    author: &EntityId,
+    signal: String,
+    actor: &str,
+) -> Result<Event> {
+    Ok(Event {
+        id: EventId::parse(&id)
+            .map_err(|e| StoreError::corrupt(format!("the derived event id {id:?}"), e))?,
+        entity: author.clone(),
+        signal: Signal::parse(&signal)
+            .map_err(|e| StoreError::corrupt(format!("the derived signal {signal:?}"), e))?,
+        actor: Some(actor.to_owned()),
+        weight: 1.0,
+        occurred_at: None,
+        priority: Priority::Normal,
+        author: None,
+    })
+}
+
+/// The completion of one evaluation from what the fenced statement recorded for it (`None`:
+/// the version had moved and nothing was written).
+pub fn completion_of(
+    snapshot: &Snapshot,
+    decision: Option<&Decision>,
+    recorded: Option<&Recorded>,
+) -> Result<Completion> {
+    match (recorded, decision) {
+        (None, _) => Err(StoreError::VersionConflict {
+            read: snapshot.moderation_version,
+        }),
+        (Some(_), None) => Ok(Completion::NoAction),
+        (
+            Some(Recorded {
+                action_id: Some(id),
+            }),
+            Some(_),
+        ) => Ok(Completion::Applied {
+            action_id: *id,
+            author: None,
+        }),
+        (Some(Recorded { action_id: None }), Some(_)) => Ok(Completion::AlreadyApplied),
+    }
+}

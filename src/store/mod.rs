@@ -1,0 +1,221 @@
+//! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
+//! the outbox. All SQL of the service lives here, one file per concern.
+
+mod evaluations;
+mod events;
+pub mod loadgen;
+mod moderation;
+mod outbox;
+mod read;
+mod retention;
+mod snapshots;
+mod sweep;
+
+use chrono::{DateTime, Utc};
+use secrecy::ExposeSecret;
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions, types::PgInterval},
+};
+
+use crate::{domain::Invalid, settings::Database};
+
+pub use self::{
+    evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
+    moderation::Reversal,
+    outbox::OutboxRow,
+    read::{ActionFilter, ActionRecord, ReversalCounts},
+    snapshots::{EntityRecord, Override},
+    sweep::SweepCursor,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("postgres: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The entity's moderation version moved after the snapshot: a newer writer won.
+    #[error("moderation version changed since the snapshot (read {read})")]
+    VersionConflict { read: i64 },
+    /// A stored value that does not parse (or a batch that cannot be written as asked).
+    #[error(transparent)]
+    Corrupt(Corruption),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("action {id} was already reversed by {by} at {at}")]
+    AlreadyReversed {
+        id: i64,
+        by: String,
+        at: DateTime<Utc>,
+    },
+    #[error(
+        "action {id} was superseded: the entity changed after it (now version {version}); reverse the latest action or set an override"
+    )]
+    Superseded { id: i64, version: i64 },
+    /// One failure of a statement that served several callers, handed to each of them.
+    #[error(transparent)]
+    Shared(std::sync::Arc<StoreError>),
+    /// The call was dropped before it was answered (shutting down, or a panic in the batch).
+    #[error("the Postgres call was interrupted before it was answered")]
+    Interrupted,
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What is inconsistent and, when a stored value was refused, the refusal: kept as the source
+/// so the chain shows why, and repeated in the message, which is what the logs print.
+#[derive(Debug)]
+pub struct Corruption {
+    /// What is inconsistent, e.g. `the status of entity post:1`.
+    pub what: String,
+    pub source: Option<Invalid>,
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stored data is inconsistent: {}", self.what)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Corruption {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl StoreError {
+    /// A stored value, described by `what`, that its domain type refused.
+    pub fn corrupt(what: impl Into<String>, source: Invalid) -> Self {
+        StoreError::Corrupt(Corruption {
+            what: what.into(),
+            source: Some(source),
+        })
+    }
+
+    /// A serialization failure or deadlock: retrying the transaction is the cure.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db)) => db
+                .code()
+                .is_some_and(|code| code == "40001" || code == "40P01"),
+            StoreError::Shared(error) => error.is_conflict(),
+            _ => false,
+        }
+    }
+
+    /// Postgres could not be reached or refused work for a reason of its own (connection lost,
+    /// shutting down, out of resources, statement cancelled): not the entity's fault.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(error) => is_unavailable(error),
+            StoreError::Shared(error) => error.is_unavailable(),
+            _ => false,
+        }
+    }
+}
+
+/// Whether an error means Postgres could not be reached (answer 503 / retry), as opposed to a
+/// query or data problem.
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart. A
+        // cancelled statement (57014, our statement_timeout) is not here: a slow query of one
+        // entity must not pause every worker.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
+        }),
+        _ => false,
+    }
+}
+
+pub async fn connect(settings: &Database) -> Result<PgPool> {
+    // A statement that cannot finish within the backend timeout (a row lock held elsewhere, a
+    // network black hole) is cancelled by Postgres rather than holding its caller forever.
+    let statement_timeout = settings.backend_timeout.as_millis().to_string();
+    let options: PgConnectOptions = settings
+        .database_url
+        .expose_secret()
+        .parse::<PgConnectOptions>()?
+        .options([
+            ("statement_timeout", statement_timeout.as_str()),
+            // Nearly every statement looks rows up by entity: a generic plan is as good as a
+            // custom one, and re-planning each execution was a fifth of the evaluation cost
+            // (BENCHMARKS.md).
+            ("plan_cache_mode", "force_generic_plan"),
+        ]);
+    let pool = PgPoolOptions::new()
+        .max_connections(settings.db_max_connections)
+        .acquire_timeout(settings.backend_timeout)
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    sqlx::migrate!("./migrations").run(pool).await?;
+    Ok(())
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query!("SELECT 1 AS ok").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// A duration as a Postgres interval, truncated to the millisecond as the statements have
+/// always taken them (a duration too long for an interval saturates, and Postgres then refuses
+/// the timestamp it gives, as it refused the interval before).
+fn interval(duration: std::time::Duration) -> PgInterval {
+    let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: millis.saturating_mul(1000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    #[test]
+    fn a_corrupt_value_keeps_the_refusal_as_its_source() {
+        let refusal = crate::domain::Status::parse("gone").unwrap_err();
+        let error = StoreError::corrupt("the status of entity post:1", refusal.clone());
+        assert_eq!(
+            error.to_string(),
+            format!("stored data is inconsistent: the status of entity post:1: {refusal}")
+        );
+        let source = error.source().expect("the refusal is the source");
+        assert_eq!(source.to_string(), refusal.to_string());
+        assert!(!error.is_conflict() && !error.is_unavailable());
+    }
+}

@@ -1,0 +1,258 @@
+//! Moderators' decisions: reversing an automated action, overriding an entity's status, and
+//! the record of who decided what.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{Postgres, Transaction};
+
+use super::{
+    ActionRecord, Result, Store, StoreError,
+    evaluations::{derived_event, derived_event_id},
+    events::{lock_in_order, record_in},
+    interval,
+};
+use crate::domain::{EntityId, Status};
+
+/// A reversal as recorded: the action, and the entity's state after it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Reversal {
+    pub action: ActionRecord,
+    pub status: Status,
+    pub moderation_version: i64,
+    pub override_until: DateTime<Utc>,
+    /// The author whose derived signal was compensated, to be scheduled.
+    #[serde(skip)]
+    pub author: Option<EntityId>,
+}
+
+impl Store {
+    /// A moderator reverses an automated action: the entity's status goes back to what it
+    /// was before the action, its version is bumped (an evaluation in flight then writes
+    /// nothing), and an override keeps automation from redoing it for `override_for`. The
+    /// reversal is recorded (who, when, why) and an outbox row tells the platform.
+    pub async fn reverse_action(
+        &self,
+        id: i64,
+        moderator: &str,
+        reason: &str,
+        override_for: std::time::Duration,
+    ) -> Result<Reversal> {
+        let mut tx = self.pool.begin().await?;
+        let action = sqlx::query_as!(
+            ActionRecord,
+            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+             FROM actions WHERE id = $1 FOR UPDATE",
+            id,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("no action {id}")))?;
+        if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
+            return Err(StoreError::AlreadyReversed { id, by, at });
+        }
+        // The author whose derived signal this action wrote (events never change, so this is
+        // read before any entity lock); both entity rows are then locked in the order ingest
+        // and evaluation batches lock them, so that none of them waits on the other in a cycle.
+        let author = sqlx::query_scalar!(
+            "SELECT entity FROM events WHERE id = $1",
+            derived_event_id(&action.dedup_key),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let author = author
+            .map(|a| {
+                EntityId::parse(&a).map_err(|e| {
+                    StoreError::corrupt(format!("the entity of action {id}'s derived event"), e)
+                })
+            })
+            .transpose()?;
+        let mut entities = vec![action.entity.as_str()];
+        entities.extend(author.as_ref().map(EntityId::as_str));
+        lock_in_order(&mut tx, &entities).await?;
+        // Only the latest change can be undone: restoring an older action's previous status
+        // would wipe (or even escalate over) what happened since.
+        let version = sqlx::query_scalar!(
+            "SELECT moderation_version FROM entities WHERE entity = $1",
+            action.entity,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if version != action.applied_version + 1 {
+            return Err(StoreError::Superseded { id, version });
+        }
+        // The author's derived signal for this action is compensated, so that reversed
+        // actions do not count towards escalating the author.
+        let author = match author {
+            Some(author) => {
+                let compensation = derived_event(
+                    format!("derived-reversal:{}", action.dedup_key),
+                    &author,
+                    format!("auto.{}.reversed", action.action),
+                    &action.entity,
+                )?;
+                record_in(&mut tx, &[&compensation]).await?;
+                Some(author)
+            }
+            None => None,
+        };
+        let entity_row = sqlx::query!(
+            r#"UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = $2,
+                 override_until = now() + $3::interval,
+                 override_by = $4,
+                 override_reason = $5
+             WHERE entity = $1
+             RETURNING moderation_version, override_until AS "override_until!""#,
+            action.entity,
+            action.previous_status,
+            interval(override_for),
+            moderator,
+            reason,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let action = sqlx::query_as!(
+            ActionRecord,
+            "UPDATE actions SET reversed_at = now(), reversed_by = $2, reversal_reason = $3
+             WHERE id = $1
+             RETURNING id, entity, action, rule, reason, previous_status, new_status,
+                       applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
+                       reversal_reason",
+            id,
+            moderator,
+            reason,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let override_until = entity_row.override_until;
+        let new_version = entity_row.moderation_version;
+        record_decision(
+            &mut tx,
+            &action.entity,
+            "reversal",
+            Some(id),
+            moderator,
+            reason,
+            &action.previous_status,
+            Some(override_until),
+        )
+        .await?;
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
+            format!("reversal:{}", action.dedup_key),
+            serde_json::json!({
+            "action_id": id,
+            "entity": action.entity,
+            "action": action.action,
+            "rule": action.rule,
+            "status": action.previous_status,
+            "moderator": moderator,
+            "reason": reason,
+            "moderation_version": new_version,
+            }),
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Reversal {
+            status: Status::parse(&action.previous_status).map_err(|e| {
+                StoreError::corrupt(format!("the previous status of action {id}"), e)
+            })?,
+            moderation_version: new_version,
+            override_until,
+            action,
+            author,
+        })
+    }
+
+    /// A moderator's decision on an entity: its status is set, its version bumped, and
+    /// automation does not escalate past it until `until`.
+    pub async fn override_entity(
+        &self,
+        entity: &EntityId,
+        moderator: &str,
+        status: Status,
+        until: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<i64> {
+        let mut tx = self.pool.begin().await?;
+        let version = sqlx::query_scalar!(
+            "UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = $2,
+                 override_until = $3,
+                 override_by = $4,
+                 override_reason = $5
+             WHERE entity = $1
+             RETURNING moderation_version",
+            entity.as_str(),
+            status.as_str(),
+            until,
+            moderator,
+            reason,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("no events were ever recorded for {entity}"))
+        })?;
+        record_decision(
+            &mut tx,
+            entity.as_str(),
+            "override",
+            None,
+            moderator,
+            reason,
+            status.as_str(),
+            Some(until),
+        )
+        .await?;
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
+            format!("override:{entity}:{version}"),
+            serde_json::json!({
+            "entity": entity,
+            "status": status,
+            "until": until,
+            "moderator": moderator,
+            "reason": reason,
+            "moderation_version": version,
+            }),
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(version)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record_decision(
+    tx: &mut Transaction<'_, Postgres>,
+    entity: &str,
+    kind: &str,
+    action_id: Option<i64>,
+    moderator: &str,
+    reason: &str,
+    status: &str,
+    until: Option<DateTime<Utc>>,
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO moderator_decisions (entity, kind, action_id, moderator, reason, status, until)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        entity,
+        kind,
+        action_id,
+        moderator,
+        reason,
+        status,
+        until,
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

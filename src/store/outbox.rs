@@ -1,0 +1,124 @@
+//! The outbox: claiming deliveries, recording their outcome, the failed deliveries and their
+//! redrive, and the backlog.
+
+use super::{Result, Store, interval};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// An outbox row claimed for delivery.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub topic: String,
+    pub idempotency_key: String,
+    pub payload: serde_json::Value,
+    pub attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub last_status: Option<i32>,
+    pub last_error: Option<String>,
+    pub failed_at: Option<DateTime<Utc>>,
+}
+
+impl Store {
+    /// Claims up to `limit` outbox rows that are due for delivery (oldest first), counting an
+    /// attempt and hiding them from other dispatchers for `claim_for`.
+    pub async fn claim_deliveries(
+        &self,
+        limit: usize,
+        claim_for: std::time::Duration,
+    ) -> Result<Vec<OutboxRow>> {
+        let mut rows = sqlx::query_as!(
+            OutboxRow,
+            "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + $2::interval
+             WHERE id IN (
+                 SELECT id FROM outbox
+                 WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
+                 ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+             RETURNING id, topic, idempotency_key, payload, attempts, created_at, last_status,
+                       last_error, failed_at",
+            limit as i64,
+            interval(claim_for),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.sort_by_key(|row| row.id);
+        Ok(rows)
+    }
+
+    pub async fn mark_delivered(&self, id: i64, status: u16) -> Result<()> {
+        sqlx::query!(
+            "UPDATE outbox SET delivered_at = now(), last_status = $2, last_error = NULL WHERE id = $1",
+            id,
+            i32::from(status),
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a failed attempt and the next one after `delay`; gives up (the row joins the
+    /// failed deliveries) when that would fall past `horizon` since the row's horizon start.
+    /// Returns whether it gave up.
+    pub async fn reschedule_delivery(
+        &self,
+        id: i64,
+        status: Option<u16>,
+        error: &str,
+        delay: std::time::Duration,
+        horizon: std::time::Duration,
+    ) -> Result<bool> {
+        let gave_up = sqlx::query_scalar!(
+            r#"UPDATE outbox SET
+                 last_status = $2,
+                 last_error = $3,
+                 next_attempt_at = now() + $4::interval,
+                 failed_at = CASE WHEN now() + $4::interval > horizon_from + $5::interval
+                                  THEN now() END
+             WHERE id = $1
+             RETURNING failed_at IS NOT NULL AS "gave_up!""#,
+            id,
+            status.map(i32::from),
+            error,
+            interval(delay),
+            interval(horizon),
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(gave_up)
+    }
+
+    /// Deliveries given up, oldest first.
+    pub async fn failed_deliveries(&self, limit: i64) -> Result<Vec<OutboxRow>> {
+        Ok(sqlx::query_as!(
+            OutboxRow,
+            "SELECT id, topic, idempotency_key, payload, attempts, created_at, last_status,
+                    last_error, failed_at
+             FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1",
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Gives failed deliveries (all, or these ids) a new horizon, due now; returns how many.
+    pub async fn redrive_deliveries(&self, ids: Option<&[i64]>) -> Result<u64> {
+        let done = sqlx::query!(
+            "UPDATE outbox SET failed_at = NULL, next_attempt_at = now(), horizon_from = now()
+             WHERE failed_at IS NOT NULL AND ($1::int8[] IS NULL OR id = ANY($1))",
+            ids,
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Outbox rows not yet delivered nor given up.
+    pub async fn outbox_backlog(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT count(*) AS "backlog!" FROM outbox
+             WHERE delivered_at IS NULL AND failed_at IS NULL"#,
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+}

@@ -1,0 +1,163 @@
+//! The read API's reads: applied actions, reversal counts, rule hits and one entity's record.
+
+use std::collections::BTreeMap;
+
+use super::{EntityRecord, Result, Store, interval};
+use crate::domain::EntityId;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ActionRecord {
+    pub id: i64,
+    pub entity: String,
+    pub action: String,
+    pub rule: String,
+    pub reason: String,
+    pub previous_status: String,
+    pub new_status: String,
+    pub applied_version: i64,
+    pub dedup_key: String,
+    pub created_at: DateTime<Utc>,
+    /// The snapshot the rules decided on.
+    #[schema(value_type = Object)]
+    pub snapshot: serde_json::Value,
+    pub reversed_at: Option<DateTime<Utc>>,
+    pub reversed_by: Option<String>,
+    pub reversal_reason: Option<String>,
+}
+
+/// Which actions to list (all filters optional); `before` is the cursor: actions with a
+/// smaller id, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ActionFilter {
+    pub entity: Option<EntityId>,
+    pub rule: Option<String>,
+    pub action: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub reversed: Option<bool>,
+    pub before: Option<i64>,
+    pub limit: i64,
+}
+
+/// Automated actions applied in a window, and how many a moderator reversed within 24h.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ReversalCounts {
+    pub actions: i64,
+    pub reversed: i64,
+}
+
+impl ReversalCounts {
+    pub fn rate(&self) -> f64 {
+        if self.actions == 0 {
+            0.0
+        } else {
+            self.reversed as f64 / self.actions as f64
+        }
+    }
+}
+
+impl Store {
+    /// Applied actions matching `filter`, newest first.
+    pub async fn actions(&self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
+        Ok(sqlx::query_as!(
+            ActionRecord,
+            "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+             FROM actions
+             WHERE ($1::text IS NULL OR entity = $1)
+               AND ($2::text IS NULL OR rule = $2)
+               AND ($3::text IS NULL OR action = $3)
+               AND ($4::timestamptz IS NULL OR created_at >= $4)
+               AND ($5::bool IS NULL OR (reversed_at IS NOT NULL) = $5)
+               AND ($6::int8 IS NULL OR id < $6)
+             ORDER BY id DESC
+             LIMIT $7",
+            filter.entity.as_ref().map(EntityId::as_str),
+            filter.rule.as_deref(),
+            filter.action.as_deref(),
+            filter.since,
+            filter.reversed,
+            filter.before,
+            filter.limit,
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Automated actions applied in the last `window`, and those reversed within 24h of being
+    /// applied; overall and per rule (sorted by rule).
+    pub async fn reversal_counts(
+        &self,
+        window: std::time::Duration,
+    ) -> Result<(ReversalCounts, Vec<(String, ReversalCounts)>)> {
+        let rows = sqlx::query!(
+            r#"SELECT rule, count(*) AS "actions!",
+                    count(*) FILTER (WHERE reversed_at IS NOT NULL
+                                       AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
+             FROM actions
+             WHERE created_at >= now() - $1::interval
+             GROUP BY rule ORDER BY rule"#,
+            interval(window),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut total = ReversalCounts::default();
+        let mut by_rule = Vec::with_capacity(rows.len());
+        for row in rows {
+            let counts = ReversalCounts {
+                actions: row.actions,
+                reversed: row.reversed,
+            };
+            total.actions += counts.actions;
+            total.reversed += counts.reversed;
+            by_rule.push((row.rule, counts));
+        }
+        Ok((total, by_rule))
+    }
+
+    /// Live and shadow matches per rule in evaluations finished within `window`.
+    pub async fn rule_hits(
+        &self,
+        window: std::time::Duration,
+    ) -> Result<BTreeMap<String, (i64, i64)>> {
+        let rows = sqlx::query!(
+            r#"SELECT d.decision->>'rule' AS "rule!",
+                    count(*) FILTER (WHERE d.kind = 'live') AS "live!",
+                    count(*) FILTER (WHERE d.kind = 'shadow') AS "shadow!"
+             FROM evaluations e,
+                  LATERAL (SELECT 'live' AS kind, x AS decision
+                             FROM jsonb_array_elements(e.decisions->'matched') x
+                           UNION ALL
+                           SELECT 'shadow', x
+                             FROM jsonb_array_elements(coalesce(e.decisions->'shadow', '[]')) x) d
+             WHERE e.finished_at >= now() - $1::interval
+             GROUP BY 1"#,
+            interval(window),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.rule, (row.live, row.shadow)))
+            .collect())
+    }
+
+    /// The entity row and its signal totals, read together by one statement (one moment).
+    pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
+        self.entity_with(entity, false, true).await
+    }
+
+    /// As [`Store::entity`], also counting distinct actors when `with_actors`.
+    pub async fn entity_with(
+        &self,
+        entity: &EntityId,
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<Option<EntityRecord>> {
+        Ok(self
+            .entity_records(&[entity.as_str()], with_actors, with_windows)
+            .await?
+            .pop())
+    }
+}

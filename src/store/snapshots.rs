@@ -1,0 +1,265 @@
+//! Reading entities: the one-statement read of entity rows with their signal totals, windows
+//! and distinct actors, as the read API shows them and as snapshots the rules decide on.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::types::Json;
+
+use super::{Result, Store, StoreError};
+use crate::domain::{EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
+
+/// An entity as the read API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntityRecord {
+    pub entity: String,
+    pub kind: String,
+    pub status: Status,
+    pub moderation_version: i64,
+    pub event_count: i64,
+    pub evaluated_event_count: i64,
+    pub pending_since: Option<DateTime<Utc>>,
+    pub last_event_at: DateTime<Utc>,
+    pub evaluation_count: i64,
+    pub last_evaluated_at: Option<DateTime<Utc>>,
+    pub signals: BTreeMap<String, SignalStats>,
+    pub author: Option<String>,
+    /// The latest moderator override, whether or not it is still in force.
+    #[serde(rename = "override")]
+    pub override_decision: Option<Override>,
+    /// Postgres' clock when this was read.
+    pub read_at: DateTime<Utc>,
+}
+
+/// A moderator's decision that automation does not escalate past until it expires.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Override {
+    pub status: Status,
+    pub until: DateTime<Utc>,
+    pub by: String,
+    pub reason: String,
+}
+
+impl Store {
+    /// Reads the entity's status, version and every signal total in one statement (one moment of
+    /// the database), so the rules see one moment. `None` for an entity with no events.
+    pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
+        Ok(self
+            .snapshots(&[entity.as_str()], with_actors, true)
+            .await?
+            .into_values()
+            .next())
+    }
+
+    /// Snapshots of several entities read by one statement (one moment for all of them), by
+    /// entity id; an entity with no events has none.
+    pub async fn snapshots(
+        &self,
+        entities: &[&str],
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<HashMap<String, Snapshot>> {
+        self.entity_records(entities, with_actors, with_windows)
+            .await?
+            .into_iter()
+            .map(|record| {
+                let entity = EntityId::parse(&record.entity).map_err(|e| {
+                    StoreError::corrupt(format!("the entity id {:?}", record.entity), e)
+                })?;
+                let snapshot = Snapshot {
+                    entity,
+                    kind: record.kind,
+                    status: record.status,
+                    moderation_version: record.moderation_version,
+                    event_count: record.event_count,
+                    previously_evaluated: record.evaluated_event_count,
+                    override_cap: record
+                        .override_decision
+                        .filter(|o| o.until > record.read_at)
+                        .map(|o| o.status),
+                    signals: record.signals,
+                    author: record
+                        .author
+                        .as_deref()
+                        .and_then(|a| EntityId::parse(a).ok()),
+                    taken_at: record.read_at,
+                };
+                Ok((record.entity, snapshot))
+            })
+            .collect()
+    }
+
+    /// The records of several entities (those that exist), read by one statement: one
+    /// snapshot of the database for all of them, in a single round trip.
+    pub async fn entity_records(
+        &self,
+        entities: &[&str],
+        with_actors: bool,
+        with_windows: bool,
+    ) -> Result<Vec<EntityRecord>> {
+        // One statement sees one snapshot of the database, so each entity row, its totals, its
+        // windows and (when asked) its distinct actors agree.
+        let window_names: Vec<&str> = WINDOWS.iter().map(|(name, _)| *name).collect();
+        let window_seconds: Vec<i64> = WINDOWS.iter().map(|(_, seconds)| *seconds).collect();
+        let rows = sqlx::query_as!(
+            EntityRow,
+            r#"SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
+                    e.evaluated_event_count, e.pending_since, e.last_event_at, e.evaluation_count,
+                    e.last_evaluated_at, now() AS "read_at!", e.override_status, e.override_until,
+                    e.override_by, e.override_reason, e.author,
+                    (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
+                     FROM signal_totals t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
+                    CASE WHEN $5 THEN
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
+                     FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
+                                  sum(b.weight_sum) AS weight
+                           FROM signal_buckets b
+                           JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
+                             ON b.bucket_start >= date_trunc('minute', now())
+                                                  - make_interval(secs => win.seconds)
+                           WHERE b.entity = e.entity
+                             AND b.bucket_start >= now() - interval '24 hours'
+                           GROUP BY b.signal, win.name) w)
+                    END AS "windows?: Json<WindowRows>",
+                    CASE WHEN $4 THEN
+                        (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
+                         FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
+                               WHERE entity = e.entity GROUP BY signal) a)
+                    END AS "actors?: Json<Actors>"
+             FROM entities e WHERE e.entity = ANY($1)"#,
+            entities as &[&str],
+            &window_names as &[&str],
+            &window_seconds,
+            with_actors,
+            with_windows,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|row| entity_record_from(row, with_windows))
+            .collect()
+    }
+}
+
+/// (signal, count, weight) per signal.
+type Totals = Vec<(String, i64, f64)>;
+/// (signal, window, count, weight) per row; NULL when the windows were not read.
+type WindowRows = Vec<(String, String, i64, f64)>;
+/// (signal, distinct actors) per signal; NULL when the actors were not counted.
+type Actors = Vec<(String, i64)>;
+
+/// An entity row as [`Store::entity_records`]' statement returns it.
+struct EntityRow {
+    entity: String,
+    kind: String,
+    status: String,
+    moderation_version: i64,
+    event_count: i64,
+    evaluated_event_count: i64,
+    pending_since: Option<DateTime<Utc>>,
+    last_event_at: DateTime<Utc>,
+    evaluation_count: i64,
+    last_evaluated_at: Option<DateTime<Utc>>,
+    read_at: DateTime<Utc>,
+    override_status: Option<String>,
+    override_until: Option<DateTime<Utc>>,
+    override_by: Option<String>,
+    override_reason: Option<String>,
+    author: Option<String>,
+    totals: Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    actors: Option<Json<Actors>>,
+}
+
+/// Totals, distinct actors and trailing-window counts per signal, read in the caller's
+/// transaction (one snapshot).
+/// The signal figures of an entity row read by [`Store::entity_with`]: totals, windows and,
+/// when read, distinct actors, each a JSON array of tuples.
+fn signal_stats_from(
+    Json(totals): Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    actors: Option<Json<Actors>>,
+    with_windows: bool,
+) -> BTreeMap<String, SignalStats> {
+    let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    for (signal, count, weight) in totals {
+        let entry = stats.entry(signal).or_default();
+        entry.count = count;
+        entry.weight = weight;
+        if !with_windows {
+            continue;
+        }
+        for (name, _) in WINDOWS {
+            entry
+                .windows
+                .insert(name.to_owned(), SignalTotals::default());
+        }
+    }
+    if let Some(Json(actors)) = actors {
+        for stat in stats.values_mut() {
+            stat.actors = Some(0);
+        }
+        for (signal, count) in actors {
+            stats.entry(signal).or_default().actors = Some(count);
+        }
+    }
+    for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
+        stats
+            .entry(signal)
+            .or_default()
+            .windows
+            .insert(window, SignalTotals { count, weight });
+    }
+    stats
+}
+
+/// An entity row as read by [`Store::entity_records`].
+fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord> {
+    let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
+    let entity = row.entity;
+    Ok(EntityRecord {
+        status: Status::parse(&row.status)
+            .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
+        override_decision: override_from(
+            &entity,
+            row.override_status,
+            row.override_until,
+            row.override_by,
+            row.override_reason,
+        )?,
+        entity,
+        kind: row.kind,
+        moderation_version: row.moderation_version,
+        event_count: row.event_count,
+        evaluated_event_count: row.evaluated_event_count,
+        pending_since: row.pending_since,
+        last_event_at: row.last_event_at,
+        evaluation_count: row.evaluation_count,
+        last_evaluated_at: row.last_evaluated_at,
+        signals,
+        author: row.author,
+        read_at: row.read_at,
+    })
+}
+
+/// The latest override of the entity, if one was ever set (status and expiry both present).
+fn override_from(
+    entity: &str,
+    status: Option<String>,
+    until: Option<DateTime<Utc>>,
+    by: Option<String>,
+    reason: Option<String>,
+) -> Result<Option<Override>> {
+    match (status, until) {
+        (Some(status), Some(until)) => Ok(Some(Override {
+            status: Status::parse(&status).map_err(|e| {
+                StoreError::corrupt(format!("the override status of entity {entity}"), e)
+            })?,
+            until,
+            by: by.unwrap_or_default(),
+            reason: reason.unwrap_or_default(),
+        })),
+        _ => Ok(None),
+    }
+}
