@@ -193,7 +193,7 @@ impl Dispatcher {
             let round = match self.deliver_once().await {
                 Ok(round) => round,
                 Err(error) => {
-                    tracing::warn!(%error, "webhook dispatcher pass failed");
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "webhook dispatcher pass failed");
                     DeliveryRound::default()
                 }
             };

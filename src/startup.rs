@@ -101,7 +101,9 @@ impl Backends {
             Ok(None) => tracing::info!(
                 "Redis does not allow CONFIG GET; eviction policy and AOF not checked"
             ),
-            Err(error) => tracing::warn!(%error, "could not check the Redis configuration"),
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "could not check the Redis configuration")
+            }
         }
     }
 
@@ -276,7 +278,7 @@ fn serve_metrics(
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await;
         if let Err(error) = stopped {
-            tracing::error!(%error, "the metrics listener failed");
+            tracing::error!(error = %crate::telemetry::Chain(&error), "the metrics listener failed");
         }
     })
 }

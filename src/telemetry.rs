@@ -287,18 +287,51 @@ async fn timed<F: std::future::Future>(
     output
 }
 
-/// An error with its causes, `outer: cause: root cause`, for log lines: an error's own message
-/// never repeats its source's, so the chain is where the whole story is.
+/// An error with its causes, `outer: cause: root cause`, for log lines. A cause whose text the
+/// line already ends with is not written again: ours (`postgres: {0}`) and many libraries'
+/// errors repeat their source's message in their own.
 pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut line = self.0.to_string();
         let mut source = self.0.source();
         while let Some(cause) = source {
-            write!(f, ": {cause}")?;
+            let text = cause.to_string();
+            if !line.ends_with(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
             source = cause.source();
         }
-        Ok(())
+        f.write_str(&line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("disk full")]
+    struct Root;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("write failed")]
+    struct Quiet(#[source] Root);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("postgres: {0}")]
+    struct Repeats(#[from] Quiet);
+
+    #[test]
+    fn chain_writes_each_cause_once() {
+        assert_eq!(Chain(&Quiet(Root)).to_string(), "write failed: disk full");
+        // The outer message already ends with its source's: only the deeper cause is added.
+        assert_eq!(
+            Chain(&Repeats(Quiet(Root))).to_string(),
+            "postgres: write failed: disk full"
+        );
+        assert_eq!(Chain(&Root).to_string(), "disk full");
     }
 }

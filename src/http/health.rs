@@ -80,12 +80,16 @@ pub(super) async fn render_metrics(
                     .set(depth.lag_ms as f64 / 1000.0);
             }
         }
-        Ok(Err(error)) => tracing::warn!(%error, "queue depth unavailable for the scrape"),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "queue depth unavailable for the scrape")
+        }
         Err(_) => tracing::warn!("queue depth timed out for the scrape"),
     }
     match tokio::time::timeout(timeout, store.outbox_backlog()).await {
         Ok(Ok(backlog)) => metrics::gauge!(names::OUTBOX_BACKLOG).set(backlog as f64),
-        Ok(Err(error)) => tracing::warn!(%error, "outbox backlog unavailable for the scrape"),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "outbox backlog unavailable for the scrape")
+        }
         Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
     }
     // The reversal rate comes from Postgres, so it survives restarts and is the same on every
@@ -108,7 +112,9 @@ pub(super) async fn render_metrics(
                 metrics::gauge!(names::REVERSAL_RATE_24H, "rule" => rule).set(counts.rate());
             }
         }
-        Ok(Err(error)) => tracing::warn!(%error, "reversal rate unavailable for the scrape"),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "reversal rate unavailable for the scrape")
+        }
         Err(_) => tracing::warn!("reversal rate timed out for the scrape"),
     }
     (

@@ -208,7 +208,7 @@ pub async fn reverse(
             .schedule(&[(author.clone(), crate::domain::Priority::Normal)])
             .await
         {
-            tracing::warn!(%error, %author, "could not schedule the author after a reversal");
+            tracing::warn!(error = %crate::telemetry::Chain(&error), %author, "could not schedule the author after a reversal");
         }
     }
     Ok(Json(json!(reversal)))

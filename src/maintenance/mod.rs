@@ -7,7 +7,7 @@ mod reaper;
 mod retention;
 mod sweeper;
 
-use std::{fmt::Display, future::Future, time::Duration};
+use std::{future::Future, time::Duration};
 
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +74,7 @@ impl Maintenance {
 /// and the next one runs on time.
 async fn every<T, E, F, Fut>(period: Duration, shutdown: &CancellationToken, what: &str, pass: F)
 where
-    E: Display,
+    E: std::error::Error + 'static,
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
@@ -85,7 +85,7 @@ where
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {
                 if let Err(error) = pass().await {
-                    tracing::warn!(%error, "{what} failed");
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "{what} failed");
                 }
             }
         }

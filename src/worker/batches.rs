@@ -161,7 +161,7 @@ async fn read_snapshots(
                 }
             }
             Err(error) if members.len() > 1 && !error.is_unavailable() => {
-                tracing::warn!(%error, entities = members.len(), "snapshot batch failed; reading one by one");
+                tracing::warn!(error = %crate::telemetry::Chain(&error), entities = members.len(), "snapshot batch failed; reading one by one");
                 let requests = &requests;
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [requests[i].entity.as_str()];
@@ -225,7 +225,7 @@ async fn record_completions(
             }
         }
         Err(error) if first.len() > 1 && !error.is_unavailable() => {
-            tracing::warn!(%error, entities = first.len(), "completion batch failed; recording one by one");
+            tracing::warn!(error = %crate::telemetry::Chain(&error), entities = first.len(), "completion batch failed; recording one by one");
             one_by_one.extend(first);
         }
         Err(error) => share_error(error, &first, &mut answers),

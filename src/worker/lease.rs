@@ -79,7 +79,9 @@ pub(super) fn renew_while_running(
                     lost.store(true, Ordering::Relaxed);
                     return;
                 }
-                Err(error) => tracing::warn!(%error, "lease renewal failed; will try again"),
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "lease renewal failed; will try again")
+                }
             }
         }
     }))

@@ -150,7 +150,7 @@ impl Worker {
                 // Keep what other shards gave: dropping it would strand those claims until
                 // their leases expire.
                 Err(error) if !round.claims.is_empty() => {
-                    tracing::warn!(%error, shard, "claim failed on one shard");
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), shard, "claim failed on one shard");
                     return Ok(round);
                 }
                 Err(error) => return Err(error),
@@ -257,7 +257,7 @@ impl Worker {
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(%error, "claim failed; backing off");
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed; backing off");
                         backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
                         sleep_for = self.jittered(backoff);
                     }

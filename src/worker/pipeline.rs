@@ -155,7 +155,9 @@ impl Worker {
                     Ok(_) => released = true,
                     // Not acked: the lease expires and the entity is evaluated again, which
                     // the dedup key and version fence make harmless.
-                    Err(error) => tracing::warn!(%error, "ack failed"),
+                    Err(error) => {
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "ack failed")
+                    }
                 }
                 Outcome::Done(completion)
             }
@@ -182,7 +184,7 @@ impl Worker {
             // claiming pauses until Postgres answers again.
             Err(EvaluationError::Store(error)) if error.is_unavailable() => {
                 if !self.breaker_open() {
-                    tracing::warn!(%error, "Postgres unreachable; pausing claims");
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "Postgres unreachable; pausing claims");
                 }
                 self.breaker.trip(self.settings.poll_interval);
                 self.give_back(claim, error.to_string()).await
@@ -193,7 +195,7 @@ impl Worker {
             tracing::warn!("lease or lock was lost during the evaluation");
         }
         if !released && let Err(error) = self.queue.unlock(claim).await {
-            tracing::warn!(%error, "unlock failed; the lock expires with its lease");
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "unlock failed; the lock expires with its lease");
         }
         outcome
     }
@@ -213,7 +215,7 @@ impl Worker {
             .retry(claim, self.jittered(self.settings.retry_delay))
             .await
         {
-            tracing::warn!(%error, "re-scheduling failed; the lease expires and the reaper returns it");
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "re-scheduling failed; the lease expires and the reaper returns it");
         }
         Outcome::Retry(reason)
     }
@@ -302,7 +304,7 @@ impl Worker {
                 .schedule(&[(author.clone(), Priority::Normal)])
                 .await
             {
-                tracing::warn!(%error, %author, "could not schedule the author; the sweep will");
+                tracing::warn!(error = %crate::telemetry::Chain(&error), %author, "could not schedule the author; the sweep will");
             }
         }
         if let (Some(d), Some(key), Completion::Applied { .. } | Completion::AlreadyApplied) =
@@ -314,7 +316,7 @@ impl Worker {
                 tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
             }
             if let Err(error) = self.queue.remember_applied_action(&claim.entity, key).await {
-                tracing::debug!(%error, "could not cache the applied action");
+                tracing::debug!(error = %crate::telemetry::Chain(&error), "could not cache the applied action");
             }
         }
         Ok(completion)
