@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench ceilings check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench ceilings soak check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -52,6 +52,10 @@ bench:
 ## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
 ceilings:
 	@eval "$$(scripts/services.sh)" && scripts/ceilings.sh
+
+## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
+soak:
+	@eval "$$(scripts/services.sh)" && scripts/soak.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build

@@ -141,6 +141,7 @@ pub struct Application {
     address: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
     state: AppState,
+    connection_limits: http::server::ConnectionLimits,
     workers: Option<(Worker, Maintenance)>,
 }
 
@@ -217,6 +218,10 @@ impl Application {
                 backend_timeout: settings.database.backend_timeout,
                 override_after_reversal: settings.moderation.override_after_reversal,
                 request_timeout: settings.http.request_timeout,
+                body_pace: http::body::BodyPace {
+                    min_rate: settings.http.body_min_rate,
+                    grace: settings.http.body_grace,
+                },
             }),
         });
         Ok(Self {
@@ -224,6 +229,10 @@ impl Application {
             address,
             metrics,
             state,
+            connection_limits: http::server::ConnectionLimits {
+                header_read_timeout: settings.http.header_read_timeout,
+                max_connections: settings.http.max_connections,
+            },
             workers: worker.map(|worker| (worker, backends.maintenance(settings))),
         })
     }
@@ -253,11 +262,13 @@ impl Application {
             );
             serve_metrics(listener, router, shutdown.clone())
         });
-        let signal = shutdown.clone();
-        axum::serve(self.listener, http::router(self.state))
-            .with_graceful_shutdown(async move { signal.cancelled().await })
-            .await
-            .context("the HTTP server failed")?;
+        http::server::serve(
+            self.listener,
+            http::router(self.state),
+            self.connection_limits,
+            shutdown.clone(),
+        )
+        .await;
         if let Some(workers) = workers {
             workers.await.context("the worker loop panicked")?;
         }

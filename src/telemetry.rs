@@ -52,6 +52,7 @@ pub mod names {
     pub const MAX_WAIT_SECONDS: &str = "quiesce_max_wait_seconds";
     pub const HTTP_REQUESTS: &str = "quiesce_http_requests_total";
     pub const HTTP_SECONDS: &str = "quiesce_http_request_duration_seconds";
+    pub const HTTP_CONNECTIONS: &str = "quiesce_http_connections";
 }
 
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.
@@ -66,7 +67,27 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
     };
 }
 
-/// The process-wide Prometheus recorder (installed on first use).
+/// How often the recorder folds recorded histogram samples into its buckets.
+const UPKEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Without upkeep, every histogram sample waits in memory for the next scrape, and a process
+/// nobody scrapes (Prometheus down, `metrics_listen = off`) grows by each one. The thread lives
+/// as long as the process, as the recorder does; it holds nothing a shutdown must release.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_PERIOD);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "could not start the metrics upkeep; memory grows until scraped");
+    }
+}
+
+/// The process-wide Prometheus recorder (installed on first use), with its upkeep running.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -105,6 +126,7 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .install_recorder()
                 .expect("the metrics recorder is installed once");
             describe();
+            spawn_upkeep(handle.clone());
             handle
         })
         .clone()
@@ -219,6 +241,10 @@ fn describe() {
         names::HTTP_SECONDS,
         Unit::Seconds,
         "HTTP request duration by route template."
+    );
+    describe_gauge!(
+        names::HTTP_CONNECTIONS,
+        "Open connections to the API listener (at most max_connections)."
     );
 }
 

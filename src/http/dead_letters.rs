@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use axum::{
     Json,
     body::Bytes,
-    extract::{Path, Query, State},
+    extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
 };
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     error::ApiError,
-    params::{bad_query, parse_entity, unknown_parameters},
+    params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
 use crate::queue::{DeadLetterCursor, QueueError};
 
@@ -97,8 +97,9 @@ pub async fn list(
 )]
 pub async fn redrive_one(
     State(state): State<AppState>,
-    Path(raw): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
     let redriven = state
         .queue

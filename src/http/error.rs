@@ -15,6 +15,9 @@ use serde::Serialize;
 
 use crate::{store::StoreError, telemetry::Chain};
 
+/// The longest `field` an error names, in characters (then `…`).
+pub const MAX_FIELD_CHARS: usize = 64;
+
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
 
@@ -60,8 +63,15 @@ impl ApiError {
         self
     }
 
+    /// Names the field at fault. A name that came from the client (an unknown field, say) is
+    /// cut to [`MAX_FIELD_CHARS`] characters, so the answer never grows with the request.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
-        self.body.field = Some(field.into());
+        let mut field = field.into();
+        if let Some((cut, _)) = field.char_indices().nth(MAX_FIELD_CHARS) {
+            field.truncate(cut);
+            field.push('…');
+        }
+        self.body.field = Some(field);
         self
     }
 

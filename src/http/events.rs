@@ -5,14 +5,21 @@
 
 use axum::{
     Extension, Json,
-    body::Bytes,
-    extract::{Path, State, rejection::BytesRejection},
+    body::{Body, Bytes},
+    extract::{Path, State, rejection::PathRejection},
     http::{HeaderMap, StatusCode, header},
 };
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{AppState, auth::Caller, error::ApiError, limits::RateKey};
+use super::{
+    AppState,
+    auth::Caller,
+    body::read_body,
+    error::ApiError,
+    limits::{RateKey, take_ingest_slot},
+    params::path_param,
+};
 use crate::{
     domain::{Event, EventBody, FieldError},
     ingest::{IngestError, IngestOutcome},
@@ -48,7 +55,7 @@ pub async fn post_events(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     let client = caller.map_or_else(|| "default".to_owned(), |Extension(c)| c.client);
     let signing = (!state.inbound.is_empty()).then_some(&*state.inbound);
@@ -83,10 +90,11 @@ pub async fn post_events(
 )]
 pub async fn post_source_events(
     State(state): State<AppState>,
-    Path(source): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
+    let source = counted(path_param(path, "source"))?;
     let Some(secrets) = state.sources.get(&source) else {
         return counted(Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -107,6 +115,14 @@ pub async fn post_source_events(
     )
 }
 
+pub(super) fn too_large(body_limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("the body is larger than {body_limit} bytes"),
+    )
+}
+
 fn counted<T>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     if let Err(error) = &result
         && error.status.is_client_error()
@@ -116,12 +132,13 @@ fn counted<T>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     result
 }
 
-/// The checks in order of cost: media type, size, signature on the raw bytes, parsing, the
-/// sender's rate; then the commit.
+/// The checks in order of cost: media type, declared size, an ingest slot (the sender is known by
+/// now: its token was checked, or its source exists), the body within its size and pace, the
+/// signature on the raw bytes, parsing, the sender's rate; then the commit.
 async fn accept(
     state: &AppState,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
     signing: Option<&super::signature::InboundSecrets>,
     rate_key: RateKey<'_>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
@@ -132,17 +149,16 @@ async fn accept(
             "send the events as Content-Type: application/json",
         ));
     }
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("the body is larger than {} bytes", state.limits.body_limit),
-            )
-        } else {
-            ApiError::bad_request("unreadable_body", rejection.body_text())
-        }
-    })?;
+    let limits = &state.limits;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limits.body_limit as u64) {
+        return Err(too_large(limits.body_limit));
+    }
+    let _slot = take_ingest_slot(state)?;
+    let body: Bytes = read_body(body, limits.body_limit, limits.body_pace).await?;
     // Signatures are checked on the raw bytes, after the size limit and before any parsing.
     if let Some(secrets) = signing {
         secrets

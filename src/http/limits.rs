@@ -111,23 +111,21 @@ impl RateLimits {
 /// Ingest requests in progress; at the cap, more are refused at once instead of queueing.
 pub type IngestSlots = Arc<Semaphore>;
 
-/// Route middleware for the ingest routes: holds a slot for the whole request.
-pub async fn cap_concurrent_ingest(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Ok(_slot) = Arc::clone(&state.ingest_slots).try_acquire_owned() else {
-        metrics::counter!(names::EVENTS_REJECTED, "reason" => "overloaded").increment(1);
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "too many ingest requests at once; retry shortly",
-        )
-        .with_retry_after(1)
-        .into_response();
-    };
-    next.run(request).await
+/// An ingest slot, held for the rest of the request; at the cap, the request is refused at once.
+/// Taken by the handler once the sender is known, so requests nobody has authenticated yet
+/// never hold one.
+pub fn take_ingest_slot(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    Arc::clone(&state.ingest_slots)
+        .try_acquire_owned()
+        .map_err(|_| {
+            metrics::counter!(names::EVENTS_REJECTED, "reason" => "overloaded").increment(1);
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "too many ingest requests at once; retry shortly",
+            )
+            .with_retry_after(1)
+        })
 }
 
 /// Answers 408 when a request (its body upload included) takes longer than the limit. An ingest

@@ -3,6 +3,7 @@
 //! served on a listener of their own ([`metrics_router`]).
 
 pub mod auth;
+pub mod body;
 mod dead_letters;
 mod error;
 mod events;
@@ -14,6 +15,7 @@ mod params;
 mod read;
 mod rules;
 pub mod schemas;
+pub mod server;
 pub mod signature;
 
 use std::{collections::HashMap, sync::Arc, time::Instant};
@@ -40,6 +42,8 @@ pub struct Limits {
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
     pub request_timeout: std::time::Duration,
+    /// The slowest ingest body upload accepted.
+    pub body_pace: body::BodyPace,
 }
 
 /// What every handler shares. Axum clones the state for each request (and each layer that
@@ -79,13 +83,11 @@ pub struct Shared {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.body_limit;
-    let ingest_cap =
-        || middleware::from_fn_with_state(state.clone(), limits::cap_concurrent_ingest);
     let api = Router::new()
-        .route("/v1/events", post(events::post_events).layer(ingest_cap()))
+        .route("/v1/events", post(events::post_events))
         .route(
             "/v1/sources/{source}/events",
-            post(events::post_source_events).layer(ingest_cap()),
+            post(events::post_source_events),
         )
         .route("/v1/entities/{entity}", get(read::get_entity))
         .route("/v1/actions", get(moderation::list_actions))

@@ -5,7 +5,7 @@ use std::{collections::HashMap, time::Duration};
 use axum::{
     Json,
     body::Bytes,
-    extract::{Path, Query, State},
+    extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
 };
 use chrono::{DateTime, Utc};
@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::{
     AppState,
     error::{ApiError, store_error},
-    params::{bad_query, parse_entity, unknown_parameters},
+    params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
 use crate::{domain::Status, store::ActionFilter};
 
@@ -185,9 +185,10 @@ fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a 
 )]
 pub async fn reverse(
     State(state): State<AppState>,
-    Path(raw): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = path_param(path, "id")?;
     let id: i64 = raw.parse().map_err(|_| {
         ApiError::bad_request("invalid_id", "an action id is a whole number").with_field("id")
     })?;
@@ -235,9 +236,10 @@ pub async fn reverse(
 )]
 pub async fn override_entity(
     State(state): State<AppState>,
-    Path(raw): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
     let object = json_object(&body, &["moderator", "status", "until", "reason"])?;
     let moderator = required_text(&object, "moderator")?;

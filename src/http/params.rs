@@ -1,5 +1,7 @@
 //! Reading a request's path and query: entity ids, and query parameters a route does not take.
 
+use axum::extract::{Path, rejection::PathRejection};
+
 use super::error::ApiError;
 use crate::domain::EntityId;
 
@@ -24,4 +26,19 @@ pub(super) fn unknown_parameters(
 pub(super) fn parse_entity(raw: &str) -> Result<EntityId, ApiError> {
     EntityId::parse(raw)
         .map_err(|e| ApiError::bad_request("invalid_entity", e.0).with_field("entity"))
+}
+
+/// A route's one path parameter, or the API's JSON error naming it when the path does not decode
+/// (a bad percent-encoding such as `%FF`), instead of axum's plain-text answer.
+pub(super) fn path_param(
+    path: Result<Path<String>, PathRejection>,
+    name: &str,
+) -> Result<String, ApiError> {
+    path.map(|Path(value)| value).map_err(|_| {
+        ApiError::bad_request(
+            "invalid_path",
+            format!("the {name} in the path is not valid percent-encoded UTF-8"),
+        )
+        .with_field(name)
+    })
 }

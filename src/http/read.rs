@@ -2,7 +2,7 @@
 
 use axum::{
     Json,
-    extract::{Path, State},
+    extract::{Path, State, rejection::PathRejection},
 };
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     error::{ApiError, store_error},
-    params::parse_entity,
+    params::{parse_entity, path_param},
 };
 
 fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
@@ -35,8 +35,9 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
 )]
 pub async fn get_entity(
     State(state): State<AppState>,
-    Path(raw): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
     let record = state
         .store

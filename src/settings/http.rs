@@ -25,6 +25,22 @@ section! {
         /// than backend_timeout.
         request_timeout: Duration = Duration::from_secs(30), check nonzero;
         /// Ingest requests handled at once per process; more are answered 503 with Retry-After.
+        /// A slot is taken once the sender is known (token checked, or the named source
+        /// exists) and the declared size fits body_limit, before the body is read.
         max_concurrent_ingest: usize = 512, check nonzero;
+        /// Longest wait for a request's line and headers, counted from when the connection
+        /// waits for one (a new connection, or a kept-alive one after its last response, so
+        /// also how long a connection may stay idle); past it the connection is closed.
+        header_read_timeout: Duration = Duration::from_secs(10), check nonzero;
+        /// Open connections to the API at once per process; more wait in the listen backlog
+        /// until one closes.
+        max_connections: usize = 4096, check nonzero;
+        /// Slowest body upload accepted, in bytes per second, after body_grace: a body that
+        /// falls behind it is answered 408 at once, well before request_timeout.
+        #[value_name = "BYTES"]
+        body_min_rate: u32 = 4096, check nonzero;
+        /// Time a body upload gets before body_min_rate applies (connection set-up, a slow
+        /// start).
+        body_grace: Duration = Duration::from_secs(5), check nonzero;
     }
 }

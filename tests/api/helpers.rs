@@ -70,6 +70,10 @@ pub struct TestOptions {
     pub rate_burst: u32,
     pub request_timeout: Duration,
     pub max_concurrent_ingest: usize,
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    pub body_min_rate: u32,
+    pub body_grace: Duration,
 }
 
 impl Default for TestOptions {
@@ -102,6 +106,10 @@ impl Default for TestOptions {
             rate_burst: 1_000_000,
             request_timeout: Duration::from_secs(30),
             max_concurrent_ingest: quiesce::settings::Http::default().max_concurrent_ingest,
+            header_read_timeout: quiesce::settings::Http::default().header_read_timeout,
+            max_connections: quiesce::settings::Http::default().max_connections,
+            body_min_rate: quiesce::settings::Http::default().body_min_rate,
+            body_grace: quiesce::settings::Http::default().body_grace,
         }
     }
 }
@@ -207,6 +215,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     http.rate_burst = options.rate_burst;
     http.request_timeout = options.request_timeout;
     http.max_concurrent_ingest = options.max_concurrent_ingest;
+    http.header_read_timeout = options.header_read_timeout;
+    http.max_connections = options.max_connections;
+    http.body_min_rate = options.body_min_rate;
+    http.body_grace = options.body_grace;
     http.body_limit = options.body_limit;
     http.max_batch = options.max_batch;
     settings.telemetry.metrics_listen = Some("127.0.0.1:0".parse().unwrap());

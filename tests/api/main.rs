@@ -14,6 +14,7 @@ mod concurrency;
 mod crash;
 mod dead_letters;
 mod debounce;
+mod edge;
 mod ingest;
 mod limits;
 mod loadgen;

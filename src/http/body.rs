@@ -1,0 +1,92 @@
+//! Reading an ingest body within its size and its pace: a sender that trickles a body (one byte,
+//! then nothing) is cut off with 408 after a short grace instead of holding its slot for the whole
+//! request_timeout.
+
+use std::time::Duration;
+
+use axum::{
+    body::{Body, Bytes},
+    http::StatusCode,
+};
+use http_body_util::BodyExt;
+use tokio::time::Instant;
+
+use super::{error::ApiError, events::too_large};
+
+/// The slowest upload accepted: `min_rate` bytes per second on average, after `grace`.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyPace {
+    pub min_rate: u32,
+    pub grace: Duration,
+}
+
+impl BodyPace {
+    /// By when `bytes` must have arrived.
+    fn deadline(&self, started: Instant, bytes: usize) -> Instant {
+        started + self.grace + Duration::from_secs_f64(bytes as f64 / f64::from(self.min_rate))
+    }
+
+    fn too_slow(&self) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the body arrived slower than {} bytes/s after the first {}; send it at once",
+                self.min_rate,
+                humantime::format_duration(self.grace)
+            ),
+        )
+    }
+}
+
+/// The whole body, at most `limit` bytes, each next byte arriving by the pace's deadline.
+pub async fn read_body(mut body: Body, limit: usize, pace: BodyPace) -> Result<Bytes, ApiError> {
+    let started = Instant::now();
+    // Most bodies come in one frame: it is returned as it is, without a copy.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut received = 0;
+    loop {
+        let deadline = pace.deadline(started, received + 1);
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(pace.too_slow()),
+            Ok(None) => break,
+            Ok(Some(Err(error))) => {
+                return Err(ApiError::bad_request(
+                    "unreadable_body",
+                    format!("the body could not be read: {error}"),
+                ));
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            received += data.len();
+            if received > limit {
+                return Err(too_large(limit));
+            }
+            if !data.is_empty() {
+                chunks.push(data);
+            }
+        }
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => Bytes::from(chunks.concat()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_grows_with_what_has_arrived() {
+        let pace = BodyPace {
+            min_rate: 1000,
+            grace: Duration::from_secs(5),
+        };
+        let start = Instant::now();
+        assert_eq!(pace.deadline(start, 1) - start, Duration::from_millis(5001));
+        assert_eq!(pace.deadline(start, 2000) - start, Duration::from_secs(7));
+    }
+}

@@ -1,0 +1,83 @@
+//! The API's listener. Connections are served by hyper directly (not `axum::serve`) so that a
+//! client that is slow to send a request, or that keeps a connection open doing nothing, is cut
+//! off, and so that the open connections are capped.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::names;
+
+/// What one connection may take.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Longest wait for a request's line and headers, from the moment the connection waits for
+    /// one: a new connection, or a kept-alive one after its last response. Past it the
+    /// connection is closed; this is also how long a kept-alive connection may stay idle.
+    pub header_read_timeout: Duration,
+    /// Open connections at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` until `shutdown`: then stops accepting and waits for the
+/// requests in progress to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    // HTTP/1.1, as before (the API never spoke HTTP/2). The header timer starts as soon as the
+    // connection waits for a request, so it also bounds a connection that sends nothing.
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    loop {
+        // A slot first: at the cap, connections queue in the kernel's backlog, not here.
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::warn!(%error, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        metrics::gauge!(names::HTTP_CONNECTIONS).increment(1.0);
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // An error here is the client's doing (a timeout, a reset, a malformed request):
+            // hyper has answered what it could.
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection closed");
+            }
+            metrics::gauge!(names::HTTP_CONNECTIONS).decrement(1.0);
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}

@@ -1,0 +1,282 @@
+//! The HTTP edge against slow and hostile clients: requests nobody has authenticated hold no
+//! ingest slot, a body above the limit is refused from its declared length, a trickled body is
+//! cut off at the pace floor, connections that send nothing (or too little, or stay idle) are
+//! closed, open connections are capped, and malformed paths and field names get the JSON error.
+
+use std::time::Duration;
+
+use quiesce::credentials::{ApiToken, Role};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+use crate::helpers::{SHOP_SECRET, TestApp, TestOptions, event, source, spawn_app};
+
+fn address(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_owned()
+}
+
+/// Sends a request head (and `body`) and leaves the connection open.
+async fn send_head(app: &TestApp, head: &str, body: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(address(app)).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    stream.flush().await.unwrap();
+    stream
+}
+
+/// The status of the first answer on the connection, within a deadline.
+async fn answer_status(stream: &mut TcpStream, deadline: Duration) -> Option<u16> {
+    let mut buffer = vec![0u8; 4096];
+    let n = tokio::time::timeout(deadline, stream.read(&mut buffer))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&buffer[..n])
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+}
+
+/// Whether the server closes the connection within the deadline (reading what it sends).
+async fn closed_by_server(stream: &mut TcpStream, deadline: Duration) -> bool {
+    let mut buffer = vec![0u8; 4096];
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        match tokio::time::timeout_at(until, stream.read(&mut buffer)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+fn stalled_head(address: &str, path: &str, extra: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\n{extra}content-length: 1000\r\n\r\n"
+    )
+}
+
+#[tokio::test]
+async fn unauthenticated_uploads_hold_no_ingest_slot() {
+    let app = spawn_app(TestOptions {
+        api_tokens: vec![ApiToken::spec_for(
+            Role::Ingest,
+            crate::secrets::TOKEN_INGEST_A,
+        )],
+        sources: vec![source("shop", &[SHOP_SECRET])],
+        max_concurrent_ingest: 4,
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    // Twice the cap of uploads that stall after one byte: to a source that does not exist, and
+    // to /v1/events without a token. Each is answered at once, before its body.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let head = stalled_head(&at, "/v1/sources/nosuch/events", "");
+        stalled.push(send_head(&app, &head, b"[").await);
+        let head = stalled_head(&at, "/v1/events", "");
+        stalled.push(send_head(&app, &head, b"[").await);
+    }
+    let mut statuses = Vec::new();
+    for stream in &mut stalled {
+        statuses.push(answer_status(stream, Duration::from_secs(10)).await);
+    }
+    assert_eq!(
+        statuses,
+        [Some(404), Some(401)].repeat(4),
+        "refused before the body, not held"
+    );
+    // An authenticated sender still gets every slot.
+    for i in 0..4 {
+        let response = app
+            .client
+            .post(format!("{}/v1/events", app.base))
+            .bearer_auth(crate::secrets::TOKEN_INGEST_A)
+            .json(&event(&format!("ok-{i}"), "post:edge", "flag"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
+    }
+    drop(stalled);
+}
+
+#[tokio::test]
+async fn a_declared_body_above_the_limit_is_refused_before_it_is_sent() {
+    let app = spawn_app(TestOptions {
+        body_limit: 1000,
+        // Neither the request timeout nor the pace floor could answer within the deadline.
+        request_timeout: Duration::from_secs(120),
+        body_grace: Duration::from_secs(60),
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: {at}\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n"
+    );
+    let mut stream = send_head(&app, &head, b"").await;
+    assert_eq!(
+        answer_status(&mut stream, Duration::from_secs(10)).await,
+        Some(413)
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_at_the_pace_floor() {
+    let app = spawn_app(TestOptions {
+        // The whole-request timeout is far away: only the floor can answer in time.
+        request_timeout: Duration::from_secs(120),
+        body_grace: Duration::from_millis(300),
+        body_min_rate: 1000,
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    let mut stream = send_head(&app, &stalled_head(&at, "/v1/events", ""), b"[").await;
+    assert_eq!(
+        answer_status(&mut stream, Duration::from_secs(10)).await,
+        Some(408)
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    // A body that comes at once is unaffected.
+    app.send(&event("pace-1", "post:pace", "flag")).await;
+}
+
+#[tokio::test]
+async fn connections_that_send_too_little_are_closed() {
+    let app = spawn_app(TestOptions {
+        header_read_timeout: Duration::from_millis(500),
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    // Nothing at all.
+    let mut silent = TcpStream::connect(&at).await.unwrap();
+    // Half a request line.
+    let mut half = send_head(&app, "POST /v1/ev", b"").await;
+    assert!(closed_by_server(&mut silent, Duration::from_secs(10)).await);
+    assert!(closed_by_server(&mut half, Duration::from_secs(10)).await);
+
+    // Header lines trickled one at a time, each well inside the timeout, never finishing.
+    let trickle = send_head(
+        &app,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n"),
+        b"",
+    )
+    .await;
+    let (mut reader, mut writer) = trickle.into_split();
+    let server_closed = async {
+        let mut buffer = [0u8; 256];
+        loop {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    let send_lines = async {
+        for i in 0..200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let line = format!("x-trickle-{i}: 1\r\n");
+            if writer.write_all(line.as_bytes()).await.is_err() {
+                // Refused: the server has closed; the reader sees it too.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    // 200 lines take 20 s; the reader must finish first, when the server closes.
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            () = server_closed => true,
+            () = send_lines => false,
+        }
+    })
+    .await;
+    assert_eq!(closed, Ok(true), "the trickling connection was closed");
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let app = spawn_app(TestOptions {
+        header_read_timeout: Duration::from_millis(500),
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    let mut stream = send_head(
+        &app,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n\r\n"),
+        b"",
+    )
+    .await;
+    assert_eq!(
+        answer_status(&mut stream, Duration::from_secs(10)).await,
+        Some(200)
+    );
+    // Kept alive after the answer, then nothing more is sent.
+    assert!(closed_by_server(&mut stream, Duration::from_secs(10)).await);
+}
+
+#[tokio::test]
+async fn open_connections_are_capped() {
+    let app = spawn_app(TestOptions {
+        max_connections: 2,
+        header_read_timeout: Duration::from_secs(60),
+        ..TestOptions::idle()
+    })
+    .await;
+    let at = address(&app);
+    let first = TcpStream::connect(&at).await.unwrap();
+    let _second = TcpStream::connect(&at).await.unwrap();
+    // The third connection is accepted by the kernel but not served while two are open.
+    let mut third = send_head(
+        &app,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n\r\n"),
+        b"",
+    )
+    .await;
+    assert_eq!(
+        answer_status(&mut third, Duration::from_secs(1)).await,
+        None
+    );
+    drop(first);
+    assert_eq!(
+        answer_status(&mut third, Duration::from_secs(10)).await,
+        Some(200)
+    );
+}
+
+#[tokio::test]
+async fn a_path_that_does_not_decode_gets_the_json_error() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let response = app
+        .client
+        .get(format!("{}/v1/entities/post:%FF", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_path");
+    assert_eq!(body["error"]["field"], "entity");
+}
+
+#[tokio::test]
+async fn an_unknown_field_is_named_within_a_bound() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let long_name = "f".repeat(10_000);
+    let mut body = event("long-1", "post:long", "flag");
+    body[&long_name] = json!(1);
+    let response = app.post_events(&body).await;
+    assert_eq!(response.status(), 422);
+    let body: Value = response.json().await.unwrap();
+    let field = body["error"]["field"].as_str().unwrap();
+    assert!(field.starts_with("fff"), "{field}");
+    assert!(field.chars().count() <= 65, "{} characters", field.len());
+}
