@@ -20,6 +20,8 @@ pub enum SignatureError {
     MissingHeader(&'static str),
     #[error("the {0} header is malformed")]
     Malformed(&'static str),
+    #[error("the {0} header is empty")]
+    Empty(&'static str),
     #[error("the webhook-timestamp is {0} seconds away from now, more than the tolerance")]
     OutsideTolerance(i64),
     #[error("no signature matches")]
@@ -76,16 +78,33 @@ impl InboundSecrets {
                 .map_err(|_| SignatureError::Malformed(name))
         };
         let id = header("webhook-id")?;
+        // As the reference libraries do: an empty message id is no id.
+        if id.is_empty() {
+            return Err(SignatureError::Empty("webhook-id"));
+        }
         let timestamp: i64 = header("webhook-timestamp")?
             .parse()
             .map_err(|_| SignatureError::Malformed("webhook-timestamp"))?;
-        let signatures = header("webhook-signature")?;
+        // Every webhook-signature line counts (a header sent twice is one list, RFC 9110
+        // section 5.3), each a space-separated list of signatures.
+        let mut lines = Vec::new();
+        for value in headers.get_all("webhook-signature") {
+            lines.push(
+                value
+                    .to_str()
+                    .map_err(|_| SignatureError::Malformed("webhook-signature"))?,
+            );
+        }
+        if lines.is_empty() {
+            return Err(SignatureError::MissingHeader("webhook-signature"));
+        }
         let skew = now - timestamp;
         if skew.unsigned_abs() > self.tolerance.as_secs() {
             return Err(SignatureError::OutsideTolerance(skew));
         }
-        let candidates: Vec<Vec<u8>> = signatures
-            .split(' ')
+        let candidates: Vec<Vec<u8>> = lines
+            .iter()
+            .flat_map(|line| line.split(' '))
             .filter_map(|s| s.strip_prefix("v1,"))
             .filter_map(|s| STANDARD.decode(s).ok())
             .collect();
@@ -211,6 +230,40 @@ mod tests {
         );
         let both = format!("v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= {SIG}");
         assert_eq!(s.verify(&standard(&both, TS), BODY, TS), Ok(()));
+    }
+
+    #[test]
+    fn every_webhook_signature_line_is_considered() {
+        let s = secrets();
+        let mut headers = standard("v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", TS);
+        assert_eq!(s.verify(&headers, BODY, TS), Err(SignatureError::Mismatch));
+        headers.append("webhook-signature", HeaderValue::from_static(SIG));
+        assert_eq!(s.verify(&headers, BODY, TS), Ok(()));
+        // In either order.
+        let mut headers = standard(SIG, TS);
+        headers.append("webhook-signature", HeaderValue::from_static("v1,AAAA"));
+        assert_eq!(s.verify(&headers, BODY, TS), Ok(()));
+    }
+
+    #[test]
+    fn an_empty_webhook_id_is_refused() {
+        let s = secrets();
+        let mut headers = standard(SIG, TS);
+        headers.insert("webhook-id", HeaderValue::from_static(""));
+        assert_eq!(
+            s.verify(&headers, BODY, TS),
+            Err(SignatureError::Empty("webhook-id"))
+        );
+        // Even when the signature is right for the empty id.
+        let secret = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        headers.insert(
+            "webhook-signature",
+            HeaderValue::from_str(&secret.sign("", TS, BODY)).unwrap(),
+        );
+        assert_eq!(
+            s.verify(&headers, BODY, TS),
+            Err(SignatureError::Empty("webhook-id"))
+        );
     }
 
     #[test]

@@ -161,3 +161,56 @@ async fn secrets_set_in_the_environment_never_show_in_help_or_config_errors() {
         assert!(!output.contains("c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk"));
     }
 }
+
+#[tokio::test]
+async fn an_empty_webhook_id_is_refused_and_every_signature_line_counts() {
+    let app = spawn_app(TestOptions {
+        inbound_secrets: vec![NEW.to_owned()],
+        ..TestOptions::idle()
+    })
+    .await;
+    let secret = WebhookSecret::parse(NEW).unwrap();
+    let wrong = WebhookSecret::parse(crate::secrets::INBOUND_WRONG).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let post = |id: &'static str, body: &'static str, signatures: Vec<String>| {
+        let mut request = app
+            .client
+            .post(format!("{}/v1/events", app.base))
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", now.to_string())
+            .body(body);
+        // Each a header line of its own.
+        for signature in signatures {
+            request = request.header("webhook-signature", signature);
+        }
+        request.send()
+    };
+
+    // Signed correctly over the empty id, as the reference libraries refuse it.
+    let body = r#"{"id":"e1","entity":"post:1","type":"flag"}"#;
+    let refused = post("", body, vec![secret.sign("", now, body.as_bytes())])
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let error: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "invalid_signature");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("webhook-id"),
+        "{error}"
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+
+    // A valid signature in the second webhook-signature line.
+    let second = r#"{"id":"e2","entity":"post:1","type":"flag"}"#;
+    let lines = vec![
+        wrong.sign("msg_2", now, second.as_bytes()),
+        secret.sign("msg_2", now, second.as_bytes()),
+    ];
+    let response = post("msg_2", second, lines).await.unwrap();
+    assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+}
