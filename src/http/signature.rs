@@ -1,8 +1,12 @@
 //! Verification of signed inbound webhooks, on the raw body before any JSON parsing:
 //! Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`)
-//! and the GitHub style `X-Hub-Signature-256: sha256=<hex>`. Several secrets may be configured
-//! at once, so a secret can be rotated without downtime. Comparisons are constant time over the
-//! whole MAC (a truncated or empty signature never matches).
+//! and the GitHub style `X-Hub-Signature-256: sha256=<hex>` with `X-GitHub-Delivery`. Several
+//! secrets may be configured at once, so a secret can be rotated without downtime. Comparisons
+//! are constant time over the whole MAC (a truncated or empty signature never matches).
+//!
+//! The GitHub style signs the body alone, with no timestamp, so a captured request verifies
+//! forever: [`submit_once`] remembers every accepted GitHub-signed request (its delivery id and
+//! the SHA-256 of its body, per source, for good) and answers a replay as a duplicate.
 
 use std::time::Duration;
 
@@ -10,9 +14,23 @@ use axum::http::HeaderMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
-use crate::credentials::{WebhookSecret, decode_hex};
+use super::{AppState, limits::RateKey};
+use crate::{
+    credentials::{WebhookSecret, decode_hex},
+    domain::Event,
+    ingest::{IngestError, IngestOutcome},
+    telemetry::names,
+};
+
+/// The delivery id header GitHub sends with each delivery (a GUID); required on GitHub-signed
+/// requests.
+const DELIVERY: &str = "x-github-delivery";
+/// The longest delivery id taken (GitHub's are 36 characters).
+const MAX_DELIVERY_ID: usize = 128;
+/// What the deliveries table calls the secrets of `POST /v1/events` (no source name has a `/`).
+const EVENTS_ENDPOINT: &str = "/v1/events";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
@@ -57,8 +75,7 @@ impl InboundSecrets {
 
     /// Checks a request: the Standard Webhooks headers when present, else GitHub's.
     pub fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), SignatureError> {
-        if headers.contains_key("x-hub-signature-256") && !headers.contains_key("webhook-signature")
-        {
+        if is_github(headers) {
             return self.verify_github(headers, body);
         }
         self.verify_standard(headers, body, now)
@@ -125,6 +142,7 @@ impl InboundSecrets {
 
     fn verify_github(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
         const HEADER: &str = "x-hub-signature-256";
+        delivery_id(headers)?;
         let value = headers
             .get(HEADER)
             .and_then(|v| v.to_str().ok())
@@ -145,6 +163,81 @@ impl InboundSecrets {
             Err(SignatureError::Mismatch)
         }
     }
+}
+
+/// Whether a request is signed the GitHub way (what [`InboundSecrets::verify`] checks then).
+fn is_github(headers: &HeaderMap) -> bool {
+    headers.contains_key("x-hub-signature-256") && !headers.contains_key("webhook-signature")
+}
+
+/// The `X-GitHub-Delivery` id: present, not empty, visible ASCII, at most 128 characters.
+fn delivery_id(headers: &HeaderMap) -> Result<&str, SignatureError> {
+    let id = headers
+        .get(DELIVERY)
+        .ok_or(SignatureError::MissingHeader(DELIVERY))?
+        .to_str()
+        .map_err(|_| SignatureError::Malformed(DELIVERY))?;
+    if id.is_empty() {
+        return Err(SignatureError::Empty(DELIVERY));
+    }
+    if id.len() > MAX_DELIVERY_ID || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(SignatureError::Malformed(DELIVERY));
+    }
+    Ok(id)
+}
+
+/// Hands a verified request's events to the group committer, once per GitHub delivery.
+///
+/// A GitHub-signed request (`signing` configured and the request verified by it) whose
+/// delivery id or body its source accepted before is a replay: it is answered as a duplicate of
+/// every event in it and nothing is written or scheduled. Otherwise its events are submitted and
+/// the delivery is remembered only once they are durable and scheduled, so a request that
+/// fails (503) does not use up its delivery id and the sender's retry goes through. Two copies
+/// of a request racing each other both pass the check; the second then finds its event ids
+/// recorded by the first, as for any duplicate. A failure to remember an accepted delivery
+/// answers 503: the events are durable, and the retry is a duplicate that remembers it.
+pub async fn submit_once(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    signing: Option<&InboundSecrets>,
+    rate_key: RateKey<'_>,
+    events: Vec<Event>,
+) -> Result<IngestOutcome, IngestError> {
+    let delivery = match signing {
+        Some(_) if is_github(headers) => delivery_id(headers).ok(),
+        _ => None,
+    };
+    let Some(delivery) = delivery else {
+        return state.ingestor.submit(events).await;
+    };
+    let source = match rate_key {
+        RateKey::Source(name) => name,
+        RateKey::Client(_) => EVENTS_ENDPOINT,
+    };
+    let digest: [u8; 32] = Sha256::digest(body).into();
+    if state
+        .store
+        .github_delivery_seen(source, delivery, &digest)
+        .await?
+    {
+        tracing::debug!(
+            source,
+            delivery,
+            "a GitHub delivery seen before: a duplicate"
+        );
+        metrics::counter!(names::EVENTS_DUPLICATE).increment(events.len() as u64);
+        return Ok(IngestOutcome {
+            accepted: 0,
+            duplicates: events.len(),
+        });
+    }
+    let outcome = state.ingestor.submit(events).await?;
+    state
+        .store
+        .remember_github_delivery(source, delivery, &digest)
+        .await?;
+    Ok(outcome)
 }
 
 #[cfg(test)]
@@ -271,6 +364,10 @@ mod tests {
         let s = secrets();
         let mut headers = HeaderMap::new();
         headers.insert(
+            "x-github-delivery",
+            HeaderValue::from_static("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+        );
+        headers.insert(
             "x-hub-signature-256",
             HeaderValue::from_static(
                 "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
@@ -281,6 +378,29 @@ mod tests {
             s.verify(&headers, b"Hello, World?", 0),
             Err(SignatureError::Mismatch)
         );
+        // Without a delivery id, or with an empty or unusable one, even a valid signature fails.
+        let mut without = headers.clone();
+        without.remove("x-github-delivery");
+        assert_eq!(
+            s.verify(&without, b"Hello, World!", 0),
+            Err(SignatureError::MissingHeader("x-github-delivery"))
+        );
+        for (bad, error) in [
+            ("", SignatureError::Empty("x-github-delivery")),
+            ("a b", SignatureError::Malformed("x-github-delivery")),
+            (
+                &"a".repeat(129),
+                SignatureError::Malformed("x-github-delivery"),
+            ),
+        ] {
+            let mut headers = headers.clone();
+            headers.insert("x-github-delivery", HeaderValue::from_str(bad).unwrap());
+            assert_eq!(
+                s.verify(&headers, b"Hello, World!", 0),
+                Err(error),
+                "{bad:?}"
+            );
+        }
         headers.insert(
             "x-hub-signature-256",
             HeaderValue::from_static("sha256=7571"),
