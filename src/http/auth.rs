@@ -60,15 +60,13 @@ impl Auth {
         if !self.enforce {
             return Ok(None);
         }
-        let token = authorization
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "send an API token: Authorization: Bearer <token>",
-                )
-            })?;
+        let token = authorization.and_then(bearer_token).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send an API token: Authorization: Bearer <token>",
+            )
+        })?;
         let known = self.token_of(token.trim()).ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -94,6 +92,13 @@ impl Auth {
             ))
         }
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` value. The scheme name is case-insensitive
+/// (RFC 9110, section 11.1), so `bearer` and `BEARER` are read as `Bearer`.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// Who sent a request, once its token is checked; a request extension.
@@ -159,5 +164,30 @@ mod tests {
             required_role(&Method::POST, "/v1/rules/reload"),
             Some(Role::Admin)
         );
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        let spec = ApiToken::spec_for(Role::Ingest, "in-token");
+        let auth = Auth::new(vec![ApiToken::parse(&spec).unwrap()], true);
+        for value in [
+            "Bearer in-token",
+            "bearer in-token",
+            "BEARER in-token",
+            "bEaReR in-token",
+        ] {
+            let caller = auth.authorize(Some(value), Role::Ingest).unwrap();
+            assert_eq!(caller.map(|c| c.role), Some(Role::Ingest), "{value}");
+        }
+        for value in [
+            "Basic in-token",
+            "Bearerin-token",
+            "Bearer",
+            "in-token",
+            "Bearer wrong",
+        ] {
+            let error = auth.authorize(Some(value), Role::Ingest).unwrap_err();
+            assert_eq!(error.status, StatusCode::UNAUTHORIZED, "{value}");
+        }
     }
 }

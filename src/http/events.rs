@@ -173,7 +173,7 @@ async fn accept(
     }
     let events = parse_events(&body, state.limits.max_batch)?;
     state.rate_limits.check(rate_key, events.len())?;
-    match state.ingestor.submit(events).await {
+    match super::signature::submit_once(state, headers, &body, signing, rate_key, events).await {
         Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
         Err(
             error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_)),

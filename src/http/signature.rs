@@ -1,8 +1,12 @@
 //! Verification of signed inbound webhooks, on the raw body before any JSON parsing:
 //! Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`)
-//! and the GitHub style `X-Hub-Signature-256: sha256=<hex>`. Several secrets may be configured
-//! at once, so a secret can be rotated without downtime. Comparisons are constant time over the
-//! whole MAC (a truncated or empty signature never matches).
+//! and the GitHub style `X-Hub-Signature-256: sha256=<hex>` with `X-GitHub-Delivery`. Several
+//! secrets may be configured at once, so a secret can be rotated without downtime. Comparisons
+//! are constant time over the whole MAC (a truncated or empty signature never matches).
+//!
+//! The GitHub style signs the body alone, with no timestamp, so a captured request verifies
+//! forever: [`submit_once`] remembers every accepted GitHub-signed request (its delivery id and
+//! the SHA-256 of its body, per source, for good) and answers a replay as a duplicate.
 
 use std::time::Duration;
 
@@ -10,9 +14,23 @@ use axum::http::HeaderMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
-use crate::credentials::{WebhookSecret, decode_hex};
+use super::{AppState, limits::RateKey};
+use crate::{
+    credentials::{WebhookSecret, decode_hex},
+    domain::Event,
+    ingest::{IngestError, IngestOutcome},
+    telemetry::names,
+};
+
+/// The delivery id header GitHub sends with each delivery (a GUID); required on GitHub-signed
+/// requests.
+const DELIVERY: &str = "x-github-delivery";
+/// The longest delivery id taken (GitHub's are 36 characters).
+const MAX_DELIVERY_ID: usize = 128;
+/// What the deliveries table calls the secrets of `POST /v1/events` (no source name has a `/`).
+const EVENTS_ENDPOINT: &str = "/v1/events";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
@@ -20,6 +38,8 @@ pub enum SignatureError {
     MissingHeader(&'static str),
     #[error("the {0} header is malformed")]
     Malformed(&'static str),
+    #[error("the {0} header is empty")]
+    Empty(&'static str),
     #[error("the webhook-timestamp is {0} seconds away from now, more than the tolerance")]
     OutsideTolerance(i64),
     #[error("no signature matches")]
@@ -55,8 +75,7 @@ impl InboundSecrets {
 
     /// Checks a request: the Standard Webhooks headers when present, else GitHub's.
     pub fn verify(&self, headers: &HeaderMap, body: &[u8], now: i64) -> Result<(), SignatureError> {
-        if headers.contains_key("x-hub-signature-256") && !headers.contains_key("webhook-signature")
-        {
+        if is_github(headers) {
             return self.verify_github(headers, body);
         }
         self.verify_standard(headers, body, now)
@@ -76,16 +95,33 @@ impl InboundSecrets {
                 .map_err(|_| SignatureError::Malformed(name))
         };
         let id = header("webhook-id")?;
+        // As the reference libraries do: an empty message id is no id.
+        if id.is_empty() {
+            return Err(SignatureError::Empty("webhook-id"));
+        }
         let timestamp: i64 = header("webhook-timestamp")?
             .parse()
             .map_err(|_| SignatureError::Malformed("webhook-timestamp"))?;
-        let signatures = header("webhook-signature")?;
+        // Every webhook-signature line counts (a header sent twice is one list, RFC 9110
+        // section 5.3), each a space-separated list of signatures.
+        let mut lines = Vec::new();
+        for value in headers.get_all("webhook-signature") {
+            lines.push(
+                value
+                    .to_str()
+                    .map_err(|_| SignatureError::Malformed("webhook-signature"))?,
+            );
+        }
+        if lines.is_empty() {
+            return Err(SignatureError::MissingHeader("webhook-signature"));
+        }
         let skew = now - timestamp;
         if skew.unsigned_abs() > self.tolerance.as_secs() {
             return Err(SignatureError::OutsideTolerance(skew));
         }
-        let candidates: Vec<Vec<u8>> = signatures
-            .split(' ')
+        let candidates: Vec<Vec<u8>> = lines
+            .iter()
+            .flat_map(|line| line.split(' '))
             .filter_map(|s| s.strip_prefix("v1,"))
             .filter_map(|s| STANDARD.decode(s).ok())
             .collect();
@@ -106,6 +142,7 @@ impl InboundSecrets {
 
     fn verify_github(&self, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
         const HEADER: &str = "x-hub-signature-256";
+        delivery_id(headers)?;
         let value = headers
             .get(HEADER)
             .and_then(|v| v.to_str().ok())
@@ -126,6 +163,81 @@ impl InboundSecrets {
             Err(SignatureError::Mismatch)
         }
     }
+}
+
+/// Whether a request is signed the GitHub way (what [`InboundSecrets::verify`] checks then).
+fn is_github(headers: &HeaderMap) -> bool {
+    headers.contains_key("x-hub-signature-256") && !headers.contains_key("webhook-signature")
+}
+
+/// The `X-GitHub-Delivery` id: present, not empty, visible ASCII, at most 128 characters.
+fn delivery_id(headers: &HeaderMap) -> Result<&str, SignatureError> {
+    let id = headers
+        .get(DELIVERY)
+        .ok_or(SignatureError::MissingHeader(DELIVERY))?
+        .to_str()
+        .map_err(|_| SignatureError::Malformed(DELIVERY))?;
+    if id.is_empty() {
+        return Err(SignatureError::Empty(DELIVERY));
+    }
+    if id.len() > MAX_DELIVERY_ID || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(SignatureError::Malformed(DELIVERY));
+    }
+    Ok(id)
+}
+
+/// Hands a verified request's events to the group committer, once per GitHub delivery.
+///
+/// A GitHub-signed request (`signing` configured and the request verified by it) whose
+/// delivery id or body its source accepted before is a replay: it is answered as a duplicate of
+/// every event in it and nothing is written or scheduled. Otherwise its events are submitted and
+/// the delivery is remembered only once they are durable and scheduled, so a request that
+/// fails (503) does not use up its delivery id and the sender's retry goes through. Two copies
+/// of a request racing each other both pass the check; the second then finds its event ids
+/// recorded by the first, as for any duplicate. A failure to remember an accepted delivery
+/// answers 503: the events are durable, and the retry is a duplicate that remembers it.
+pub async fn submit_once(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    signing: Option<&InboundSecrets>,
+    rate_key: RateKey<'_>,
+    events: Vec<Event>,
+) -> Result<IngestOutcome, IngestError> {
+    let delivery = match signing {
+        Some(_) if is_github(headers) => delivery_id(headers).ok(),
+        _ => None,
+    };
+    let Some(delivery) = delivery else {
+        return state.ingestor.submit(events).await;
+    };
+    let source = match rate_key {
+        RateKey::Source(name) => name,
+        RateKey::Client(_) => EVENTS_ENDPOINT,
+    };
+    let digest: [u8; 32] = Sha256::digest(body).into();
+    if state
+        .store
+        .github_delivery_seen(source, delivery, &digest)
+        .await?
+    {
+        tracing::debug!(
+            source,
+            delivery,
+            "a GitHub delivery seen before: a duplicate"
+        );
+        metrics::counter!(names::EVENTS_DUPLICATE).increment(events.len() as u64);
+        return Ok(IngestOutcome {
+            accepted: 0,
+            duplicates: events.len(),
+        });
+    }
+    let outcome = state.ingestor.submit(events).await?;
+    state
+        .store
+        .remember_github_delivery(source, delivery, &digest)
+        .await?;
+    Ok(outcome)
 }
 
 #[cfg(test)]
@@ -214,9 +326,47 @@ mod tests {
     }
 
     #[test]
+    fn every_webhook_signature_line_is_considered() {
+        let s = secrets();
+        let mut headers = standard("v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", TS);
+        assert_eq!(s.verify(&headers, BODY, TS), Err(SignatureError::Mismatch));
+        headers.append("webhook-signature", HeaderValue::from_static(SIG));
+        assert_eq!(s.verify(&headers, BODY, TS), Ok(()));
+        // In either order.
+        let mut headers = standard(SIG, TS);
+        headers.append("webhook-signature", HeaderValue::from_static("v1,AAAA"));
+        assert_eq!(s.verify(&headers, BODY, TS), Ok(()));
+    }
+
+    #[test]
+    fn an_empty_webhook_id_is_refused() {
+        let s = secrets();
+        let mut headers = standard(SIG, TS);
+        headers.insert("webhook-id", HeaderValue::from_static(""));
+        assert_eq!(
+            s.verify(&headers, BODY, TS),
+            Err(SignatureError::Empty("webhook-id"))
+        );
+        // Even when the signature is right for the empty id.
+        let secret = WebhookSecret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        headers.insert(
+            "webhook-signature",
+            HeaderValue::from_str(&secret.sign("", TS, BODY)).unwrap(),
+        );
+        assert_eq!(
+            s.verify(&headers, BODY, TS),
+            Err(SignatureError::Empty("webhook-id"))
+        );
+    }
+
+    #[test]
     fn the_github_vector_passes() {
         let s = secrets();
         let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-github-delivery",
+            HeaderValue::from_static("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+        );
         headers.insert(
             "x-hub-signature-256",
             HeaderValue::from_static(
@@ -228,6 +378,29 @@ mod tests {
             s.verify(&headers, b"Hello, World?", 0),
             Err(SignatureError::Mismatch)
         );
+        // Without a delivery id, or with an empty or unusable one, even a valid signature fails.
+        let mut without = headers.clone();
+        without.remove("x-github-delivery");
+        assert_eq!(
+            s.verify(&without, b"Hello, World!", 0),
+            Err(SignatureError::MissingHeader("x-github-delivery"))
+        );
+        for (bad, error) in [
+            ("", SignatureError::Empty("x-github-delivery")),
+            ("a b", SignatureError::Malformed("x-github-delivery")),
+            (
+                &"a".repeat(129),
+                SignatureError::Malformed("x-github-delivery"),
+            ),
+        ] {
+            let mut headers = headers.clone();
+            headers.insert("x-github-delivery", HeaderValue::from_str(bad).unwrap());
+            assert_eq!(
+                s.verify(&headers, b"Hello, World!", 0),
+                Err(error),
+                "{bad:?}"
+            );
+        }
         headers.insert(
             "x-hub-signature-256",
             HeaderValue::from_static("sha256=7571"),

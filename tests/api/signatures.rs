@@ -5,7 +5,7 @@ use hmac::{Hmac, Mac};
 use quiesce::credentials::WebhookSecret;
 use sha2::Sha256;
 
-use crate::helpers::{TestOptions, spawn_app};
+use crate::helpers::{TestOptions, spawn_app, wait_for};
 
 use crate::secrets::{GITHUB, INBOUND_NEW as NEW, INBOUND_OLD as OLD};
 
@@ -103,7 +103,10 @@ async fn only_signed_events_are_accepted_when_secrets_are_configured() {
         .collect();
     assert_eq!(
         post(
-            vec![("x-hub-signature-256", format!("sha256={hex}"))],
+            vec![
+                ("x-hub-signature-256", format!("sha256={hex}")),
+                ("x-github-delivery", "d-3".to_owned())
+            ],
             third
         )
         .await
@@ -160,4 +163,194 @@ async fn secrets_set_in_the_environment_never_show_in_help_or_config_errors() {
         }
         assert!(!output.contains("c2hvcC1zZWNyZXQtZm9yLXRlc3RzLW9ubHk"));
     }
+}
+
+#[tokio::test]
+async fn an_empty_webhook_id_is_refused_and_every_signature_line_counts() {
+    let app = spawn_app(TestOptions {
+        inbound_secrets: vec![NEW.to_owned()],
+        ..TestOptions::idle()
+    })
+    .await;
+    let secret = WebhookSecret::parse(NEW).unwrap();
+    let wrong = WebhookSecret::parse(crate::secrets::INBOUND_WRONG).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let post = |id: &'static str, body: &'static str, signatures: Vec<String>| {
+        let mut request = app
+            .client
+            .post(format!("{}/v1/events", app.base))
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", now.to_string())
+            .body(body);
+        // Each a header line of its own.
+        for signature in signatures {
+            request = request.header("webhook-signature", signature);
+        }
+        request.send()
+    };
+
+    // Signed correctly over the empty id, as the reference libraries refuse it.
+    let body = r#"{"id":"e1","entity":"post:1","type":"flag"}"#;
+    let refused = post("", body, vec![secret.sign("", now, body.as_bytes())])
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let error: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "invalid_signature");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("webhook-id"),
+        "{error}"
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+
+    // A valid signature in the second webhook-signature line.
+    let second = r#"{"id":"e2","entity":"post:1","type":"flag"}"#;
+    let lines = vec![
+        wrong.sign("msg_2", now, second.as_bytes()),
+        secret.sign("msg_2", now, second.as_bytes()),
+    ];
+    let response = post("msg_2", second, lines).await.unwrap();
+    assert_eq!(response.status(), 202, "{}", response.text().await.unwrap());
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+}
+
+/// `X-Hub-Signature-256` over `body` with `secret`.
+fn github_signature(secret: &str, body: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(body.as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256={hex}")
+}
+
+/// Posts `body` signed the GitHub way to `path`, with `delivery` as X-GitHub-Delivery (none:
+/// no such header); answers the status and the JSON reply.
+async fn post_github(
+    app: &crate::helpers::TestApp,
+    path: &str,
+    delivery: Option<&str>,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    let mut request = app
+        .client
+        .post(format!("{}{path}", app.base))
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", github_signature(GITHUB, body))
+        .body(body.to_owned());
+    if let Some(delivery) = delivery {
+        request = request.header("x-github-delivery", delivery);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() {
+    let mut forum = crate::helpers::source("forum", &[]);
+    forum.github_secrets = vec![secrecy::SecretString::from(GITHUB)];
+    let app = spawn_app(TestOptions {
+        inbound_github_secrets: vec![GITHUB.to_owned()],
+        sources: vec![forum],
+        ..TestOptions::idle()
+    })
+    .await;
+    let body = r#"{"id":"g1","entity":"post:1","type":"flag"}"#;
+
+    // No delivery id: refused, naming the header, and nothing is written.
+    let (status, error) = post_github(&app, "/v1/events", None, body).await;
+    assert_eq!(status, 401, "{error}");
+    assert_eq!(error["error"]["code"], "invalid_signature");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-github-delivery"),
+        "{error}"
+    );
+    let (status, error) = post_github(&app, "/v1/events", Some(""), body).await;
+    assert_eq!(status, 401, "{error}");
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+    assert_eq!((status, &reply["accepted"]), (202, &1.into()), "{reply}");
+
+    // The event leaves retention; the captured request is replayed as it was, and with a
+    // fresh delivery id (the id is not signed, the body is).
+    app.backends
+        .store
+        .purge_expired_events(std::time::Duration::ZERO, 1000, 10)
+        .await
+        .unwrap();
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    let entity_events = "SELECT event_count FROM entities WHERE entity = 'post:1'";
+    assert_eq!(app.scalar(entity_events).await, 1);
+    for delivery in ["d-1", "d-replayed"] {
+        let (status, reply) = post_github(&app, "/v1/events", Some(delivery), body).await;
+        assert_eq!(status, 202, "{reply}");
+        assert_eq!(reply["accepted"], 0, "{delivery}: {reply}");
+        assert_eq!(reply["duplicates"], 1, "{delivery}: {reply}");
+    }
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events").await,
+        0,
+        "a replay writes nothing"
+    );
+    assert_eq!(app.scalar(entity_events).await, 1);
+
+    // A new delivery is taken; deliveries are remembered per source, so the same id and body
+    // at another source are that source's first.
+    let second = r#"{"id":"g2","entity":"post:1","type":"flag"}"#;
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-2"), second).await;
+    assert_eq!((status, &reply["accepted"]), (202, &1.into()), "{reply}");
+    let (status, reply) = post_github(&app, "/v1/sources/forum/events", Some("d-1"), body).await;
+    assert_eq!((status, &reply["accepted"]), (202, &1.into()), "{reply}");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM github_deliveries").await,
+        3
+    );
+}
+
+#[tokio::test]
+async fn a_github_delivery_that_fails_is_not_used_up() {
+    let app = spawn_app(TestOptions {
+        inbound_github_secrets: vec![GITHUB.to_owned()],
+        through_proxies: true,
+        backend_timeout: std::time::Duration::from_secs(1),
+        ..TestOptions::idle()
+    })
+    .await;
+    let body = r#"{"id":"g1","entity":"post:1","type":"flag"}"#;
+    let redis = app.redis_proxy.as_ref().unwrap();
+    redis.cut();
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM github_deliveries").await,
+        0,
+        "a delivery that failed is not remembered"
+    );
+    redis.restore();
+    // The sender's retry goes through: its event was durable already, and now it is scheduled.
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "the retry to be accepted",
+        || async { post_github(&app, "/v1/events", Some("d-1"), body).await.0 == 202 },
+    )
+    .await;
+    assert!(
+        !app.queue_is_empty().await,
+        "the retry scheduled the entity"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM github_deliveries").await,
+        1
+    );
 }
