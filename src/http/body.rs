@@ -11,7 +11,7 @@ use axum::{
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use super::{error::ApiError, events::too_large};
+use super::error::ApiError;
 
 /// The slowest upload accepted: `min_rate` bytes per second on average, after `grace`.
 #[derive(Debug, Clone, Copy)]
@@ -61,7 +61,7 @@ pub async fn read_body(mut body: Body, limit: usize, pace: BodyPace) -> Result<B
         if let Ok(data) = frame.into_data() {
             received += data.len();
             if received > limit {
-                return Err(too_large(limit));
+                return Err(ApiError::payload_too_large(limit));
             }
             if !data.is_empty() {
                 chunks.push(data);

@@ -58,6 +58,15 @@ impl ApiError {
         }
     }
 
+    /// A body (declared or read) larger than `body_limit`.
+    pub fn payload_too_large(body_limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the body is larger than {body_limit} bytes"),
+        )
+    }
+
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
         self

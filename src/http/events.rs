@@ -36,6 +36,7 @@ use crate::{
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds, within signature_tolerance"),
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
+        ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
     ),
     request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
@@ -73,6 +74,7 @@ pub async fn post_events(
         ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds, within signature_tolerance"),
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
+        ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
     ),
     request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
@@ -115,14 +117,6 @@ pub async fn post_source_events(
     )
 }
 
-pub(super) fn too_large(body_limit: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
-        format!("the body is larger than {body_limit} bytes"),
-    )
-}
-
 fn counted<T>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     if let Err(error) = &result
         && error.status.is_client_error()
@@ -155,7 +149,7 @@ async fn accept(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limits.body_limit as u64) {
-        return Err(too_large(limits.body_limit));
+        return Err(ApiError::payload_too_large(limits.body_limit));
     }
     let _slot = take_ingest_slot(state)?;
     let body: Bytes = read_body(body, limits.body_limit, limits.body_pace).await?;

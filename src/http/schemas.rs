@@ -241,7 +241,9 @@ impl utoipa::IntoResponses for CommonErrors {
         BTreeMap::from([
             (
                 "408".to_owned(),
-                error_response("The request took longer than request_timeout")
+                error_response(
+                    "The request took longer than request_timeout, or (ingest) its body came slower than body_min_rate after body_grace",
+                )
                     .build()
                     .into(),
             ),
