@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench ceilings soak check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -56,6 +56,10 @@ ceilings:
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
 	@eval "$$(scripts/services.sh)" && scripts/soak.sh
+
+## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
+slow-clients:
+	@eval "$$(scripts/services.sh)" && scripts/slow-clients.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
