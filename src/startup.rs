@@ -315,7 +315,7 @@ pub fn spawn_dispatcher(
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let delivery = DeliverySettings::from_settings(settings)?;
-    tracing::info!(url = %delivery.url, signed = delivery.secret.is_some(), "webhook dispatcher started");
+    tracing::info!(url = %crate::credentials::redact_userinfo(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
     let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
     Some(tokio::spawn(dispatcher.run(shutdown)))
 }
