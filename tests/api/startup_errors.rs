@@ -1,0 +1,100 @@
+//! Startup errors name the variable at fault and its address, never a password, and the
+//! process exits non-zero at once.
+
+use std::time::{Duration, Instant};
+
+use crate::helpers::{TestOptions, spawn_app};
+
+/// Runs the binary with exactly these variables; its exit status and standard error.
+async fn run(args: &[&str], environment: &[(String, String)]) -> (bool, String, Duration) {
+    let started = Instant::now();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "error")
+            .envs(environment.iter().cloned())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("quiesce exits")
+    .expect("run quiesce");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_database_url_without_a_scheme_is_named_by_its_variable() {
+    let (ok, stderr, _) = run(
+        &["migrate"],
+        &vars(&[("QUIESCE_DATABASE_URL", "localhost/quiesce")]),
+    )
+    .await;
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("QUIESCE_DATABASE_URL"), "{stderr}");
+    assert!(stderr.contains("localhost/quiesce"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_unreachable_postgres_is_named_with_its_address_and_no_password() {
+    let (ok, stderr, elapsed) = run(
+        &["migrate"],
+        &vars(&[
+            (
+                "QUIESCE_DATABASE_URL",
+                "postgres://app:hunter2-secret@127.0.0.1:1/quiesce",
+            ),
+            ("QUIESCE_BACKEND_TIMEOUT", "2s"),
+        ]),
+    )
+    .await;
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("QUIESCE_DATABASE_URL"), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+}
+
+#[tokio::test]
+async fn a_refused_redis_is_named_with_its_variable_and_address() {
+    let (ok, stderr, elapsed) = run(
+        &["dead-letters", "list"],
+        &vars(&[
+            ("QUIESCE_REDIS_URL", "redis://:hunter2-secret@127.0.0.1:1"),
+            ("QUIESCE_BACKEND_TIMEOUT", "2s"),
+        ]),
+    )
+    .await;
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("QUIESCE_REDIS_URL"), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+}
+
+#[tokio::test]
+async fn an_api_address_in_use_names_quiesce_listen() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let mut environment = app.settings.to_environment();
+    environment.push(("QUIESCE_LISTEN".to_owned(), address.clone()));
+    environment.push(("QUIESCE_METRICS_LISTEN".to_owned(), "off".to_owned()));
+    let (ok, stderr, _) = run(&["serve", "--insecure-dev"], &environment).await;
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("QUIESCE_LISTEN"), "{stderr}");
+    assert!(stderr.contains(&address), "{stderr}");
+}
