@@ -98,3 +98,60 @@ async fn an_api_address_in_use_names_quiesce_listen() {
     assert!(stderr.contains("QUIESCE_LISTEN"), "{stderr}");
     assert!(stderr.contains(&address), "{stderr}");
 }
+
+/// `scripts/services.sh` (what `make run` and `make test` start with) with these variables.
+async fn services(environment: &[(&str, String)]) -> (bool, String, String, Duration) {
+    let started = Instant::now();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services.sh"))
+            .env_remove("QUIESCE_REDIS_URL")
+            .env_remove("QUIESCE_DATABASE_URL")
+            .env_remove("QUIESCE_NEED_REDIS_SERVER")
+            .envs(environment.iter().map(|(k, v)| (*k, v.as_str())))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("services.sh exits")
+    .expect("run services.sh");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// A URL the user gave is never replaced by a private server: a typo'd port stops the first
+/// run within 5 s, naming the variable and the address without its password.
+#[tokio::test]
+async fn a_given_url_that_does_not_answer_stops_the_first_run() {
+    let database = format!("{}/quiesce", crate::helpers::database_base_url());
+    for (variable, url, other, other_url) in [
+        (
+            "QUIESCE_DATABASE_URL",
+            "postgres://app:hunter2-secret@127.0.0.1:1/quiesce".to_owned(),
+            "QUIESCE_REDIS_URL",
+            crate::helpers::redis_url(),
+        ),
+        (
+            "QUIESCE_REDIS_URL",
+            "redis://:hunter2-secret@127.0.0.1:1".to_owned(),
+            "QUIESCE_DATABASE_URL",
+            database.clone(),
+        ),
+    ] {
+        let (ok, stdout, stderr, elapsed) =
+            services(&[(variable, url), (other, other_url)]).await;
+        assert!(!ok, "{stdout}{stderr}");
+        assert!(stdout.is_empty(), "nothing to export: {stdout}");
+        assert!(stderr.contains(variable), "{stderr}");
+        assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+        assert!(!stderr.contains("hunter2-secret"), "{stderr}");
+        for private in ["starting a private", "starting the private", "using the private"] {
+            assert!(!stderr.contains(private), "no private server: {stderr}");
+        }
+        assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    }
+}
