@@ -142,14 +142,17 @@ async fn a_given_url_that_does_not_answer_stops_the_first_run() {
             database.clone(),
         ),
     ] {
-        let (ok, stdout, stderr, elapsed) =
-            services(&[(variable, url), (other, other_url)]).await;
+        let (ok, stdout, stderr, elapsed) = services(&[(variable, url), (other, other_url)]).await;
         assert!(!ok, "{stdout}{stderr}");
         assert!(stdout.is_empty(), "nothing to export: {stdout}");
         assert!(stderr.contains(variable), "{stderr}");
         assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
         assert!(!stderr.contains("hunter2-secret"), "{stderr}");
-        for private in ["starting a private", "starting the private", "using the private"] {
+        for private in [
+            "starting a private",
+            "starting the private",
+            "using the private",
+        ] {
             assert!(!stderr.contains(private), "no private server: {stderr}");
         }
         assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
