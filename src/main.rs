@@ -152,6 +152,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
             backends.check_redis_durability().await;
+            backends.check_schedule_matches_database(&settings).await?;
             let worker = backends.worker(&settings);
             let app = Application::build(&settings, &backends, Some(worker)).await?;
             let rule_count = backends.rules.current().rules().len();
@@ -176,6 +177,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
             backends.check_redis_durability().await;
+            backends.check_schedule_matches_database(&settings).await?;
             let _ = telemetry::metrics_handle();
             startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
             let shutdown = startup::shutdown_on_signal();

@@ -102,6 +102,9 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
         .with_context(|| format!("cannot connect to Redis at {address} (QUIESCE_REDIS_URL)"))
 }
 
+/// Scheduled entities sampled per shard, per set, by the startup check of the schedule.
+const SCHEDULE_SAMPLE: usize = 3;
+
 /// Postgres, Redis and the rules: what both the API and the workers run on.
 #[derive(Clone)]
 pub struct Backends {
@@ -139,6 +142,51 @@ impl Backends {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), "could not check the Redis configuration")
             }
         }
+    }
+
+    /// Checks that the schedule in Redis belongs to this database: samples a few scheduled
+    /// entities per shard (`SCHEDULE_SAMPLE`) and looks them up in Postgres. Entities are
+    /// recorded before they are scheduled, so a sample none of which the database knows means
+    /// the Redis prefix holds another database's schedule (every entity of it would be
+    /// dead-lettered): refused, naming both. Some unknown ones are a warning.
+    pub async fn check_schedule_matches_database(&self, settings: &Settings) -> anyhow::Result<()> {
+        let sample = self
+            .queue
+            .sample_scheduled(SCHEDULE_SAMPLE)
+            .await
+            .context("cannot read the schedule from Redis")?;
+        if sample.is_empty() {
+            return Ok(());
+        }
+        let known = self
+            .store
+            .count_known_entities(&sample)
+            .await
+            .context("cannot look the scheduled entities up in Postgres")?;
+        let unknown = sample.len() as i64 - known;
+        let which = format!(
+            "the Redis prefix {:?} (QUIESCE_REDIS_PREFIX, at {}) and the database {} (QUIESCE_DATABASE_URL)",
+            settings.redis.redis_prefix,
+            redact_userinfo(settings.redis.redis_url.expose_secret()),
+            database_address(settings),
+        );
+        if known == 0 {
+            anyhow::bail!(
+                "the schedule does not belong to the database: none of {} scheduled entities sampled \
+                 from {which} has a record in the database. Point both at the same deployment, or use \
+                 a prefix of its own for this database",
+                sample.len()
+            );
+        }
+        if unknown > 0 {
+            tracing::warn!(
+                sampled = sample.len(),
+                unknown,
+                "some scheduled entities sampled from {which} have no record in the database; \
+                 they will be dead-lettered"
+            );
+        }
+        Ok(())
     }
 
     pub fn worker(&self, settings: &Settings) -> Worker {

@@ -158,3 +158,46 @@ async fn a_given_url_that_does_not_answer_stops_the_first_run() {
         assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
     }
 }
+
+/// A Redis prefix holding another database's schedule is refused at startup, naming both, rather
+/// than dead-lettered entity by entity; the same prefix with the database it belongs to starts.
+#[tokio::test]
+async fn a_schedule_that_belongs_to_another_database_is_refused_at_startup() {
+    let app = spawn_app(TestOptions::idle()).await;
+    // Scheduled as another database's ingest would have done: no record here.
+    let strangers: Vec<_> = (0..20)
+        .map(|i| {
+            (
+                quiesce::domain::EntityId::parse(&format!("post:stranger-{i}")).unwrap(),
+                quiesce::domain::Priority::Normal,
+            )
+        })
+        .collect();
+    app.backends.queue.schedule(&strangers).await.unwrap();
+
+    let mut environment = app.settings.to_environment();
+    environment.push(("QUIESCE_METRICS_LISTEN".to_owned(), "off".to_owned()));
+    let (ok, stderr, elapsed) = run(&["worker"], &environment).await;
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("does not belong"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{:?}", app.settings.redis.redis_prefix)),
+        "{stderr}"
+    );
+    let database = app
+        .settings
+        .to_environment()
+        .into_iter()
+        .find(|(k, _)| k == "QUIESCE_DATABASE_URL")
+        .unwrap()
+        .1;
+    let database_name = database.rsplit('/').next().unwrap();
+    assert!(stderr.contains(database_name), "{stderr}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    // Nothing was dead-lettered.
+    assert!(
+        app.redis_keys().await.iter().all(|k| !k.ends_with(":dead")),
+        "{:?}",
+        app.redis_keys().await
+    );
+}
