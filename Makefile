@@ -1,6 +1,6 @@
 # quiesce: the two commands of the quick start are `make run` and `make test`.
-# Both find Redis and Postgres (QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL, else the default
-# local ports) or start private ones under .local/ (scripts/services.sh).
+# Both use QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL when set (and stop if they do not answer),
+# else the default local ports, else private servers under .local/ (scripts/services.sh).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -17,7 +17,7 @@ services:
 
 ## run: start Redis/Postgres if needed, apply migrations, serve on http://127.0.0.1:8080
 run: build
-	@eval "$$(scripts/services.sh)" && \
+	@services=$$(scripts/services.sh) && eval "$$services" && \
 	./target/debug/quiesce migrate && \
 	scripts/example-request.sh && \
 	exec ./target/debug/quiesce serve --insecure-dev
@@ -28,30 +28,30 @@ run: build
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
-	eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
+	services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
 	scripts/smoke-make-run.sh && \
 	$(CARGO) test --test secrets_in_logs -- --ignored
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
-	@eval "$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh)" && \
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
 ## observability: a real Prometheus scrapes a live quiesce under load; checks every dashboard
 ## panel and alert in grafana/ (installs Debian's prometheus package if needed and allowed)
 observability:
 	@scripts/prometheus.sh && \
-	eval "$$(scripts/services.sh)" && \
+	services=$$(scripts/services.sh) && eval "$$services" && \
 	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
 
 ## bench: quiesce vs the BullMQ debounce peer and a naive per-event baseline (BENCHMARKS.md)
 bench:
-	@eval "$$(scripts/services.sh)" && scripts/bench.sh
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/bench.sh
 
 ## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
 ceilings:
-	@eval "$$(scripts/services.sh)" && scripts/ceilings.sh
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/ceilings.sh
 
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
@@ -63,7 +63,7 @@ slow-clients:
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
-	@eval "$$(scripts/services.sh)" && scripts/api-fuzz.sh
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/api-fuzz.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Makes sure Redis and Postgres are reachable for `make run` and `make test`.
 #
-# Uses QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL (or the default local ports) when they answer.
-# Otherwise starts private instances from the installed server binaries under .local/
-# (git-ignored), installing Debian's packages first when they are missing and we are root.
+# A QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL that is set is used as given: if it does not answer,
+# the script stops with an error naming the variable and the address (never replaced by another
+# server). Only an unset variable falls back: the default local port if it answers, else a
+# private instance from the installed server binaries under .local/ (git-ignored), installing
+# Debian's packages first when they are missing and we are root.
 # Prints `export ...` lines for the caller to eval; progress goes to stderr.
 set -euo pipefail
 
@@ -27,12 +29,29 @@ host_port() {
   echo "$host $port"
 }
 
-tcp_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+tcp_open() { timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
+
+# The URL as messages show it: user and password removed.
+shown() {
+  local scheme=${1%%://*} rest=${1#*://}
+  case $rest in
+    */*@* | *\?*@*) ;;
+    *@*) rest="[REDACTED]@${rest#*@}" ;;
+  esac
+  echo "$scheme://$rest"
+}
+
+# A variable the user set is never replaced: stop if its server does not answer.
+given_unreachable() {
+  say "$1 is set to $(shown "$2"), which does not answer."
+  say "start that server, correct $1, or unset it to use a local or private $3."
+  exit 1
+}
 
 redis_ok() {
   read -r host port < <(host_port "$1" 6379)
   if command -v redis-cli >/dev/null; then
-    [ "$(redis-cli -u "$1" ping 2>/dev/null)" = "PONG" ]
+    [ "$(timeout 3 redis-cli -u "$1" ping 2>/dev/null)" = "PONG" ]
   else
     tcp_open "$host" "$port"
   fi
@@ -73,6 +92,8 @@ fi
 
 if redis_ok "$redis_url"; then
   say "redis reachable at $(host_port "$redis_url" 6379 | tr ' ' ':')"
+elif [ -n "${QUIESCE_REDIS_URL:-}" ]; then
+  given_unreachable QUIESCE_REDIS_URL "$redis_url" redis
 else
   command -v redis-server >/dev/null || install_packages redis-server redis-server QUIESCE_REDIS_URL
   redis_url="redis://127.0.0.1:$private_redis_port"
@@ -91,6 +112,8 @@ fi
 
 if pg_ok "$database_url"; then
   say "postgres reachable at $(host_port "$database_url" 5432 | tr ' ' ':')"
+elif [ -n "${QUIESCE_DATABASE_URL:-}" ]; then
+  given_unreachable QUIESCE_DATABASE_URL "$database_url" postgres
 else
   pg_installed || install_packages initdb postgresql QUIESCE_DATABASE_URL
   db_name=${database_url##*/}

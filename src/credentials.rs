@@ -161,9 +161,62 @@ pub fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The text with the userinfo (`user:password@`) of every URL in it replaced by `[REDACTED]@`,
+/// for any message that may show an address: `postgres://app:pw@db/x` becomes
+/// `postgres://[REDACTED]@db/x`. A bare `user:pw@host/path` (no scheme) is redacted too.
+pub fn redact_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    // The first authority may lack a scheme when the whole text is one address.
+    let mut at_start = !text.contains("://");
+    loop {
+        let start = if at_start {
+            at_start = false;
+            0
+        } else {
+            match rest.find("://") {
+                Some(i) => i + 3,
+                None => break,
+            }
+        };
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest
+            .find(|c: char| {
+                matches!(c, '/' | '?' | '#' | '"' | '\'' | ')' | '>') || c.is_whitespace()
+            })
+            .unwrap_or(rest.len());
+        if let Some(at) = rest[..end].rfind('@') {
+            out.push_str("[REDACTED]");
+            rest = &rest[at..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_their_userinfo_wherever_they_appear() {
+        assert_eq!(
+            redact_userinfo("postgres://app:PW@db:5432/x"),
+            "postgres://[REDACTED]@db:5432/x"
+        );
+        assert_eq!(
+            redact_userinfo("error for url (htps://u:PW@h/x): refused"),
+            "error for url (htps://[REDACTED]@h/x): refused"
+        );
+        assert_eq!(redact_userinfo("app:PW@db/x"), "[REDACTED]@db/x");
+        assert_eq!(
+            redact_userinfo("redis://127.0.0.1:6379 and redis://:PW@h"),
+            "redis://127.0.0.1:6379 and redis://[REDACTED]@h"
+        );
+        assert_eq!(redact_userinfo("localhost/quiesce"), "localhost/quiesce");
+        assert_eq!(redact_userinfo("a@b.c/x"), "[REDACTED]@b.c/x");
+    }
 
     #[test]
     fn tokens_are_matched_by_hash_and_parsed_from_their_spec() {

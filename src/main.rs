@@ -118,7 +118,11 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("quiesce: {error:#}");
+            // Whatever a library put in its message, no address leaves with its password.
+            eprintln!(
+                "quiesce: {}",
+                quiesce::credentials::redact_userinfo(&format!("{error:#}"))
+            );
             ExitCode::FAILURE
         }
     }
@@ -148,6 +152,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
             backends.check_redis_durability().await;
+            backends.check_schedule_matches_database(&settings).await?;
             let worker = backends.worker(&settings);
             let app = Application::build(&settings, &backends, Some(worker)).await?;
             let rule_count = backends.rules.current().rules().len();
@@ -172,12 +177,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             startup::prepare_database(&settings).await?;
             let backends = Backends::connect(&settings, rules).await?;
             backends.check_redis_durability().await;
+            backends.check_schedule_matches_database(&settings).await?;
             let _ = telemetry::metrics_handle();
-            tracing::info!(workers = settings.worker.workers, "quiesce worker started");
             startup::reload_rules_on_sighup(Arc::clone(&backends.rules));
             let shutdown = startup::shutdown_on_signal();
             let metrics = startup::spawn_metrics_listener(&settings, &backends, shutdown.clone());
             let metrics = metrics.await?;
+            // The banner once every listener is bound.
+            tracing::info!(workers = settings.worker.workers, "quiesce worker started");
             let dispatcher = startup::spawn_dispatcher(&settings, &backends, shutdown.clone());
             startup::run_workers(
                 backends.worker(&settings),
@@ -282,7 +289,7 @@ async fn deliveries(command: DeliveriesCommand) -> anyhow::Result<()> {
         }
     };
     let settings = settings(config)?;
-    let store = Store::new(quiesce::store::connect(&settings.database).await?);
+    let store = Store::new(startup::connect_postgres(&settings).await?);
     match command {
         DeliveriesCommand::Failed { limit, .. } => {
             for row in store.failed_deliveries(limit).await? {

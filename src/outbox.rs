@@ -171,7 +171,8 @@ impl Dispatcher {
             }
             Err(error) => Attempt::Failed {
                 status: None,
-                error: format!("request failed: {error}"),
+                // reqwest names the URL, which may carry a password.
+                error: crate::credentials::redact_userinfo(&format!("request failed: {error}")),
                 retry_after: None,
             },
         }

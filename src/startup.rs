@@ -6,11 +6,12 @@ use std::{net::SocketAddr, sync::Arc};
 use anyhow::Context;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use secrecy::ExposeSecret;
-use sqlx::{Postgres, migrate::MigrateDatabase};
+use sqlx::{Postgres, migrate::MigrateDatabase, postgres::PgConnectOptions};
 use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    credentials::redact_userinfo,
     http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
     maintenance::Maintenance,
@@ -33,29 +34,64 @@ pub fn load_rules(settings: &Settings) -> anyhow::Result<Rules> {
     Ok(Rules::new(set, file.clone()))
 }
 
+/// The database URL as messages show it: its password redacted.
+fn database_address(settings: &Settings) -> String {
+    redact_userinfo(settings.database.database_url.expose_secret())
+}
+
+/// Refuses a database URL that does not parse, naming its variable.
+fn check_database_url(settings: &Settings) -> anyhow::Result<()> {
+    settings
+        .database
+        .database_url
+        .expose_secret()
+        .parse::<PgConnectOptions>()
+        .map(|_| ())
+        .map_err(|error| {
+            anyhow::anyhow!(
+                "invalid QUIESCE_DATABASE_URL {}: {}; expected a URL such as postgres://host:port/database",
+                database_address(settings),
+                redact_userinfo(&error.to_string())
+            )
+        })
+}
+
 /// Creates the database if it does not exist and applies pending migrations.
 pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
+    check_database_url(settings)?;
     let url = settings.database.database_url.expose_secret();
+    let address = database_address(settings);
     if !Postgres::database_exists(url)
         .await
-        .context("cannot reach Postgres")?
+        .with_context(|| format!("cannot reach Postgres at {address} (QUIESCE_DATABASE_URL)"))?
     {
-        Postgres::create_database(url)
-            .await
-            .context("cannot create the database")?;
+        Postgres::create_database(url).await.with_context(|| {
+            format!("cannot create the database {address} (QUIESCE_DATABASE_URL)")
+        })?;
         tracing::info!("created the database");
     }
-    let pool = store::connect(&settings.database)
-        .await
-        .context("cannot connect to Postgres")?;
+    let pool = connect_postgres(settings).await?;
     store::migrate(&pool).await.context("migrations failed")?;
     pool.close().await;
     Ok(())
 }
 
+/// The Postgres pool; errors name QUIESCE_DATABASE_URL and the address, its password redacted.
+pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
+    check_database_url(settings)?;
+    store::connect(&settings.database).await.with_context(|| {
+        format!(
+            "cannot connect to Postgres at {} (QUIESCE_DATABASE_URL)",
+            database_address(settings)
+        )
+    })
+}
+
+/// A Redis connection; errors name QUIESCE_REDIS_URL and the address, its password redacted.
 pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionManager> {
+    let address = redact_userinfo(settings.redis.redis_url.expose_secret());
     let client = redis::Client::open(settings.redis.redis_url.expose_secret())
-        .context("invalid Redis URL")?;
+        .with_context(|| format!("invalid QUIESCE_REDIS_URL {address}"))?;
     let timeout = settings.database.backend_timeout;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
@@ -63,8 +99,11 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionMana
         .set_number_of_retries(2);
     ConnectionManager::new_with_config(client, config)
         .await
-        .context("cannot connect to Redis")
+        .with_context(|| format!("cannot connect to Redis at {address} (QUIESCE_REDIS_URL)"))
 }
+
+/// Scheduled entities sampled per shard, per set, by the startup check of the schedule.
+const SCHEDULE_SAMPLE: usize = 3;
 
 /// Postgres, Redis and the rules: what both the API and the workers run on.
 #[derive(Clone)]
@@ -77,9 +116,7 @@ pub struct Backends {
 
 impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
-        let pool = store::connect(&settings.database)
-            .await
-            .context("cannot connect to Postgres")?;
+        let pool = connect_postgres(settings).await?;
         let redis = connect_redis(settings).await?;
         let keys = Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards);
         Ok(Self {
@@ -105,6 +142,51 @@ impl Backends {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), "could not check the Redis configuration")
             }
         }
+    }
+
+    /// Checks that the schedule in Redis belongs to this database: samples a few scheduled
+    /// entities per shard (`SCHEDULE_SAMPLE`) and looks them up in Postgres. Entities are
+    /// recorded before they are scheduled, so a sample none of which the database knows means
+    /// the Redis prefix holds another database's schedule (every entity of it would be
+    /// dead-lettered): refused, naming both. Some unknown ones are a warning.
+    pub async fn check_schedule_matches_database(&self, settings: &Settings) -> anyhow::Result<()> {
+        let sample = self
+            .queue
+            .sample_scheduled(SCHEDULE_SAMPLE)
+            .await
+            .context("cannot read the schedule from Redis")?;
+        if sample.is_empty() {
+            return Ok(());
+        }
+        let known = self
+            .store
+            .count_known_entities(&sample)
+            .await
+            .context("cannot look the scheduled entities up in Postgres")?;
+        let unknown = sample.len() as i64 - known;
+        let which = format!(
+            "the Redis prefix {:?} (QUIESCE_REDIS_PREFIX, at {}) and the database {} (QUIESCE_DATABASE_URL)",
+            settings.redis.redis_prefix,
+            redact_userinfo(settings.redis.redis_url.expose_secret()),
+            database_address(settings),
+        );
+        if known == 0 {
+            anyhow::bail!(
+                "the schedule does not belong to the database: none of {} scheduled entities sampled \
+                 from {which} has a record in the database. Point both at the same deployment, or use \
+                 a prefix of its own for this database",
+                sample.len()
+            );
+        }
+        if unknown > 0 {
+            tracing::warn!(
+                sampled = sample.len(),
+                unknown,
+                "some scheduled entities sampled from {which} have no record in the database; \
+                 they will be dead-lettered"
+            );
+        }
+        Ok(())
     }
 
     pub fn worker(&self, settings: &Settings) -> Worker {
@@ -156,7 +238,7 @@ impl Application {
         let listen = settings.http.listen;
         let listener = TcpListener::bind(listen)
             .await
-            .with_context(|| format!("cannot listen on {listen}"))?;
+            .with_context(|| format!("cannot listen on {listen} (QUIESCE_LISTEN)"))?;
         let address = listener.local_addr()?;
         let metrics = match settings.telemetry.metrics_listen {
             Some(at) => {
@@ -326,7 +408,7 @@ pub fn spawn_dispatcher(
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let delivery = DeliverySettings::from_settings(settings)?;
-    tracing::info!(url = %delivery.url, signed = delivery.secret.is_some(), "webhook dispatcher started");
+    tracing::info!(url = %crate::credentials::redact_userinfo(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
     let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
     Some(tokio::spawn(dispatcher.run(shutdown)))
 }

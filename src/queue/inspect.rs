@@ -53,6 +53,27 @@ pub struct ScheduleState {
 }
 
 impl Queue {
+    /// Up to `per_shard` entities of each shard's due set (the soonest) and as many of its
+    /// in-flight set: a cheap sample of what the schedule holds, for checking that it belongs
+    /// to the database.
+    pub async fn sample_scheduled(&self, per_shard: usize) -> Result<Vec<String>> {
+        if per_shard == 0 {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            let keys = self.keys.for_shard(shard);
+            pipe.cmd("ZRANGE").arg(keys.due()).arg(0).arg(per_shard - 1);
+            pipe.cmd("ZRANGE")
+                .arg(keys.inflight())
+                .arg(0)
+                .arg(per_shard - 1);
+        }
+        let mut redis = self.redis.clone();
+        let sets: Vec<Vec<String>> = pipe.query_async(&mut redis).await?;
+        Ok(sets.into_iter().flatten().collect())
+    }
+
     /// The max-wait anchor (unix ms) of an entity waiting in the due set: the time of its first
     /// event not yet claimed.
     pub async fn max_wait_anchor(&self, entity: &EntityId) -> Result<Option<i64>> {

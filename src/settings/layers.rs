@@ -231,10 +231,10 @@ impl Layers {
     }
 }
 
-/// A value as an error shows it.
+/// A value as an error shows it: a URL's userinfo (its password) redacted.
 fn describe(value: &Value) -> String {
     match value {
-        Value::String(_, text) => text.clone(),
+        Value::String(_, text) => crate::credentials::redact_userinfo(text),
         Value::Char(_, c) => c.to_string(),
         Value::Bool(_, b) => b.to_string(),
         Value::Num(_, n) => super::value::number(*n).map_or_else(String::new, |n| n.to_string()),

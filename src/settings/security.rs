@@ -91,17 +91,9 @@ impl Source {
     }
 
     fn check(&self) -> Result<(), String> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !name_ok {
-            return Err(format!(
-                "source name {:?} must be 1-64 of a-z, 0-9, - and _",
-                self.name
-            ));
+        if !valid_name(&self.name) {
+            // Not echoed: a secret pasted without `name=` would land here.
+            return Err("a source name must be 1-64 of a-z, 0-9, - and _".into());
         }
         if self.secrets.is_empty() && self.github_secrets.is_empty() {
             return Err(format!(
@@ -116,6 +108,25 @@ impl Source {
             ));
         }
         Ok(())
+    }
+}
+
+/// 1-64 of `a-z 0-9 - _`.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// How an error names a source: by its name if it is a valid one, else not at all (what stands
+/// where the name should may be a secret).
+fn label(name: &str) -> String {
+    if valid_name(name) {
+        format!("source {name}")
+    } else {
+        "a source with an invalid name".to_owned()
     }
 }
 
@@ -139,9 +150,12 @@ struct SourceTable {
 fn sources_from_text(raw: &str) -> Result<Vec<Source>, String> {
     let mut sources: Vec<Source> = Vec::new();
     for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // A secret's base64 may end in `=`: an entry whose part before the first `=` is no
+        // valid name is refused without echoing it.
         let (name, secret) = entry
             .split_once('=')
-            .ok_or("expected name=whsec_<base64> or name=github:<secret>")?;
+            .filter(|(name, _)| valid_name(name))
+            .ok_or("expected name=whsec_<base64> or name=github:<secret>, the name 1-64 of a-z, 0-9, - and _")?;
         let index = match sources.iter().position(|s| s.name == name) {
             Some(index) => index,
             None => {
@@ -170,7 +184,7 @@ fn source_from_table(table: SourceTable) -> Result<Source, String> {
         .iter()
         .map(|s| WebhookSecret::parse(s))
         .collect::<Result<_, _>>()
-        .map_err(|reason| format!("source {}: {reason}", table.name))?;
+        .map_err(|reason| format!("{}: {reason}", label(&table.name)))?;
     Ok(Source {
         name: table.name,
         secrets,

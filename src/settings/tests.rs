@@ -337,3 +337,51 @@ fn the_readme_lists_every_setting_with_its_section_variable_flag_and_default() {
         }
     }
 }
+
+/// The four ways a startup error used to print a secret: a source's secret without `name=` (its
+/// base64 padding taken for the `=`), a secret as a string in the file, an unquoted database URL
+/// in the file, and a webhook URL with a password that fails its check.
+#[test]
+fn no_error_echoes_a_secret_a_password_or_a_line_that_holds_one() {
+    let secret = "whsec_aHVudGVyMi1zZWNyZXQtdmFsdWU=";
+    let secret_body = "aHVudGVyMi1zZWNyZXQtdmFsdWU";
+    for sources in [secret.to_owned(), format!("shop={secret},{secret}")] {
+        let err = error(&[], &[("QUIESCE_SOURCES", &sources)]);
+        assert!(err.contains("QUIESCE_SOURCES"), "{err}");
+        assert!(!err.contains(secret_body), "{err}");
+    }
+
+    for text in [
+        format!("inbound_secrets = \"{secret}\"\n"),
+        format!("inbound_secrets = \"{secret}x\"\n"),
+        format!("inbound_secrets = \"{secret}\n"),
+        format!("inbound_secrets = {secret}\n"),
+        format!("[security]\ninbound_secrets = \"{secret}\"\nsources = \"{secret}\"\n"),
+        format!("[[sources]]\nname = \"{secret}\"\nsecrets = [\"{secret}\"]\n"),
+        format!("[[sources]]\nname = \"shop\"\nsecrets = \"{secret}\"\n"),
+        format!("webhook_secret = \"{secret}x\"\n"),
+        "database_url = postgres://app:hunter2-secret@db/quiesce\n".to_owned(),
+        "database_url = 'postgres://app:hunter2-secret@db/quiesce\n".to_owned(),
+        "[database]\ndatabase_url = postgres://app:hunter2-secret@db/quiesce\n".to_owned(),
+        "redis_url = redis://:hunter2-secret@cache:6379\n".to_owned(),
+        "webhook_url = \"htps://u:hunter2-secret@h/x\"\n".to_owned(),
+        "webhook_url = htps://u:hunter2-secret@h/x\n".to_owned(),
+    ] {
+        let file = ConfigFile::new(&text);
+        // The first run reads the file; a run that fails only later would need a second
+        // error to be sure: the file must be refused or every value in it accepted.
+        if let Err(err) = load(&["--config", file.path()], &[]) {
+            let err = err.to_string();
+            assert!(!err.contains(secret_body), "{text}: {err}");
+            assert!(!err.contains("hunter2-secret"), "{text}: {err}");
+        }
+    }
+
+    let err = error(
+        &[],
+        &[("QUIESCE_WEBHOOK_URL", "htps://u:hunter2-secret@h/x")],
+    );
+    assert!(err.contains("QUIESCE_WEBHOOK_URL"), "{err}");
+    assert!(!err.contains("hunter2-secret"), "{err}");
+    assert!(err.contains("htps://[REDACTED]@h/x"), "{err}");
+}

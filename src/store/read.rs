@@ -161,3 +161,16 @@ impl Store {
             .pop())
     }
 }
+
+impl Store {
+    /// How many of these entities Postgres has a record of.
+    pub async fn count_known_entities(&self, entities: &[String]) -> Result<i64> {
+        let known = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "known!" FROM entities WHERE entity = ANY($1)"#,
+            entities,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(known)
+    }
+}

@@ -27,5 +27,6 @@ mod roles;
 mod rules;
 mod signatures;
 mod stale_writer;
+mod startup_errors;
 mod version_fence;
 mod webhooks;
