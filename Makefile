@@ -55,11 +55,11 @@ ceilings:
 
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
-	@eval "$$(scripts/services.sh)" && scripts/soak.sh
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/soak.sh
 
 ## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
 slow-clients:
-	@eval "$$(scripts/services.sh)" && scripts/slow-clients.sh
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/slow-clients.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
