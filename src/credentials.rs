@@ -162,9 +162,16 @@ pub fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 }
 
 /// The text with the userinfo (`user:password@`) of every URL in it replaced by `[REDACTED]@`,
-/// for any message that may show an address: `postgres://app:pw@db/x` becomes
-/// `postgres://[REDACTED]@db/x`. A bare `user:pw@host/path` (no scheme) is redacted too.
+/// and the value of every password parameter (`?password=`, `&pass=`, libpq's `password=`)
+/// by `[REDACTED]`, for any message that may show an address: `postgres://app:pw@db/x` becomes
+/// `postgres://[REDACTED]@db/x`. A bare `user:pw@host/path` (no scheme) is redacted too. The
+/// userinfo runs to the last `@` before a space or quote, so a password holding an unencoded
+/// `/`, `?` or `#` is hidden whole (a path with an `@` in it is hidden too: safer than not).
 pub fn redact_userinfo(text: &str) -> String {
+    redact_password_parameters(&redact_authorities(text))
+}
+
+fn redact_authorities(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     // The first authority may lack a scheme when the whole text is one address.
@@ -182,9 +189,7 @@ pub fn redact_userinfo(text: &str) -> String {
         out.push_str(&rest[..start]);
         rest = &rest[start..];
         let end = rest
-            .find(|c: char| {
-                matches!(c, '/' | '?' | '#' | '"' | '\'' | ')' | '>') || c.is_whitespace()
-            })
+            .find(|c: char| matches!(c, '"' | '\'' | '>' | '`') || c.is_whitespace())
             .unwrap_or(rest.len());
         if let Some(at) = rest[..end].rfind('@') {
             out.push_str("[REDACTED]");
@@ -192,6 +197,40 @@ pub fn redact_userinfo(text: &str) -> String {
         }
     }
     out.push_str(rest);
+    out
+}
+
+/// Parameters whose value is a password in the URLs and connection strings of Postgres
+/// (`password`, `sslpassword`) and Redis (`pass`, `password`).
+const PASSWORD_PARAMETERS: [&str; 4] = ["password=", "sslpassword=", "pass=", "passwd="];
+
+fn redact_password_parameters(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i < text.len() {
+        let starts_parameter = i == 0
+            || matches!(text.as_bytes()[i - 1], b'?' | b'&' | b';')
+            || text.as_bytes()[i - 1].is_ascii_whitespace();
+        let name = PASSWORD_PARAMETERS
+            .iter()
+            .find(|name| starts_parameter && lower[i..].starts_with(*name));
+        match name {
+            Some(name) => {
+                let value = i + name.len();
+                let end = text[value..]
+                    .find(|c: char| matches!(c, '&' | '"' | '\'' | '#') || c.is_whitespace())
+                    .map_or(text.len(), |n| value + n);
+                out.push_str(&text[copied..value]);
+                out.push_str("[REDACTED]");
+                copied = end;
+                i = end;
+            }
+            None => i += text[i..].chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out.push_str(&text[copied..]);
     out
 }
 
@@ -210,6 +249,30 @@ mod tests {
             "error for url (htps://[REDACTED]@h/x): refused"
         );
         assert_eq!(redact_userinfo("app:PW@db/x"), "[REDACTED]@db/x");
+        // Unencoded /, ? and # in a password: everything up to the last @ goes.
+        assert_eq!(
+            redact_userinfo("postgres://app:pa/ss@db/x"),
+            "postgres://[REDACTED]@db/x"
+        );
+        assert_eq!(
+            redact_userinfo("cannot reach postgres://app:ab#c?d@db:5432/x (QUIESCE_DATABASE_URL)"),
+            "cannot reach postgres://[REDACTED]@db:5432/x (QUIESCE_DATABASE_URL)"
+        );
+        // Passwords as parameters: URL query, libpq key-value string, Redis.
+        assert_eq!(
+            redact_userinfo("postgres://app@db/x?sslmode=require&password=PW&x=1"),
+            "postgres://[REDACTED]@db/x?sslmode=require&password=[REDACTED]&x=1"
+        );
+        assert_eq!(
+            redact_userinfo("host=db user=app Password=PW dbname=x"),
+            "host=db user=app Password=[REDACTED] dbname=x"
+        );
+        assert_eq!(
+            redact_userinfo("redis+unix:///run/redis.sock?pass=PW"),
+            "redis+unix:///run/redis.sock?pass=[REDACTED]"
+        );
+        // Not a parameter: left alone.
+        assert_eq!(redact_userinfo("bypass=1 compass=2"), "bypass=1 compass=2");
         assert_eq!(
             redact_userinfo("redis://127.0.0.1:6379 and redis://:PW@h"),
             "redis://127.0.0.1:6379 and redis://[REDACTED]@h"

@@ -314,6 +314,7 @@ impl Application {
             connection_limits: http::server::ConnectionLimits {
                 header_read_timeout: settings.http.header_read_timeout,
                 max_connections: settings.http.max_connections,
+                drain_timeout: settings.http.request_timeout,
             },
             workers: worker.map(|worker| (worker, backends.maintenance(settings))),
         })

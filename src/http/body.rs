@@ -21,9 +21,11 @@ pub struct BodyPace {
 }
 
 impl BodyPace {
-    /// By when `bytes` must have arrived.
-    fn deadline(&self, started: Instant, bytes: usize) -> Instant {
-        started + self.grace + Duration::from_secs_f64(bytes as f64 / f64::from(self.min_rate))
+    /// By when `bytes` must have arrived; `None`: later than the clock can say (absurd settings),
+    /// which request_timeout still bounds.
+    fn deadline(&self, started: Instant, bytes: usize) -> Option<Instant> {
+        let pace = Duration::try_from_secs_f64(bytes as f64 / f64::from(self.min_rate)).ok()?;
+        started.checked_add(self.grace)?.checked_add(pace)
     }
 
     fn too_slow(&self) -> ApiError {
@@ -46,8 +48,12 @@ pub async fn read_body(mut body: Body, limit: usize, pace: BodyPace) -> Result<B
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut received = 0;
     loop {
-        let deadline = pace.deadline(started, received + 1);
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+        let next = body.frame();
+        let frame = match pace.deadline(started, received + 1) {
+            Some(deadline) => tokio::time::timeout_at(deadline, next).await,
+            None => Ok(next.await),
+        };
+        let frame = match frame {
             Err(_) => return Err(pace.too_slow()),
             Ok(None) => break,
             Ok(Some(Err(error))) => {
@@ -86,7 +92,18 @@ mod tests {
             grace: Duration::from_secs(5),
         };
         let start = Instant::now();
-        assert_eq!(pace.deadline(start, 1) - start, Duration::from_millis(5001));
-        assert_eq!(pace.deadline(start, 2000) - start, Duration::from_secs(7));
+        assert_eq!(
+            pace.deadline(start, 1).unwrap() - start,
+            Duration::from_millis(5001)
+        );
+        assert_eq!(
+            pace.deadline(start, 2000).unwrap() - start,
+            Duration::from_secs(7)
+        );
+        let forever = BodyPace {
+            min_rate: 1,
+            grace: Duration::MAX,
+        };
+        assert_eq!(forever.deadline(start, 1), None, "no overflow panic");
     }
 }

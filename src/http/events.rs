@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     domain::{Event, EventBody, FieldError},
-    ingest::{IngestError, IngestOutcome},
+    ingest::IngestOutcome,
     telemetry::names,
 };
 
@@ -126,9 +126,9 @@ fn counted<T>(result: Result<T, ApiError>) -> Result<T, ApiError> {
     result
 }
 
-/// The checks in order of cost: media type, declared size, an ingest slot (the sender is known by
-/// now: its token was checked, or its source exists), the body within its size and pace, the
-/// signature on the raw bytes, parsing, the sender's rate; then the commit.
+/// The checks in order of cost: media type, declared size, an ingest slot once the sender is
+/// known (its token was checked; for a named source, after its signature), the body within its
+/// size and pace, the signature on the raw bytes, parsing, the sender's rate; then the commit.
 async fn accept(
     state: &AppState,
     headers: &HeaderMap,
@@ -151,7 +151,10 @@ async fn accept(
     if declared.is_some_and(|length| length > limits.body_limit as u64) {
         return Err(ApiError::payload_too_large(limits.body_limit));
     }
-    let _slot = take_ingest_slot(state)?;
+    // A token is a secret, a source's name is not: a request to a named source takes its slot
+    // only once its signature holds, and until then costs a connection and a paced body read.
+    let token_checked = matches!(rate_key, RateKey::Client(_));
+    let early_slot = token_checked.then(|| take_ingest_slot(state)).transpose()?;
     let body: Bytes = read_body(body, limits.body_limit, limits.body_pace).await?;
     // Signatures are checked on the raw bytes, after the size limit and before any parsing.
     if let Some(secrets) = signing {
@@ -165,15 +168,15 @@ async fn accept(
                 )
             })?;
     }
+    let _slot = match early_slot {
+        Some(slot) => slot,
+        None => take_ingest_slot(state)?,
+    };
     let events = parse_events(&body, state.limits.max_batch)?;
-    state.rate_limits.check(rate_key, events.len())?;
-    match super::signature::submit_once(state, headers, &body, signing, rate_key, events).await {
-        Ok(outcome) => Ok((StatusCode::ACCEPTED, Json(outcome))),
-        Err(
-            error @ (IngestError::Postgres(_) | IngestError::Redis(_) | IngestError::Timeout(_)),
-        ) => Err(ApiError::unavailable(error)),
-        Err(error @ IngestError::ShuttingDown) => Err(ApiError::unavailable(error)),
-    }
+    // The sender's rate is checked there, after a replayed GitHub delivery is told apart.
+    let outcome =
+        super::signature::submit_once(state, headers, &body, signing, rate_key, events).await?;
+    Ok((StatusCode::ACCEPTED, Json(outcome)))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -11,7 +11,10 @@ use hyper_util::{
     server::graceful::GracefulShutdown,
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    net::TcpListener,
+    sync::{OwnedSemaphorePermit, Semaphore},
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::names;
@@ -25,6 +28,9 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// Open connections at once; more wait in the listen backlog until one closes.
     pub max_connections: usize,
+    /// How long a shutdown waits for the requests in progress (no request may take longer):
+    /// a client that stops reading its answer does not hold the shutdown up past it.
+    pub drain_timeout: Duration,
 }
 
 /// Serves `router` on `listener` until `shutdown`: then stops accepting and waits for the
@@ -53,16 +59,17 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
+                Err(error) if is_connection_error(&error) => continue,
                 Err(error) => {
                     // Out of file descriptors and the like: pause rather than spin.
-                    tracing::warn!(%error, "could not accept a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tracing::warn!(%error, "could not accept a connection; pausing a second");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             },
         };
         let _ = stream.set_nodelay(true);
-        metrics::gauge!(names::HTTP_CONNECTIONS).increment(1.0);
+        let open = Open::new(slot);
         let connection = builder.serve_connection(
             TokioIo::new(stream),
             TowerToHyperService::new(router.clone()),
@@ -74,10 +81,42 @@ pub async fn serve(
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection closed");
             }
-            metrics::gauge!(names::HTTP_CONNECTIONS).decrement(1.0);
-            drop(slot);
+            drop(open);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain timeout; closing them");
+    }
+}
+
+/// One open connection: its slot under the cap and its count in the gauge, both given back
+/// when the connection's task ends, however it ends (a panic included).
+struct Open {
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Open {
+    fn new(slot: OwnedSemaphorePermit) -> Self {
+        metrics::gauge!(names::HTTP_CONNECTIONS).increment(1.0);
+        Self { _slot: slot }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        metrics::gauge!(names::HTTP_CONNECTIONS).decrement(1.0);
+    }
+}
+
+/// Errors of one connection that failed while being accepted; the listener itself is fine.
+fn is_connection_error(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(
+        error.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
 }

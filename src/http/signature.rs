@@ -16,7 +16,7 @@ use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
-use super::{AppState, limits::RateKey};
+use super::{AppState, error::ApiError, limits::RateKey};
 use crate::{
     credentials::{WebhookSecret, decode_hex},
     domain::Event,
@@ -203,13 +203,14 @@ pub async fn submit_once(
     signing: Option<&InboundSecrets>,
     rate_key: RateKey<'_>,
     events: Vec<Event>,
-) -> Result<IngestOutcome, IngestError> {
+) -> Result<IngestOutcome, ApiError> {
     let delivery = match signing {
         Some(_) if is_github(headers) => delivery_id(headers).ok(),
         _ => None,
     };
     let Some(delivery) = delivery else {
-        return state.ingestor.submit(events).await;
+        state.rate_limits.check(rate_key, events.len())?;
+        return state.ingestor.submit(events).await.map_err(ingest_error);
     };
     let source = match rate_key {
         RateKey::Source(name) => name,
@@ -219,7 +220,8 @@ pub async fn submit_once(
     if state
         .store
         .github_delivery_seen(source, delivery, &digest)
-        .await?
+        .await
+        .map_err(|error| ingest_error(IngestError::from(error)))?
     {
         tracing::debug!(
             source,
@@ -232,12 +234,21 @@ pub async fn submit_once(
             duplicates: events.len(),
         });
     }
-    let outcome = state.ingestor.submit(events).await?;
+    // Only a delivery not seen before spends the source's rate: replaying a captured one cannot
+    // drain the budget of the real sender.
+    state.rate_limits.check(rate_key, events.len())?;
+    let outcome = state.ingestor.submit(events).await.map_err(ingest_error)?;
     state
         .store
         .remember_github_delivery(source, delivery, &digest)
-        .await?;
+        .await
+        .map_err(|error| ingest_error(IngestError::from(error)))?;
     Ok(outcome)
+}
+
+/// Every ingest failure is the backends' or the shutdown's: 503 with its cause kept.
+fn ingest_error(error: IngestError) -> ApiError {
+    ApiError::unavailable(error)
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ pub struct ScheduleState {
 impl Queue {
     /// Up to `per_shard` entities of each shard's due set (the soonest) and as many of its
     /// in-flight set: a cheap sample of what the schedule holds, for checking that it belongs
-    /// to the database.
+    /// to the database; each entity once.
     pub async fn sample_scheduled(&self, per_shard: usize) -> Result<Vec<String>> {
         if per_shard == 0 {
             return Ok(Vec::new());
@@ -71,7 +71,12 @@ impl Queue {
         }
         let mut redis = self.redis.clone();
         let sets: Vec<Vec<String>> = pipe.query_async(&mut redis).await?;
-        Ok(sets.into_iter().flatten().collect())
+        // An entity can be both due and in flight (claimed, then re-scheduled by a new event):
+        // each is sampled once, so counting the known ones against the sample stays exact.
+        let mut sample: Vec<String> = sets.into_iter().flatten().collect();
+        sample.sort_unstable();
+        sample.dedup();
+        Ok(sample)
     }
 
     /// The max-wait anchor (unix ms) of an entity waiting in the due set: the time of its first

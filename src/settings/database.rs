@@ -15,7 +15,7 @@ section! {
         /// Postgres pool size per process.
         db_max_connections: u32 = 16, check nonzero;
         /// Longest wait for Redis or Postgres before answering 503 or retrying; also Postgres'
-        /// statement_timeout for every connection.
+        /// statement_timeout for every connection (migrations run without one).
         backend_timeout: Duration = Duration::from_secs(5), check nonzero;
     }
 }

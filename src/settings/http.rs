@@ -25,8 +25,8 @@ section! {
         /// than backend_timeout.
         request_timeout: Duration = Duration::from_secs(30), check nonzero;
         /// Ingest requests handled at once per process; more are answered 503 with Retry-After.
-        /// A slot is taken once the sender is known (token checked, or the named source
-        /// exists) and the declared size fits body_limit, before the body is read.
+        /// A slot is taken once the sender is known (its token checked, before the body; for a
+        /// named source, once the body's signature holds) and the declared size fits body_limit.
         max_concurrent_ingest: usize = 512, check nonzero;
         /// Longest wait for a request's line and headers, counted from when the connection
         /// waits for one (a new connection, or a kept-alive one after its last response, so

@@ -164,8 +164,18 @@ pub async fn connect(settings: &Database) -> Result<PgPool> {
     Ok(pool)
 }
 
+/// Applies the migrations on one connection without the statement timeout: a migration that
+/// rewrites a large table may take longer than `backend_timeout`, which is meant for requests.
 pub async fn migrate(pool: &PgPool) -> Result<()> {
-    sqlx::migrate!("./migrations").run(pool).await?;
+    let mut connection = pool.acquire().await?;
+    sqlx::query!("SET statement_timeout = 0")
+        .execute(&mut *connection)
+        .await?;
+    sqlx::migrate!("./migrations").run(&mut *connection).await?;
+    // Back to the pool's own timeout, in case the connection is used again.
+    sqlx::query!("RESET statement_timeout")
+        .execute(&mut *connection)
+        .await?;
     Ok(())
 }
 

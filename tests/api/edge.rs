@@ -68,41 +68,52 @@ async fn unauthenticated_uploads_hold_no_ingest_slot() {
         )],
         sources: vec![source("shop", &[SHOP_SECRET])],
         max_concurrent_ingest: 4,
+        body_grace: Duration::from_secs(2),
         ..TestOptions::idle()
     })
     .await;
     let at = address(&app);
-    // Twice the cap of uploads that stall after one byte: to a source that does not exist, and
-    // to /v1/events without a token. Each is answered at once, before its body.
+    // Three times the cap of uploads that stall after one body byte: to a source that does not
+    // exist, to /v1/events without a token, and to a real source (whose name is no secret) with
+    // no valid signature yet.
     let mut stalled = Vec::new();
-    for _ in 0..4 {
-        let head = stalled_head(&at, "/v1/sources/nosuch/events", "");
-        stalled.push(send_head(&app, &head, b"[").await);
-        let head = stalled_head(&at, "/v1/events", "");
-        stalled.push(send_head(&app, &head, b"[").await);
+    for path in [
+        "/v1/sources/nosuch/events",
+        "/v1/events",
+        "/v1/sources/shop/events",
+    ] {
+        for _ in 0..4 {
+            stalled.push(send_head(&app, &stalled_head(&at, path, ""), b"[").await);
+        }
     }
-    let mut statuses = Vec::new();
-    for stream in &mut stalled {
-        statuses.push(answer_status(stream, Duration::from_secs(10)).await);
-    }
-    assert_eq!(
-        statuses,
-        [Some(404), Some(401)].repeat(4),
-        "refused before the body, not held"
-    );
-    // An authenticated sender still gets every slot.
-    for i in 0..4 {
-        let response = app
-            .client
+    // While they are open, authenticated senders get every slot at once.
+    let sends = (0..4).map(|i| {
+        app.client
             .post(format!("{}/v1/events", app.base))
             .bearer_auth(crate::secrets::TOKEN_INGEST_A)
             .json(&event(&format!("ok-{i}"), "post:edge", "flag"))
             .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 202);
+    });
+    for response in futures::future::join_all(sends).await {
+        assert_eq!(response.unwrap().status(), 202);
     }
-    drop(stalled);
+    let shop = event("shop-1", "post:edge-shop", "flag");
+    assert_eq!(
+        app.post_signed("shop", SHOP_SECRET, &shop).await.status(),
+        202
+    );
+    // The unknown source and the missing token are refused before the body; the source's
+    // upload runs into the pace floor, having held no slot.
+    let mut statuses = Vec::new();
+    for stream in &mut stalled {
+        statuses.push(answer_status(stream, Duration::from_secs(10)).await);
+    }
+    let expected: Vec<Option<u16>> = [Some(404), Some(401), Some(408)]
+        .iter()
+        .flat_map(|status| [*status; 4])
+        .collect();
+    assert_eq!(statuses, expected);
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 5);
 }
 
 #[tokio::test]

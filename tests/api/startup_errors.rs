@@ -201,3 +201,34 @@ async fn a_schedule_that_belongs_to_another_database_is_refused_at_startup() {
         app.redis_keys().await
     );
 }
+
+#[tokio::test]
+async fn migrations_are_not_cut_short_by_the_statement_timeout() {
+    // The pool's statement_timeout (backend_timeout) bounds requests' statements; migrations
+    // run on a pool that has one, here a millisecond, and must still run to the end.
+    let database = format!("quiesce_test_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{}/{database}", crate::helpers::database_base_url());
+    <sqlx::Postgres as sqlx::migrate::MigrateDatabase>::create_database(&url)
+        .await
+        .unwrap();
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options.options([("statement_timeout", "1")]))
+        .await
+        .unwrap();
+    quiesce::store::migrate(&pool)
+        .await
+        .expect("the migrations run to the end");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(applied > 0);
+    // And the pool's connections keep their timeout afterwards.
+    let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timeout, "1ms");
+}
