@@ -210,7 +210,11 @@ pub async fn submit_once(
     };
     let Some(delivery) = delivery else {
         state.rate_limits.check(rate_key, events.len())?;
-        return state.ingestor.submit(events).await.map_err(ingest_error);
+        return state
+            .ingestor
+            .submit(events)
+            .await
+            .map_err(ApiError::unavailable);
     };
     let source = match rate_key {
         RateKey::Source(name) => name,
@@ -221,7 +225,7 @@ pub async fn submit_once(
         .store
         .github_delivery_seen(source, delivery, &digest)
         .await
-        .map_err(|error| ingest_error(IngestError::from(error)))?
+        .map_err(|error| ApiError::unavailable(IngestError::from(error)))?
     {
         tracing::debug!(
             source,
@@ -237,18 +241,17 @@ pub async fn submit_once(
     // Only a delivery not seen before spends the source's rate: replaying a captured one cannot
     // drain the budget of the real sender.
     state.rate_limits.check(rate_key, events.len())?;
-    let outcome = state.ingestor.submit(events).await.map_err(ingest_error)?;
+    let outcome = state
+        .ingestor
+        .submit(events)
+        .await
+        .map_err(ApiError::unavailable)?;
     state
         .store
         .remember_github_delivery(source, delivery, &digest)
         .await
-        .map_err(|error| ingest_error(IngestError::from(error)))?;
+        .map_err(|error| ApiError::unavailable(IngestError::from(error)))?;
     Ok(outcome)
-}
-
-/// Every ingest failure is the backends' or the shutdown's: 503 with its cause kept.
-fn ingest_error(error: IngestError) -> ApiError {
-    ApiError::unavailable(error)
 }
 
 #[cfg(test)]

@@ -53,9 +53,9 @@ async fn closed_by_server(stream: &mut TcpStream, deadline: Duration) -> bool {
     }
 }
 
-fn stalled_head(address: &str, path: &str, extra: &str) -> String {
+fn stalled_head(address: &str, path: &str) -> String {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\n{extra}content-length: 1000\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
     )
 }
 
@@ -83,7 +83,7 @@ async fn unauthenticated_uploads_hold_no_ingest_slot() {
         "/v1/sources/shop/events",
     ] {
         for _ in 0..4 {
-            stalled.push(send_head(&app, &stalled_head(&at, path, ""), b"[").await);
+            stalled.push(send_head(&app, &stalled_head(&at, path), b"[").await);
         }
     }
     // While they are open, authenticated senders get every slot at once.
@@ -149,7 +149,7 @@ async fn a_trickled_body_is_cut_off_at_the_pace_floor() {
     })
     .await;
     let at = address(&app);
-    let mut stream = send_head(&app, &stalled_head(&at, "/v1/events", ""), b"[").await;
+    let mut stream = send_head(&app, &stalled_head(&at, "/v1/events"), b"[").await;
     assert_eq!(
         answer_status(&mut stream, Duration::from_secs(10)).await,
         Some(408)
