@@ -12,32 +12,12 @@ use tokio::{
     net::TcpStream,
 };
 
-use crate::helpers::{SHOP_SECRET, TestApp, TestOptions, event, source, spawn_app};
+use crate::helpers::{
+    SHOP_SECRET, TestApp, TestOptions, answer_status, event, send_head, source, spawn_app,
+};
 
 fn address(app: &TestApp) -> String {
     app.base.trim_start_matches("http://").to_owned()
-}
-
-/// Sends a request head (and `body`) and leaves the connection open.
-async fn send_head(app: &TestApp, head: &str, body: &[u8]) -> TcpStream {
-    let mut stream = TcpStream::connect(address(app)).await.unwrap();
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    stream.flush().await.unwrap();
-    stream
-}
-
-/// The status of the first answer on the connection, within a deadline.
-async fn answer_status(stream: &mut TcpStream, deadline: Duration) -> Option<u16> {
-    let mut buffer = vec![0u8; 4096];
-    let n = tokio::time::timeout(deadline, stream.read(&mut buffer))
-        .await
-        .ok()?
-        .ok()?;
-    String::from_utf8_lossy(&buffer[..n])
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
 }
 
 /// Whether the server closes the connection within the deadline (reading what it sends).

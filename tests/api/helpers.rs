@@ -702,3 +702,31 @@ pub fn pausing_hook(
         .boxed()
     })
 }
+
+/// Sends a request head (and `body`) and leaves the connection open.
+pub async fn send_head(app: &TestApp, head: &str, body: &[u8]) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(app.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, head.as_bytes())
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, body)
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::flush(&mut stream).await.unwrap();
+    stream
+}
+
+/// The status of the first answer on the connection, within a deadline.
+pub async fn answer_status(stream: &mut tokio::net::TcpStream, deadline: Duration) -> Option<u16> {
+    let mut buffer = vec![0u8; 4096];
+    let n = tokio::time::timeout(deadline, tokio::io::AsyncReadExt::read(stream, &mut buffer))
+        .await
+        .ok()?
+        .ok()?;
+    String::from_utf8_lossy(&buffer[..n])
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+}

@@ -5,9 +5,12 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::{io::AsyncWriteExt, net::TcpStream};
+use tokio::net::TcpStream;
 
-use crate::helpers::{FORUM_SECRET, SHOP_SECRET, TestOptions, event, source, spawn_app, wait_for};
+use crate::helpers::{
+    FORUM_SECRET, SHOP_SECRET, TestOptions, answer_status, event, send_head, source, spawn_app,
+    wait_for,
+};
 
 fn batch(prefix: &str, n: usize) -> Value {
     json!(
@@ -165,27 +168,16 @@ async fn ingest_clients_with_different_tokens_have_separate_budgets() {
 /// Opens a connection and sends an ingest request whose body never completes.
 async fn stalled_upload(app: &crate::helpers::TestApp) -> TcpStream {
     let address = app.base.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(address).await.unwrap();
     let head = format!(
-        "POST /v1/events HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n[{{\"id\":"
+        "POST /v1/events HTTP/1.1\r\nHost: {address}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.flush().await.unwrap();
-    stream
+    send_head(app, &head, b"[{\"id\":").await
 }
 
 async fn read_status(stream: &mut TcpStream) -> u16 {
-    use tokio::io::AsyncReadExt;
-    let mut buffer = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buffer))
+    answer_status(stream, Duration::from_secs(10))
         .await
         .expect("an answer within the deadline")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buffer[..n]);
-    text.split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {text}"))
 }
 
 #[tokio::test]
