@@ -12,7 +12,8 @@
 -- ARGV[1]  entity
 -- ARGV[2]  claim token
 -- ARGV[3]  delay (ms)
--- Returns: 1 if re-scheduled, 0 if the claim had been taken over (its new owner decides).
+-- Returns: the entity's fire-at (ms) if re-scheduled, 0 if the claim had been taken over (its
+-- new owner decides).
 if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[2] then
   return 0
 end
@@ -25,10 +26,12 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 local current = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if not current or fire < current then
   redis.call('ZADD', KEYS[1], fire, ARGV[1])
+else
+  fire = current
 end
 local pending = decode_anchor(redis.call('HGET', KEYS[2], ARGV[1]))
 anchor = anchor or now
 if not pending or anchor < pending then
   redis.call('HSET', KEYS[2], ARGV[1], encode_anchor(anchor))
 end
-return 1
+return fire

@@ -10,22 +10,30 @@
 -- KEYS[1]  due      ZSET  entity -> fire-at (unix ms)
 -- KEYS[2]  pending  HASH  entity -> time of the first event not yet claimed (max-wait anchor, anchor.lua encoding)
 -- KEYS[3]  dead     ZSET  entity -> dead-lettered at (ms)
+-- KEYS[4]  inflight ZSET  entity -> lease deadline (ms)
 -- ARGV[1]  window (ms)
 -- ARGV[2]  max wait (ms)
 -- ARGV[3]  mode: "sliding" or "fixed"
--- ARGV[4..] pairs of (entity, critical "1" | "0")
--- Returns: the earliest fire-at (ms) among the entities scheduled by this call (nil if none).
+-- ARGV[4]  "1" to schedule only the entities this shard already holds (due, pending, in
+--          flight or dead): a shard of a layout being drained after the shard count changed
+-- ARGV[5..] pairs of (entity, critical "1" | "0")
+-- Returns: { earliest fire-at (ms) set by this call or -1, entity not held, entity not held, ... }
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local fixed = ARGV[3] == 'fixed'
+local held_only = ARGV[4] == '1'
 local earliest = nil
+local out = { -1 }
 
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local entity = ARGV[i]
   local critical = ARGV[i + 1] == '1'
-  if not redis.call('ZSCORE', KEYS[3], entity) then
+  if held_only and not redis.call('ZSCORE', KEYS[1], entity) and redis.call('HEXISTS', KEYS[2], entity) == 0
+      and not redis.call('ZSCORE', KEYS[4], entity) and not redis.call('ZSCORE', KEYS[3], entity) then
+    out[#out + 1] = entity
+  elseif not redis.call('ZSCORE', KEYS[3], entity) then
     local first = decode_anchor(redis.call('HGET', KEYS[2], entity))
     if not first then
       first = now
@@ -48,4 +56,5 @@ for i = 4, #ARGV, 2 do
   end
 end
 
-return earliest
+if earliest then out[1] = earliest end
+return out

@@ -3,7 +3,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 use clap::{Parser, Subcommand};
 use quiesce::{
     domain::EntityId,
-    queue::{DeadLetterCursor, Keyspace, Queue},
+    queue::{DeadLetterCursor, Queue},
     rules::RuleSet,
     settings::{ConfigArgs, Loaded, Settings},
     startup::{self, Application, Backends},
@@ -241,8 +241,8 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
     };
     let settings = settings(config)?;
     let queue = Queue::new(
-        startup::connect_redis(&settings).await?,
-        Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards),
+        startup::connect_redis(&settings).await?.0,
+        startup::keyspace(&settings),
         settings.schedule.timing(),
     );
     match command {

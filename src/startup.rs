@@ -4,7 +4,10 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{
+    aio::{ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClientBuilder,
+};
 use secrecy::ExposeSecret;
 use sqlx::{Postgres, migrate::MigrateDatabase, postgres::PgConnectOptions};
 use tokio::{net::TcpListener, sync::Notify};
@@ -16,7 +19,7 @@ use crate::{
     ingest::Ingestor,
     maintenance::Maintenance,
     outbox::{DeliverySettings, Dispatcher},
-    queue::{Keyspace, Queue},
+    queue::{self, Keyspace, Queue, RedisConnection, Wakeups},
     rules::{RuleSet, Rules},
     settings::Settings,
     store::{self, Store},
@@ -87,19 +90,52 @@ pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPoo
     })
 }
 
-/// A Redis connection; errors name QUIESCE_REDIS_URL and the address, its password redacted.
-pub async fn connect_redis(settings: &Settings) -> anyhow::Result<ConnectionManager> {
-    let address = redact_userinfo(settings.redis.redis_url.expose_secret());
-    let client = redis::Client::open(settings.redis.redis_url.expose_secret())
-        .with_context(|| format!("invalid QUIESCE_REDIS_URL {address}"))?;
+/// A Redis connection (one node, or a cluster for a `redis+cluster://` URL) and where to
+/// subscribe to wake-ups; errors name QUIESCE_REDIS_URL and the address, its password redacted.
+pub async fn connect_redis(settings: &Settings) -> anyhow::Result<(RedisConnection, Wakeups)> {
+    let url = settings.redis.redis_url.expose_secret();
+    let address = redact_userinfo(url);
     let timeout = settings.database.backend_timeout;
+    let channel = Keyspace::new(settings.redis.redis_prefix.clone(), 1)
+        .index()
+        .wake_channel();
+    if let Some(nodes) = queue::cluster_nodes(url) {
+        anyhow::ensure!(
+            !nodes.is_empty(),
+            "invalid QUIESCE_REDIS_URL {address}: a cluster URL names its seed nodes, redis+cluster://host:port,host:port"
+        );
+        let client = ClusterClientBuilder::new(nodes.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .build()
+            .with_context(|| format!("invalid QUIESCE_REDIS_URL {address}"))?;
+        let connection = client.get_async_connection().await.with_context(|| {
+            format!("cannot connect to the Redis Cluster at {address} (QUIESCE_REDIS_URL)")
+        })?;
+        return Ok((
+            RedisConnection::Cluster(connection),
+            Wakeups::cluster(nodes, channel),
+        ));
+    }
+    let client =
+        redis::Client::open(url).with_context(|| format!("invalid QUIESCE_REDIS_URL {address}"))?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
         .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, config)
+    let connection = ConnectionManager::new_with_config(client.clone(), config)
         .await
-        .with_context(|| format!("cannot connect to Redis at {address} (QUIESCE_REDIS_URL)"))
+        .with_context(|| format!("cannot connect to Redis at {address} (QUIESCE_REDIS_URL)"))?;
+    Ok((
+        RedisConnection::Node(connection),
+        Wakeups::node(client, channel),
+    ))
+}
+
+/// The key layout the settings give: the shard count, and the one being drained if any.
+pub fn keyspace(settings: &Settings) -> Keyspace {
+    Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards)
+        .draining(Some(settings.redis.previous_shards))
 }
 
 /// Scheduled entities sampled per shard, per set, by the startup check of the schedule.
@@ -112,27 +148,35 @@ pub struct Backends {
     pub queue: Queue,
     pub rules: Arc<Rules>,
     pub wakeup: Arc<Notify>,
+    /// Where worker processes hear of what other processes made due.
+    pub wakeups: Wakeups,
 }
 
 impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
         let pool = connect_postgres(settings).await?;
-        let redis = connect_redis(settings).await?;
-        let keys = Keyspace::new(settings.redis.redis_prefix.clone(), settings.redis.shards);
+        let (redis, wakeups) = connect_redis(settings).await?;
         Ok(Self {
             store: Store::new(pool),
-            queue: Queue::new(redis, keys, settings.schedule.timing()),
+            queue: Queue::new(redis, keyspace(settings), settings.schedule.timing()),
             rules,
             wakeup: Arc::new(Notify::new()),
+            wakeups,
         })
     }
 
     /// Warns loudly when Redis may drop queue keys (eviction) or lose them on restart (no AOF).
     pub async fn check_redis_durability(&self) {
         match self.queue.durability().await {
-            Ok(Some(durability)) => {
-                for warning in durability.warnings() {
-                    tracing::warn!("{warning}");
+            Ok(Some(nodes)) => {
+                for (node, durability) in nodes {
+                    for warning in durability.warnings() {
+                        if node.is_empty() {
+                            tracing::warn!("{warning}");
+                        } else {
+                            tracing::warn!(node, "{warning}");
+                        }
+                    }
                 }
             }
             Ok(None) => tracing::info!(
@@ -197,6 +241,7 @@ impl Backends {
             &settings.worker,
             Arc::clone(&self.wakeup),
         )
+        .with_wakeups(self.wakeups.clone())
     }
 
     /// The reaper, the repair sweep and retention, which run wherever workers run.
@@ -206,6 +251,7 @@ impl Backends {
             self.store.clone(),
             &settings.maintenance,
             settings.worker.lease_floor,
+            settings.redis.index_rescan,
         )
     }
 }

@@ -1,5 +1,6 @@
 //! Upkeep beside the workers, each pass on its own timer and all under the workers' shutdown
-//! token: the reaper returns the claims of workers that died, the repair sweep re-schedules
+//! token: the reaper returns the claims of workers that died, the index rescan repairs the
+//! shard indexes (`queue::index`), the repair sweep re-schedules
 //! from Postgres what Redis lost, and retention deletes what is past the retention window.
 //! `startup` runs it in every process that runs workers.
 
@@ -21,26 +22,31 @@ pub struct Maintenance {
     settings: settings::Maintenance,
     /// How often the reaper runs: half the shortest lease.
     reap_every: Duration,
+    /// How often the shard indexes are rescanned (by one process of all).
+    rescan_every: Duration,
 }
 
 impl Maintenance {
     /// `lease_floor` is the shortest lease workers give: the reaper runs every half of it, so
-    /// a dead worker's claims come back soon after their leases expire.
+    /// a dead worker's claims come back soon after their leases expire. The shard indexes are
+    /// rescanned every `rescan_every`, by whichever process takes the rescan lock.
     pub fn new(
         queue: Queue,
         store: Store,
         settings: &settings::Maintenance,
         lease_floor: Duration,
+        rescan_every: Duration,
     ) -> Self {
         Self {
             queue,
             store,
             settings: settings.clone(),
             reap_every: (lease_floor / 2).max(Duration::from_millis(50)),
+            rescan_every,
         }
     }
 
-    /// Runs the reaper, the sweep and retention until `shutdown`. The reaper has a timer of
+    /// Runs the reaper, the index rescan, the sweep and retention until `shutdown`. The reaper has a timer of
     /// its own, so a process whose evaluation slots are all busy still rescues what other
     /// processes left behind.
     pub async fn run(self, shutdown: CancellationToken) {
@@ -49,6 +55,9 @@ impl Maintenance {
         tokio::join!(
             every(self.reap_every, &shutdown, "reaper pass", || this
                 .reap_once()),
+            every(self.rescan_every, &shutdown, "shard index rescan", || this
+                .queue
+                .rescan_index(this.rescan_every)),
             every(
                 self.settings.sweep_interval,
                 &shutdown,

@@ -3,22 +3,56 @@
 
 use super::Maintenance;
 use crate::{
-    queue::{QueueError, Reaped},
+    queue::{IndexKind, QueueError, Reaped, Settle},
     telemetry::names,
 };
 
 /// Most expired leases returned per shard in one pass.
 const REAP_BATCH: usize = 256;
 
+/// Most shards one pass takes from the lease index.
+const SHARDS_PER_PASS: usize = 256;
+
 impl Maintenance {
     /// Returns every expired lease to the due set (or, on its last attempt, to the dead
-    /// letters).
+    /// letters), in the shards the lease index says may hold one.
     pub async fn reap_once(&self) -> Result<Reaped, QueueError> {
+        let reader = uuid::Uuid::new_v4().simple().to_string();
+        let read = self
+            .queue
+            .read_index(IndexKind::Leases, SHARDS_PER_PASS, &reader)
+            .await?;
         let mut total = Reaped::default();
-        for shard in 0..self.queue.keys().shards() {
-            let reaped = self.queue.reap(shard, REAP_BATCH).await?;
+        let mut settled = Vec::with_capacity(read.shards.len());
+        let mut failure = None;
+        for shard in read.shards {
+            if failure.is_some() {
+                settled.push((shard, Settle::Untouched));
+                continue;
+            }
+            let reaped = match self.queue.reap(shard, REAP_BATCH).await {
+                Ok(reaped) => reaped,
+                Err(error) => {
+                    settled.push((shard, Settle::Untouched));
+                    failure = Some(error);
+                    continue;
+                }
+            };
             total.returned += reaped.returned;
             total.dead_lettered += reaped.dead_lettered;
+            // Read after the reap: a claim since then is in it (or reported it).
+            let next = if reaped.returned + reaped.dead_lettered >= REAP_BATCH {
+                Ok(Some(0))
+            } else {
+                self.queue.earliest_lease(shard).await
+            };
+            settled.push((shard, next.map_or(Settle::Untouched, Settle::of)));
+        }
+        self.queue
+            .settle_index(IndexKind::Leases, &reader, &settled)
+            .await?;
+        if let Some(error) = failure {
+            return Err(error);
         }
         if total.returned + total.dead_lettered > 0 {
             metrics::counter!(names::LEASES_REAPED)

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use super::{Queue, QueueError, Result, scripts::SCRIPTS};
+use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
 use crate::{domain::EntityId, telemetry::Timed};
 
 /// One claimed entity: only the holder of `token` may renew, ack or retry it.
 #[derive(Debug, Clone)]
 pub struct Claim {
-    pub shard: u16,
+    pub shard: Shard,
     pub entity: EntityId,
     pub token: String,
     /// The fire-at the entity was claimed at (unix ms).
@@ -53,10 +53,11 @@ pub enum Failed {
 }
 
 impl Queue {
-    /// Claims up to `limit` due entities of one shard.
+    /// Claims up to `limit` due entities of one shard, and reports their lease deadline to the
+    /// lease index.
     pub async fn claim(
         &self,
-        shard: u16,
+        shard: Shard,
         limit: usize,
         busy_delay: Duration,
         lease: Duration,
@@ -78,7 +79,15 @@ impl Queue {
             .invoke_async(&mut redis)
             .timed_script("claim")
             .await?;
-        parse_claim_reply(shard, lease_ms, reply)
+        let batch = parse_claim_reply(shard, lease_ms, reply)?;
+        if !batch.claims.is_empty() {
+            self.report(
+                IndexKind::Leases,
+                &[(shard, batch.now_ms + lease_ms as i64)],
+            )
+            .await;
+        }
+        Ok(batch)
     }
 
     /// Finishes a claim and releases the entity lock if it is still ours; false if the claim
@@ -104,7 +113,7 @@ impl Queue {
     pub async fn retry(&self, claim: &Claim, delay: Duration) -> Result<bool> {
         let keys = self.keys.for_shard(claim.shard);
         let mut redis = self.redis.clone();
-        let done: i64 = SCRIPTS
+        let fire_at: i64 = SCRIPTS
             .retry
             .key(keys.due())
             .key(keys.pending())
@@ -116,7 +125,10 @@ impl Queue {
             .invoke_async(&mut redis)
             .timed_script("retry")
             .await?;
-        Ok(done == 1)
+        if fire_at > 0 {
+            self.report(IndexKind::Due, &[(claim.shard, fire_at)]).await;
+        }
+        Ok(fire_at > 0)
     }
 
     /// Extends the claim's lease and its entity lock; false if either was lost.
@@ -138,7 +150,7 @@ impl Queue {
     }
 
     /// Returns entities whose lease expired (their worker died) to the due set.
-    pub async fn reap(&self, shard: u16, limit: usize) -> Result<Reaped> {
+    pub async fn reap(&self, shard: Shard, limit: usize) -> Result<Reaped> {
         let keys = self.keys.for_shard(shard);
         let mut redis = self.redis.clone();
         let (returned, dead_lettered): (usize, usize) = SCRIPTS
@@ -155,10 +167,27 @@ impl Queue {
             .invoke_async(&mut redis)
             .timed_script("reap")
             .await?;
+        if returned > 0 {
+            self.report(IndexKind::Due, &[(shard, 0)]).await;
+        }
         Ok(Reaped {
             returned,
             dead_lettered,
         })
+    }
+
+    /// The earliest lease deadline in a shard (unix ms), if any claim is running there.
+    pub async fn earliest_lease(&self, shard: Shard) -> Result<Option<i64>> {
+        let keys = self.keys.for_shard(shard);
+        let mut redis = self.redis.clone();
+        let head: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(keys.inflight())
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut redis)
+            .await?;
+        Ok(head.first().map(|(_, at)| *at as i64))
     }
 
     /// Records a failed attempt: due again after a jittered exponential backoff, or
@@ -187,6 +216,10 @@ impl Queue {
             .invoke_async(&mut redis)
             .timed_script("fail")
             .await?;
+        if result == 1 {
+            // Due again after a backoff the script chose: due at once is never later.
+            self.report(IndexKind::Due, &[(claim.shard, 0)]).await;
+        }
         Ok(match result {
             1 => Failed::Retried,
             2 => Failed::DeadLettered,
@@ -250,7 +283,7 @@ impl Queue {
     }
 }
 
-fn parse_claim_reply(shard: u16, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
+fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
     use redis::FromRedisValue;
     let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
     if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(3) {

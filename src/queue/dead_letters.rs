@@ -71,7 +71,10 @@ impl Queue {
         let mut shard = cursor.shard;
         let mut offset = cursor.offset;
         while shard < self.keys.shards() && page.entries.len() < limit {
-            let keys = self.keys.for_shard(shard);
+            let keys = self.keys.for_shard(super::Shard {
+                count: self.keys.shards(),
+                index: shard,
+            });
             let want = limit - page.entries.len();
             let mut redis = self.redis.clone();
             let members: Vec<(String, f64)> = redis::cmd("ZRANGE")

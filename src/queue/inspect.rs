@@ -1,8 +1,13 @@
 //! What operators and tests read from the schedule: depths per shard, one entity's state,
 //! max-wait anchors, and whether Redis is configured to keep its keys.
 
-use super::{Queue, Result};
+use futures::{StreamExt, TryStreamExt, stream};
+
+use super::{Queue, Result, Shard, ShardKeys};
 use crate::domain::EntityId;
+
+/// Shards read at once by the depth scrape and the sample.
+const SHARD_CONCURRENCY: usize = 16;
 
 /// What Redis keeps through a restart or under memory pressure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,29 +65,65 @@ impl Queue {
         if per_shard == 0 {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            let keys = self.keys.for_shard(shard);
-            pipe.cmd("ZRANGE").arg(keys.due()).arg(0).arg(per_shard - 1);
-            pipe.cmd("ZRANGE")
-                .arg(keys.inflight())
-                .arg(0)
-                .arg(per_shard - 1);
-        }
-        let mut redis = self.redis.clone();
-        let sets: Vec<Vec<String>> = pipe.query_async(&mut redis).await?;
+        let sets: Vec<Vec<Vec<String>>> = self
+            .per_shard(self.keys.current_shards(), |keys, pipe| {
+                pipe.cmd("ZRANGE").arg(keys.due()).arg(0).arg(per_shard - 1);
+                pipe.cmd("ZRANGE")
+                    .arg(keys.inflight())
+                    .arg(0)
+                    .arg(per_shard - 1);
+            })
+            .await?;
         // An entity can be both due and in flight (claimed, then re-scheduled by a new event):
         // each is sampled once, so counting the known ones against the sample stays exact.
-        let mut sample: Vec<String> = sets.into_iter().flatten().collect();
+        let mut sample: Vec<String> = sets.into_iter().flatten().flatten().collect();
         sample.sort_unstable();
         sample.dedup();
         Ok(sample)
     }
 
+    /// Runs one pipeline per shard (a cluster pipeline must stay in one slot), a few at a
+    /// time; the replies in shard order.
+    async fn per_shard<T: redis::FromRedisValue + Send>(
+        &self,
+        shards: impl Iterator<Item = Shard>,
+        commands: impl Fn(&ShardKeys, &mut redis::Pipeline),
+    ) -> Result<Vec<T>> {
+        let calls: Vec<_> = shards
+            .map(|shard| {
+                let keys = self.keys.for_shard(shard);
+                let mut pipe = redis::pipe();
+                commands(&keys, &mut pipe);
+                let mut redis = self.redis.clone();
+                async move { pipe.query_async::<T>(&mut redis).await }
+            })
+            .collect();
+        Ok(stream::iter(calls)
+            .buffered(SHARD_CONCURRENCY)
+            .try_collect()
+            .await?)
+    }
+
+    /// The shard that holds an entity: its shard in a layout being drained while that still
+    /// holds it, else its shard in the current layout.
+    async fn holding_shard(&self, entity: &EntityId) -> Result<ShardKeys> {
+        if let Some(previous) = self.keys.previous_shard_of(entity) {
+            let keys = self.keys.for_shard(previous);
+            let mut pipe = redis::pipe();
+            super::ask_held(&mut pipe, &keys, entity);
+            let mut redis = self.redis.clone();
+            let held: super::Held = pipe.query_async(&mut redis).await?;
+            if super::is_held(&held) {
+                return Ok(keys);
+            }
+        }
+        Ok(self.keys.for_entity(entity))
+    }
+
     /// The max-wait anchor (unix ms) of an entity waiting in the due set: the time of its first
     /// event not yet claimed.
     pub async fn max_wait_anchor(&self, entity: &EntityId) -> Result<Option<i64>> {
-        let key = self.keys.for_entity(entity).pending();
+        let key = self.holding_shard(entity).await?.pending();
         let mut redis = self.redis.clone();
         let raw: Option<Vec<u8>> = redis::cmd("HGET")
             .arg(key)
@@ -94,7 +135,7 @@ impl Queue {
 
     /// When the entity fires next and whether an evaluation of it is running.
     pub async fn state_of(&self, entity: &EntityId) -> Result<ScheduleState> {
-        let keys = self.keys.for_entity(entity);
+        let keys = self.holding_shard(entity).await?;
         let mut redis = self.redis.clone();
         let (due, lease): (Option<f64>, Option<f64>) = redis::pipe()
             .zscore(keys.due(), entity.as_str())
@@ -107,39 +148,36 @@ impl Queue {
         })
     }
 
-    /// Due and in-flight counts per shard, for the metrics.
+    /// Due and in-flight counts per shard of the current layout, for the metrics.
     pub async fn depths(&self) -> Result<Vec<ShardDepth>> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
-        for shard in 0..self.keys.shards() {
-            let keys = self.keys.for_shard(shard);
-            pipe.zcard(keys.due())
-                .zcard(keys.inflight())
-                .zcard(keys.dead())
-                .zrange_withscores(keys.due(), 0, 0);
-        }
+        self.depths_of(self.keys.current_shards()).await
+    }
+
+    /// Due and in-flight counts per shard of a layout being drained (empty when none is).
+    pub async fn draining_depths(&self) -> Result<Vec<ShardDepth>> {
+        self.depths_of(self.keys.previous_shards()).await
+    }
+
+    async fn depths_of(&self, shards: impl Iterator<Item = Shard>) -> Result<Vec<ShardDepth>> {
+        let shards: Vec<Shard> = shards.collect();
         let mut redis = self.redis.clone();
+        let time: (i64, i64) = redis::cmd("TIME").query_async(&mut redis).await?;
+        let now_ms = time.0 * 1000 + time.1 / 1000;
         // Per shard: due, in flight, dead, and the earliest due member with its score.
         type ShardReply = (u64, u64, u64, Vec<(String, f64)>);
-        let (time, shards): ((i64, i64), Vec<ShardReply>) = {
-            let mut replies: Vec<redis::Value> = pipe.query_async(&mut redis).await?;
-            let time =
-                redis::from_redis_value(replies.remove(0)).map_err(redis::RedisError::from)?;
-            let shards = replies
-                .chunks(4)
-                .map(|c| {
-                    redis::from_redis_value(redis::Value::Array(c.to_vec()))
-                        .map_err(redis::RedisError::from)
-                })
-                .collect::<redis::RedisResult<_>>()?;
-            (time, shards)
-        };
-        let now_ms = time.0 * 1000 + time.1 / 1000;
+        let replies: Vec<ShardReply> = self
+            .per_shard(shards.iter().copied(), |keys, pipe| {
+                pipe.zcard(keys.due())
+                    .zcard(keys.inflight())
+                    .zcard(keys.dead())
+                    .zrange_withscores(keys.due(), 0, 0);
+            })
+            .await?;
         Ok(shards
             .into_iter()
-            .enumerate()
+            .zip(replies)
             .map(|(shard, (due, inflight, dead, oldest))| ShardDepth {
-                shard: shard as u16,
+                shard: shard.index,
                 due,
                 inflight,
                 dead,
@@ -150,27 +188,75 @@ impl Queue {
             .collect())
     }
 
-    /// Reads the settings that decide what Redis keeps through a restart or under memory
-    /// pressure; `None` where the server refuses CONFIG (some managed services do).
-    pub async fn durability(&self) -> Result<Option<RedisDurability>> {
-        let mut redis = self.redis.clone();
-        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut redis)
-            .await;
-        let Ok(policy) = reply else {
+    /// Reads, on every primary, the settings that decide what Redis keeps through a restart
+    /// or under memory pressure; `None` where the server refuses CONFIG (some managed services
+    /// do). Each with the node's address (empty on a single node).
+    pub async fn durability(&self) -> Result<Option<Vec<(String, RedisDurability)>>> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy").arg("appendonly");
+        let Ok(replies) = self.redis.on_primaries(cmd).await else {
             return Ok(None);
         };
-        let appendonly: Vec<String> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendonly")
-            .query_async(&mut redis)
-            .await?;
-        Ok(Some(RedisDurability {
-            maxmemory_policy: policy.get(1).cloned().unwrap_or_default(),
-            appendonly: appendonly.get(1).is_some_and(|v| v == "yes"),
-        }))
+        let mut nodes = Vec::new();
+        for (node, reply) in replies {
+            let pairs: std::collections::HashMap<String, String> =
+                redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+            nodes.push((
+                node,
+                RedisDurability {
+                    maxmemory_policy: pairs.get("maxmemory-policy").cloned().unwrap_or_default(),
+                    appendonly: pairs.get("appendonly").is_some_and(|v| v == "yes"),
+                },
+            ));
+        }
+        Ok(Some(nodes))
+    }
+
+    /// Every key under the prefix, SCANned on every primary (for tests and operators).
+    pub async fn keys_under_prefix(&self) -> Result<Vec<String>> {
+        let escaped: String = self
+            .keys
+            .prefix()
+            .chars()
+            .flat_map(|c| {
+                let special = matches!(c, '*' | '?' | '[' | ']' | '\\');
+                special.then_some('\\').into_iter().chain([c])
+            })
+            .collect();
+        let pattern = format!("{{{escaped}[:}}]*");
+        let mut found = Vec::new();
+        for node in self.redis.primaries().await? {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, batch): (u64, Vec<String>) =
+                    redis::from_redis_value(self.redis.on_node(&node, cmd).await?)
+                        .map_err(redis::RedisError::from)?;
+                found.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        Ok(found)
+    }
+
+    /// Deletes every key under the prefix (tests, and an operator retiring a prefix).
+    pub async fn delete_prefix(&self) -> Result<usize> {
+        let keys = self.keys_under_prefix().await?;
+        let mut redis = self.redis.clone();
+        for key in &keys {
+            let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut redis).await?;
+        }
+        Ok(keys.len())
     }
 }
 

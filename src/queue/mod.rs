@@ -1,21 +1,29 @@
 //! The debounce schedule in Redis: schedule, claim, renew, ack, retry and reap, one Lua
-//! script each. See docs/state-machine.md for an entity's life in these sets.
+//! script each, on one node or a cluster; `index` keeps which shards have something due.
+//! See docs/state-machine.md for an entity's life in these sets.
 
 mod claims;
+mod connection;
 mod dead_letters;
+mod index;
 mod inspect;
 mod keys;
 mod scripts;
+mod wake;
+
+use std::collections::BTreeMap;
 
 use futures::future::try_join_all;
-use redis::aio::ConnectionManager;
 
 use self::scripts::SCRIPTS;
 pub use self::{
     claims::{Claim, ClaimBatch, Failed, Reaped},
+    connection::{RedisConnection, cluster_nodes},
     dead_letters::{DeadLetter, DeadLetterCursor, DeadLetterPage, FailureRecord},
+    index::{IndexRead, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
-    keys::{Keyspace, ShardKeys},
+    keys::{IndexKind, Keyspace, Shard, ShardKeys},
+    wake::Wakeups,
 };
 use crate::{
     domain::{EntityId, Priority},
@@ -64,13 +72,13 @@ pub struct Timing {
 
 #[derive(Clone)]
 pub struct Queue {
-    redis: ConnectionManager,
+    redis: RedisConnection,
     keys: Keyspace,
     timing: Timing,
 }
 
 impl Queue {
-    pub fn new(redis: ConnectionManager, keys: Keyspace, timing: Timing) -> Self {
+    pub fn new(redis: RedisConnection, keys: Keyspace, timing: Timing) -> Self {
         Self {
             redis,
             keys,
@@ -86,70 +94,167 @@ impl Queue {
         self.timing
     }
 
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.redis.clone()
     }
 
-    /// Schedules (or re-schedules) entities, one script call per shard, run concurrently.
-    /// Returns the earliest fire-at set (unix ms).
+    /// Schedules (or re-schedules) entities, one script call per shard, run concurrently, and
+    /// reports each shard's earliest fire-at to the due index. While a shard count change
+    /// drains, an entity the old layout still holds is scheduled there (with its max-wait
+    /// anchor), the others in the current layout. Returns the earliest fire-at set (unix ms).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
-        let groups = self.by_shard(entities.iter().map(|(e, p)| (e, *p == Priority::Critical)));
-        let calls = groups.into_iter().map(|(keys, members)| {
-            let mut invocation = SCRIPTS.schedule.prepare_invoke();
-            invocation
-                .key(keys.due())
-                .key(keys.pending())
-                .key(keys.dead())
-                .arg(self.timing.window_ms)
-                .arg(self.timing.max_wait_ms)
-                .arg(self.timing.mode.as_str());
-            for (entity, critical) in members {
-                invocation
-                    .arg(entity.as_str())
-                    .arg(if critical { "1" } else { "0" });
+        let items = entities.iter().map(|(e, p)| (e, *p == Priority::Critical));
+        let (draining, direct): (Vec<_>, Vec<_>) =
+            items.partition(|(e, _)| self.keys.previous_shard_of(e).is_some());
+        let mut reported = Vec::new();
+        let mut current: Vec<(&EntityId, bool)> = direct;
+        if !draining.is_empty() {
+            let groups = self.group(draining, |e| {
+                self.keys.previous_shard_of(e).expect("partitioned on it")
+            });
+            let held = try_join_all(
+                groups
+                    .into_iter()
+                    .map(|(keys, members)| self.schedule_in(keys, members, true)),
+            )
+            .await?;
+            for (shard, earliest, not_held) in held {
+                reported.extend(earliest.map(|at| (shard, at)));
+                current.extend(not_held);
             }
-            let mut redis = self.redis.clone();
-            async move {
-                invocation
-                    .invoke_async::<Option<i64>>(&mut redis)
-                    .timed_script("schedule")
-                    .await
-            }
-        });
-        let earliest = try_join_all(calls).await?;
-        Ok(earliest.into_iter().flatten().min())
+        }
+        let groups = self.group(current, |e| self.keys.shard_of(e));
+        let set = try_join_all(
+            groups
+                .into_iter()
+                .map(|(keys, members)| self.schedule_in(keys, members, false)),
+        )
+        .await?;
+        reported.extend(
+            set.into_iter()
+                .filter_map(|(shard, earliest, _)| earliest.map(|at| (shard, at))),
+        );
+        self.report(IndexKind::Due, &reported).await;
+        Ok(reported.into_iter().map(|(_, at)| at).min())
     }
 
-    /// Groups entities by the shard that owns them (non-empty shards only), so that each
-    /// script call touches one shard's keys.
-    fn by_shard<'a, T>(
+    /// One schedule call on one shard; returns the shard, the earliest fire-at it set, and
+    /// (with `held_only`) the entities it does not hold, left unscheduled.
+    async fn schedule_in<'a>(
+        &self,
+        keys: ShardKeys,
+        members: Vec<(&'a EntityId, bool)>,
+        held_only: bool,
+    ) -> Result<(Shard, Option<i64>, Vec<(&'a EntityId, bool)>)> {
+        let mut invocation = SCRIPTS.schedule.prepare_invoke();
+        invocation
+            .key(keys.due())
+            .key(keys.pending())
+            .key(keys.dead())
+            .key(keys.inflight())
+            .arg(self.timing.window_ms)
+            .arg(self.timing.max_wait_ms)
+            .arg(self.timing.mode.as_str())
+            .arg(if held_only { "1" } else { "0" });
+        for (entity, critical) in &members {
+            invocation
+                .arg(entity.as_str())
+                .arg(if *critical { "1" } else { "0" });
+        }
+        let mut redis = self.redis.clone();
+        let (earliest, not_held): (i64, Vec<String>) = {
+            let mut reply: Vec<redis::Value> = invocation
+                .invoke_async(&mut redis)
+                .timed_script("schedule")
+                .await?;
+            if reply.is_empty() {
+                return Err(QueueError::Reply("schedule returned nothing".into()));
+            }
+            let earliest =
+                redis::from_redis_value(reply.remove(0)).map_err(redis::RedisError::from)?;
+            let not_held = redis::from_redis_value(redis::Value::Array(reply))
+                .map_err(redis::RedisError::from)?;
+            (earliest, not_held)
+        };
+        let not_held = members
+            .into_iter()
+            .filter(|(e, _)| not_held.iter().any(|n| n == e.as_str()))
+            .collect();
+        Ok((keys.shard(), (earliest >= 0).then_some(earliest), not_held))
+    }
+
+    /// Groups items by the shard `shard_of` gives their entity (non-empty shards only), so
+    /// that each script call touches one shard's keys.
+    fn group<'a, T>(
         &self,
         items: impl IntoIterator<Item = (&'a EntityId, T)>,
+        shard_of: impl Fn(&EntityId) -> Shard,
     ) -> Vec<(ShardKeys, Vec<(&'a EntityId, T)>)> {
-        let mut groups: Vec<Vec<(&EntityId, T)>> =
-            (0..self.keys.shards()).map(|_| Vec::new()).collect();
+        let mut groups: BTreeMap<Shard, Vec<(&EntityId, T)>> = BTreeMap::new();
         for (entity, value) in items {
-            groups[self.keys.shard_of(entity) as usize].push((entity, value));
+            groups
+                .entry(shard_of(entity))
+                .or_default()
+                .push((entity, value));
         }
         groups
             .into_iter()
-            .enumerate()
-            .filter(|(_, members)| !members.is_empty())
-            .map(|(shard, members)| (self.keys.for_shard(shard as u16), members))
+            .map(|(shard, members)| (self.keys.for_shard(shard), members))
             .collect()
     }
 
-    /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight.
-    /// Returns how many were re-scheduled.
+    /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight
+    /// (nor, while a shard count change drains, in the old layout). Returns how many.
     pub async fn repair(&self, entities: &[EntityId]) -> Result<usize> {
-        self.count_per_shard("repair", &SCRIPTS.repair, entities, |k| {
+        let held = self.held_in_previous_layout(entities).await?;
+        let lost: Vec<EntityId> = entities
+            .iter()
+            .filter(|e| !held.contains(e.as_str()))
+            .cloned()
+            .collect();
+        self.count_per_shard("repair", &SCRIPTS.repair, &lost, |k| {
             vec![k.due(), k.pending(), k.inflight(), k.dead()]
         })
         .await
     }
 
-    /// Runs a script that takes entities as ARGV and returns a count, once per shard (with
-    /// that shard's `keys`), concurrently; returns the sum.
+    /// Those of `entities` that a layout being drained still holds (due, pending, in flight or
+    /// dead). An entity only ever leaves the old layout, so the answer cannot go stale.
+    async fn held_in_previous_layout(
+        &self,
+        entities: &[EntityId],
+    ) -> Result<std::collections::HashSet<String>> {
+        let groups = self.group(
+            entities
+                .iter()
+                .filter(|e| self.keys.previous_shard_of(e).is_some())
+                .map(|e| (e, ())),
+            |e| self.keys.previous_shard_of(e).expect("filtered on it"),
+        );
+        let checks = groups.into_iter().map(|(keys, members)| {
+            let mut pipe = redis::pipe();
+            for (entity, ()) in &members {
+                ask_held(&mut pipe, &keys, entity);
+            }
+            let mut redis = self.redis.clone();
+            async move {
+                let replies: Vec<Held> = pipe.query_async(&mut redis).await?;
+                Ok::<_, QueueError>(
+                    members
+                        .into_iter()
+                        .zip(replies)
+                        .filter(|(_, held)| is_held(held))
+                        .map(|((entity, ()), _)| entity.as_str().to_owned())
+                        .collect::<Vec<_>>(),
+                )
+            }
+        });
+        Ok(try_join_all(checks).await?.into_iter().flatten().collect())
+    }
+
+    /// Runs a script that takes entities as ARGV, makes them due and returns a count, once per
+    /// shard (with that shard's `keys`), concurrently; reports the shards where it made some
+    /// due to the due index; returns the sum.
     async fn count_per_shard(
         &self,
         name: &'static str,
@@ -157,7 +262,7 @@ impl Queue {
         entities: &[EntityId],
         keys: impl Fn(&ShardKeys) -> Vec<String>,
     ) -> Result<usize> {
-        let groups = self.by_shard(entities.iter().map(|e| (e, ())));
+        let groups = self.group(entities.iter().map(|e| (e, ())), |e| self.keys.shard_of(e));
         let calls = groups.into_iter().map(|(shard_keys, members)| {
             let mut invocation = script.prepare_invoke();
             for key in keys(&shard_keys) {
@@ -168,13 +273,21 @@ impl Queue {
             }
             let mut redis = self.redis.clone();
             async move {
-                invocation
+                let count = invocation
                     .invoke_async::<usize>(&mut redis)
                     .timed_script(name)
-                    .await
+                    .await?;
+                Ok::<_, QueueError>((shard_keys.shard(), count))
             }
         });
-        Ok(try_join_all(calls).await?.into_iter().sum())
+        let counts = try_join_all(calls).await?;
+        let due_now: Vec<(Shard, i64)> = counts
+            .iter()
+            .filter(|(_, count)| *count > 0)
+            .map(|(shard, _)| (*shard, 0))
+            .collect();
+        self.report(IndexKind::Due, &due_now).await;
+        Ok(counts.into_iter().map(|(_, count)| count).sum())
     }
 
     pub async fn ping(&self) -> Result<()> {
@@ -182,4 +295,20 @@ impl Queue {
         let _: String = redis::cmd("PING").query_async(&mut redis).await?;
         Ok(())
     }
+}
+
+/// An entity's place in one shard: due, pending (an anchor), in flight, dead.
+type Held = (Option<f64>, bool, Option<f64>, Option<f64>);
+
+/// Adds the commands whose replies make a [`Held`] to `pipe`.
+fn ask_held(pipe: &mut redis::Pipeline, keys: &ShardKeys, entity: &EntityId) {
+    pipe.zscore(keys.due(), entity.as_str())
+        .hexists(keys.pending(), entity.as_str())
+        .zscore(keys.inflight(), entity.as_str())
+        .zscore(keys.dead(), entity.as_str());
+}
+
+/// Whether the shard holds the entity in any of its sets.
+fn is_held((due, pending, inflight, dead): &Held) -> bool {
+    due.is_some() || *pending || inflight.is_some() || dead.is_some()
 }

@@ -16,6 +16,9 @@ pub struct Scripts {
     pub repair: Script,
     pub fail: Script,
     pub redrive: Script,
+    pub index_report: Script,
+    pub index_read: Script,
+    pub index_settle: Script,
 }
 
 /// The script with the anchor encoding's functions in front.
@@ -34,4 +37,7 @@ pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     repair: with_anchor(include_str!("../../lua/repair.lua")),
     fail: with_anchor(include_str!("../../lua/fail.lua")),
     redrive: with_anchor(include_str!("../../lua/redrive.lua")),
+    index_report: Script::new(include_str!("../../lua/index_report.lua")),
+    index_read: Script::new(include_str!("../../lua/index_read.lua")),
+    index_settle: Script::new(include_str!("../../lua/index_settle.lua")),
 });

@@ -2,20 +2,32 @@
 
 use secrecy::SecretString;
 
+use std::time::Duration;
+
 use super::declare::{nonzero, section};
 
 section! {
     /// Redis, which holds the debounce schedule, and how the schedule is laid out in it.
     pub struct Redis("redis", heading "Redis"), flags RedisFlags {
-        /// Redis connection URL (the debounce schedule).
+        /// Redis connection URL (the debounce schedule); `redis+cluster://h1:p1,h2:p2` (or
+        /// `rediss+cluster://`) names a Redis Cluster by its seed nodes.
         #[value_name = "URL"]
         redis_url: SecretString = SecretString::from("redis://127.0.0.1:6379");
         /// Namespace of every Redis key; 1-64 characters, no braces.
         #[value_name = "PREFIX"]
         redis_prefix: String = "quiesce".to_owned(), check redis_prefix;
-        /// Queue shards (Redis hash tags, so a cluster can spread them); every process must use
-        /// the same number.
-        shards: u16 = 16, check nonzero;
+        /// Queue shards, each a Redis hash tag placed in its own stretch of cluster slots; the
+        /// default spreads evenly over 3-10 masters. Every process must use the same number; to
+        /// change it, see previous_shards.
+        shards: u16 = 120, check shard_count;
+        /// The shard count before a change, while its shards drain (0: no change under way).
+        /// Entities it still holds stay there, max-wait anchors included, until evaluated; new
+        /// ones go to the new layout. Set it on every process with the new shards, and back to
+        /// 0 once `quiesce shards` shows the old layout empty.
+        previous_shards: u16 = 0, check shard_count_or_zero;
+        /// How often one process (whichever takes the lock first) reads every shard's head
+        /// into the shard indexes, repairing an index Redis lost.
+        index_rescan: Duration = Duration::from_secs(30), check nonzero;
     }
 }
 
@@ -24,5 +36,22 @@ fn redis_prefix(prefix: &str) -> Result<(), String> {
         Err("must be 1-64 characters without braces".into())
     } else {
         Ok(())
+    }
+}
+
+/// Redis Cluster has 16,384 slots; a shard takes at least one.
+fn shard_count(count: &u16) -> Result<(), String> {
+    match count {
+        0 => Err("must be greater than zero".into()),
+        1..=16_384 => Ok(()),
+        _ => Err("must be at most 16384 (Redis Cluster's slots)".into()),
+    }
+}
+
+fn shard_count_or_zero(count: &u16) -> Result<(), String> {
+    if *count == 0 {
+        Ok(())
+    } else {
+        shard_count(count)
     }
 }

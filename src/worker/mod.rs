@@ -34,7 +34,7 @@ pub use self::{
 };
 use crate::{
     domain::Snapshot,
-    queue::{Claim, Queue, QueueError},
+    queue::{Claim, IndexKind, Queue, QueueError, Settle, Wakeups},
     rules::Rules,
     settings,
     store::Store,
@@ -43,6 +43,9 @@ use crate::{
 
 /// Longest back-off after Redis errors in the poll loop.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Most shards one poll takes from the due index.
+const SHARDS_PER_READ: usize = 64;
 
 /// A test seam: runs after the snapshot is read and before the decision is written.
 pub type BeforeApplyHook = Arc<dyn Fn(Snapshot) -> BoxFuture<'static, ()> + Send + Sync>;
@@ -65,6 +68,8 @@ pub struct Worker {
     settings: settings::Worker,
     wakeup: Arc<Notify>,
     before_apply: Option<BeforeApplyHook>,
+    /// Other processes' schedules that make something due sooner, forwarded to `wakeup`.
+    wakeups: Option<Wakeups>,
     breaker: Arc<Breaker>,
     stats: Arc<WorkerStats>,
     leases: Arc<LeaseEstimator>,
@@ -100,6 +105,7 @@ impl Worker {
             settings: settings.clone(),
             wakeup,
             before_apply: None,
+            wakeups: None,
             breaker: Arc::default(),
             stats: Arc::default(),
             leases,
@@ -120,21 +126,32 @@ impl Worker {
         self
     }
 
-    /// Claims up to `limit` due entities across the shards, starting at a random shard so
-    /// that processes do not all drain shard 0 first.
+    pub fn with_wakeups(mut self, wakeups: Wakeups) -> Self {
+        self.wakeups = Some(wakeups);
+        self
+    }
+
+    /// Claims up to `limit` due entities from the shards the due index says may hold some
+    /// (the most overdue first), then settles the index with what each shard answered.
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
-        let shards = self.queue.keys().shards();
-        let start = rand::rng().random_range(0..shards);
         let lease = self.leases.current();
         metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
+        let reader = uuid::Uuid::new_v4().simple().to_string();
+        let read = self
+            .queue
+            .read_index(IndexKind::Due, SHARDS_PER_READ, &reader)
+            .await?;
         let mut round = ClaimRound::default();
-        let mut next_due_in: Option<i64> = None;
-        for offset in 0..shards {
+        let mut next_due_in: Option<i64> = read.next_ms.map(|at| (at - read.now_ms).max(0));
+        let mut settled = Vec::with_capacity(read.shards.len());
+        let mut failure = None;
+        for shard in read.shards {
             let remaining = limit.saturating_sub(round.claims.len());
-            if remaining == 0 {
-                break;
+            if remaining == 0 || failure.is_some() {
+                settled.push((shard, Settle::Untouched));
+                next_due_in = Some(0);
+                continue;
             }
-            let shard = (start + offset) % shards;
             let claimed = self
                 .queue
                 .claim(
@@ -143,24 +160,23 @@ impl Worker {
                     self.jittered(self.settings.retry_delay),
                     lease,
                 )
-                .instrument(tracing::debug_span!("claim", shard))
+                .instrument(tracing::debug_span!("claim", %shard))
                 .await;
             let batch = match claimed {
                 Ok(batch) => batch,
-                // Keep what other shards gave: dropping it would strand those claims until
-                // their leases expire.
-                Err(error) if !round.claims.is_empty() => {
-                    tracing::warn!(error = %crate::telemetry::Chain(&error), shard, "claim failed on one shard");
-                    return Ok(round);
+                Err(error) => {
+                    settled.push((shard, Settle::Untouched));
+                    failure = Some(error);
+                    continue;
                 }
-                Err(error) => return Err(error),
             };
+            settled.push((shard, Settle::of(batch.next_due_ms)));
             round.busy += batch.busy;
             if batch.busy > 0 {
                 metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
             }
             for raw in &batch.malformed {
-                tracing::error!(member = %raw, shard, "due set holds a member that is not an entity id");
+                tracing::error!(member = %raw, %shard, "due set holds a member that is not an entity id");
             }
             for claim in &batch.claims {
                 let delay_ms = (batch.now_ms - claim.due_at_ms).max(0);
@@ -174,6 +190,23 @@ impl Worker {
                 .claims
                 .fetch_add(batch.claims.len() as u64, Ordering::Relaxed);
             round.claims.extend(batch.claims);
+        }
+        if let Err(error) = self
+            .queue
+            .settle_index(IndexKind::Due, &reader, &settled)
+            .await
+        {
+            // The shards keep their earlier (lower) times: read again, nothing missed.
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index");
+        }
+        match failure {
+            // Keep what other shards gave: dropping it would strand those claims until
+            // their leases expire.
+            Some(error) if !round.claims.is_empty() => {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed on one shard");
+            }
+            Some(error) => return Err(error),
+            None => {}
         }
         round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
         Ok(round)
@@ -194,6 +227,11 @@ impl Worker {
         let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut backoff = self.settings.poll_interval;
+        let listening = shutdown.child_token();
+        if let Some(wakeups) = self.wakeups.clone() {
+            tokio::spawn(wakeups.forward(Arc::clone(&self.wakeup), listening.clone()));
+        }
+        let _stop_listening = listening.drop_guard();
 
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}

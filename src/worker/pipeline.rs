@@ -67,7 +67,7 @@ pub(super) enum EvaluationError {
 /// A span for one step of an evaluation.
 macro_rules! step {
     ($name:literal, $claim:expr) => {
-        tracing::debug_span!($name, entity = %$claim.entity, shard = $claim.shard)
+        tracing::debug_span!($name, entity = %$claim.entity, shard = %$claim.shard)
     };
 }
 
@@ -75,7 +75,7 @@ impl Worker {
     /// Evaluates one claimed entity and settles its claim (ack, re-schedule or dead-letter).
     /// A panic inside the evaluation is caught and counted as a failed attempt.
     /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
-    #[tracing::instrument(name = "evaluation", skip_all, fields(entity = %claim.entity, evaluation = %claim.token, shard = claim.shard))]
+    #[tracing::instrument(name = "evaluation", skip_all, fields(entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard))]
     pub async fn process(&self, claim: Claim) -> Outcome {
         let started = Instant::now();
         let outcome = match AssertUnwindSafe(self.process_inner(&claim))

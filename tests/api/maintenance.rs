@@ -92,6 +92,10 @@ async fn the_redis_durability_check_reads_the_server_settings() {
             .await
             .unwrap()
             .expect("CONFIG allowed");
+        // One node: one reply, named by no address.
+        let [(node, durability)]: [(String, RedisDurability); 1] =
+            durability.try_into().expect("one node");
+        assert_eq!(node, "");
         assert_eq!(
             durability,
             RedisDurability {

@@ -1,0 +1,167 @@
+//! The connection to Redis: one node (a `ConnectionManager`) or a Redis Cluster (the redis
+//! crate's own cluster client, which follows MOVED and ASK, failovers and topology changes).
+//! What is per node (CONFIG GET, SCAN) goes to every primary through [`RedisConnection::on_primaries`].
+
+use redis::{
+    Cmd, RedisFuture, RedisResult, Value,
+    aio::{ConnectionLike, ConnectionManager},
+    cluster_async::ClusterConnection,
+    cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo},
+};
+
+/// The URL schemes that name a cluster by its seed nodes.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [
+    ("redis+cluster://", "redis://"),
+    ("rediss+cluster://", "rediss://"),
+];
+
+#[derive(Clone)]
+pub enum RedisConnection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl RedisConnection {
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, RedisConnection::Cluster(_))
+    }
+
+    /// Runs `cmd` on every primary; each reply with the node's address (empty on one node).
+    pub async fn on_primaries(&self, cmd: Cmd) -> RedisResult<Vec<(String, Value)>> {
+        match self {
+            RedisConnection::Node(redis) => {
+                let mut redis = redis.clone();
+                Ok(vec![(String::new(), cmd.query_async(&mut redis).await?)])
+            }
+            RedisConnection::Cluster(redis) => {
+                let mut redis = redis.clone();
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = redis.route_command(cmd, routing).await?;
+                let Value::Map(replies) = reply else {
+                    return Ok(vec![(String::new(), reply)]);
+                };
+                replies
+                    .into_iter()
+                    .map(|(node, value)| {
+                        let node: String = redis::from_redis_value(node)?;
+                        match value {
+                            Value::ServerError(error) => Err(error.into()),
+                            value => Ok((node, value)),
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+impl RedisConnection {
+    /// The primaries' addresses (`host:port`; one empty name on a single node).
+    pub async fn primaries(&self) -> RedisResult<Vec<String>> {
+        Ok(self
+            .on_primaries(redis::cmd("PING"))
+            .await?
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect())
+    }
+
+    /// Runs `cmd` on one node, by its address from [`Self::primaries`].
+    pub async fn on_node(&self, node: &str, cmd: Cmd) -> RedisResult<Value> {
+        match self {
+            RedisConnection::Node(redis) => cmd.query_async(&mut redis.clone()).await,
+            RedisConnection::Cluster(redis) => {
+                let (host, port) = node.rsplit_once(':').ok_or_else(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "cluster node address without a port",
+                    ))
+                })?;
+                let port = port.parse().map_err(|_| {
+                    redis::RedisError::from((redis::ErrorKind::Client, "cluster node port"))
+                })?;
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_owned(),
+                    port,
+                });
+                redis.clone().route_command(cmd, routing).await
+            }
+        }
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConnection::Node(redis) => redis.req_packed_command(cmd),
+            RedisConnection::Cluster(redis) => redis.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConnection::Node(redis) => redis.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Cluster(redis) => redis.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConnection::Node(redis) => redis.get_db(),
+            RedisConnection::Cluster(redis) => redis.get_db(),
+        }
+    }
+}
+
+/// The seed nodes of a cluster URL, each as a plain node URL with the same credentials and
+/// parameters: `redis+cluster://[user:password@]h1:p1,h2:p2[/?params]` (or `rediss+cluster://`
+/// for TLS). `None` for a single-node URL.
+pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let (rest, scheme) = CLUSTER_SCHEMES
+        .iter()
+        .find_map(|(cluster, node)| url.strip_prefix(cluster).map(|rest| (rest, *node)))?;
+    // Credentials end at the last '@' (a password may hold one); hosts end at '/' or '?'.
+    let (userinfo, hosts_and_rest) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let end = hosts_and_rest
+        .find(['/', '?'])
+        .unwrap_or(hosts_and_rest.len());
+    let (hosts, tail) = hosts_and_rest.split_at(end);
+    Some(
+        hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("{scheme}{userinfo}{host}{tail}"))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cluster_nodes;
+
+    #[test]
+    fn cluster_urls_name_their_seed_nodes_with_the_same_credentials_and_parameters() {
+        assert_eq!(cluster_nodes("redis://127.0.0.1:6379"), None);
+        assert_eq!(
+            cluster_nodes("redis+cluster://10.0.0.1:7000,10.0.0.2:7001").unwrap(),
+            ["redis://10.0.0.1:7000", "redis://10.0.0.2:7001"]
+        );
+        assert_eq!(
+            cluster_nodes("rediss+cluster://app:p@ss@h1:7000, h2:7000/?protocol=resp3").unwrap(),
+            [
+                "rediss://app:p@ss@h1:7000/?protocol=resp3",
+                "rediss://app:p@ss@h2:7000/?protocol=resp3"
+            ]
+        );
+        assert!(cluster_nodes("redis+cluster://").unwrap().is_empty());
+    }
+}
