@@ -7,6 +7,10 @@
 -- moves to the dead-letter set with its reason, last error, attempt count and failure times,
 -- and leaves the due set: it is evaluated again only when redriven.
 --
+-- The attempts go on from the greater of this shard's failure record and the caller's floor
+-- (the count Postgres holds, so a Redis that lost its record does not start the count over).
+-- The caller writes the record this returns to Postgres.
+--
 -- KEYS[1]  due        ZSET  entity -> fire-at (ms)
 -- KEYS[2]  pending    HASH  entity -> max-wait anchor (ms, anchor.lua encoding)
 -- KEYS[3]  inflight   ZSET  entity -> lease deadline (ms)
@@ -22,10 +26,13 @@
 -- ARGV[6]  backoff cap (ms)
 -- ARGV[7]  "1" if the failure is fatal (dead-letter now), else "0"
 -- ARGV[8]  jitter: a random number in [0, 1)
--- Returns: 1 retried, 2 dead-lettered, 0 the claim had been taken over (nothing changed).
+-- ARGV[9]  floor: attempts already recorded in Postgres for this failure streak (0 if none)
+-- ARGV[10] floor: the first failure time recorded with them (ms; 0 if none)
+-- Returns: { 1 retried | 2 dead-lettered, the new failure record (JSON, with its reason when
+--          dead-lettered) }, or { 0 } if the claim had been taken over (nothing changed).
 local entity = ARGV[1]
 if redis.call('HGET', KEYS[4], entity) ~= ARGV[2] then
-  return 0
+  return { 0 }
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -33,6 +40,12 @@ local anchor = tonumber(string.match(ARGV[2], ':(%d+)$')) or now
 
 local raw = redis.call('HGET', KEYS[5], entity)
 local record = raw and cjson.decode(raw) or { attempts = 0, first_failure_ms = now }
+local floor = tonumber(ARGV[9]) or 0
+if floor > record.attempts then
+  record.attempts = floor
+  local first = tonumber(ARGV[10]) or 0
+  if first > 0 and first < record.first_failure_ms then record.first_failure_ms = first end
+end
 record.attempts = record.attempts + 1
 record.last_failure_ms = now
 record.last_error = ARGV[3]
@@ -46,8 +59,9 @@ if fatal or record.attempts >= tonumber(ARGV[4]) then
   redis.call('HDEL', KEYS[2], entity)
   redis.call('HDEL', KEYS[5], entity)
   redis.call('ZADD', KEYS[6], now, entity)
-  redis.call('HSET', KEYS[7], entity, cjson.encode(record))
-  return 2
+  local encoded = cjson.encode(record)
+  redis.call('HSET', KEYS[7], entity, encoded)
+  return { 2, encoded }
 end
 
 local backoff = math.min(tonumber(ARGV[6]), tonumber(ARGV[5]) * 2 ^ (record.attempts - 1))
@@ -60,5 +74,6 @@ local pending = decode_anchor(redis.call('HGET', KEYS[2], entity))
 if not pending or anchor < pending then
   redis.call('HSET', KEYS[2], entity, encode_anchor(anchor))
 end
-redis.call('HSET', KEYS[5], entity, cjson.encode(record))
-return 1
+local encoded = cjson.encode(record)
+redis.call('HSET', KEYS[5], entity, encoded)
+return { 1, encoded }

@@ -3,7 +3,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 use clap::{Parser, Subcommand};
 use quiesce::{
     domain::EntityId,
-    queue::{DeadLetterCursor, Queue},
+    queue::Queue,
     rules::RuleSet,
     settings::{ConfigArgs, Loaded, Settings},
     startup::{self, Application, Backends},
@@ -54,7 +54,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum DeadLettersCommand {
-    /// Print dead letters, oldest first: entity, reason, attempts, last failure, last error.
+    /// Print dead letters not yet redriven, oldest first, from Postgres: entity, reason,
+    /// attempts, last failure, last error.
     List {
         #[command(flatten)]
         config: ConfigArgs,
@@ -62,7 +63,8 @@ enum DeadLettersCommand {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Make dead-lettered entities due again with fresh attempts.
+    /// Make dead-lettered entities due again with fresh attempts (marked redriven by `cli` in
+    /// Postgres).
     #[command(group = clap::ArgGroup::new("which").required(true).args(["entity", "all", "reason"]))]
     Redrive {
         #[command(flatten)]
@@ -245,11 +247,10 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
         startup::keyspace(&settings),
         settings.schedule.timing(),
     );
+    let store = Store::new(startup::connect_postgres(&settings).await?);
     match command {
         DeadLettersCommand::List { limit, .. } => {
-            let page = queue
-                .dead_letters(DeadLetterCursor::default(), limit)
-                .await?;
+            let page = store.dead_letters(None, limit).await?;
             for dead in &page.entries {
                 let at = chrono::DateTime::from_timestamp_millis(dead.record.last_failure_ms)
                     .map(|t| t.to_rfc3339())
@@ -272,9 +273,13 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                 Some(raw) => {
                     let entity = EntityId::parse(&raw)
                         .map_err(|e| anyhow::anyhow!("invalid --entity {raw:?}: {e}"))?;
-                    queue.redrive(&[entity]).await?
+                    usize::from(store.redrive_dead_letter(&queue, &entity, "cli").await?)
                 }
-                None => queue.redrive_matching(reason.as_deref()).await?,
+                None => {
+                    store
+                        .redrive_dead_letters(&queue, reason.as_deref(), "cli")
+                        .await?
+                }
             };
             println!("redriven: {redriven}");
         }

@@ -1,9 +1,11 @@
-//! Dead letters: list them, and redrive one, all, or those of one reason.
+//! Dead letters: list them, and redrive one, all, or those of one reason. All from the
+//! durable record in Postgres (`store::dead_letters`); a redrive also makes the entities due in
+//! Redis.
 
 use std::collections::HashMap;
 
 use axum::{
-    Json,
+    Extension, Json,
     body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
@@ -12,27 +14,36 @@ use serde_json::{Value, json};
 
 use super::{
     AppState,
-    error::ApiError,
+    auth::Caller,
+    error::{ApiError, store_error},
     params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
-use crate::queue::{DeadLetterCursor, QueueError};
+use crate::store::{DeadLetterError, DeadLetterKey};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 const REASONS: [&str; 2] = ["fatal", "attempts_exhausted"];
 
-fn unavailable(error: QueueError) -> ApiError {
-    ApiError::unavailable(error)
+fn redrive_error(error: DeadLetterError) -> ApiError {
+    match error {
+        DeadLetterError::Store(error) => store_error(error),
+        DeadLetterError::Queue(error) => ApiError::unavailable(error),
+    }
+}
+
+/// Who redrove, for the dead letter's audit trail: the caller's token id, or `api`.
+fn redriven_by(caller: Option<Extension<Caller>>) -> String {
+    caller.map_or_else(|| "api".to_owned(), |Extension(c)| c.client)
 }
 
 #[utoipa::path(
     get,
     path = "/v1/dead-letters",
     tag = "admin",
-    description = "Dead-lettered entities, oldest first, shard by shard. Role admin.",
+    description = "Dead-lettered entities not yet redriven, oldest first, from the durable record in Postgres. Role admin.",
     params(
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "Page size, default 100"),
-        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,5}\.[0-9]{1,18}$", description = "next_cursor of the previous page"),
+        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}\.[0-9]{1,18}$", description = "next_cursor of the previous page (dead-lettered at in unix microseconds, a dot, the record's id)"),
     ),
     responses(
         (status = 200, description = "A page of dead letters", body = crate::http::schemas::DeadLettersPage),
@@ -60,19 +71,19 @@ pub async fn list(
             })?,
     };
     let cursor = match params.get("cursor") {
-        None => DeadLetterCursor::default(),
-        Some(raw) => DeadLetterCursor::parse(raw).ok_or_else(|| {
+        None => None,
+        Some(raw) => Some(DeadLetterKey::parse(raw).ok_or_else(|| {
             bad_query(
                 "cursor",
                 "cursor must be a next_cursor from an earlier page",
             )
-        })?,
+        })?),
     };
     let page = state
-        .queue
+        .store
         .dead_letters(cursor, limit)
         .await
-        .map_err(unavailable)?;
+        .map_err(store_error)?;
     Ok(Json(json!({
         "dead_letters": page.entries,
         "next_cursor": page.next.map(|c| c.encode()),
@@ -97,21 +108,22 @@ pub async fn list(
 )]
 pub async fn redrive_one(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
     let redriven = state
-        .queue
-        .redrive(std::slice::from_ref(&entity))
+        .store
+        .redrive_dead_letter(&state.queue, &entity, &redriven_by(caller))
         .await
-        .map_err(unavailable)?;
-    if redriven == 0 {
+        .map_err(redrive_error)?;
+    if !redriven {
         return Err(ApiError::not_found(format!(
             "{entity} is not dead-lettered"
         )));
     }
-    Ok(Json(json!({ "redriven": redriven })))
+    Ok(Json(json!({ "redriven": 1 })))
 }
 
 /// Body (optional): `{"reason": "fatal" | "attempts_exhausted"}`; without it, all.
@@ -131,6 +143,7 @@ pub async fn redrive_one(
 )]
 pub async fn redrive_many(
     State(state): State<AppState>,
+    caller: Option<Extension<Caller>>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
@@ -171,9 +184,9 @@ pub async fn redrive_many(
         }
     };
     let redriven = state
-        .queue
-        .redrive_matching(reason.as_deref())
+        .store
+        .redrive_dead_letters(&state.queue, reason.as_deref(), &redriven_by(caller))
         .await
-        .map_err(unavailable)?;
+        .map_err(redrive_error)?;
     Ok((StatusCode::OK, Json(json!({ "redriven": redriven }))))
 }

@@ -1,10 +1,12 @@
 //! The reaper: claims whose lease expired (their worker died or stalled) go back to the due
 //! set, or to the dead letters on their last attempt.
 
+use std::collections::HashMap;
+
 use super::Maintenance;
 use crate::{
-    queue::{IndexKind, QueueError, Reaped, Settle},
-    telemetry::names,
+    queue::{IndexKind, QueueError, Reaped, Settle, Shard},
+    telemetry::{Chain, names},
 };
 
 /// Most expired leases returned per shard in one pass.
@@ -30,7 +32,7 @@ impl Maintenance {
                 settled.push((shard, Settle::Untouched));
                 continue;
             }
-            let reaped = match self.queue.reap(shard, REAP_BATCH).await {
+            let reaped = match self.reap_shard(shard).await {
                 Ok(reaped) => reaped,
                 Err(error) => {
                     settled.push((shard, Settle::Untouched));
@@ -66,5 +68,32 @@ impl Maintenance {
             );
         }
         Ok(total)
+    }
+}
+
+impl Maintenance {
+    /// Reaps one shard with the failure records kept in Postgres: the attempts of the leases
+    /// about to expire count from the greater of Redis' count and Postgres' (a Redis that lost
+    /// its copy does not start over), and what the reap decided is written back to Postgres.
+    /// Postgres errors are logged, never block the reap: Redis still counts, and the repair
+    /// sweep copies dead letters Postgres missed.
+    async fn reap_shard(&self, shard: Shard) -> Result<Reaped, QueueError> {
+        let expiring = self.queue.expiring_leases(shard, REAP_BATCH).await?;
+        let floors = if expiring.is_empty() {
+            HashMap::new()
+        } else {
+            self.store
+                .failure_floors(&expiring)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(error = %Chain(&error), "could not read failure records from Postgres; counting from Redis' alone");
+                    HashMap::new()
+                })
+        };
+        let reaped = self.queue.reap(shard, REAP_BATCH, &floors).await?;
+        if let Err(error) = self.store.record_failures(&reaped.records).await {
+            tracing::warn!(error = %Chain(&error), "could not record reaped attempts in Postgres; the repair sweep copies dead letters from Redis");
+        }
+        Ok(reaped)
     }
 }

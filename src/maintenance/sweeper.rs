@@ -5,7 +5,7 @@ use super::Maintenance;
 use crate::{
     domain::EntityId,
     queue::QueueError,
-    store::{Store, StoreError, SweepCursor},
+    store::{DeadLetterError, Store, StoreError, SweepCursor},
     telemetry::{Timed, names},
 };
 
@@ -18,6 +18,10 @@ pub struct SweepReport {
     pub examined: usize,
     /// Of those, the ones Redis had lost and that are now due again.
     pub repaired: usize,
+    /// Dead letters Redis held that Postgres had missed, now recorded there.
+    pub dead_letters_recorded: usize,
+    /// Dead letters Redis had lost, back in its dead set (and out of the due set).
+    pub dead_letters_restored: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +30,15 @@ pub enum SweepError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl From<DeadLetterError> for SweepError {
+    fn from(error: DeadLetterError) -> Self {
+        match error {
+            DeadLetterError::Store(error) => SweepError::Store(error),
+            DeadLetterError::Queue(error) => SweepError::Queue(error),
+        }
+    }
 }
 
 impl Maintenance {
@@ -41,6 +54,16 @@ impl Maintenance {
         let Some(mut tx) = self.store.begin_sweep(&lock_name).await? else {
             return Ok((SweepReport::default(), cursor));
         };
+        // Dead letters first: one Redis lost goes back in its dead set before the re-schedule
+        // below, so a dead entity is not evaluated again until redriven.
+        let dead = self.store.sync_dead_letters(&self.queue).await?;
+        if dead.recorded + dead.restored > 0 {
+            tracing::warn!(
+                recorded = dead.recorded,
+                restored = dead.restored,
+                "reconciled dead letters between Redis and Postgres"
+            );
+        }
         let owed = Store::owed_evaluations(
             &mut tx,
             self.settings.sweep_grace,
@@ -67,6 +90,8 @@ impl Maintenance {
             ran: true,
             examined: owed.len(),
             repaired,
+            dead_letters_recorded: dead.recorded,
+            dead_letters_restored: dead.restored,
         };
         Ok((report, next))
     }

@@ -1,9 +1,11 @@
 //! Claims: take due entities with a lease, lock each, renew, and settle them (ack, retry,
 //! fail); the reaper returns the claims of workers that died.
 
-use std::time::Duration;
+use std::{collections::HashMap, time::Duration};
 
-use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
+use super::{
+    DeadLetter, FailureRecord, IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS,
+};
 use crate::{domain::EntityId, telemetry::Timed};
 
 /// One claimed entity: only the holder of `token` may renew, ack or retry it.
@@ -33,21 +35,24 @@ pub struct ClaimBatch {
 }
 
 /// What one reaper call did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Reaped {
     /// Entities whose lease expired, due again.
     pub returned: usize,
     /// Entities whose lease expired on their last allowed attempt.
     pub dead_lettered: usize,
+    /// The failure record of each entity reaped, for Postgres: a dead letter (with its reason)
+    /// or a failure still being retried.
+    pub records: Vec<(String, FailureRecord)>,
 }
 
 /// What became of a failed attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failed {
-    /// Due again after its backoff.
-    Retried,
+    /// Due again after its backoff, with this failure record.
+    Retried(FailureRecord),
     /// Moved to the dead-letter set.
-    DeadLettered,
+    DeadLettered(DeadLetter),
     /// The claim had been taken over; its new owner decides.
     TakenOver,
 }
@@ -149,12 +154,18 @@ impl Queue {
         Ok(done == 1)
     }
 
-    /// Returns entities whose lease expired (their worker died) to the due set.
-    pub async fn reap(&self, shard: Shard, limit: usize) -> Result<Reaped> {
+    /// Returns entities whose lease expired (their worker died) to the due set. `floors`
+    /// holds, per entity, the failure record Postgres has (attempts go on from the greater).
+    pub async fn reap(
+        &self,
+        shard: Shard,
+        limit: usize,
+        floors: &HashMap<String, FailureRecord>,
+    ) -> Result<Reaped> {
         let keys = self.keys.for_shard(shard);
         let mut redis = self.redis.clone();
-        let (returned, dead_lettered): (usize, usize) = SCRIPTS
-            .reap
+        let mut invocation = SCRIPTS.reap.prepare_invoke();
+        invocation
             .key(keys.due())
             .key(keys.pending())
             .key(keys.inflight())
@@ -163,17 +174,22 @@ impl Queue {
             .key(keys.dead())
             .key(keys.dead_info())
             .arg(limit)
-            .arg(self.timing.max_attempts)
+            .arg(self.timing.max_attempts);
+        for (entity, floor) in floors {
+            invocation
+                .arg(entity)
+                .arg(floor.attempts)
+                .arg(floor.first_failure_ms);
+        }
+        let reply: Vec<redis::Value> = invocation
             .invoke_async(&mut redis)
             .timed_script("reap")
             .await?;
-        if returned > 0 {
+        let reaped = parse_reap_reply(reply)?;
+        if reaped.returned > 0 {
             self.report(IndexKind::Due, &[(shard, 0)]).await;
         }
-        Ok(Reaped {
-            returned,
-            dead_lettered,
-        })
+        Ok(reaped)
     }
 
     /// The earliest lease deadline in a shard (unix ms), if any claim is running there.
@@ -191,12 +207,19 @@ impl Queue {
     }
 
     /// Records a failed attempt: due again after a jittered exponential backoff, or
-    /// dead-lettered at the attempt limit (at once if `fatal`).
-    pub async fn fail(&self, claim: &Claim, error: &str, fatal: bool) -> Result<Failed> {
+    /// dead-lettered at the attempt limit (at once if `fatal`). Attempts go on from the greater
+    /// of this shard's count and `floor` (what Postgres holds for this failure streak).
+    pub async fn fail(
+        &self,
+        claim: &Claim,
+        error: &str,
+        fatal: bool,
+        floor: Option<&FailureRecord>,
+    ) -> Result<Failed> {
         let keys = self.keys.for_shard(claim.shard);
         let mut redis = self.redis.clone();
         let jitter: f64 = rand::random();
-        let result: i64 = SCRIPTS
+        let (status, record): (i64, Option<String>) = SCRIPTS
             .fail
             .key(keys.due())
             .key(keys.pending())
@@ -213,16 +236,26 @@ impl Queue {
             .arg(self.timing.backoff_max_ms)
             .arg(if fatal { "1" } else { "0" })
             .arg(jitter)
+            .arg(floor.map_or(0, |f| f.attempts))
+            .arg(floor.map_or(0, |f| f.first_failure_ms))
             .invoke_async(&mut redis)
             .timed_script("fail")
             .await?;
-        if result == 1 {
+        if status == 1 {
             // Due again after a backoff the script chose: due at once is never later.
             self.report(IndexKind::Due, &[(claim.shard, 0)]).await;
         }
-        Ok(match result {
-            1 => Failed::Retried,
-            2 => Failed::DeadLettered,
+        let record = || parse_record("fail", record.as_deref().unwrap_or_default());
+        Ok(match status {
+            1 => Failed::Retried(record()?),
+            2 => {
+                let record = record()?;
+                Failed::DeadLettered(DeadLetter {
+                    entity: claim.entity.to_string(),
+                    dead_lettered_at_ms: record.last_failure_ms,
+                    record,
+                })
+            }
             _ => Failed::TakenOver,
         })
     }
@@ -281,6 +314,37 @@ impl Queue {
             .await?;
         Ok(())
     }
+}
+
+fn parse_record(script: &str, raw: &str) -> Result<FailureRecord> {
+    serde_json::from_str(raw).map_err(|e| {
+        QueueError::Reply(format!(
+            "{script}: a failure record that does not parse: {e}"
+        ))
+    })
+}
+
+fn parse_reap_reply(reply: Vec<redis::Value>) -> Result<Reaped> {
+    use redis::FromRedisValue;
+    let bad = |what: &str| QueueError::Reply(format!("reap: {what}"));
+    if reply.len() < 2 || !reply.len().is_multiple_of(2) {
+        return Err(bad("wrong length"));
+    }
+    let count =
+        |v: &redis::Value| usize::from_redis_value(v.clone()).map_err(|_| bad("not a count"));
+    let text =
+        |v: &redis::Value| String::from_redis_value(v.clone()).map_err(|_| bad("not a string"));
+    let mut reaped = Reaped {
+        returned: count(&reply[0])?,
+        dead_lettered: count(&reply[1])?,
+        records: Vec::new(),
+    };
+    for pair in reply[2..].chunks(2) {
+        reaped
+            .records
+            .push((text(&pair[0])?, parse_record("reap", &text(&pair[1])?)?));
+    }
+    Ok(reaped)
 }
 
 fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {

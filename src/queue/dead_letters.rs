@@ -1,15 +1,16 @@
-//! Dead letters: entities that failed fatally or ran out of attempts, with their failure
-//! records; listed shard by shard and redriven (made due again with fresh attempts).
+//! Redis' copy of the dead letters: entities that failed fatally or ran out of attempts, with
+//! their failure records. It is a cache: Postgres holds the durable record (`store::dead_letters`),
+//! which the API lists and redrives from. Here: the shard-by-shard listing the repair sweep
+//! reconciles into Postgres, the restore of entries Redis lost, and the redrive step.
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Queue, Result, scripts::SCRIPTS};
 use crate::domain::EntityId;
 
-/// Dead letters read, and redriven, per call of [`Queue::redrive_matching`].
-const REDRIVE_PAGE: usize = 1000;
-
-/// The failure history an entity carries in Redis while retried, and into the dead letters.
+/// The failure history an entity carries while retried, and into the dead letters.
 #[derive(
-    Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
 )]
 pub struct FailureRecord {
     /// `fatal` or `attempts_exhausted`, for dead letters.
@@ -25,7 +26,7 @@ pub struct FailureRecord {
     pub last_failure_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     pub entity: String,
     pub dead_lettered_at_ms: i64,
@@ -61,7 +62,7 @@ pub struct DeadLetterPage {
 }
 
 impl Queue {
-    /// Dead-lettered entities, oldest first, shard by shard; `cursor` continues a listing.
+    /// The dead-letter entries Redis holds, shard by shard; `cursor` continues a listing.
     pub async fn dead_letters(
         &self,
         cursor: DeadLetterCursor,
@@ -114,8 +115,9 @@ impl Queue {
         Ok(page)
     }
 
-    /// Takes entities out of the dead-letter set, due now with fresh attempts; returns how
-    /// many were dead-lettered.
+    /// Makes entities due now with fresh attempts, out of the dead-letter set if they were in
+    /// it (Postgres said they are dead-lettered: they are made due even if Redis lost them);
+    /// returns how many were in Redis' dead-letter set.
     pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
         self.count_per_shard("redrive", &SCRIPTS.redrive, entities, |k| {
             vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
@@ -123,24 +125,80 @@ impl Queue {
         .await
     }
 
-    /// Redrives every dead letter (of `reason`, if given); returns how many.
-    pub async fn redrive_matching(&self, reason: Option<&str>) -> Result<usize> {
-        let mut matching = Vec::new();
-        let mut cursor = Some(DeadLetterCursor::default());
-        while let Some(at) = cursor {
-            let page = self.dead_letters(at, REDRIVE_PAGE).await?;
-            matching.extend(
-                page.entries
-                    .into_iter()
-                    .filter(|d| reason.is_none() || d.record.reason.as_deref() == reason)
-                    .filter_map(|d| EntityId::parse(&d.entity).ok()),
-            );
-            cursor = page.next;
+    /// Whether Redis holds the entity as dead-lettered.
+    pub async fn is_dead_lettered(&self, entity: &EntityId) -> Result<bool> {
+        let mut redis = self.redis.clone();
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(self.keys.for_entity(entity).dead())
+            .arg(entity.as_str())
+            .query_async(&mut redis)
+            .await?;
+        Ok(score.is_some())
+    }
+
+    /// Puts dead letters Redis lost back in its dead-letter set (the check that stops their
+    /// scheduling) and takes them out of the due set, one atomic transaction per shard; an
+    /// entry Redis still holds is left as it is. Returns how many were missing.
+    pub async fn restore_dead_letters(&self, dead: &[DeadLetter]) -> Result<usize> {
+        let parsed: Vec<(EntityId, &DeadLetter)> = dead
+            .iter()
+            .filter_map(|d| EntityId::parse(&d.entity).ok().map(|e| (e, d)))
+            .collect();
+        let mut restored = 0;
+        for (keys, members) in self.group(parsed.iter().map(|(e, d)| (e, *d)), |e| {
+            self.keys.shard_of(e)
+        }) {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for (entity, letter) in &members {
+                let info =
+                    serde_json::to_string(&letter.record).expect("a failure record serializes");
+                pipe.cmd("ZADD")
+                    .arg(keys.dead())
+                    .arg("NX")
+                    .arg(letter.dead_lettered_at_ms)
+                    .arg(entity.as_str())
+                    .cmd("HSETNX")
+                    .arg(keys.dead_info())
+                    .arg(entity.as_str())
+                    .arg(info)
+                    .ignore()
+                    .cmd("ZREM")
+                    .arg(keys.due())
+                    .arg(entity.as_str())
+                    .ignore()
+                    .cmd("HDEL")
+                    .arg(keys.pending())
+                    .arg(entity.as_str())
+                    .ignore()
+                    .cmd("HDEL")
+                    .arg(keys.failures())
+                    .arg(entity.as_str())
+                    .ignore();
+            }
+            let mut redis = self.redis.clone();
+            let added: Vec<usize> = pipe.query_async(&mut redis).await?;
+            restored += added.iter().sum::<usize>();
         }
-        let mut redriven = 0;
-        for chunk in matching.chunks(REDRIVE_PAGE) {
-            redriven += self.redrive(chunk).await?;
-        }
-        Ok(redriven)
+        Ok(restored)
+    }
+
+    /// Entities of one shard whose lease has expired, or will within a second, by this
+    /// process' clock (at most `limit`): those the next reap may count an attempt for.
+    pub async fn expiring_leases(&self, shard: super::Shard, limit: usize) -> Result<Vec<String>> {
+        let soon = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + 1000;
+        let mut redis = self.redis.clone();
+        Ok(redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.for_shard(shard).inflight())
+            .arg("-inf")
+            .arg(soon)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut redis)
+            .await?)
     }
 }

@@ -252,9 +252,9 @@ impl Queue {
         Ok(try_join_all(checks).await?.into_iter().flatten().collect())
     }
 
-    /// Runs a script that takes entities as ARGV, makes them due and returns a count, once per
-    /// shard (with that shard's `keys`), concurrently; reports the shards where it made some
-    /// due to the due index; returns the sum.
+    /// Runs a script that takes entities as ARGV, may make them due and returns a count, once
+    /// per shard (with that shard's `keys`), concurrently; reports the shards to the due index;
+    /// returns the sum.
     async fn count_per_shard(
         &self,
         name: &'static str,
@@ -281,11 +281,9 @@ impl Queue {
             }
         });
         let counts = try_join_all(calls).await?;
-        let due_now: Vec<(Shard, i64)> = counts
-            .iter()
-            .filter(|(_, count)| *count > 0)
-            .map(|(shard, _)| (*shard, 0))
-            .collect();
+        // Every shard touched (a redrive makes entities due whatever it counts): a shard
+        // reported due that is not costs one claim call.
+        let due_now: Vec<(Shard, i64)> = counts.iter().map(|(shard, _)| (*shard, 0)).collect();
         self.report(IndexKind::Due, &due_now).await;
         Ok(counts.into_iter().map(|(_, count)| count).sum())
     }

@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod dead_letters;
 mod deliveries;
 mod evaluations;
 mod events;
@@ -22,6 +23,7 @@ use sqlx::{
 use crate::{domain::Invalid, settings::Database};
 
 pub use self::{
+    dead_letters::{DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync},
     evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
     moderation::Reversal,
     outbox::OutboxRow,

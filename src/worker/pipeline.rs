@@ -221,14 +221,38 @@ impl Worker {
     }
 
     /// Records a failed attempt: backoff and retry, or dead letter (at once if `fatal`).
+    /// Redis decides (counting from the greater of its count and the one Postgres holds, so a
+    /// Redis that lost its copy does not start over), then the outcome is written to Postgres;
+    /// a dead letter whose write fails is copied there from Redis by the repair sweep.
     async fn fail(&self, claim: &Claim, error: String, fatal: bool) -> Outcome {
-        match self.queue.fail(claim, &error, fatal).await {
-            Ok(Failed::DeadLettered) => {
+        let entity = claim.entity.to_string();
+        let floor = match self
+            .store
+            .failure_floors(std::slice::from_ref(&entity))
+            .await
+        {
+            Ok(mut floors) => floors.remove(&entity),
+            Err(store_error) => {
+                tracing::warn!(error = %crate::telemetry::Chain(&store_error), "could not read the failure record from Postgres; counting from Redis' alone");
+                None
+            }
+        };
+        match self.queue.fail(claim, &error, fatal, floor.as_ref()).await {
+            Ok(Failed::DeadLettered(dead)) => {
                 let reason = if fatal { "fatal" } else { "attempts_exhausted" };
                 metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(1);
+                if let Err(store_error) = self.store.record_dead_letter(&dead).await {
+                    tracing::warn!(error = %crate::telemetry::Chain(&store_error), "could not record the dead letter in Postgres; the repair sweep copies it from Redis");
+                }
                 Outcome::DeadLettered(error)
             }
-            Ok(Failed::Retried | Failed::TakenOver) => Outcome::Failed(error),
+            Ok(Failed::Retried(record)) => {
+                if let Err(store_error) = self.store.record_failure(&entity, &record).await {
+                    tracing::warn!(error = %crate::telemetry::Chain(&store_error), "could not record the failed attempt in Postgres; Redis still counts it");
+                }
+                Outcome::Failed(error)
+            }
+            Ok(Failed::TakenOver) => Outcome::Failed(error),
             Err(redis_error) => {
                 tracing::warn!(%redis_error, "recording the failure failed; the lease expires and the reaper counts it");
                 Outcome::Failed(error)

@@ -1,6 +1,8 @@
 //! Bounded attempts and dead letters: a poison entity ends in the dead letters with its
 //! reason, without holding up the others; fatal failures go there at once; outages do not use
-//! up attempts; redrive evaluates a dead letter again.
+//! up attempts; redrive evaluates a dead letter again. Dead letters and failure records are
+//! durable in Postgres: they survive the loss of every Redis key, a lost dead letter goes back
+//! in Redis' dead set before anything is re-scheduled, and redrive works from Postgres.
 
 use std::{
     sync::{
@@ -28,19 +30,7 @@ async fn dead_letters(app: &TestApp) -> Vec<Value> {
 #[tokio::test]
 async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_redrive_works() {
     let poisoned = Arc::new(AtomicBool::new(true));
-    let hook = {
-        let poisoned = Arc::clone(&poisoned);
-        Arc::new(move |snapshot: quiesce::domain::Snapshot| {
-            let poison =
-                poisoned.load(Ordering::SeqCst) && snapshot.entity.as_str() == "post:poison";
-            async move {
-                if poison {
-                    panic!("this entity always crashes its evaluation");
-                }
-            }
-            .boxed()
-        })
-    };
+    let hook = poison_hook("post:poison", Arc::clone(&poisoned));
     let app = spawn_app(TestOptions {
         window: Duration::from_millis(100),
         max_attempts: 3,
@@ -217,9 +207,10 @@ async fn a_postgres_outage_does_not_use_up_attempts() {
         let outcome = worker.process(claim).await;
         assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
     }
-    assert!(dead_letters(&app).await.is_empty());
 
     postgres.restore();
+    // Read once Postgres is back: the dead letters live there.
+    assert!(dead_letters(&app).await.is_empty());
     let claim = claim_next(&worker).await;
     let outcome = worker.process(claim).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
@@ -262,4 +253,210 @@ async fn a_worker_that_dies_on_every_attempt_ends_in_the_dead_letters() {
             .unwrap()
             .contains("lease expired")
     );
+
+    // Durable: the reaper's dead letter is still listed, as it was, after Redis lost it.
+    app.lose_redis_data().await;
+    assert_eq!(dead_letters(&app).await, dead);
+}
+
+/// A hook that panics in the evaluation of `entity` while `poisoned` holds.
+fn poison_hook(
+    entity: &'static str,
+    poisoned: Arc<AtomicBool>,
+) -> quiesce::worker::BeforeApplyHook {
+    Arc::new(move |snapshot: quiesce::domain::Snapshot| {
+        let poison = poisoned.load(Ordering::SeqCst) && snapshot.entity.as_str() == entity;
+        async move {
+            if poison {
+                panic!("this entity always crashes its evaluation");
+            }
+        }
+        .boxed()
+    })
+}
+
+#[tokio::test]
+async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        max_attempts: 1,
+        ..TestOptions::idle()
+    })
+    .await;
+    app.send(&event("d1", "post:dl", "flag")).await;
+    let worker = app
+        .worker()
+        .with_before_apply(poison_hook("post:dl", Arc::clone(&poisoned)));
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
+    let before = dead_letters(&app).await;
+    assert_eq!(before.len(), 1);
+
+    app.lose_redis_data().await;
+    // The list, the reason, the attempts and the error come from Postgres.
+    let after = dead_letters(&app).await;
+    assert_eq!(after, before);
+    assert_eq!(after[0]["entity"], "post:dl");
+    assert_eq!(after[0]["reason"], "attempts_exhausted");
+    assert_eq!(after[0]["attempts"], 1);
+    assert!(
+        after[0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("always crashes")
+    );
+
+    // A new event schedules it (Redis forgot it is dead) until the sweep restores the cache,
+    // which takes it out of the due set again; then new events do not schedule it.
+    app.send(&event("d2", "post:dl", "flag")).await;
+    let report = app.maintenance().sweep_once(None).await.unwrap().0;
+    assert!(report.ran);
+    assert_eq!(report.dead_letters_restored, 1);
+    assert_eq!(report.repaired, 0, "a dead entity is not re-scheduled");
+    app.send(&event("d3", "post:dl", "flag")).await;
+    let entity = EntityId::parse("post:dl").unwrap();
+    assert_eq!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms,
+        None
+    );
+    assert!(worker.claim_once(10).await.unwrap().claims.is_empty());
+    assert_eq!(app.evaluation_count("post:dl").await, 0);
+    let again = app.maintenance().sweep_once(None).await.unwrap().0;
+    assert_eq!(
+        (again.dead_letters_restored, again.dead_letters_recorded),
+        (0, 0)
+    );
+
+    // Redriven: evaluated, and the record keeps who redrove it and when.
+    poisoned.store(false, Ordering::SeqCst);
+    let response = app
+        .client
+        .post(format!("{}/v1/dead-letters/post:dl/redrive", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
+    assert_eq!(app.evaluation_count("post:dl").await, 1);
+    assert!(dead_letters(&app).await.is_empty());
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM dead_letters
+             WHERE entity = 'post:dl' AND redriven_at IS NOT NULL AND redriven_by = 'api'"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn redrive_after_a_redis_loss_evaluates_the_entity_again() {
+    let poisoned = Arc::new(AtomicBool::new(true));
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        max_attempts: 1,
+        ..TestOptions::idle()
+    })
+    .await;
+    app.send(&event("l1", "post:lost", "flag")).await;
+    let worker = app
+        .worker()
+        .with_before_apply(poison_hook("post:lost", Arc::clone(&poisoned)));
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
+
+    // Redis forgets everything, and no sweep has run: Postgres alone knows the dead letter.
+    app.lose_redis_data().await;
+    poisoned.store(false, Ordering::SeqCst);
+    let redriven = app.run_cli(&["dead-letters", "redrive", "--all"]).await;
+    assert_eq!(redriven.trim(), "redriven: 1");
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
+    assert_eq!(app.evaluation_count("post:lost").await, 1);
+    assert!(dead_letters(&app).await.is_empty());
+    let listed = app.run_cli(&["dead-letters", "list"]).await;
+    assert!(listed.trim().is_empty(), "{listed}");
+}
+
+#[tokio::test]
+async fn attempts_survive_a_redis_loss_mid_retry() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(20),
+        max_attempts: 3,
+        ..TestOptions::idle()
+    })
+    .await;
+    app.send(&event("r1", "post:retry", "flag")).await;
+    let worker = app
+        .worker()
+        .with_before_apply(poison_hook("post:retry", Arc::new(AtomicBool::new(true))));
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    assert_eq!(
+        app.scalar("SELECT attempts::bigint FROM entity_failures WHERE entity = 'post:retry'")
+            .await,
+        1
+    );
+
+    // Redis forgets the count; a new event schedules the entity again.
+    app.lose_redis_data().await;
+    app.send(&event("r2", "post:retry", "flag")).await;
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
+    // The third attempt overall is the last, whatever Redis remembered.
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
+    let dead = dead_letters(&app).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["attempts"], 3);
+    assert!(dead[0]["first_failure_ms"].as_i64() < dead[0]["last_failure_ms"].as_i64());
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entity_failures WHERE entity = 'post:retry'")
+            .await,
+        0,
+        "the failure record ends with the dead letter"
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_postgres_missed_is_recorded_from_redis_by_the_sweep() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let ghost = EntityId::parse("post:missed").unwrap();
+    app.backends
+        .queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let claim = claim_next(&app.worker()).await;
+    // Dead-lettered in Redis only, as when Postgres was down at that moment.
+    let failed = app
+        .backends
+        .queue
+        .fail(&claim, "boom", true, None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(failed, quiesce::queue::Failed::DeadLettered(_)),
+        "{failed:?}"
+    );
+    assert!(dead_letters(&app).await.is_empty());
+
+    let report = app.maintenance().sweep_once(None).await.unwrap().0;
+    assert_eq!(report.dead_letters_recorded, 1);
+    let dead = dead_letters(&app).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["entity"], "post:missed");
+    assert_eq!(dead[0]["reason"], "fatal");
+    assert_eq!(dead[0]["last_error"], "boom");
+    // Recorded once, however many passes run.
+    let again = app.maintenance().sweep_once(None).await.unwrap().0;
+    assert_eq!(again.dead_letters_recorded, 0);
+    assert_eq!(dead_letters(&app).await.len(), 1);
 }

@@ -1,0 +1,414 @@
+//! Dead letters and failure records, durable. Redis keeps a copy of both (the dead set is the
+//! fast check that stops a dead entity's scheduling), but a failover or a flush may forget it;
+//! this is the record the API lists and redrives from, and the one that restores Redis.
+//!
+//! Order of writes: a failed attempt is decided in Redis first (the Lua script checks the
+//! claim token and counts the attempt atomically), then written here. When that write fails,
+//! the repair sweep copies Redis' dead set into Postgres on its next pass (`sync`); a lost
+//! failure record only weakens the floor of the next attempt. A redrive marks the record here
+//! inside a transaction, makes the entities due in Redis, then commits: a Redis error rolls
+//! the mark back.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+
+use super::{Result, Store, StoreError};
+use crate::{
+    domain::EntityId,
+    queue::{DeadLetter, DeadLetterCursor as RedisCursor, FailureRecord, Queue, QueueError},
+};
+
+/// Dead letters read, redriven or reconciled per statement.
+const PAGE: usize = 500;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl From<sqlx::Error> for DeadLetterError {
+    fn from(error: sqlx::Error) -> Self {
+        DeadLetterError::Store(error.into())
+    }
+}
+
+/// Position in the listing of dead letters: after this (dead-lettered at, id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterKey {
+    pub at_micros: i64,
+    pub id: i64,
+}
+
+impl DeadLetterKey {
+    /// `<dead-lettered at, unix microseconds>.<id>`, as [`DeadLetterKey::encode`] writes it.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (at, id) = raw.split_once('.')?;
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(at) || !digits(id) {
+            return None;
+        }
+        Some(Self {
+            at_micros: at.parse().ok()?,
+            id: id.parse().ok()?,
+        })
+    }
+
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.at_micros, self.id)
+    }
+}
+
+/// A page of dead letters that are not redriven, oldest first.
+#[derive(Debug, Default)]
+pub struct DeadLetterRows {
+    pub entries: Vec<DeadLetter>,
+    pub next: Option<DeadLetterKey>,
+}
+
+/// What one reconciliation of Redis and Postgres did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterSync {
+    /// Dead letters Redis held that Postgres had not recorded (its write had failed).
+    pub recorded: usize,
+    /// Dead letters Redis had lost, put back in its dead set.
+    pub restored: usize,
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+fn reason_of(record: &FailureRecord) -> &str {
+    record.reason.as_deref().unwrap_or("attempts_exhausted")
+}
+
+/// A dead letter as stored, with its place in the listing.
+struct Row {
+    id: i64,
+    at_micros: i64,
+    entity: String,
+    reason: String,
+    attempts: i32,
+    first_failure_at: DateTime<Utc>,
+    last_failure_at: DateTime<Utc>,
+    last_error: String,
+    dead_lettered_at: DateTime<Utc>,
+}
+
+impl From<Row> for DeadLetter {
+    fn from(row: Row) -> Self {
+        DeadLetter {
+            entity: row.entity,
+            dead_lettered_at_ms: row.dead_lettered_at.timestamp_millis(),
+            record: FailureRecord {
+                reason: Some(row.reason),
+                last_error: row.last_error,
+                attempts: row.attempts.max(0) as u32,
+                first_failure_ms: row.first_failure_at.timestamp_millis(),
+                last_failure_ms: row.last_failure_at.timestamp_millis(),
+            },
+        }
+    }
+}
+
+impl Store {
+    /// The failure records Postgres holds for these entities' current failure streak (one that
+    /// no successful evaluation has ended): the floor their next attempt counts from.
+    pub async fn failure_floors(
+        &self,
+        entities: &[String],
+    ) -> Result<HashMap<String, FailureRecord>> {
+        let rows = sqlx::query!(
+            r#"SELECT f.entity, f.attempts, f.first_failure_at, f.last_failure_at, f.last_error
+             FROM entity_failures f LEFT JOIN entities e ON e.entity = f.entity
+             WHERE f.entity = ANY($1)
+               AND (e.last_evaluated_at IS NULL OR e.last_evaluated_at < f.recorded_at)"#,
+            entities,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let record = FailureRecord {
+                    reason: None,
+                    last_error: row.last_error,
+                    attempts: row.attempts.max(0) as u32,
+                    first_failure_ms: row.first_failure_at.timestamp_millis(),
+                    last_failure_ms: row.last_failure_at.timestamp_millis(),
+                };
+                (row.entity, record)
+            })
+            .collect())
+    }
+
+    /// Records the failure record of an entity still being retried (Redis counted the attempt
+    /// from the greater of its own count and the floor, so this record replaces the stored one).
+    pub async fn record_failure(&self, entity: &str, record: &FailureRecord) -> Result<()> {
+        sqlx::query!(
+            "INSERT INTO entity_failures (entity, attempts, first_failure_at, last_failure_at, last_error)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (entity) DO UPDATE SET
+                 attempts = EXCLUDED.attempts,
+                 first_failure_at = EXCLUDED.first_failure_at,
+                 last_failure_at = EXCLUDED.last_failure_at,
+                 last_error = EXCLUDED.last_error,
+                 recorded_at = now()",
+            entity,
+            record.attempts as i32,
+            at(record.first_failure_ms),
+            at(record.last_failure_ms),
+            record.last_error,
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a dead letter and forgets the entity's failure record. Idempotent: nothing is
+    /// written if the entity already has a dead letter that is not redriven, or any dead
+    /// letter at or after this one's time (this dead-lettering is already recorded, and was
+    /// perhaps redriven since). Returns whether it was written.
+    pub async fn record_dead_letter(&self, dead: &DeadLetter) -> Result<bool> {
+        let done = sqlx::query!(
+            "WITH cleared AS (DELETE FROM entity_failures WHERE entity = $1)
+             INSERT INTO dead_letters (entity, reason, attempts, first_failure_at,
+                                       last_failure_at, last_error, dead_lettered_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7
+              WHERE NOT EXISTS (SELECT 1 FROM dead_letters
+                                 WHERE entity = $1 AND dead_lettered_at >= $7)
+             ON CONFLICT (entity) WHERE redriven_at IS NULL DO NOTHING",
+            dead.entity,
+            reason_of(&dead.record),
+            dead.record.attempts as i32,
+            at(dead.record.first_failure_ms),
+            at(dead.record.last_failure_ms),
+            dead.record.last_error,
+            at(dead.dead_lettered_at_ms),
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records what one reap (or any batch of failed attempts) returned: dead letters (those
+    /// with a reason) and the failure records of entities still retried.
+    pub async fn record_failures(&self, records: &[(String, FailureRecord)]) -> Result<()> {
+        for (entity, record) in records {
+            if record.reason.is_some() {
+                self.record_dead_letter(&DeadLetter {
+                    entity: entity.clone(),
+                    dead_lettered_at_ms: record.last_failure_ms,
+                    record: record.clone(),
+                })
+                .await?;
+            } else {
+                self.record_failure(entity, record).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Dead letters that are not redriven, oldest first, after `after`.
+    pub async fn dead_letters(
+        &self,
+        after: Option<DeadLetterKey>,
+        limit: usize,
+    ) -> Result<DeadLetterRows> {
+        let rows = sqlx::query_as!(
+            Row,
+            r#"SELECT id, entity, reason, attempts, first_failure_at, last_failure_at, last_error,
+                      dead_lettered_at, (extract(epoch FROM dead_lettered_at) * 1000000)::bigint AS "at_micros!"
+             FROM dead_letters
+             WHERE redriven_at IS NULL
+               AND ($1::bigint IS NULL
+                    OR (dead_lettered_at, id) > ('epoch'::timestamptz + $1::bigint * interval '1 microsecond', $2))
+             ORDER BY dead_lettered_at, id
+             LIMIT $3"#,
+            after.map(|k| k.at_micros),
+            after.map_or(0, |k| k.id),
+            limit as i64 + 1,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut page = DeadLetterRows::default();
+        for row in rows.into_iter().take(limit) {
+            page.next = Some(DeadLetterKey {
+                at_micros: row.at_micros,
+                id: row.id,
+            });
+            page.entries.push(row.into());
+        }
+        if page.entries.len() < limit {
+            page.next = None;
+        }
+        Ok(page)
+    }
+
+    /// Redrives one entity: marks its dead letter redriven by `by` and makes it due in Redis
+    /// with fresh attempts. An entity Postgres does not record as dead-lettered is redriven
+    /// if Redis holds it as such (its Postgres write failed and the sweep has not copied it
+    /// yet). Returns false if neither does.
+    pub async fn redrive_dead_letter(
+        &self,
+        queue: &Queue,
+        entity: &EntityId,
+        by: &str,
+    ) -> std::result::Result<bool, DeadLetterError> {
+        let mut tx = self.pool.begin().await?;
+        let marked = sqlx::query_scalar!(
+            "UPDATE dead_letters SET redriven_at = now(), redriven_by = $2
+             WHERE entity = $1 AND redriven_at IS NULL
+             RETURNING id",
+            entity.as_str(),
+            by,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if marked.is_none() && !queue.is_dead_lettered(entity).await? {
+            return Ok(false);
+        }
+        forget_failures(&mut tx, &[entity.to_string()]).await?;
+        queue.redrive(std::slice::from_ref(entity)).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Redrives every dead letter (of `reason`, if given), a page at a time, each page marked
+    /// and made due as [`Store::redrive_dead_letter`] does. Returns how many.
+    pub async fn redrive_dead_letters(
+        &self,
+        queue: &Queue,
+        reason: Option<&str>,
+        by: &str,
+    ) -> std::result::Result<usize, DeadLetterError> {
+        let mut redriven = 0;
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let entities = sqlx::query_scalar!(
+                "UPDATE dead_letters SET redriven_at = now(), redriven_by = $3
+                 WHERE id IN (SELECT id FROM dead_letters
+                               WHERE redriven_at IS NULL AND ($1::text IS NULL OR reason = $1)
+                               ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+                 RETURNING entity",
+                reason,
+                PAGE as i64,
+                by,
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            if entities.is_empty() {
+                return Ok(redriven);
+            }
+            forget_failures(&mut tx, &entities).await?;
+            let parsed: Vec<EntityId> = entities
+                .iter()
+                .filter_map(|e| EntityId::parse(e).ok())
+                .collect();
+            queue.redrive(&parsed).await?;
+            tx.commit().await?;
+            redriven += entities.len();
+            if entities.len() < PAGE {
+                return Ok(redriven);
+            }
+        }
+    }
+
+    /// Reconciles the two copies: dead letters Redis holds that Postgres has not recorded are
+    /// recorded (their write failed), then dead letters Redis lost are put back in its dead
+    /// set, out of the due set (so a dead entity is not evaluated again until redriven), and
+    /// failure records no longer current are deleted. Run by the repair sweep before it
+    /// re-schedules anything.
+    pub async fn sync_dead_letters(
+        &self,
+        queue: &Queue,
+    ) -> std::result::Result<DeadLetterSync, DeadLetterError> {
+        let mut report = DeadLetterSync::default();
+        let mut cursor = Some(RedisCursor::default());
+        while let Some(from) = cursor {
+            let page = queue.dead_letters(from, PAGE).await?;
+            for dead in &page.entries {
+                if self.record_dead_letter(dead).await? {
+                    report.recorded += 1;
+                }
+            }
+            cursor = page.next;
+        }
+
+        let mut after = 0;
+        loop {
+            // Locked for share while Redis is written: a redrive of one of these waits, so it
+            // cannot be undone by this restore.
+            let mut tx = self.pool.begin().await?;
+            let rows = sqlx::query_as!(
+                Row,
+                r#"SELECT id, entity, reason, attempts, first_failure_at, last_failure_at,
+                        last_error, dead_lettered_at,
+                        (extract(epoch FROM dead_lettered_at) * 1000000)::bigint AS "at_micros!"
+                 FROM dead_letters
+                 WHERE redriven_at IS NULL AND id > $1
+                 ORDER BY id LIMIT $2
+                 FOR SHARE SKIP LOCKED"#,
+                after,
+                PAGE as i64,
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            let Some(last) = rows.last().map(|row| row.id) else {
+                break;
+            };
+            let full = rows.len() == PAGE;
+            let dead: Vec<DeadLetter> = rows.into_iter().map(DeadLetter::from).collect();
+            report.restored += queue.restore_dead_letters(&dead).await?;
+            tx.commit().await?;
+            if !full {
+                break;
+            }
+            after = last;
+        }
+
+        sqlx::query!(
+            "DELETE FROM entity_failures f USING entities e
+             WHERE e.entity = f.entity AND e.last_evaluated_at >= f.recorded_at"
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(report)
+    }
+}
+
+/// Forgets failure records: the entities start again with fresh attempts.
+async fn forget_failures(
+    tx: &mut Transaction<'static, Postgres>,
+    entities: &[String],
+) -> Result<()> {
+    sqlx::query!(
+        "DELETE FROM entity_failures WHERE entity = ANY($1)",
+        entities
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_reads_back_what_it_wrote_and_refuses_anything_else() {
+        let key = DeadLetterKey {
+            at_micros: 1_764_000_000_123_456,
+            id: 42,
+        };
+        assert_eq!(DeadLetterKey::parse(&key.encode()), Some(key));
+        for bad in ["", "1", "1.", ".1", "a.1", "1.-2", "+1.2", "1.2.3"] {
+            assert_eq!(DeadLetterKey::parse(bad), None, "{bad}");
+        }
+    }
+}
