@@ -109,7 +109,7 @@ pub async fn connect_redis(settings: &Settings) -> anyhow::Result<(RedisConnecti
             .response_timeout(timeout)
             .build()
             .with_context(|| format!("invalid QUIESCE_REDIS_URL {address}"))?;
-        let connection = client.get_async_connection().await.with_context(|| {
+        let connection = queue::Cluster::connect(client).await.with_context(|| {
             format!("cannot connect to the Redis Cluster at {address} (QUIESCE_REDIS_URL)")
         })?;
         return Ok((

@@ -2,9 +2,16 @@
 //! crate's own cluster client, which follows MOVED and ASK, failovers and topology changes).
 //! What is per node (CONFIG GET, SCAN) goes to every primary through [`RedisConnection::on_primaries`].
 
+use std::{
+    sync::{Arc, Mutex, RwLock},
+    time::{Duration, Instant},
+};
+
+use futures::FutureExt;
 use redis::{
-    Cmd, RedisFuture, RedisResult, Value,
+    Cmd, RedisError, RedisFuture, RedisResult, Value,
     aio::{ConnectionLike, ConnectionManager},
+    cluster::ClusterClient,
     cluster_async::ClusterConnection,
     cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo},
 };
@@ -15,10 +22,129 @@ const CLUSTER_SCHEMES: [(&str, &str); 2] = [
     ("rediss+cluster://", "rediss://"),
 ];
 
+/// How long a cluster connection may fail every call before it is replaced by a new one.
+const REBUILD_AFTER: Duration = Duration::from_secs(3);
+
 #[derive(Clone)]
 pub enum RedisConnection {
     Node(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
+}
+
+/// A cluster connection that is replaced when it stops answering: the cluster client
+/// follows failovers and moved slots itself, but a connection whose slot refresh began while
+/// its master was being killed under load was seen to wait on it for good, every call timing
+/// out (redis 1.8). A new connection reads the topology afresh.
+#[derive(Clone)]
+pub struct Cluster {
+    client: Arc<ClusterClient>,
+    current: Arc<RwLock<ClusterConnection>>,
+    /// Since when every call has failed on the connection (None: the last one succeeded).
+    failing_since: Arc<Mutex<Option<Instant>>>,
+    rebuilding: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Cluster {
+    pub async fn connect(client: ClusterClient) -> RedisResult<Self> {
+        let connection = client.get_async_connection().await?;
+        Ok(Self {
+            client: Arc::new(client),
+            current: Arc::new(RwLock::new(connection)),
+            failing_since: Arc::default(),
+            rebuilding: Arc::default(),
+        })
+    }
+
+    fn connection(&self) -> ClusterConnection {
+        self.current.read().expect("not poisoned").clone()
+    }
+
+    /// Notes how a call ended; after failing for `REBUILD_AFTER` the connection is replaced
+    /// (in the background, once at a time).
+    fn observe<T>(&self, result: &RedisResult<T>) {
+        self.note(match result {
+            Ok(_) => false,
+            Err(error) => is_transport_error(error),
+        });
+    }
+
+    fn note(&self, failing: bool) {
+        let mut since = self.failing_since.lock().expect("not poisoned");
+        if !failing {
+            *since = None;
+            return;
+        }
+        let started = *since.get_or_insert_with(Instant::now);
+        if started.elapsed() < REBUILD_AFTER
+            || self
+                .rebuilding
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        *since = None;
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.client.get_async_connection().await {
+                Ok(connection) => {
+                    *this.current.write().expect("not poisoned") = connection;
+                    tracing::warn!(
+                        "the Redis Cluster connection kept failing; replaced it with a new one"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "could not open a new Redis Cluster connection");
+                }
+            }
+            this.rebuilding
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    async fn route(&self, cmd: Cmd, routing: RoutingInfo) -> RedisResult<Value> {
+        let call = self.watch();
+        let result = self.connection().route_command(cmd, routing).await;
+        call.finish(&result);
+        result
+    }
+
+    /// Watches one call: one the caller gave up on (dropped unanswered, as a timeout does)
+    /// counts as a failure.
+    fn watch(&self) -> Call<'_> {
+        Call {
+            cluster: self,
+            answered: false,
+        }
+    }
+}
+
+struct Call<'a> {
+    cluster: &'a Cluster,
+    answered: bool,
+}
+
+impl Call<'_> {
+    fn finish<T>(mut self, result: &RedisResult<T>) {
+        self.answered = true;
+        self.cluster.observe(result);
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.cluster.note(true);
+        }
+    }
+}
+
+/// A failure of the connection rather than an answer of the server.
+fn is_transport_error(error: &RedisError) -> bool {
+    error.is_timeout()
+        || error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_cluster_error()
 }
 
 impl RedisConnection {
@@ -34,9 +160,8 @@ impl RedisConnection {
                 Ok(vec![(String::new(), cmd.query_async(&mut redis).await?)])
             }
             RedisConnection::Cluster(redis) => {
-                let mut redis = redis.clone();
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let reply = redis.route_command(cmd, routing).await?;
+                let reply = redis.route(cmd, routing).await?;
                 let Value::Map(replies) = reply else {
                     return Ok(vec![(String::new(), reply)]);
                 };
@@ -84,7 +209,7 @@ impl RedisConnection {
                     host: host.to_owned(),
                     port,
                 });
-                redis.clone().route_command(cmd, routing).await
+                redis.route(cmd, routing).await
             }
         }
     }
@@ -94,7 +219,13 @@ impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             RedisConnection::Node(redis) => redis.req_packed_command(cmd),
-            RedisConnection::Cluster(redis) => redis.req_packed_command(cmd),
+            RedisConnection::Cluster(cluster) => async move {
+                let call = cluster.watch();
+                let result = cluster.connection().req_packed_command(cmd).await;
+                call.finish(&result);
+                result
+            }
+            .boxed(),
         }
     }
 
@@ -106,14 +237,23 @@ impl ConnectionLike for RedisConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConnection::Node(redis) => redis.req_packed_commands(pipeline, offset, count),
-            RedisConnection::Cluster(redis) => redis.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Cluster(cluster) => async move {
+                let call = cluster.watch();
+                let result = cluster
+                    .connection()
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+                call.finish(&result);
+                result
+            }
+            .boxed(),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             RedisConnection::Node(redis) => redis.get_db(),
-            RedisConnection::Cluster(redis) => redis.get_db(),
+            RedisConnection::Cluster(_) => 0,
         }
     }
 }

@@ -18,7 +18,7 @@ use futures::future::try_join_all;
 use self::scripts::SCRIPTS;
 pub use self::{
     claims::{Claim, ClaimBatch, Failed, Reaped},
-    connection::{RedisConnection, cluster_nodes},
+    connection::{Cluster, RedisConnection, cluster_nodes},
     dead_letters::{DeadLetter, DeadLetterCursor, DeadLetterPage, FailureRecord},
     index::{IndexRead, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
