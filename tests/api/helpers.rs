@@ -56,6 +56,8 @@ pub struct TestOptions {
     pub max_attempts: u32,
     /// A Redis other than the shared one (a private instance a chaos test can flush or restart).
     pub redis_url: Option<String>,
+    /// Queue shards (4 unless a test needs the spread of more).
+    pub shards: u16,
     /// A Postgres server other than the shared one (`postgres://user@host:port`), likewise.
     pub database_base: Option<String>,
     /// Standard Webhooks secrets inbound events must be signed with.
@@ -95,6 +97,7 @@ impl Default for TestOptions {
             sweep_grace: Duration::from_secs(10),
             max_attempts: 5,
             redis_url: None,
+            shards: 4,
             database_base: None,
             inbound_secrets: Vec::new(),
             inbound_github_secrets: Vec::new(),
@@ -208,7 +211,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     settings.database.backend_timeout = options.backend_timeout;
     settings.redis.redis_url = SecretString::from(redis_url);
     settings.redis.redis_prefix = format!("test-{id}");
-    settings.redis.shards = 4;
+    settings.redis.shards = options.shards;
     let http = &mut settings.http;
     http.listen = "127.0.0.1:0".parse().unwrap();
     http.rate_limit = options.rate_limit;
@@ -458,10 +461,13 @@ impl TestApp {
         .await;
     }
 
-    /// Every Redis key under this test's prefix.
+    /// Every Redis key under this test's prefix (on every primary of a cluster).
     pub async fn redis_keys(&self) -> Vec<String> {
-        let mut redis = self.backends.queue.connection();
-        scan_keys(&mut redis, &self.settings.redis.redis_prefix).await
+        self.backends
+            .queue
+            .keys_under_prefix()
+            .await
+            .expect("redis SCAN")
     }
 
     /// The entity's snapshot as an evaluation reads it (without distinct actors); it must exist.
@@ -483,7 +489,11 @@ impl TestApp {
     /// Deletes every Redis key of this test, as a restart without persistence or a flush would
     /// (only this test's prefix: the server is shared).
     pub async fn lose_redis_data(&self) {
-        delete_redis_prefix(&self.settings.redis.redis_prefix).await;
+        self.backends
+            .queue
+            .delete_prefix()
+            .await
+            .expect("delete the prefix's keys");
         assert!(self.redis_keys().await.is_empty());
     }
 
@@ -520,36 +530,26 @@ impl TestApp {
         settings.worker.workers = 4;
         settings.database.db_max_connections = 4;
         settings.worker.worker_id = worker_id.to_owned();
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
-        command
-            .arg("worker")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            // The same settings as this app's, as the process reads them.
-            .envs(settings.to_environment())
-            .env(
-                "RUST_LOG",
-                if log_dir().is_some() {
-                    "debug,sqlx=info,hyper=info,hyper_util=info"
-                } else if std::env::var_os("TEST_LOG").is_some() {
-                    "info"
-                } else {
-                    "error"
-                },
-            )
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        if let Some(dir) = log_dir() {
-            let path = dir.join(format!(
-                "worker-{worker_id}-{}.log",
-                uuid::Uuid::new_v4().simple()
-            ));
-            let file = std::fs::File::create(path).expect("worker log file");
-            command
-                .stdout(file.try_clone().expect("log file handle"))
-                .stderr(file);
-        }
-        command
+        process_command("worker", worker_id, &settings)
+    }
+
+    /// Starts `quiesce serve` (the API and its workers) as a separate process on this test's
+    /// database and prefix, listening on `listen`, open without tokens.
+    #[allow(dead_code)] // The cluster suite's; the API suite runs its API in the test process.
+    pub fn spawn_serve_process(
+        &self,
+        name: &str,
+        listen: std::net::SocketAddr,
+    ) -> tokio::process::Child {
+        let mut settings = self.settings.clone();
+        settings.http.listen = listen;
+        settings.telemetry.metrics_listen = None;
+        settings.security.insecure_dev = true;
+        settings.worker.workers = 4;
+        settings.database.db_max_connections = 8;
+        process_command("serve", name, &settings)
+            .spawn()
+            .expect("start quiesce serve")
     }
 
     /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.
@@ -612,7 +612,7 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
         let db_name = self.db_name.clone();
-        let prefix = self.settings.redis.redis_prefix.clone();
+        let settings = self.settings.clone();
         // Clean up on a separate runtime: Drop cannot await.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -627,47 +627,59 @@ impl Drop for TestApp {
                         .execute(&mut admin)
                         .await;
                 }
-                delete_redis_prefix(&prefix).await;
+                delete_redis_prefix(&settings).await;
             });
         })
         .join();
     }
 }
 
-/// Every key under a test's prefix, by SCAN (never KEYS or FLUSHDB on a shared server).
-async fn scan_keys(redis: &mut impl redis::aio::ConnectionLike, prefix: &str) -> Vec<String> {
-    let pattern = format!("{{{prefix}:*");
-    let mut keys = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(redis)
-            .await
-            .expect("redis SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
+/// `quiesce <subcommand>` with `settings` in its environment (as the process reads them), its
+/// output in the test log folder when there is one, killed when dropped.
+fn process_command(subcommand: &str, name: &str, settings: &Settings) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+    command
+        .arg(subcommand)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(settings.to_environment())
+        .env(
+            "RUST_LOG",
+            if log_dir().is_some() {
+                "debug,sqlx=info,hyper=info,hyper_util=info"
+            } else if std::env::var_os("TEST_LOG").is_some() {
+                "info"
+            } else {
+                "error"
+            },
+        )
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(dir) = log_dir() {
+        let path = dir.join(format!(
+            "{subcommand}-{name}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let file = std::fs::File::create(path).expect("process log file");
+        command
+            .stdout(file.try_clone().expect("log file handle"))
+            .stderr(file);
     }
+    command
 }
 
-async fn delete_redis_prefix(prefix: &str) {
-    let Ok(client) = redis::Client::open(redis_url()) else {
+/// Deletes every key under a test's prefix, by SCAN on every primary (never KEYS or FLUSHDB
+/// on a shared server), on a connection of its own (the test's runtime may be gone).
+async fn delete_redis_prefix(settings: &Settings) {
+    let Ok((redis, _)) = quiesce::startup::connect_redis(settings).await else {
         return;
     };
-    let Ok(mut redis) = client.get_multiplexed_async_connection().await else {
-        return;
-    };
-    let keys = scan_keys(&mut redis, prefix).await;
-    for chunk in keys.chunks(500) {
-        let _: Result<(), _> = redis::cmd("DEL").arg(chunk).query_async(&mut redis).await;
-    }
+    let queue = quiesce::queue::Queue::new(
+        redis,
+        quiesce::startup::keyspace(settings),
+        settings.schedule.timing(),
+    );
+    let _ = queue.delete_prefix().await;
 }
 
 /// Claims until the entity comes up (its window has to pass first).

@@ -5,6 +5,8 @@
 #[path = "../api/helpers.rs"]
 #[allow(dead_code)]
 mod helpers;
+#[path = "../support/load.rs"]
+mod load;
 #[path = "../support/private_redis.rs"]
 #[allow(dead_code)]
 mod private_redis;
@@ -16,121 +18,14 @@ mod secrets;
 
 use std::{
     process::Stdio,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use helpers::{TestApp, TestOptions, event, spawn_app};
+use helpers::{TestOptions, spawn_app};
+use load::{Tally, check_accounting, run_load};
 use private_redis::PrivateRedis;
 use rand::Rng;
-use serde_json::{Value, json};
-
-/// Sends a request until it is accepted: 503s and refused connections are retried, as a
-/// webhook sender would; any other answer fails the test. Returns the accepted count.
-async fn deliver(app: &TestApp, body: &Value, unavailable: &AtomicU64) -> u64 {
-    loop {
-        match app
-            .client
-            .post(format!("{}/v1/events", app.base))
-            .json(body)
-            .send()
-            .await
-        {
-            Ok(response) if response.status() == 202 => {
-                let reply: Value = response.json().await.unwrap();
-                return reply["accepted"].as_u64().unwrap();
-            }
-            Ok(response) if response.status() == 503 => {
-                assert!(response.headers().get("retry-after").is_some());
-                unavailable.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(response) => panic!("unexpected status {}", response.status()),
-            Err(error) => panic!("request failed: {error}"),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// `rounds` waves of one request per 100 events, over `entities` entities, about a third
-/// flags; event ids start with `phase`, so that every call sends new events. Returns the
-/// events accepted.
-async fn run_load(
-    app: &TestApp,
-    phase: &str,
-    rounds: usize,
-    per_round: usize,
-    entities: usize,
-    unavailable: &AtomicU64,
-) -> u64 {
-    let mut accepted = 0;
-    for round in 0..rounds {
-        let bodies: Vec<Value> = (0..per_round / 100)
-            .map(|request| {
-                let mut rng = rand::rng();
-                json!(
-                    (0..100)
-                        .map(|i| {
-                            let entity = format!("post:{}", rng.random_range(0..entities));
-                            let signal = if rng.random_bool(0.35) {
-                                "flag"
-                            } else {
-                                "upvote"
-                            };
-                            event(&format!("{phase}-r{round}-q{request}-{i}"), &entity, signal)
-                        })
-                        .collect::<Vec<_>>()
-                )
-            })
-            .collect();
-        let replies =
-            futures::future::join_all(bodies.iter().map(|b| deliver(app, b, unavailable))).await;
-        accepted += replies.iter().sum::<u64>();
-    }
-    accepted
-}
-
-/// What must hold after any chaos, read from Postgres.
-async fn check_accounting(app: &TestApp, accepted: u64) {
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await as u64,
-        accepted,
-        "lost or doubled events"
-    );
-    assert_eq!(
-        app.scalar("SELECT coalesce(sum(event_count), 0)::bigint FROM entities")
-            .await as u64,
-        accepted,
-        "counters out of step with events"
-    );
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE event_count <> evaluated_event_count")
-            .await,
-        0,
-        "an entity's last events were never evaluated"
-    );
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE last_evaluated_at IS NULL OR last_evaluated_at < last_event_at")
-            .await,
-        0,
-        "an entity's last evaluation is older than its last event"
-    );
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
-            .await,
-        0,
-        "an action was applied twice"
-    );
-    let dead: u64 = app
-        .backends
-        .queue
-        .depths()
-        .await
-        .unwrap()
-        .iter()
-        .map(|d| d.dead)
-        .sum();
-    assert_eq!(dead, 0, "a healthy entity was dead-lettered");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos suite: make chaos"]
@@ -147,9 +42,9 @@ async fn sigkilled_worker_processes_lose_nothing_and_duplicate_nothing() {
     let mut workers: Vec<_> = (0..3)
         .map(|i| app.spawn_worker_process(&format!("w{i}-0"), None))
         .collect();
-    let unavailable = AtomicU64::new(0);
+    let tally = Tally::default();
 
-    let load = run_load(&app, "kill", 10, 1000, 1000, &unavailable);
+    let load = run_load(&app, "kill", 10, 1000, 1000, &tally);
     let killer = async {
         let mut kills = 0;
         while kills < 60 {
@@ -197,13 +92,13 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
         ..Default::default()
     })
     .await;
-    let unavailable = AtomicU64::new(0);
+    let tally = Tally::default();
 
-    let mut accepted = run_load(&app, "before", 2, 2000, 500, &unavailable).await;
+    let mut accepted = run_load(&app, "before", 2, 2000, 500, &tally).await;
     redis.command("FLUSHALL").await;
-    accepted += run_load(&app, "flushed", 2, 2000, 500, &unavailable).await;
+    accepted += run_load(&app, "flushed", 2, 2000, 500, &tally).await;
     redis.restart().await;
-    accepted += run_load(&app, "restarted", 1, 2000, 500, &unavailable).await;
+    accepted += run_load(&app, "restarted", 1, 2000, 500, &tally).await;
     assert_eq!(accepted, 10_000);
     let disrupted = Instant::now();
 
@@ -219,7 +114,7 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
     eprintln!(
         "chaos redis: {accepted} events, {} evaluations, settled {settle:?} after the restart, {} 503s retried",
         app.scalar("SELECT count(*) FROM evaluations").await,
-        unavailable.load(Ordering::Relaxed)
+        tally.unavailable.load(Ordering::Relaxed)
     );
 }
 
@@ -305,9 +200,9 @@ async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
         ..Default::default()
     })
     .await;
-    let unavailable = AtomicU64::new(0);
+    let tally = Tally::default();
 
-    let mut accepted = run_load(&app, "before", 2, 2000, 500, &unavailable).await;
+    let mut accepted = run_load(&app, "before", 2, 2000, 500, &tally).await;
     // Postgres crashes and is down for three seconds, then recovers from its WAL, while
     // senders keep sending (and retrying their 503s) and workers keep polling.
     postgres.crash().await;
@@ -315,22 +210,19 @@ async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         postgres.start_again().await;
     };
-    let (more, ()) = tokio::join!(
-        run_load(&app, "during", 2, 2000, 500, &unavailable),
-        restart
-    );
+    let (more, ()) = tokio::join!(run_load(&app, "during", 2, 2000, 500, &tally), restart);
     accepted += more;
     assert_eq!(accepted, 8_000);
 
     app.wait_settled(Duration::from_secs(60)).await;
     check_accounting(&app, accepted).await;
     assert!(
-        unavailable.load(Ordering::Relaxed) > 0,
+        tally.unavailable.load(Ordering::Relaxed) > 0,
         "the senders saw the outage"
     );
     eprintln!(
         "chaos postgres restart: {accepted} events, {} 503s retried, {} evaluations",
-        unavailable.load(Ordering::Relaxed),
+        tally.unavailable.load(Ordering::Relaxed),
         app.scalar("SELECT count(*) FROM evaluations").await
     );
 }
