@@ -1,0 +1,429 @@
+//! Cluster suite (`make cluster`): quiesce on a real Redis Cluster of 3 masters and 3 replicas
+//! (scripts/redis-cluster.sh). A master SIGKILLed under load fails over to its replica, slots
+//! move between masters under load, a shard count changes under load, and serve and worker
+//! processes share the cluster; afterwards Postgres accounts for every event (tests/support/load.rs).
+//! Each test prints its figures on a `cluster ...:` line.
+
+#[path = "../api/helpers.rs"]
+#[allow(dead_code)]
+mod helpers;
+#[path = "../support/load.rs"]
+#[allow(dead_code)]
+mod load;
+#[path = "../api/proxy.rs"]
+#[allow(dead_code)]
+mod proxy;
+#[path = "../support/secrets.rs"]
+mod secrets;
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::{Duration, Instant},
+};
+
+use helpers::{TestApp, TestOptions, spawn_app, wait_for};
+use load::{Tally, check_accounting, run_load};
+use quiesce::loadgen::{self, LoadConfig, Scenario};
+use secrecy::ExposeSecret;
+
+fn cluster_url() -> String {
+    std::env::var("QUIESCE_CLUSTER_URL")
+        .expect("QUIESCE_CLUSTER_URL names the cluster: run the suite with make cluster")
+}
+
+/// The first of the cluster's six ports (scripts/redis-cluster.sh).
+fn first_port() -> u16 {
+    std::env::var("QUIESCE_CLUSTER_PORT").map_or(7101, |p| p.parse().expect("a port"))
+}
+
+/// Runs scripts/redis-cluster.sh with `args`; its standard output.
+async fn cluster(args: &[&str]) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/redis-cluster.sh");
+    let output = tokio::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .output()
+        .await
+        .expect("run redis-cluster.sh");
+    assert!(
+        output.status.success(),
+        "redis-cluster.sh {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// One line of CLUSTER NODES.
+#[derive(Debug, Clone)]
+struct Node {
+    port: u16,
+    id: String,
+    master: bool,
+    failed: bool,
+    slots: usize,
+}
+
+/// The cluster as a live node sees it.
+async fn nodes() -> Vec<Node> {
+    for port in first_port()..first_port() + 6 {
+        let Ok(output) = tokio::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "cluster", "nodes"])
+            .output()
+            .await
+        else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() || !text.contains("myself") {
+            continue;
+        }
+        return text
+            .lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let port = fields[1]
+                    .split('@')
+                    .next()
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse().ok())
+                    .expect("a node address");
+                let slots = fields[8..]
+                    .iter()
+                    .filter(|s| !s.starts_with('['))
+                    .map(|range| match range.split_once('-') {
+                        Some((a, b)) => {
+                            b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1
+                        }
+                        None => 1,
+                    })
+                    .sum();
+                Node {
+                    port,
+                    id: fields[0].to_owned(),
+                    master: fields[2].contains("master"),
+                    failed: fields[2].contains("fail"),
+                    slots,
+                }
+            })
+            .collect();
+    }
+    panic!("no cluster node answers CLUSTER NODES");
+}
+
+/// The live masters that serve slots, most slots first.
+async fn masters() -> Vec<Node> {
+    let mut masters: Vec<Node> = nodes()
+        .await
+        .into_iter()
+        .filter(|n| n.master && !n.failed && n.slots > 0)
+        .collect();
+    masters.sort_by_key(|n| std::cmp::Reverse(n.slots));
+    masters
+}
+
+async fn cluster_app(options: TestOptions) -> TestApp {
+    spawn_app(TestOptions {
+        redis_url: Some(cluster_url()),
+        // The default count, so the schedule spreads over the masters.
+        shards: quiesce::settings::Redis::default().shards,
+        ..options
+    })
+    .await
+}
+
+/// Settings for a run under disruption: short windows, a repair sweep every second.
+fn disrupted() -> TestOptions {
+    TestOptions {
+        window: Duration::from_millis(200),
+        max_wait: Duration::from_secs(2),
+        lease: Duration::from_secs(2),
+        max_attempts: 1000,
+        backend_timeout: Duration::from_secs(1),
+        sweep_grace: Duration::from_secs(1),
+        sweep_interval: Duration::from_secs(1),
+        ..TestOptions::idle()
+    }
+}
+
+/// What the report lines need, read from Postgres after the run settled.
+async fn report(app: &TestApp, what: &str, recorded: u64, extra: &str) {
+    let counted = app.scalar("SELECT count(*) FROM events").await;
+    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    let duplicates = app
+        .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
+        .await;
+    let not_evaluated = app
+        .scalar("SELECT count(*) FROM entities WHERE last_evaluated_at IS NULL OR last_evaluated_at < last_event_at")
+        .await;
+    let evaluations = app.scalar("SELECT count(*) FROM evaluations").await;
+    eprintln!(
+        "cluster {what}: {recorded} events accepted, {counted} counted, {evaluations} evaluations, \
+         {actions} actions, {duplicates} duplicate actions, {not_evaluated} entities not evaluated after \
+         their last event{extra}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster suite: make cluster"]
+async fn a_master_killed_under_load_fails_over_and_nothing_is_lost_or_applied_twice() {
+    let options = disrupted();
+    let max_wait = options.max_wait;
+    let sweep = options.sweep_interval + options.sweep_grace;
+    let app = cluster_app(options).await;
+    let workers: Vec<_> = (0..3)
+        .map(|i| app.spawn_worker_process(&format!("failover-{i}"), None))
+        .collect();
+    let victim = masters().await.remove(0);
+    let tally = Tally::default();
+
+    let load = run_load(&app, "failover", 30, 1000, 1000, &tally);
+    let chaos = async {
+        wait_for(Duration::from_secs(60), "events to flow", || async {
+            app.scalar("SELECT count(*) FROM events").await >= 3000
+        })
+        .await;
+        // A replica that has not finished its first sync cannot take over.
+        cluster(&["wait-synced"]).await;
+        cluster(&["kill", &victim.port.to_string()]).await;
+        let killed = Instant::now();
+        // Until a replica serves the killed master's slots (the survivors still call the
+        // cluster ok for a node timeout after the kill).
+        wait_for(
+            Duration::from_secs(30),
+            "a replica to take the killed master's slots",
+            || async {
+                let live = masters().await;
+                live.len() == 3 && live.iter().all(|m| m.port != victim.port)
+            },
+        )
+        .await;
+        cluster(&["wait-ok"]).await;
+        (killed, killed.elapsed())
+    };
+    let (accepted, (killed, failover)) = tokio::join!(load, chaos);
+    // Each event was recorded once: accepted, or found recorded by the sender's retry of a
+    // request answered 503 after its commit.
+    let recorded = accepted + tally.duplicates.load(Ordering::Relaxed);
+    assert_eq!(recorded, 30_000);
+    let promoted = masters().await;
+    assert_eq!(
+        promoted.len(),
+        3,
+        "a replica took the killed master's slots: {promoted:?}"
+    );
+    assert!(promoted.iter().all(|m| m.port != victim.port));
+
+    // Every entity is evaluated after its last event within max wait + the failover + the
+    // repair sweep (its interval and grace), plus room for a loaded machine.
+    let load_ended = Instant::now();
+    let bound = max_wait + failover + sweep + Duration::from_secs(15);
+    app.wait_settled(bound).await;
+    let recovered = killed.elapsed();
+    let settled_after_load = load_ended.elapsed();
+    check_accounting(&app, recorded).await;
+
+    cluster(&["restart", &victim.port.to_string()]).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the killed node to rejoin as a replica",
+        || async { cluster(&["role", &victim.port.to_string()]).await.trim() == "slave" },
+    )
+    .await;
+    report(
+        &app,
+        "failover",
+        recorded,
+        &format!(
+            "; master :{} killed, slots served again after {failover:.1?}, every entity settled \
+             {recovered:.1?} after the kill ({settled_after_load:.1?} after the last event), \
+             {} 503s retried ({} events of them found recorded on retry); the node rejoined as a replica",
+            victim.port,
+            tally.unavailable.load(Ordering::Relaxed),
+            tally.duplicates.load(Ordering::Relaxed),
+        ),
+    )
+    .await;
+    drop(workers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster suite: make cluster"]
+async fn slots_moved_between_masters_under_load_lose_and_duplicate_nothing() {
+    let app = cluster_app(disrupted()).await;
+    let workers: Vec<_> = (0..3)
+        .map(|i| app.spawn_worker_process(&format!("reshard-{i}"), None))
+        .collect();
+    let masters = masters().await;
+    let (from, to) = (&masters[0], &masters[masters.len() - 1]);
+    let tally = Tally::default();
+
+    let load = run_load(&app, "reshard", 30, 1000, 1000, &tally);
+    let reshard = async {
+        wait_for(Duration::from_secs(60), "events to flow", || async {
+            app.scalar("SELECT count(*) FROM events").await >= 3000
+        })
+        .await;
+        let started = Instant::now();
+        let output = tokio::process::Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "reshard",
+                &format!("127.0.0.1:{}", from.port),
+                "--cluster-from",
+                &from.id,
+                "--cluster-to",
+                &to.id,
+                "--cluster-slots",
+                "2000",
+                "--cluster-yes",
+                "--cluster-pipeline",
+                "100",
+            ])
+            .output()
+            .await
+            .expect("redis-cli --cluster reshard");
+        assert!(
+            output.status.success(),
+            "reshard failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        started.elapsed()
+    };
+    let (accepted, moved_in) = tokio::join!(load, reshard);
+    let recorded = accepted + tally.duplicates.load(Ordering::Relaxed);
+    assert_eq!(recorded, 30_000);
+    let after = crate::masters().await;
+    let moved_to = after.iter().find(|m| m.id == to.id).unwrap();
+    assert_eq!(
+        moved_to.slots,
+        to.slots + 2000,
+        "2000 slots moved: {after:?}"
+    );
+
+    let load_ended = Instant::now();
+    app.wait_settled(Duration::from_secs(60)).await;
+    check_accounting(&app, recorded).await;
+    report(
+        &app,
+        "reshard",
+        recorded,
+        &format!(
+            "; 2000 slots moved from :{} to :{} in {moved_in:.1?} under load, settled {:.1?} after \
+             the last event, {} 503s retried",
+            from.port,
+            to.port,
+            load_ended.elapsed(),
+            tally.unavailable.load(Ordering::Relaxed),
+        ),
+    )
+    .await;
+    drop(workers);
+}
+
+/// A free loopback port for a process to listen on.
+fn free_address() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster suite: make cluster"]
+async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_generator_finds_no_fault()
+ {
+    let app = cluster_app(TestOptions {
+        window: Duration::from_millis(1500),
+        max_wait: Duration::from_secs(20),
+        ..TestOptions::idle()
+    })
+    .await;
+    let addresses = [free_address(), free_address()];
+    let serves: Vec<_> = addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| app.spawn_serve_process(&format!("serve-{i}"), *address))
+        .collect();
+    let workers: Vec<_> = (0..3)
+        .map(|i| app.spawn_worker_process(&format!("shared-{i}"), None))
+        .collect();
+    let client = reqwest::Client::new();
+    for address in addresses {
+        wait_for(
+            Duration::from_secs(30),
+            "a serve process to answer",
+            || async {
+                client
+                    .get(format!("http://{address}/healthz"))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            },
+        )
+        .await;
+    }
+    // One load generator per API process, each with its own entities, checked on its own.
+    let runs = addresses.iter().enumerate().map(|(i, address)| {
+        loadgen::run(LoadConfig {
+            url: format!("http://{address}"),
+            scenario: Scenario::Burst,
+            events: 6000,
+            entities: 300,
+            rate: None,
+            batch: 50,
+            connections: 8,
+            token: None,
+            secret: None,
+            source: None,
+            database_url: Some(
+                app.settings
+                    .database
+                    .database_url
+                    .expose_secret()
+                    .to_owned(),
+            ),
+            drain_timeout: Duration::from_secs(90),
+            window: app.settings.schedule.debounce_window,
+            run_id: format!(
+                "shared{i}{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..6]
+            ),
+            rules: Arc::new(quiesce::rules::RuleSet::default_rules()),
+            seed: 11 + i as u64,
+            progress: false,
+        })
+    });
+    let reports = futures::future::try_join_all(runs).await.unwrap();
+    let mut lines = Vec::new();
+    for report in reports {
+        assert_eq!(report.events_accepted, 6000);
+        assert!(
+            report.errors_by_status.is_empty(),
+            "{:?}",
+            report.errors_by_status
+        );
+        let drain = report.drain.unwrap();
+        assert!(drain.drained);
+        assert_eq!(drain.entities, 300);
+        assert_eq!(
+            drain.evaluations, 300,
+            "one evaluation per entity across five processes"
+        );
+        assert_eq!(drain.actions, drain.expected_actions);
+        assert_eq!(drain.wrong_actions, 0);
+        assert_eq!(drain.duplicate_actions, 0);
+        lines.push(format!(
+            "{} evaluations for {} entities, {}/{} actions right",
+            drain.evaluations, drain.entities, drain.actions, drain.expected_actions
+        ));
+    }
+    // Every process took part in the evaluations.
+    let by_worker = app
+        .scalar("SELECT count(DISTINCT worker) FROM evaluations")
+        .await;
+    eprintln!(
+        "cluster processes: 2 serve + 3 worker processes, 12000 events; {}; evaluations by {by_worker} processes",
+        lines.join("; ")
+    );
+    drop((serves, workers));
+}
