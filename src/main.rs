@@ -45,6 +45,10 @@ enum Command {
     /// Print the effective settings, each with where it came from (default, file, environment,
     /// flag); secrets are redacted.
     Config(ConfigArgs),
+    /// Print what each shard layout of the schedule holds (due, pending, in flight, dead):
+    /// the current one and, during a shard count change, the one draining; says when the
+    /// draining one is empty and previous_shards can go back to 0.
+    Shards(ConfigArgs),
     /// Check a rules file and print its rules.
     Rules {
         #[command(subcommand)]
@@ -213,6 +217,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", loaded.report());
             Ok(())
         }
+        Command::Shards(args) => shards(&settings(&args)?).await,
         Command::DeadLetters { command } => dead_letters(command).await,
         Command::Deliveries { command } => deliveries(command).await,
         Command::Rules {
@@ -283,6 +288,38 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
             };
             println!("redriven: {redriven}");
         }
+    }
+    Ok(())
+}
+
+async fn shards(settings: &Settings) -> anyhow::Result<()> {
+    let queue = Queue::new(
+        startup::connect_redis(settings).await?.0,
+        startup::keyspace(settings),
+        settings.schedule.timing(),
+    );
+    let layouts = queue.layout_depths().await?;
+    for layout in &layouts {
+        println!(
+            "{} shards{}	due={}	pending={}	in_flight={}	dead={}",
+            layout.shards,
+            if layout.draining { " (draining)" } else { "" },
+            layout.due,
+            layout.pending,
+            layout.inflight,
+            layout.dead
+        );
+    }
+    match layouts.iter().find(|l| l.draining) {
+        Some(old) if old.is_empty() => println!(
+            "the {} shards drained are empty: set previous_shards to 0 on every process",
+            old.shards
+        ),
+        Some(old) => println!(
+            "the {} shards drained still hold entities; they leave as they are evaluated",
+            old.shards
+        ),
+        None => {}
     }
     Ok(())
 }

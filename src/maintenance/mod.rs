@@ -56,8 +56,7 @@ impl Maintenance {
             every(self.reap_every, &shutdown, "reaper pass", || this
                 .reap_once()),
             every(self.rescan_every, &shutdown, "shard index rescan", || this
-                .queue
-                .rescan_index(this.rescan_every)),
+                .rescan_once()),
             every(
                 self.settings.sweep_interval,
                 &shutdown,
@@ -76,6 +75,21 @@ impl Maintenance {
                 || this.purge_once()
             ),
         );
+    }
+}
+
+impl Maintenance {
+    /// Rescans the shard indexes if no other process did within `rescan_every`; the process
+    /// that does also moves dead letters out of a layout being drained.
+    pub async fn rescan_once(&self) -> Result<bool, crate::queue::QueueError> {
+        let rescanned = self.queue.rescan_index(self.rescan_every).await?;
+        if rescanned && self.queue.keys().previous_shards().next().is_some() {
+            let moved = self.queue.move_draining_dead_letters(None).await?;
+            if moved > 0 {
+                tracing::info!(moved, "dead letters moved out of the draining shard layout");
+            }
+        }
+        Ok(rescanned)
     }
 }
 

@@ -119,6 +119,14 @@ impl Queue {
     /// it (Postgres said they are dead-lettered: they are made due even if Redis lost them);
     /// returns how many were in Redis' dead-letter set.
     pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
+        // A shard count change under way: the current layout is where a dead letter is redriven.
+        let moved = self.move_draining_dead_letters(Some(entities)).await?;
+        if moved > 0 {
+            tracing::debug!(
+                moved,
+                "dead letters moved out of the draining layout to be redriven"
+            );
+        }
         self.count_per_shard("redrive", &SCRIPTS.redrive, entities, |k| {
             vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
         })

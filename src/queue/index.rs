@@ -112,14 +112,26 @@ impl Queue {
         let now_ms = number()?;
         let next_ms = Some(number()?).filter(|&at| at >= 0);
         let mut shards = Vec::new();
+        let mut foreign = Vec::new();
         for value in values {
             let id: String = redis::from_redis_value(value).map_err(redis::RedisError::from)?;
-            match Shard::parse(&id).filter(|s| self.keys.knows(*s)) {
-                Some(shard) => shards.push(shard),
-                // A layout no process uses any more: drop it from the index.
+            match Shard::parse(&id) {
+                Some(shard) if self.keys.knows(shard) => shards.push(shard),
+                // Another process's layout during a shard count change: left to the processes
+                // that use it, unless it holds nothing any more. Settled as any read shard is,
+                // so that a report made since this read is kept.
+                Some(shard) => foreign.push((
+                    shard,
+                    if self.holds_anything(shard).await? {
+                        Settle::Untouched
+                    } else {
+                        Settle::Empty
+                    },
+                )),
                 None => self.forget_in_index(kind, &id).await?,
             }
         }
+        self.settle_index(kind, reader, &foreign).await?;
         Ok(IndexRead {
             now_ms,
             next_ms,
@@ -127,10 +139,22 @@ impl Queue {
         })
     }
 
+    /// Whether a shard of a layout this process does not use holds anything due or in flight.
+    async fn holds_anything(&self, shard: Shard) -> Result<bool> {
+        let keys = self.keys.for_foreign_shard(shard);
+        let mut redis = self.redis.clone();
+        let (due, inflight): (u64, u64) = redis::pipe()
+            .zcard(keys.due())
+            .zcard(keys.inflight())
+            .query_async(&mut redis)
+            .await?;
+        Ok(due + inflight > 0)
+    }
+
     async fn forget_in_index(&self, kind: IndexKind, id: &str) -> Result<()> {
         tracing::warn!(
             shard = id,
-            "the shard index names a shard of no layout in use; dropped"
+            "the shard index names something that is no shard; dropped"
         );
         let index = self.keys.index();
         let mut redis = self.redis.clone();

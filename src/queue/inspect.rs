@@ -84,7 +84,7 @@ impl Queue {
 
     /// Runs one pipeline per shard (a cluster pipeline must stay in one slot), a few at a
     /// time; the replies in shard order.
-    async fn per_shard<T: redis::FromRedisValue + Send>(
+    pub(super) async fn per_shard<T: redis::FromRedisValue + Send>(
         &self,
         shards: impl Iterator<Item = Shard>,
         commands: impl Fn(&ShardKeys, &mut redis::Pipeline),

@@ -51,14 +51,7 @@ struct Layout {
 impl Layout {
     fn new(prefix: &str, count: u16) -> Self {
         let tags = (0..count)
-            .map(|index| {
-                let stretch = spread_slots(count, index);
-                (0u32..)
-                    .map(|salt| format!("{prefix}:{count}.{index}.{salt}"))
-                    .find(|tag| stretch.contains(&slot_of(tag)))
-                    .map(|tag| format!("{{{tag}}}"))
-                    .expect("some salt lands in every stretch of slots")
-            })
+            .map(|index| shard_tag(prefix, count, index))
             .collect();
         Self {
             count,
@@ -78,6 +71,17 @@ impl Layout {
             index: (hash % u64::from(self.count)) as u16,
         }
     }
+}
+
+/// The hash tag of shard `index` of `count`: the first salt that puts it in the shard's own
+/// stretch of slots.
+fn shard_tag(prefix: &str, count: u16, index: u16) -> String {
+    let stretch = spread_slots(count, index);
+    (0u32..)
+        .map(|salt| format!("{prefix}:{count}.{index}.{salt}"))
+        .find(|tag| stretch.contains(&slot_of(tag)))
+        .map(|tag| format!("{{{tag}}}"))
+        .expect("some salt lands in every stretch of slots")
 }
 
 /// The slots shard `index` of `count` may use: the `index`-th of `count` equal stretches.
@@ -181,6 +185,15 @@ impl Keyspace {
                 .expect("a shard of the current or the draining layout")
         };
         &layout.tags[usize::from(shard.index)]
+    }
+
+    /// The keys of a shard of a layout this process does not use (another process's, during a
+    /// shard count change), to see whether it still holds anything.
+    pub fn for_foreign_shard(&self, shard: Shard) -> ShardKeys {
+        ShardKeys {
+            shard,
+            tag: shard_tag(&self.prefix, shard.count, shard.index),
+        }
     }
 
     /// Whether a shard belongs to the current or the draining layout.

@@ -8,6 +8,7 @@ mod dead_letters;
 mod index;
 mod inspect;
 mod keys;
+mod reshard;
 mod scripts;
 mod wake;
 
@@ -23,6 +24,7 @@ pub use self::{
     index::{IndexRead, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
     keys::{IndexKind, Keyspace, Shard, ShardKeys},
+    reshard::LayoutDepth,
     wake::Wakeups,
 };
 use crate::{

@@ -196,10 +196,14 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     let mut redis_url = options.redis_url.clone().unwrap_or_else(redis_url);
     let (mut redis_proxy, mut postgres_proxy) = (None, None);
     if options.through_proxies {
-        let (target, _) = redirect(&redis_url, 6379, "127.0.0.1:1".parse().unwrap());
-        let proxy = TcpProxy::start(target).await;
-        redis_url = redirect(&redis_url, 6379, proxy.address).1;
-        redis_proxy = Some(proxy);
+        // A cluster client follows the nodes' own addresses past any proxy: on a cluster only
+        // Postgres goes through one (a test that cuts Redis needs a single node).
+        if quiesce::queue::cluster_nodes(&redis_url).is_none() {
+            let (target, _) = redirect(&redis_url, 6379, "127.0.0.1:1".parse().unwrap());
+            let proxy = TcpProxy::start(target).await;
+            redis_url = redirect(&redis_url, 6379, proxy.address).1;
+            redis_proxy = Some(proxy);
+        }
         let (target, _) = redirect(&database_url, 5432, "127.0.0.1:1".parse().unwrap());
         let proxy = TcpProxy::start(target).await;
         database_url = redirect(&database_url, 5432, proxy.address).1;
@@ -541,6 +545,18 @@ impl TestApp {
         name: &str,
         listen: std::net::SocketAddr,
     ) -> tokio::process::Child {
+        self.serve_command(name, listen)
+            .spawn()
+            .expect("start quiesce serve")
+    }
+
+    /// The `quiesce serve` command of [`Self::spawn_serve_process`], for a test to adjust.
+    #[allow(dead_code)] // The cluster suite's.
+    pub fn serve_command(
+        &self,
+        name: &str,
+        listen: std::net::SocketAddr,
+    ) -> tokio::process::Command {
         let mut settings = self.settings.clone();
         settings.http.listen = listen;
         settings.telemetry.metrics_listen = None;
@@ -548,17 +564,21 @@ impl TestApp {
         settings.worker.workers = 4;
         settings.database.db_max_connections = 8;
         process_command("serve", name, &settings)
-            .spawn()
-            .expect("start quiesce serve")
     }
 
     /// Runs the `quiesce` binary with this test's Redis settings; returns its standard output.
     pub async fn run_cli(&self, args: &[&str]) -> String {
+        self.run_cli_with(args, &[]).await
+    }
+
+    /// [`Self::run_cli`] with some settings changed in the environment (`QUIESCE_*`, value).
+    pub async fn run_cli_with(&self, args: &[&str], changed: &[(&str, &str)]) -> String {
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
             .args(args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(self.settings.to_environment())
+            .envs(changed.iter().copied())
             .env("RUST_LOG", "error")
             .output()
             .await

@@ -1,0 +1,265 @@
+//! Changing the shard count online: processes started with new `shards` and the old count as
+//! `previous_shards` keep what the old layout holds there (max-wait anchors included) until it
+//! is evaluated, put new entities in the new layout, move the old layout's dead letters where
+//! redrive looks, and `quiesce shards` says when the old layout is empty. The same change under
+//! load, with old and new processes side by side, is in the cluster suite.
+
+use std::{sync::Arc, time::Duration};
+
+use quiesce::{
+    domain::{EntityId, EventBody, Priority},
+    queue::IndexKind,
+    startup::Backends,
+    worker::Outcome,
+};
+use serde_json::json;
+
+use crate::helpers::{TestOptions, claim_next, event, spawn_app};
+
+#[tokio::test]
+async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_letters() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_secs(5),
+        max_wait: Duration::from_secs(30),
+        shards: 4,
+        ..TestOptions::idle()
+    })
+    .await;
+    let held = EntityId::parse("post:held").unwrap();
+    app.send(&json!([event("h1", "post:held", "flag")])).await;
+    let anchor = app
+        .backends
+        .queue
+        .max_wait_anchor(&held)
+        .await
+        .unwrap()
+        .expect("an anchor in the old layout");
+    // An entity that cannot be evaluated (unknown to Postgres), dead-lettered in the old layout.
+    let ghost = EntityId::parse("post:ghost").unwrap();
+    app.backends
+        .queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let old_worker = app.worker();
+    let claim = claim_next(&old_worker).await;
+    assert_eq!(claim.entity, ghost);
+    assert!(matches!(
+        old_worker.process(claim).await,
+        Outcome::DeadLettered(_)
+    ));
+
+    // The new processes: 8 shards, draining the 4.
+    let mut settings = app.settings.clone();
+    settings.redis.shards = 8;
+    settings.redis.previous_shards = 4;
+    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
+        .await
+        .unwrap();
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert_eq!((depths[0].shards, depths[0].draining), (8, false));
+    assert_eq!((depths[1].shards, depths[1].draining), (4, true));
+    assert_eq!(
+        (depths[1].due, depths[1].pending, depths[1].dead),
+        (1, 1, 1)
+    );
+
+    // A new event for an entity the old layout holds goes there, and keeps its first anchor.
+    new.queue
+        .schedule(&[(held.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    assert_eq!(
+        new.queue.max_wait_anchor(&held).await.unwrap(),
+        Some(anchor)
+    );
+    // A new entity goes to the new layout.
+    let fresh = EntityId::parse("post:fresh").unwrap();
+    let body: EventBody = serde_json::from_value(event("f1", "post:fresh", "flag")).unwrap();
+    new.store
+        .record_events(&[&body.into_event().unwrap()])
+        .await
+        .unwrap();
+    new.queue
+        .schedule(&[(fresh.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert_eq!((depths[0].due, depths[0].pending), (1, 1), "the new entity");
+    assert_eq!(
+        (depths[1].due, depths[1].pending),
+        (1, 1),
+        "the held entity"
+    );
+
+    // The rescanning process moves the dead letter to the new layout, where it stays dead.
+    assert!(new.maintenance(&settings).rescan_once().await.unwrap());
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert_eq!((depths[0].dead, depths[1].dead), (1, 0));
+    assert!(new.queue.is_dead_lettered(&ghost).await.unwrap());
+    new.queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    assert_eq!(
+        new.queue.state_of(&ghost).await.unwrap().due_at_ms,
+        None,
+        "a dead letter is not scheduled in either layout"
+    );
+
+    // A new worker claims from both layouts; the old one empties.
+    let new_worker = new.worker(&settings);
+    let mut evaluated = Vec::new();
+    for _ in 0..2 {
+        let claim = claim_next(&new_worker).await;
+        evaluated.push(claim.entity.clone());
+        assert!(matches!(new_worker.process(claim).await, Outcome::Done(_)));
+    }
+    evaluated.sort();
+    assert_eq!(evaluated, vec![fresh.clone(), held.clone()]);
+    assert!(new.queue.layout_depths().await.unwrap()[1].is_empty());
+    let report = app
+        .run_cli_with(
+            &["shards"],
+            &[("QUIESCE_SHARDS", "8"), ("QUIESCE_PREVIOUS_SHARDS", "4")],
+        )
+        .await;
+    assert!(
+        report.contains("the 4 shards drained are empty: set previous_shards to 0"),
+        "{report}"
+    );
+    assert!(
+        report.contains("8 shards\tdue=0\tpending=0\tin_flight=0\tdead=1"),
+        "{report}"
+    );
+
+    // Redrive finds the dead letter where it moved and makes it due again.
+    assert!(
+        new.store
+            .redrive_dead_letter(&new.queue, &ghost, "test")
+            .await
+            .unwrap()
+    );
+    assert!(
+        new.queue
+            .state_of(&ghost)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout() {
+    let app = spawn_app(TestOptions {
+        shards: 4,
+        ..TestOptions::idle()
+    })
+    .await;
+    let ghost = EntityId::parse("post:ghost").unwrap();
+    app.backends
+        .queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let worker = app.worker();
+    let claim = claim_next(&worker).await;
+    assert!(matches!(
+        worker.process(claim).await,
+        Outcome::DeadLettered(_)
+    ));
+    let mut settings = app.settings.clone();
+    settings.redis.shards = 8;
+    settings.redis.previous_shards = 4;
+    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
+        .await
+        .unwrap();
+    // No rescan has moved it yet: the redrive does.
+    assert!(
+        new.store
+            .redrive_dead_letter(&new.queue, &ghost, "test")
+            .await
+            .unwrap()
+    );
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert_eq!((depths[0].dead, depths[1].dead), (0, 0));
+    assert_eq!(depths[0].due, 1);
+    // Its next events schedule it in the new layout: it is dead in neither.
+    new.queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    assert!(
+        new.queue
+            .state_of(&ghost)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn an_old_process_leaves_the_new_layouts_shards_in_the_index_until_they_are_empty() {
+    let app = spawn_app(TestOptions {
+        shards: 4,
+        ..TestOptions::idle()
+    })
+    .await;
+    let mut settings = app.settings.clone();
+    settings.redis.shards = 8;
+    settings.redis.previous_shards = 4;
+    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
+        .await
+        .unwrap();
+    let index = new.queue.keys().index().times(IndexKind::Due);
+    let redis = new.queue.connection();
+    let in_index = |shard: String| {
+        let (index, mut redis) = (index.clone(), redis.clone());
+        async move {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(index)
+                .arg(shard)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            score.is_some()
+        }
+    };
+
+    // Due in the new layout: a process of the old count reads its shard and leaves it alone.
+    let due = EntityId::parse("post:new-layout").unwrap();
+    new.queue
+        .schedule(&[(due.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let shard = new.queue.keys().shard_of(&due);
+    let old_worker = app.worker();
+    assert!(old_worker.claim_once(10).await.unwrap().claims.is_empty());
+    assert!(in_index(shard.id()).await, "the old process kept the shard");
+    let claims = new.worker(&settings).claim_once(10).await.unwrap().claims;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].entity, due);
+
+    // An index entry of the new layout whose shard holds nothing: the old process drops it.
+    let gone = EntityId::parse("post:gone").unwrap();
+    new.queue
+        .schedule(&[(gone.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let shard = new.queue.keys().shard_of(&gone);
+    let keys = new.queue.keys().for_shard(shard);
+    let _: () = redis::pipe()
+        .zrem(keys.due(), gone.as_str())
+        .hdel(keys.pending(), gone.as_str())
+        .exec_async(&mut redis.clone())
+        .await
+        .unwrap();
+    assert!(in_index(shard.id()).await);
+    assert!(old_worker.claim_once(10).await.unwrap().claims.is_empty());
+    assert!(
+        !in_index(shard.id()).await,
+        "the empty shard left the index"
+    );
+}
