@@ -7,7 +7,12 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+# The API suite's modules that exercise the schedule (scheduling, claims, leases, locks, the
+# version fence, dedup, dead letters, repair, wake-ups, a shard count change), run by make cluster
+# against a Redis Cluster as well as by make test against one node.
+CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
+
+.PHONY: run test chaos cluster api-fuzz observability bench ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -37,6 +42,17 @@ test:
 chaos:
 	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
+
+## cluster: a fresh private Redis Cluster (3 masters, 3 replicas; scripts/redis-cluster.sh): the API
+## suite's schedule tests against it, then the cluster suite (a master SIGKILLed under load, slots
+## resharded under load, the shard count changed under load, 2 serve + 3 worker processes);
+## the cluster is stopped afterwards
+cluster:
+	@services=$$(scripts/services.sh) && eval "$$services" && \
+	scripts/redis-cluster.sh stop && cluster=$$(scripts/redis-cluster.sh start) && eval "$$cluster" && \
+	QUIESCE_REDIS_URL="$$QUIESCE_CLUSTER_URL" $(CARGO) test --test api -- --test-threads $(TEST_THREADS) $(CLUSTER_API_TESTS) && \
+	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
+	status=$$?; scripts/redis-cluster.sh stop; exit $$status
 
 ## observability: a real Prometheus scrapes a live quiesce under load; checks every dashboard
 ## panel and alert in grafana/ (installs Debian's prometheus package if needed and allowed)

@@ -11,6 +11,8 @@
 #   scripts/redis-cluster.sh role PORT    master or slave, as the node says
 #   scripts/redis-cluster.sh wait-ok      until every slot is served (cluster_state:ok)
 #   scripts/redis-cluster.sh wait-synced  until every replica is in sync with its master
+#   scripts/redis-cluster.sh check        whether every node agrees on the slots and all are served
+#   scripts/redis-cluster.sh heal         until check passes, fixing what a test left behind
 #
 # QUIESCE_CLUSTER_PORT (default 7101) is the first of the six ports. cluster-node-timeout is
 # 1000 ms, so a killed master's replica is promoted within a few seconds.
@@ -90,6 +92,30 @@ wait_synced() {
   exit 1
 }
 
+# A live node's address, for redis-cli --cluster.
+any_node() {
+  for port in "${ports[@]}"; do
+    if alive "$port"; then echo "127.0.0.1:$port"; return; fi
+  done
+  say "no node of the cluster answers"
+  exit 1
+}
+
+check() { redis-cli --cluster check "$(any_node)" >/dev/null 2>&1; }
+
+# A replica promoted before it heard of its master's last migrated slot claims the others only:
+# that slot is served by nobody and the new master refuses every command (cluster_state:fail).
+# redis-cli --cluster fix covers such slots (asking to confirm: answered yes) and closes open ones.
+heal() {
+  for _ in $(seq 1 20); do
+    check && return
+    yes yes 2>/dev/null | redis-cli --cluster fix "$(any_node)" >"$dir/fix.log" 2>&1 || true
+    for _ in $(seq 1 10); do check && return; sleep 0.5; done
+  done
+  say "the cluster does not pass redis-cli --cluster check; see $dir/fix.log"
+  exit 1
+}
+
 url() {
   local nodes
   nodes=$(printf '127.0.0.1:%s,' "${ports[@]}")
@@ -141,11 +167,13 @@ case "${1:-start}" in
   url) url ;;
   wait-ok) wait_ok ;;
   wait-synced) wait_synced ;;
+  check) check ;;
+  heal) heal; wait_ok; wait_synced ;;
   kill)
     kill -9 "$(cat "$dir/${2:?port}/redis.pid")"
     for _ in $(seq 1 50); do alive "$2" || exit 0; sleep 0.1; done
     say "node $2 still answers"; exit 1 ;;
   restart) start_node "${2:?port}" ;;
   role) cli "${2:?port}" role | head -1 ;;
-  *) echo "usage: $0 start|stop|url|wait-ok|wait-synced|kill PORT|restart PORT|role PORT" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|url|wait-ok|wait-synced|check|heal|kill PORT|restart PORT|role PORT" >&2; exit 2 ;;
 esac

@@ -22,7 +22,7 @@ use std::{
 };
 
 use helpers::{TestApp, TestOptions, spawn_app, wait_for};
-use load::{Tally, check_accounting, run_load};
+use load::{Tally, check_accounting, deliver_to, run_load, run_load_via};
 use quiesce::loadgen::{self, LoadConfig, Scenario};
 use secrecy::ExposeSecret;
 
@@ -122,6 +122,9 @@ async fn masters() -> Vec<Node> {
 }
 
 async fn cluster_app(options: TestOptions) -> TestApp {
+    // Every test starts on a cluster whose nodes agree and serve every slot, whatever the test
+    // before it killed or moved.
+    cluster(&["heal"]).await;
     spawn_app(TestOptions {
         redis_url: Some(cluster_url()),
         // The default count, so the schedule spreads over the masters.
@@ -287,7 +290,26 @@ async fn slots_moved_between_masters_under_load_lose_and_duplicate_nothing() {
             "reshard failed: {}",
             String::from_utf8_lossy(&output.stdout)
         );
-        started.elapsed()
+        let moved_in = started.elapsed();
+        // Until every node, replicas included, knows where the slots went (a replica promoted
+        // before it heard would leave a slot unserved).
+        wait_for(
+            Duration::from_secs(30),
+            "the nodes to agree on the moved slots",
+            || async {
+                tokio::process::Command::new("bash")
+                    .arg(
+                        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                            .join("scripts/redis-cluster.sh"),
+                    )
+                    .arg("check")
+                    .status()
+                    .await
+                    .is_ok_and(|s| s.success())
+            },
+        )
+        .await;
+        moved_in
     };
     let (accepted, moved_in) = tokio::join!(load, reshard);
     let recorded = accepted + tally.duplicates.load(Ordering::Relaxed);
@@ -320,6 +342,23 @@ async fn slots_moved_between_masters_under_load_lose_and_duplicate_nothing() {
     drop(workers);
 }
 
+/// Until the API process at `address` answers its health check.
+async fn wait_answering(address: std::net::SocketAddr) {
+    let client = reqwest::Client::new();
+    wait_for(
+        Duration::from_secs(30),
+        "a serve process to answer",
+        || async {
+            client
+                .get(format!("http://{address}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        },
+    )
+    .await;
+}
+
 /// A free loopback port for a process to listen on.
 fn free_address() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -347,20 +386,8 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
     let workers: Vec<_> = (0..3)
         .map(|i| app.spawn_worker_process(&format!("shared-{i}"), None))
         .collect();
-    let client = reqwest::Client::new();
     for address in addresses {
-        wait_for(
-            Duration::from_secs(30),
-            "a serve process to answer",
-            || async {
-                client
-                    .get(format!("http://{address}/healthz"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success())
-            },
-        )
-        .await;
+        wait_answering(address).await;
     }
     // One load generator per API process, each with its own entities, checked on its own.
     let runs = addresses.iter().enumerate().map(|(i, address)| {
@@ -426,4 +453,152 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
         lines.join("; ")
     );
     drop((serves, workers));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster suite: make cluster"]
+async fn the_shard_count_changes_under_load_with_old_and_new_processes_side_by_side() {
+    // A window longer than the steady stream's gaps, so that only max wait fires it.
+    let options = TestOptions {
+        window: Duration::from_secs(1),
+        max_wait: Duration::from_millis(2500),
+        ..disrupted()
+    };
+    let max_wait = options.max_wait;
+    let app = cluster_app(options).await;
+    let old_count = app.settings.redis.shards;
+    let new_count = old_count / 2;
+    let changed = [
+        ("QUIESCE_SHARDS", new_count.to_string()),
+        ("QUIESCE_PREVIOUS_SHARDS", old_count.to_string()),
+    ];
+    let old_workers: Vec<_> = (0..2)
+        .map(|i| app.spawn_worker_process(&format!("old-{i}"), None))
+        .collect();
+    let new_address = free_address();
+    let new_base = format!("http://{new_address}");
+    let tally = Tally::default();
+    let steady = std::sync::atomic::AtomicBool::new(true);
+    let bases = std::sync::Mutex::new(vec![app.base.clone()]);
+
+    // One entity hears an event every 100 ms or so throughout: its window never closes, so
+    // only its max-wait anchor makes it due, before, during and after the change.
+    let stream = async {
+        let mut sent = 0u64;
+        while steady.load(Ordering::Relaxed) {
+            let base = {
+                let bases = bases.lock().unwrap();
+                bases[sent as usize % bases.len()].clone()
+            };
+            let body = serde_json::json!([helpers::event(
+                &format!("steady-{sent}"),
+                "post:steady",
+                "upvote"
+            )]);
+            sent += deliver_to(&app, &base, &body, &tally).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sent
+    };
+    // Each phase lasts at least a few max waits, whatever the machine's pace.
+    let phase = max_wait * 2;
+    let change = async {
+        let started = tokio::time::Instant::now();
+        let before = run_load(&app, "before", 10, 1000, 1000, &tally).await;
+        tokio::time::sleep_until(started + phase).await;
+        // The rollout: processes with the new count come up beside the old ones.
+        let new_serve = app
+            .serve_command("new-serve", new_address)
+            .envs(changed.clone())
+            .spawn()
+            .expect("start the new serve process");
+        let new_workers: Vec<_> = (0..2)
+            .map(|i| {
+                app.worker_command(&format!("new-{i}"), None)
+                    .envs(changed.clone())
+                    .spawn()
+                    .expect("start a new worker process")
+            })
+            .collect();
+        wait_answering(new_address).await;
+        bases.lock().unwrap().push(new_base.clone());
+        let both = [app.base.clone(), new_base.clone()];
+        let started = tokio::time::Instant::now();
+        let during = run_load_via(&app, &both, "during", 10, 1000, 1000, &tally).await;
+        tokio::time::sleep_until(started + phase).await;
+        // The old worker processes stop; only the new API takes events from here on.
+        drop(old_workers);
+        *bases.lock().unwrap() = vec![new_base.clone()];
+        let started = tokio::time::Instant::now();
+        let after = run_load_via(
+            &app,
+            std::slice::from_ref(&new_base),
+            "after",
+            10,
+            1000,
+            1000,
+            &tally,
+        )
+        .await;
+        tokio::time::sleep_until(started + phase).await;
+        steady.store(false, Ordering::Relaxed);
+        (before + during + after, new_serve, new_workers)
+    };
+    let (steady_accepted, (accepted, new_serve, new_workers)) = tokio::join!(stream, change);
+    // Each event was recorded once: accepted, or found recorded by a retry.
+    let recorded = accepted + steady_accepted + tally.duplicates.load(Ordering::Relaxed);
+
+    let load_ended = Instant::now();
+    app.wait_settled(Duration::from_secs(60)).await;
+    check_accounting(&app, recorded).await;
+    // The old layout drains to nothing, as `quiesce shards` on a new process reports.
+    let changed: Vec<(&str, &str)> = changed.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    wait_for(
+        Duration::from_secs(60),
+        "the old layout to be empty",
+        || async {
+            app.run_cli_with(&["shards"], &changed)
+                .await
+                .contains(&format!("the {old_count} shards drained are empty"))
+        },
+    )
+    .await;
+    // The steady entity kept its max-wait anchor through the change: each time it fell due
+    // no later than max wait after its previous claim (plus the stream's gap to the next
+    // event, as the anchor is that event's). A lost anchor would push its due time on with
+    // every event, past the bound. (When it is evaluated after falling due is the workers'
+    // pace under this load, not the schedule's.)
+    let steady_evaluations = app
+        .scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:steady'")
+        .await;
+    assert!(
+        steady_evaluations >= 3,
+        "post:steady evaluated {steady_evaluations} times"
+    );
+    let gap_ms = app
+        .scalar(
+            "SELECT (1000 * extract(epoch FROM max(due_at - previous_start)))::bigint FROM (
+                 SELECT due_at, lag(started_at) OVER (ORDER BY started_at) AS previous_start
+                 FROM evaluations WHERE entity = 'post:steady') g",
+        )
+        .await;
+    let bound = max_wait + Duration::from_secs(1);
+    assert!(
+        gap_ms < bound.as_millis() as i64,
+        "post:steady fell due {gap_ms} ms after its previous claim (max wait {max_wait:?})"
+    );
+    report(
+        &app,
+        "shard change",
+        recorded,
+        &format!(
+            "; {old_count} -> {new_count} shards with old and new processes side by side, settled \
+             {:.1?} after the last event, the old layout empty; post:steady evaluated {steady_evaluations} times, due at most {gap_ms} ms \
+             after its previous claim (max wait {max_wait:?}); {} 503s retried",
+            load_ended.elapsed(),
+            tally.unavailable.load(Ordering::Relaxed),
+        ),
+    )
+    .await;
+    drop((new_serve, new_workers));
 }

@@ -21,13 +21,13 @@ pub struct Tally {
     pub duplicates: AtomicU64,
 }
 
-/// Sends a request until it is accepted: 503s and refused connections are retried, as a
+/// Sends a request to the API at `base` until it is accepted: 503s and refused connections are retried, as a
 /// webhook sender would; any other answer fails the test. Returns the accepted count.
-pub async fn deliver(app: &TestApp, body: &Value, tally: &Tally) -> u64 {
+pub async fn deliver_to(app: &TestApp, base: &str, body: &Value, tally: &Tally) -> u64 {
     loop {
         match app
             .client
-            .post(format!("{}/v1/events", app.base))
+            .post(format!("{base}/v1/events"))
             .json(body)
             .send()
             .await
@@ -61,6 +61,28 @@ pub async fn run_load(
     entities: usize,
     tally: &Tally,
 ) -> u64 {
+    run_load_via(
+        app,
+        std::slice::from_ref(&app.base),
+        phase,
+        rounds,
+        per_round,
+        entities,
+        tally,
+    )
+    .await
+}
+
+/// [`run_load`] with its requests spread in turn over the APIs at `bases`.
+pub async fn run_load_via(
+    app: &TestApp,
+    bases: &[String],
+    phase: &str,
+    rounds: usize,
+    per_round: usize,
+    entities: usize,
+    tally: &Tally,
+) -> u64 {
     let mut accepted = 0;
     for round in 0..rounds {
         let bodies: Vec<Value> = (0..per_round / 100)
@@ -81,8 +103,13 @@ pub async fn run_load(
                 )
             })
             .collect();
-        let replies =
-            futures::future::join_all(bodies.iter().map(|b| deliver(app, b, tally))).await;
+        let replies = futures::future::join_all(
+            bodies
+                .iter()
+                .enumerate()
+                .map(|(i, b)| deliver_to(app, &bases[i % bases.len()], b, tally)),
+        )
+        .await;
         accepted += replies.iter().sum::<u64>();
     }
     accepted
