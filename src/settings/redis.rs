@@ -17,13 +17,14 @@ section! {
         #[value_name = "PREFIX"]
         redis_prefix: String = "quiesce".to_owned(), check redis_prefix;
         /// Queue shards, each a Redis hash tag placed in its own stretch of cluster slots; the
-        /// default spreads evenly over 3-10 masters. Every process must use the same number; to
-        /// change it, see previous_shards.
+        /// default spreads evenly over 3-10 masters. Every process uses the same number; to
+        /// change it online, see previous_shards.
         shards: u16 = 120, check shard_count;
         /// The shard count before a change, while its shards drain (0: no change under way).
         /// Entities it still holds stay there, max-wait anchors included, until evaluated; new
-        /// ones go to the new layout. Set it on every process with the new shards, and back to
-        /// 0 once `quiesce shards` shows the old layout empty.
+        /// ones go to the new layout. Start every process with it and the new shards (old and new
+        /// processes may run side by side meanwhile); back to 0 once `quiesce shards` says the
+        /// old layout is empty.
         previous_shards: u16 = 0, check shard_count_or_zero;
         /// How often one process (whichever takes the lock first) reads every shard's head
         /// into the shard indexes, repairing an index Redis lost.
