@@ -107,6 +107,13 @@ check() { redis-cli --cluster check "$(any_node)" >/dev/null 2>&1; }
 # that slot is served by nobody and the new master refuses every command (cluster_state:fail).
 # redis-cli --cluster fix covers such slots (asking to confirm: answered yes) and closes open ones.
 heal() {
+  # A node a test killed and did not restart rejoins first.
+  for port in "${ports[@]}"; do
+    if ! alive "$port" && [ -d "$dir/$port" ]; then
+      say "restarting node $port"
+      start_node "$port"
+    fi
+  done
   for _ in $(seq 1 20); do
     check && return
     yes yes 2>/dev/null | redis-cli --cluster fix "$(any_node)" >"$dir/fix.log" 2>&1 || true

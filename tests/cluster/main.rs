@@ -602,3 +602,167 @@ async fn the_shard_count_changes_under_load_with_old_and_new_processes_side_by_s
     .await;
     drop((new_serve, new_workers));
 }
+
+/// The port of the master serving `slot`, as a live node sees it.
+async fn master_of_slot(slot: u16) -> u16 {
+    for port in first_port()..first_port() + 6 {
+        let Ok(output) = tokio::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "cluster", "shards"])
+            .output()
+            .await
+        else {
+            continue;
+        };
+        if !output.status.success() {
+            continue;
+        }
+        // CLUSTER SHARDS, one field per line: slots (pairs), then nodes with port and role.
+        let text = String::from_utf8_lossy(&output.stdout);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let mut i = 0;
+        while i < lines.len() {
+            if lines[i] == "slots" {
+                let mut ranges = Vec::new();
+                let mut j = i + 1;
+                while j + 1 < lines.len() && lines[j] != "nodes" {
+                    if let (Ok(a), Ok(b)) = (lines[j].parse::<u16>(), lines[j + 1].parse::<u16>()) {
+                        ranges.push((a, b));
+                        j += 2;
+                    } else {
+                        j += 1;
+                    }
+                }
+                let serves = ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot));
+                // The shard's nodes, each a run of fields from "id": the online master.
+                let mut k = j;
+                let (mut port, mut master) = (None, false);
+                while k + 1 < lines.len() && lines[k] != "slots" {
+                    match lines[k] {
+                        "id" => (port, master) = (None, false),
+                        "port" => port = lines[k + 1].parse::<u16>().ok(),
+                        "role" => master = lines[k + 1] == "master",
+                        "health" if serves && master && lines[k + 1] == "online" => {
+                            return port.expect("a port before the health");
+                        }
+                        _ => {}
+                    }
+                    k += 1;
+                }
+                i = k;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    panic!("no live node names the master of slot {slot}");
+}
+
+/// How many subscribers the node at `port` has for `channel`.
+async fn subscribers(port: u16, channel: &str) -> i64 {
+    let output = tokio::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "pubsub", "numsub", channel])
+        .output()
+        .await
+        .expect("redis-cli pubsub numsub");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "cluster suite: make cluster"]
+async fn wake_ups_come_back_after_the_master_of_the_wake_channel_fails_over() {
+    let app = cluster_app(TestOptions {
+        window: Duration::from_millis(300),
+        ..TestOptions::idle()
+    })
+    .await;
+    let channel = app.backends.queue.keys().index().wake_channel();
+    let evaluated = |entity: &'static str| {
+        let app = &app;
+        move || async move {
+            app.scalar(&format!(
+                "SELECT count(*) FROM evaluations WHERE entity = '{entity}'"
+            ))
+            .await
+                >= 1
+        }
+    };
+    let critical = |entity: &str| {
+        serde_json::json!([{
+            "id": format!("{entity}-1"), "entity": entity, "type": "flag",
+            "actor": "user:1", "priority": "critical"
+        }])
+    };
+    // A worker process that polls every ten minutes: only wake-ups bring it work on time.
+    let worker = app
+        .worker_command("sleeper", None)
+        .env("QUIESCE_POLL_INTERVAL", "10m")
+        .spawn()
+        .expect("start quiesce worker");
+    app.send(&critical("post:first")).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the first evaluation",
+        evaluated("post:first"),
+    )
+    .await;
+
+    // The master the wake channel lives on dies; its replica takes over.
+    let keyslot = tokio::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &first_port().to_string(),
+            "cluster",
+            "keyslot",
+            &channel,
+        ])
+        .output()
+        .await
+        .expect("redis-cli cluster keyslot");
+    let slot: u16 = String::from_utf8_lossy(&keyslot.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let victim = master_of_slot(slot).await;
+    cluster(&["wait-synced"]).await;
+    cluster(&["kill", &victim.to_string()]).await;
+    let killed = Instant::now();
+    wait_for(
+        Duration::from_secs(30),
+        "a replica to take the slots",
+        || async {
+            let live = masters().await;
+            live.len() == 3 && live.iter().all(|m| m.port != victim)
+        },
+    )
+    .await;
+    cluster(&["wait-ok"]).await;
+    let promoted = master_of_slot(slot).await;
+    // The process notices its subscription went quiet and subscribes on the new master.
+    wait_for(
+        Duration::from_secs(60),
+        "the wake channel subscribed again",
+        || async { subscribers(promoted, &channel).await >= 1 },
+    )
+    .await;
+    let resubscribed = killed.elapsed();
+    let sent = Instant::now();
+    app.send(&critical("post:after-failover")).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the sleeping process to be woken after the failover",
+        evaluated("post:after-failover"),
+    )
+    .await;
+    eprintln!(
+        "cluster wake-ups: master :{victim} of the wake channel killed; subscribed again on \
+         :{promoted} {resubscribed:.1?} after the kill; a critical event evaluated {:.1?} after \
+         it was sent",
+        sent.elapsed()
+    );
+    cluster(&["restart", &victim.to_string()]).await;
+    drop(worker);
+}
