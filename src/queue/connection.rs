@@ -145,6 +145,7 @@ fn is_transport_error(error: &RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_cluster_error()
+        || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
 }
 
 impl RedisConnection {
@@ -181,6 +182,22 @@ impl RedisConnection {
 }
 
 impl RedisConnection {
+    /// Whether Redis answers: one node's PING (on a cluster, any node's: a master that is
+    /// failing over does not make every process unready, which would take every instance
+    /// out of a load balancer at once).
+    pub async fn ping(&self) -> RedisResult<()> {
+        let cmd = redis::cmd("PING");
+        let _: Value = match self {
+            RedisConnection::Node(redis) => cmd.query_async(&mut redis.clone()).await?,
+            RedisConnection::Cluster(redis) => {
+                redis
+                    .route(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                    .await?
+            }
+        };
+        Ok(())
+    }
+
     /// The primaries' addresses (`host:port`; one empty name on a single node).
     pub async fn primaries(&self) -> RedisResult<Vec<String>> {
         Ok(self

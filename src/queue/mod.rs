@@ -291,9 +291,7 @@ impl Queue {
     }
 
     pub async fn ping(&self) -> Result<()> {
-        let mut redis = self.redis.clone();
-        let _: String = redis::cmd("PING").query_async(&mut redis).await?;
-        Ok(())
+        Ok(self.redis.ping().await?)
     }
 }
 
