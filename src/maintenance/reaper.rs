@@ -19,23 +19,23 @@ impl Maintenance {
     /// Returns every expired lease to the due set (or, on its last attempt, to the dead
     /// letters), in the shards the lease index says may hold one.
     pub async fn reap_once(&self) -> Result<Reaped, QueueError> {
-        let reader = uuid::Uuid::new_v4().simple().to_string();
         let read = self
             .queue
-            .read_index(IndexKind::Leases, SHARDS_PER_PASS, &reader)
+            .read_index(IndexKind::Leases, SHARDS_PER_PASS)
             .await?;
         let mut total = Reaped::default();
         let mut settled = Vec::with_capacity(read.shards.len());
         let mut failure = None;
-        for shard in read.shards {
+        for read_shard in read.shards {
+            let shard = read_shard.shard;
             if failure.is_some() {
-                settled.push((shard, Settle::Untouched));
+                settled.push((read_shard, Settle::Untouched));
                 continue;
             }
             let reaped = match self.reap_shard(shard).await {
                 Ok(reaped) => reaped,
                 Err(error) => {
-                    settled.push((shard, Settle::Untouched));
+                    settled.push((read_shard, Settle::Untouched));
                     failure = Some(error);
                     continue;
                 }
@@ -48,11 +48,9 @@ impl Maintenance {
             } else {
                 self.queue.earliest_lease(shard).await
             };
-            settled.push((shard, next.map_or(Settle::Untouched, Settle::of)));
+            settled.push((read_shard, next.map_or(Settle::Untouched, Settle::of)));
         }
-        self.queue
-            .settle_index(IndexKind::Leases, &reader, &settled)
-            .await?;
+        self.queue.settle_index(IndexKind::Leases, &settled).await?;
         if let Some(error) = failure {
             return Err(error);
         }

@@ -1,8 +1,9 @@
 //! The shard indexes: which shards may hold something due (or a lease that expires), and
-//! from when. Every script that makes an entity due reports its shard's time here; workers
-//! and the reaper read the index (one call) instead of asking every shard, and settle what
-//! they read. A periodic rescan, by one process at a time, repairs an index that Redis lost.
-//! docs/state-machine.md has the protocol and why no due entity is missed.
+//! from when. A script that makes a shard's earliest entry earlier reports the shard's time
+//! here; workers and the reaper read the index (one call) instead of asking every shard, and
+//! settle what they read. A periodic rescan, by one process at a time, repairs an index that
+//! Redis lost. docs/state-machine.md has the protocol and why no due entity is
+//! missed.
 
 use std::time::Duration;
 
@@ -24,8 +25,16 @@ pub struct IndexRead {
     pub now_ms: i64,
     /// The earliest time after now at which another shard may be due.
     pub next_ms: Option<i64>,
-    /// Shards that may hold something due now, taken by this reader.
-    pub shards: Vec<Shard>,
+    /// Shards that may hold something due now.
+    pub shards: Vec<ReadShard>,
+}
+
+/// A shard read as due, with its report count at the read: its settle raises the shard's time
+/// only if no report has come since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadShard {
+    pub shard: Shard,
+    reports: String,
 }
 
 /// What a reader learned of a shard it read.
@@ -64,8 +73,7 @@ impl Queue {
         let mut invocation = SCRIPTS.index_report.prepare_invoke();
         invocation
             .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
+            .key(index.reports(kind))
             .arg(match kind {
                 IndexKind::Due => index.wake_channel(),
                 IndexKind::Leases => String::new(),
@@ -83,39 +91,34 @@ impl Queue {
         }
     }
 
-    /// Takes up to `limit` shards of an index that may hold something due now, as `reader`.
-    pub async fn read_index(
-        &self,
-        kind: IndexKind,
-        limit: usize,
-        reader: &str,
-    ) -> Result<IndexRead> {
+    /// Reads up to `limit` shards of an index that may hold something due now (the most
+    /// overdue first).
+    pub async fn read_index(&self, kind: IndexKind, limit: usize) -> Result<IndexRead> {
         let index = self.keys.index();
         let mut redis = self.redis.clone();
         let reply: Vec<redis::Value> = SCRIPTS
             .index_read
             .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
+            .key(index.reports(kind))
             .arg(limit)
-            .arg(reader)
             .invoke_async(&mut redis)
             .timed_script("index_read")
             .await?;
+        let short = || QueueError::Reply("index_read: short reply".into());
         let mut values = reply.into_iter();
-        let mut number = || -> Result<i64> {
-            values
-                .next()
-                .ok_or_else(|| QueueError::Reply("index_read: short reply".into()))
-                .and_then(|v| Ok(redis::from_redis_value(v).map_err(redis::RedisError::from)?))
+        let number = |value: Option<redis::Value>| -> Result<i64> {
+            Ok(redis::from_redis_value(value.ok_or_else(short)?)
+                .map_err(redis::RedisError::from)?)
         };
-        let now_ms = number()?;
-        let next_ms = Some(number()?).filter(|&at| at >= 0);
+        let now_ms = number(values.next())?;
+        let next_ms = Some(number(values.next())?).filter(|&at| at >= 0);
         let mut shards = Vec::new();
-        for value in values {
-            let id: String = redis::from_redis_value(value).map_err(redis::RedisError::from)?;
+        while let Some(id) = values.next() {
+            let id: String = redis::from_redis_value(id).map_err(redis::RedisError::from)?;
+            let reports: String = redis::from_redis_value(values.next().ok_or_else(short)?)
+                .map_err(redis::RedisError::from)?;
             match Shard::parse(&id).filter(|s| self.keys.knows(*s)) {
-                Some(shard) => shards.push(shard),
+                Some(shard) => shards.push(ReadShard { shard, reports }),
                 // A layout no process uses any more: drop it from the index.
                 None => self.forget_in_index(kind, &id).await?,
             }
@@ -136,33 +139,30 @@ impl Queue {
         let mut redis = self.redis.clone();
         redis::pipe()
             .zrem(index.times(kind), id)
-            .hdel(index.readers(kind), id)
-            .hdel(index.reported(kind), id)
+            .hdel(index.reports(kind), id)
             .exec_async(&mut redis)
             .await?;
         Ok(())
     }
 
-    /// Settles the shards `reader` read: each shard's time becomes what its script answered
-    /// (or earlier, if something was reported since the read).
+    /// Settles shards read from an index: each shard's time becomes what its script answered
+    /// if no report has come since the read, else only goes down to it.
     pub async fn settle_index(
         &self,
         kind: IndexKind,
-        reader: &str,
-        shards: &[(Shard, Settle)],
+        shards: &[(ReadShard, Settle)],
     ) -> Result<()> {
         if shards.is_empty() {
             return Ok(());
         }
         let index = self.keys.index();
         let mut invocation = SCRIPTS.index_settle.prepare_invoke();
-        invocation
-            .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
-            .arg(reader);
-        for (shard, settle) in shards {
-            invocation.arg(shard.id()).arg(settle.as_arg());
+        invocation.key(index.times(kind)).key(index.reports(kind));
+        for (read, settle) in shards {
+            invocation
+                .arg(read.shard.id())
+                .arg(&read.reports)
+                .arg(settle.as_arg());
         }
         let mut redis = self.redis.clone();
         let _: i64 = invocation

@@ -280,13 +280,10 @@ impl IndexKeys {
     pub fn times(&self, kind: IndexKind) -> String {
         format!("{}:shards:{}", self.tag, kind.name())
     }
-    /// HASH shard id -> the token of the worker that last read the shard as due.
-    pub fn readers(&self, kind: IndexKind) -> String {
-        format!("{}:shards:{}:readers", self.tag, kind.name())
-    }
-    /// HASH shard id -> the earliest time reported since its reader read it.
-    pub fn reported(&self, kind: IndexKind) -> String {
-        format!("{}:shards:{}:reported", self.tag, kind.name())
+    /// HASH shard id -> how many reports the shard has had (a reader that read another count
+    /// than the current one only lowers the shard's time).
+    pub fn reports(&self, kind: IndexKind) -> String {
+        format!("{}:shards:{}:reports", self.tag, kind.name())
     }
     /// STRING held by the process rescanning every shard into the indexes.
     pub fn rescan_lock(&self) -> String {
@@ -323,7 +320,7 @@ mod tests {
         }
         let index = keys.index();
         for kind in [IndexKind::Due, IndexKind::Leases] {
-            for key in [index.times(kind), index.readers(kind), index.reported(kind)] {
+            for key in [index.times(kind), index.reports(kind)] {
                 assert!(key.starts_with("{q}:"), "{key}");
             }
         }

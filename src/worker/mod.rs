@@ -136,19 +136,19 @@ impl Worker {
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
         let lease = self.leases.current();
         metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
-        let reader = uuid::Uuid::new_v4().simple().to_string();
         let read = self
             .queue
-            .read_index(IndexKind::Due, SHARDS_PER_READ, &reader)
+            .read_index(IndexKind::Due, SHARDS_PER_READ)
             .await?;
         let mut round = ClaimRound::default();
         let mut next_due_in: Option<i64> = read.next_ms.map(|at| (at - read.now_ms).max(0));
         let mut settled = Vec::with_capacity(read.shards.len());
         let mut failure = None;
-        for shard in read.shards {
+        for read_shard in read.shards {
+            let shard = read_shard.shard;
             let remaining = limit.saturating_sub(round.claims.len());
             if remaining == 0 || failure.is_some() {
-                settled.push((shard, Settle::Untouched));
+                settled.push((read_shard, Settle::Untouched));
                 next_due_in = Some(0);
                 continue;
             }
@@ -165,12 +165,12 @@ impl Worker {
             let batch = match claimed {
                 Ok(batch) => batch,
                 Err(error) => {
-                    settled.push((shard, Settle::Untouched));
+                    settled.push((read_shard, Settle::Untouched));
                     failure = Some(error);
                     continue;
                 }
             };
-            settled.push((shard, Settle::of(batch.next_due_ms)));
+            settled.push((read_shard, Settle::of(batch.next_due_ms)));
             round.busy += batch.busy;
             if batch.busy > 0 {
                 metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
@@ -191,11 +191,7 @@ impl Worker {
                 .fetch_add(batch.claims.len() as u64, Ordering::Relaxed);
             round.claims.extend(batch.claims);
         }
-        if let Err(error) = self
-            .queue
-            .settle_index(IndexKind::Due, &reader, &settled)
-            .await
-        {
+        if let Err(error) = self.queue.settle_index(IndexKind::Due, &settled).await {
             // The shards keep their earlier (lower) times: read again, nothing missed.
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index");
         }

@@ -25,6 +25,7 @@ mod read_api;
 mod repair;
 mod roles;
 mod rules;
+mod shard_index;
 mod signatures;
 mod stale_writer;
 mod startup_errors;
