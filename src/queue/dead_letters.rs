@@ -68,10 +68,22 @@ impl Queue {
         cursor: DeadLetterCursor,
         limit: usize,
     ) -> Result<DeadLetterPage> {
+        self.dead_letters_before(cursor, limit, self.keys.shards())
+            .await
+    }
+
+    /// As [`Self::dead_letters`], up to (not including) shard `end`: the listing ends there.
+    pub async fn dead_letters_before(
+        &self,
+        cursor: DeadLetterCursor,
+        limit: usize,
+        end: u16,
+    ) -> Result<DeadLetterPage> {
+        let end = end.min(self.keys.shards());
         let mut page = DeadLetterPage::default();
         let mut shard = cursor.shard;
         let mut offset = cursor.offset;
-        while shard < self.keys.shards() && page.entries.len() < limit {
+        while shard < end && page.entries.len() < limit {
             let keys = self.keys.for_shard(super::Shard {
                 count: self.keys.shards(),
                 index: shard,
@@ -109,7 +121,7 @@ impl Queue {
                 offset = 0;
             }
         }
-        if shard < self.keys.shards() {
+        if shard < end {
             page.next = Some(DeadLetterCursor { shard, offset });
         }
         Ok(page)

@@ -1,8 +1,8 @@
 //! The shard indexes: which shards may hold something due (or a lease that expires), and
 //! from when. A script that makes a shard's earliest entry earlier reports the shard's time
 //! here; workers and the reaper read the index (one call) instead of asking every shard, and
-//! settle what they read. A periodic rescan, by one process at a time, repairs an index that
-//! Redis lost. docs/state-machine.md has the protocol and why no due entity is
+//! settle what they read. A rescan, a few shards a second by one process at a time, repairs an
+//! index that Redis lost. docs/state-machine.md has the protocol and why no due entity is
 //! missed.
 
 use std::time::Duration;
@@ -14,6 +14,20 @@ use crate::telemetry::Timed;
 
 /// Shards rescanned at once (each its own call: a cluster pipeline holds one slot).
 const RESCAN_CONCURRENCY: usize = 16;
+
+/// How often a step of the index rescan runs (in one process of all).
+pub const RESCAN_STEP: Duration = Duration::from_secs(1);
+
+/// Most shards one rescan step reads (two commands each): what bounds the rescan's cost,
+/// whatever the shard count.
+pub const RESCAN_MAX_SHARDS_PER_STEP: usize = 16;
+
+/// How many of `shards` one rescan step reads for all to be read once per `every`, within
+/// 1..=[`RESCAN_MAX_SHARDS_PER_STEP`].
+fn rescan_slice(shards: usize, every: Duration) -> usize {
+    let steps = (every.as_secs_f64() / RESCAN_STEP.as_secs_f64()).max(1.0);
+    ((shards as f64 / steps).ceil() as usize).clamp(1, RESCAN_MAX_SHARDS_PER_STEP)
+}
 
 /// The first member of a sorted set with its score, as ZRANGE 0 0 WITHSCORES answers.
 type Head = Vec<(String, f64)>;
@@ -172,12 +186,31 @@ impl Queue {
         Ok(())
     }
 
-    /// Reports every shard's earliest due time and lease deadline to the indexes, if no other
-    /// process has done so within `every` (a lock that expires after it). The indexes only go
-    /// down here; this repairs an index that Redis lost (a flush, or a failover that dropped
-    /// its latest writes) and a report that a crashed process never made. Returns whether
-    /// this process rescanned.
-    pub async fn rescan_index(&self, every: Duration) -> Result<bool> {
+    /// How many shards one rescan step reads so that every shard is read once per `every`:
+    /// at least one, at most [`RESCAN_MAX_SHARDS_PER_STEP`] (more shards than that many per
+    /// step take longer than `every` to go round).
+    pub fn rescan_slice(&self, every: Duration) -> usize {
+        rescan_slice(self.rescanned_shards().len(), every)
+    }
+
+    /// The shards the rescan goes round: the current layout's, then a draining layout's.
+    fn rescanned_shards(&self) -> Vec<Shard> {
+        self.keys
+            .current_shards()
+            .chain(self.keys.previous_shards())
+            .collect()
+    }
+
+    /// One step of the index rescan, run every [`RESCAN_STEP`] by every process: the first
+    /// to take the step's lock (it expires after the step) reads the earliest due time and
+    /// lease deadline of the next [`Self::rescan_slice`] shards (a counter under the index's
+    /// hash tag says which, so the processes go round the shards together) and reports them
+    /// to the indexes. The indexes only go down here; this repairs an index that Redis lost (a
+    /// flush, or a failover that dropped its latest writes) and a report that a crashed
+    /// process never made, within `every` (longer with more shards than the step's limit
+    /// allows), at a cost that does not grow with the shard count. Returns how many shards this
+    /// process read (0: another process has this step).
+    pub async fn rescan_index(&self, every: Duration) -> Result<usize> {
         let index = self.keys.index();
         let mut redis = self.redis.clone();
         let took: Option<String> = redis::cmd("SET")
@@ -185,17 +218,21 @@ impl Queue {
             .arg(std::process::id())
             .arg("NX")
             .arg("PX")
-            .arg(every.as_millis().max(1) as u64)
+            .arg((RESCAN_STEP.as_millis() * 9 / 10) as u64)
             .query_async(&mut redis)
             .await?;
         if took.is_none() {
-            return Ok(false);
+            return Ok(0);
         }
-        let shards: Vec<Shard> = self
-            .keys
-            .current_shards()
-            .chain(self.keys.previous_shards())
-            .collect();
+        let all = self.rescanned_shards();
+        let slice = self.rescan_slice(every).min(all.len());
+        let end: i64 = redis::cmd("INCRBY")
+            .arg(index.rescan_cursor())
+            .arg(slice)
+            .query_async(&mut redis)
+            .await?;
+        let start = (end - slice as i64).rem_euclid(all.len() as i64) as usize;
+        let shards: Vec<Shard> = (0..slice).map(|i| all[(start + i) % all.len()]).collect();
         let heads: Vec<(Shard, Option<i64>, Option<i64>)> = stream::iter(shards)
             .map(|shard| {
                 let keys = self.keys.for_shard(shard);
@@ -223,6 +260,24 @@ impl Queue {
             .collect();
         self.report(IndexKind::Due, &due).await;
         self.report(IndexKind::Leases, &leases).await;
-        Ok(true)
+        Ok(slice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rescan_step_reads_enough_shards_to_go_round_in_time_but_never_more_than_its_limit() {
+        let every = Duration::from_secs(30);
+        assert_eq!(rescan_slice(120, every), 4);
+        assert_eq!(rescan_slice(4, every), 1);
+        assert_eq!(rescan_slice(1, Duration::from_millis(10)), 1);
+        assert_eq!(rescan_slice(4, Duration::from_secs(1)), 4);
+        assert_eq!(rescan_slice(480, every), RESCAN_MAX_SHARDS_PER_STEP);
+        // The cost stays the same whatever the shard count; the round takes longer.
+        assert_eq!(rescan_slice(1000, every), RESCAN_MAX_SHARDS_PER_STEP);
+        assert_eq!(rescan_slice(16_384, every), RESCAN_MAX_SHARDS_PER_STEP);
     }
 }

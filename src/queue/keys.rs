@@ -285,9 +285,13 @@ impl IndexKeys {
     pub fn reports(&self, kind: IndexKind) -> String {
         format!("{}:shards:{}:reports", self.tag, kind.name())
     }
-    /// STRING held by the process rescanning every shard into the indexes.
+    /// STRING held by the process taking the current step of the index rescan.
     pub fn rescan_lock(&self) -> String {
         format!("{}:shards:rescan", self.tag)
+    }
+    /// STRING counter: how many shards the index rescan has read, so far (its position).
+    pub fn rescan_cursor(&self) -> String {
+        format!("{}:shards:rescan:next", self.tag)
     }
     /// Pub/sub channel told when something became due sooner than the index said.
     pub fn wake_channel(&self) -> String {

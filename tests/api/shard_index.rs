@@ -1,5 +1,6 @@
 //! The shard indexes (docs/state-machine.md): a shard is reported only when its earliest entry
-//! moves earlier, and a settle never raises a shard's time over a report made since its read.
+//! moves earlier, a settle never raises a shard's time over a report made since its read, and
+//! the rescan rebuilds an index Redis lost, a slice of shards each second.
 
 use std::time::Duration;
 
@@ -193,4 +194,49 @@ async fn the_lease_index_hears_of_a_claim_only_when_its_lease_ends_first_in_the_
     assert_eq!(second.claims.len(), 1);
     assert!(!second.leases_moved_earlier);
     assert_eq!(reports(queue, IndexKind::Leases, shard).await, 1);
+}
+
+#[tokio::test]
+async fn the_rescan_rebuilds_an_index_redis_lost_a_slice_of_shards_at_a_time() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let queue = &app.backends.queue;
+    let entities: Vec<_> = (0..40)
+        .map(|i| {
+            (
+                EntityId::parse(&format!("post:rescan-{i}")).unwrap(),
+                Priority::Critical,
+            )
+        })
+        .collect();
+    queue.schedule(&entities).await.unwrap();
+    let shards = queue.keys().shards() as usize;
+    assert_eq!(read_due(queue).await.shards.len(), shards);
+
+    // The index is lost (a failover that dropped its writes, say); the shards still hold
+    // their entities.
+    let index = queue.keys().index();
+    let mut redis = queue.connection();
+    let _: () = redis::cmd("DEL")
+        .arg(index.times(IndexKind::Due))
+        .arg(index.reports(IndexKind::Due))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(read_due(queue).await.shards.is_empty());
+
+    // With a round of 2 s, a step reads half the shards; one process takes a step a second.
+    let every = Duration::from_secs(2);
+    assert_eq!(queue.rescan_slice(every), shards / 2);
+    assert_eq!(queue.rescan_index(every).await.unwrap(), shards / 2);
+    assert_eq!(
+        queue.rescan_index(every).await.unwrap(),
+        0,
+        "another step within the second waits"
+    );
+    assert_eq!(read_due(queue).await.shards.len(), shards / 2);
+    wait_for(Duration::from_secs(5), "the next step", || async {
+        queue.rescan_index(every).await.unwrap() > 0
+    })
+    .await;
+    assert_eq!(read_due(queue).await.shards.len(), shards);
 }
