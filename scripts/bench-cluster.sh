@@ -30,6 +30,7 @@ trap 'cleanup; stop_private_servers' EXIT
 echo "bench-cluster: building (release)" >&2
 cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
 start_private_servers
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 redis-cli -p "$cluster_first" cluster nodes >"$out/cluster-nodes.txt"
 
 scrape() { curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$out/$1.prom"; }
@@ -78,6 +79,7 @@ run_target node "$node_url"
 
 {
   echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","
+  echo " \"load\": \"$load_before / $(cut -d' ' -f1-3 /proc/loadavg)\","
   echo " \"redis\": \"$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')\","
   echo " \"postgres\": \"$(psql "${base_db%/*}/postgres" -Atc 'SHOW server_version')\","
   echo " \"events\": $events, \"entities\": $entities, \"shards\": $shards, \"pending\": $pending,"

@@ -32,6 +32,7 @@ trap 'stop_workers; cleanup; stop_private_servers' EXIT
 echo "idle-cost: building (release)" >&2
 cargo build --release --quiet --bin quiesce
 start_private_servers
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # measure NAME URL: the worker processes on their own database and prefix, idle.
 measure() {
@@ -63,6 +64,7 @@ measure cluster "$cluster_url"
 
 {
   echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","
+  echo " \"load\": \"$load_before / $(cut -d' ' -f1-3 /proc/loadavg)\","
   echo " \"redis\": \"$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')\","
   echo " \"workers\": $workers, \"shards\": $shards, \"seconds\": $seconds, \"warmup\": $warmup}"
 } >"$out/environment.json"

@@ -139,6 +139,9 @@ def burst(directory):
     slots = slots_of(directory)
     print(f"## bench-cluster ({env['machine']}, Redis {env['redis']}, PostgreSQL {env['postgres']})")
     print()
+    if "load" in env:
+        print(f"Load average (1, 5, 15 min) at the start / at the end: {env['load']}.")
+        print()
     print(
         f"Batched burst: {n(env['events'])} events over {n(env['entities'])} entities, 100 a request, "
         f"64 connections, one `quiesce serve`, a 2 s window, {env['shards']} shards. Commands: INFO "
@@ -283,6 +286,9 @@ def idle(directory):
     env = json.load(open(os.path.join(directory, "environment.json")))
     print(f"## idle-cost ({env['machine']}, Redis {env['redis']})")
     print()
+    if "load" in env:
+        print(f"Load average (1, 5, 15 min) at the start / at the end: {env['load']}.")
+        print()
     print(
         f"{env['workers']} `quiesce worker` processes, {env['shards']} shards, nothing due, "
         f"{env['seconds']} s measured after {env['warmup']} s of warm-up. Commands: INFO commandstats "
