@@ -163,8 +163,11 @@ def burst(directory):
         keys = keys_of(directory, label)
         for node in masters:
             d = deltas[node]
+            listing = os.path.join(directory, "info", f"{label}-keys-{node}.list")
+            index = os.path.exists(listing) and any("}:shards:" in k for k in open(listing))
+            shown = f"{node} (shard index)" if index and len(masters) > 1 else node
             print(
-                f"| {target} | {node} | {n(slots[node]) if node in slots else '-'} "
+                f"| {target} | {shown} | {n(slots[node]) if node in slots else '-'} "
                 f"| {n(keys.get(node, (0, 0, 0))[0])} | {n(d['commands'])} "
                 f"| {n(d['commands'] / d['seconds'])} | {n(d['calls']['evalsha'] / d['seconds'])} "
                 f"| {d['cpu']:.2f} |"
