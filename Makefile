@@ -12,7 +12,7 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test chaos cluster api-fuzz observability bench ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -64,6 +64,17 @@ observability:
 ## bench: quiesce vs the BullMQ debounce peer and a naive per-event baseline (BENCHMARKS.md)
 bench:
 	@services=$$(scripts/services.sh) && eval "$$services" && scripts/bench.sh
+
+## bench-cluster: the batched burst on a private Redis Cluster (3 masters, 3 replicas, from
+## QUIESCE_CLUSTER_PORT, default 7101) and on a private single node: keys and commands/s per
+## master, max/min, fire delay, Redis bytes per pending entity (SCALING.md)
+bench-cluster:
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/bench-cluster.sh
+
+## idle-cost: Redis commands per second of 3 idle worker processes with 1,000 shards, on the
+## same private node and cluster (SCALING.md)
+idle-cost:
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/idle-cost.sh
 
 ## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
 ceilings:

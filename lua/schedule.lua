@@ -17,7 +17,12 @@
 -- ARGV[4]  "1" to schedule only the entities this shard already holds (due, pending, in
 --          flight or dead): a shard of a layout being drained after the shard count changed
 -- ARGV[5..] pairs of (entity, critical "1" | "0")
--- Returns: { earliest fire-at (ms) set by this call or -1, entity not held, entity not held, ... }
+-- Returns: { earliest fire-at (ms) set by this call or -1, 1 if it is earlier than anything the
+--            shard held due before (the shard's head moved earlier: the due index must be told)
+--            else 0, entity not held, entity not held, ... }
+--
+-- When the head did not move earlier, the due index needs no report: its time for the shard is
+-- never later than the shard's head was, and every fire-at set here is at or after that head.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
@@ -25,7 +30,8 @@ local max_wait = tonumber(ARGV[2])
 local fixed = ARGV[3] == 'fixed'
 local held_only = ARGV[4] == '1'
 local earliest = nil
-local out = { -1 }
+local out = { -1, 0 }
+local before = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 
 for i = 5, #ARGV, 2 do
   local entity = ARGV[i]
@@ -56,5 +62,8 @@ for i = 5, #ARGV, 2 do
   end
 end
 
-if earliest then out[1] = earliest end
+if earliest then
+  out[1] = earliest
+  if not before or earliest < before then out[2] = 1 end
+end
 return out

@@ -1,16 +1,63 @@
-# Shared by scripts/bench.sh and scripts/ceilings.sh (sourced from the repository root, not
-# run): quiesce servers on databases and Redis prefixes of their own, dropped when the run is
-# done or on exit. The caller sets `out` (where server logs go) and may set `quiesce_bin`
-# (default target/release/quiesce).
+# Shared by the bench scripts (sourced from the repository root, not run): quiesce servers on
+# databases and Redis prefixes of their own, dropped when the run is done or on exit. The caller
+# sets `out` (where server logs go) and may set `quiesce_bin` (default target/release/quiesce).
+# `redis_url` may change between servers (a node, or a redis+cluster:// URL): each prefix's keys
+# are dropped where its server ran.
 base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
-port=$((20000 + RANDOM % 20000))
+# A random port nobody listens on, nor on the one after it (a metrics listener's), below the
+# kernel's range of ephemeral ports (a client's socket waiting there after a run would refuse
+# the server's bind).
+free_port() {
+  local p low
+  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$low" -gt 21000 ] 2>/dev/null || low=30000
+  while :; do
+    p=$((20000 + RANDOM % (low - 20002)))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+      ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+}
+port=$(free_port)
 loadgen=target/release/quiesce-loadgen
 quiesce_bin=${quiesce_bin:-target/release/quiesce}
 dbs=()
 prefixes=()
+declare -A prefix_url=()
 server=
+
+# redis_primaries URL: the primaries of a Redis URL, one host:port a line: the node itself, or
+# every master of a redis+cluster:// URL (as CLUSTER NODES on its first seed node lists them).
+redis_primaries() {
+  local rest=${1#*://}
+  rest=${rest#*@}
+  rest=${rest%%/*}
+  case $1 in
+    redis+cluster://*)
+      local seed=${rest%%,*}
+      redis-cli -h "${seed%:*}" -p "${seed##*:}" cluster nodes |
+        awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "@"); print a[1]}' | sort ;;
+    *) echo "$rest" ;;
+  esac
+}
+
+# delete_prefix URL PREFIX: deletes every key of a prefix (`{prefix:...}` and `{prefix}:...`).
+delete_prefix() {
+  local url=$1 pattern="{$2[:}]*" node
+  if [[ $url == redis+cluster://* ]]; then
+    # A key at a time: keys of different slots cannot share a DEL on a cluster.
+    for node in $(redis_primaries "$url"); do
+      redis-cli -h "${node%:*}" -p "${node##*:}" --scan --pattern "$pattern" | awk '{print "DEL", $0}' |
+        redis-cli -h "${node%:*}" -p "${node##*:}" >/dev/null || true
+    done
+  else
+    redis-cli -u "$url" --scan --pattern "$pattern" | xargs -r redis-cli -u "$url" del >/dev/null || true
+  fi
+}
 
 # drop_runs: drops the databases and Redis keys of every server started so far.
 drop_runs() {
@@ -18,7 +65,7 @@ drop_runs() {
     psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
   done
   for prefix in "${prefixes[@]}"; do
-    redis-cli -u "$redis_url" --scan --pattern "{$prefix:*" | xargs -r redis-cli -u "$redis_url" del >/dev/null || true
+    delete_prefix "${prefix_url[$prefix]:-$redis_url}" "$prefix"
   done
   dbs=()
   prefixes=()
@@ -35,7 +82,7 @@ trap cleanup EXIT
 start_server() {
   local name=$1; shift
   local db="quiesce_bench_${name//-/_}_$suffix" prefix="bench-$name-$suffix"
-  dbs+=("$db"); prefixes+=("$prefix")
+  dbs+=("$db"); prefixes+=("$prefix"); prefix_url[$prefix]=$redis_url
   export DATABASE_URL_RUN="${base_db%/*}/$db" REDIS_PREFIX_RUN="$prefix"
   env QUIESCE_DATABASE_URL="$DATABASE_URL_RUN" QUIESCE_REDIS_URL="$redis_url" \
     QUIESCE_REDIS_PREFIX="$prefix" QUIESCE_LISTEN="127.0.0.1:$port" QUIESCE_METRICS_LISTEN=off \
@@ -66,4 +113,99 @@ bullmq_deps() {
   if [ ! -d bench/peers/bullmq/node_modules ]; then
     (cd bench/peers/bullmq && npm ci --no-audit --no-fund --silent)
   fi
+}
+
+# The private Redis servers of the cluster bench and the idle cost (scripts/bench-cluster.sh,
+# scripts/idle-cost.sh): a Redis Cluster of 3 masters and 3 replicas (scripts/redis-cluster.sh,
+# from QUIESCE_CLUSTER_PORT, default 7101) and a single node on the port after the cluster's,
+# set as the cluster's nodes are (AOF every second, no RDB) so that the figures compare. Neither
+# is the shared Redis: INFO counts only what the bench sends. Each is stopped on exit if this
+# script started it.
+cluster_first=${QUIESCE_CLUSTER_PORT:-7101}
+node_port=${BENCH_NODE_PORT:-$((cluster_first + 6))}
+node_dir=.local/bench-node
+started_cluster=
+started_node=
+
+start_private_servers() {
+  if ! redis-cli -p "$cluster_first" ping >/dev/null 2>&1; then started_cluster=1; fi
+  eval "$(QUIESCE_CLUSTER_PORT=$cluster_first scripts/redis-cluster.sh start)"
+  cluster_url=$QUIESCE_CLUSTER_URL
+  if [ -f "$node_dir/redis.pid" ] && kill -0 "$(cat "$node_dir/redis.pid")" 2>/dev/null; then
+    kill "$(cat "$node_dir/redis.pid")"   # ours, left by an interrupted run
+    for _ in $(seq 50); do redis-cli -p "$node_port" ping >/dev/null 2>&1 || break; sleep 0.1; done
+  fi
+  if redis-cli -p "$node_port" ping >/dev/null 2>&1; then
+    echo "bench: port $node_port answers and is not the bench's node; set BENCH_NODE_PORT" >&2
+    exit 1
+  fi
+  rm -rf "$node_dir" && mkdir -p "$node_dir"
+  redis-server --port "$node_port" --bind 127.0.0.1 --daemonize yes --dir "$node_dir" \
+    --appendonly yes --appendfsync everysec --save '' \
+    --logfile redis.log --pidfile "$PWD/$node_dir/redis.pid" >/dev/null
+  started_node=1
+  for _ in $(seq 100); do redis-cli -p "$node_port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+  node_url="redis://127.0.0.1:$node_port"
+}
+
+stop_private_servers() {
+  if [ -n "$started_node" ] && [ -f "$node_dir/redis.pid" ]; then
+    kill "$(cat "$node_dir/redis.pid")" 2>/dev/null || true
+    for _ in $(seq 50); do redis-cli -p "$node_port" ping >/dev/null 2>&1 || break; sleep 0.1; done
+    rm -rf "$node_dir"
+  fi
+  if [ -n "$started_cluster" ]; then QUIESCE_CLUSTER_PORT=$cluster_first scripts/redis-cluster.sh stop; fi
+}
+
+# every_node URL: every node of a Redis URL as host:port lines: the node, or every master and
+# replica of a cluster (CLUSTER NODES on its first seed node), each with its role.
+every_node() {
+  local rest=${1#*://}
+  rest=${rest#*@}
+  rest=${rest%%/*}
+  case $1 in
+    redis+cluster://*)
+      local seed=${rest%%,*}
+      redis-cli -h "${seed%:*}" -p "${seed##*:}" cluster nodes |
+        awk '$3 !~ /fail/ {split($2, a, "@"); role = ($3 ~ /master/) ? "master" : "replica"; print a[1], role}' | sort ;;
+    *) echo "$rest master" ;;
+  esac
+}
+
+# snapshot_nodes URL LABEL: INFO ALL of every node (one INFO call each, which the report
+# subtracts) into $out/info/LABEL-<host:port>.txt, with the time it was taken. The nodes are
+# listed once per URL (CLUSTER NODES), so no snapshot but the first sends more than INFO.
+declare -A listed_nodes=()
+snapshot_nodes() {
+  mkdir -p "$out/info"
+  [ -n "${listed_nodes[$1]:-}" ] || listed_nodes[$1]=$(every_node "$1")
+  local node role
+  while read -r node role; do
+    {
+      echo "# bench: role=$role at=$(date +%s.%N)"
+      redis-cli -h "${node%:*}" -p "${node##*:}" info all | tr -d '\r'
+    } >"$out/info/$2-$node.txt"
+  done <<<"${listed_nodes[$1]}"
+}
+
+# count_prefix_keys URL PREFIX LABEL: how many keys of the prefix each primary holds, what
+# MEMORY USAGE says they take and how many entities its shards' due sets hold, into
+# $out/info/LABEL-keys.txt (host:port keys bytes due-members; the keys listed beside it).
+count_prefix_keys() {
+  mkdir -p "$out/info"
+  local node pattern="{$2[:}]*"
+  for node in $(redis_primaries "$1"); do
+    local cli=(redis-cli -h "${node%:*}" -p "${node##*:}")
+    "${cli[@]}" --scan --pattern "$pattern" >"$out/info/$3-keys-$node.list"
+    local keys bytes=0 due=0 key size
+    keys=$(wc -l <"$out/info/$3-keys-$node.list")
+    while read -r key; do
+      # Empty for a key gone since the SCAN (a lock that expired).
+      size=$("${cli[@]}" memory usage "$key" samples 0)
+      bytes=$((bytes + ${size:-0}))
+      # A shard's due set (not the shard index, {prefix}:shards:due).
+      case $key in "{$2:"*"}:due") due=$((due + $("${cli[@]}" zcard "$key"))) ;; esac
+    done <"$out/info/$3-keys-$node.list"
+    echo "$node $keys $bytes $due"
+  done >"$out/info/$3-keys.txt"
 }

@@ -48,7 +48,14 @@ enum Command {
     /// Print what each shard layout of the schedule holds (due, pending, in flight, dead):
     /// the current one and, during a shard count change, the one draining; says when the
     /// draining one is empty and previous_shards can go back to 0.
-    Shards(ConfigArgs),
+    Shards {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Move the draining layout's dead letters to the current one first; only once every
+        /// process runs the new shard count (until then, old processes look for them there).
+        #[arg(long)]
+        move_dead_letters: bool,
+    },
     /// Check a rules file and print its rules.
     Rules {
         #[command(subcommand)]
@@ -217,7 +224,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", loaded.report());
             Ok(())
         }
-        Command::Shards(args) => shards(&settings(&args)?).await,
+        Command::Shards {
+            config,
+            move_dead_letters,
+        } => shards(&settings(&config)?, move_dead_letters).await,
         Command::DeadLetters { command } => dead_letters(command).await,
         Command::Deliveries { command } => deliveries(command).await,
         Command::Rules {
@@ -292,16 +302,24 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shards(settings: &Settings) -> anyhow::Result<()> {
+async fn shards(settings: &Settings, move_dead_letters: bool) -> anyhow::Result<()> {
     let queue = Queue::new(
         startup::connect_redis(settings).await?.0,
         startup::keyspace(settings),
         settings.schedule.timing(),
     );
+    if move_dead_letters {
+        let store = Store::new(startup::connect_postgres(settings).await?);
+        let moved = store.move_draining_dead_letters(&queue).await?;
+        println!(
+            "dead letters moved to the current layout: {} ({} recorded in Postgres first; {} left the draining layout)",
+            moved.moved, moved.recorded, moved.forgotten
+        );
+    }
     let layouts = queue.layout_depths().await?;
     for layout in &layouts {
         println!(
-            "{} shards{}	due={}	pending={}	in_flight={}	dead={}",
+            "{} shards{}\tdue={}\tpending={}\tin_flight={}\tdead={}",
             layout.shards,
             if layout.draining { " (draining)" } else { "" },
             layout.due,
@@ -310,10 +328,16 @@ async fn shards(settings: &Settings) -> anyhow::Result<()> {
             layout.dead
         );
     }
+    let current = layouts[0].shards;
     match layouts.iter().find(|l| l.draining) {
-        Some(old) if old.is_empty() => println!(
+        Some(old) if old.is_drained() && old.dead == 0 => println!(
             "the {} shards drained are empty: set previous_shards to 0 on every process",
             old.shards
+        ),
+        Some(old) if old.is_drained() => println!(
+            "the {} shards drained hold only {} dead letters: once every process runs {current} shards, \
+             run quiesce shards --move-dead-letters, then set previous_shards to 0",
+            old.shards, old.dead
         ),
         Some(old) => println!(
             "the {} shards drained still hold entities; they leave as they are evaluated",

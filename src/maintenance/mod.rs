@@ -8,12 +8,20 @@ mod reaper;
 mod retention;
 mod sweeper;
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::{Arc, atomic::AtomicU16},
+    time::Duration,
+};
 
 use tokio_util::sync::CancellationToken;
 
 pub use self::sweeper::{SweepError, SweepReport};
-use crate::{queue::Queue, settings, store::Store};
+use crate::{
+    queue::{Queue, RESCAN_STEP},
+    settings,
+    store::Store,
+};
 
 #[derive(Clone)]
 pub struct Maintenance {
@@ -22,14 +30,21 @@ pub struct Maintenance {
     settings: settings::Maintenance,
     /// How often the reaper runs: half the shortest lease.
     reap_every: Duration,
-    /// How often the shard indexes are rescanned (by one process of all).
+    /// Where the repair sweep goes on reading Redis' dead sets (a few shards a pass; each
+    /// process starts at a shard of its own).
+    dead_letter_shard: Arc<AtomicU16>,
+    /// Shards whose reaps failed lately, skipped for a moment.
+    failing: Arc<crate::queue::FailingShards>,
+    /// How long the index rescan takes to read every shard (a slice each second, by one
+    /// process of all; longer when there are too many shards for a slice's limit).
     rescan_every: Duration,
 }
 
 impl Maintenance {
     /// `lease_floor` is the shortest lease workers give: the reaper runs every half of it, so
     /// a dead worker's claims come back soon after their leases expire. The shard indexes are
-    /// rescanned every `rescan_every`, by whichever process takes the rescan lock.
+    /// rescanned a slice a second, by whichever process takes that second's lock, so that every
+    /// shard is read once per `rescan_every` (`queue::Queue::rescan_index`).
     pub fn new(
         queue: Queue,
         store: Store,
@@ -37,7 +52,10 @@ impl Maintenance {
         lease_floor: Duration,
         rescan_every: Duration,
     ) -> Self {
+        let start = rand::random::<u16>() % queue.keys().shards();
         Self {
+            dead_letter_shard: Arc::new(AtomicU16::new(start)),
+            failing: Arc::default(),
             queue,
             store,
             settings: settings.clone(),
@@ -55,8 +73,9 @@ impl Maintenance {
         tokio::join!(
             every(self.reap_every, &shutdown, "reaper pass", || this
                 .reap_once()),
-            every(self.rescan_every, &shutdown, "shard index rescan", || this
-                .rescan_once()),
+            every(RESCAN_STEP, &shutdown, "shard index rescan", || this
+                .queue
+                .rescan_index(this.rescan_every)),
             every(
                 self.settings.sweep_interval,
                 &shutdown,
@@ -75,21 +94,6 @@ impl Maintenance {
                 || this.purge_once()
             ),
         );
-    }
-}
-
-impl Maintenance {
-    /// Rescans the shard indexes if no other process did within `rescan_every`; the process
-    /// that does also moves dead letters out of a layout being drained.
-    pub async fn rescan_once(&self) -> Result<bool, crate::queue::QueueError> {
-        let rescanned = self.queue.rescan_index(self.rescan_every).await?;
-        if rescanned && self.queue.keys().previous_shards().next().is_some() {
-            let moved = self.queue.move_draining_dead_letters(None).await?;
-            if moved > 0 {
-                tracing::info!(moved, "dead letters moved out of the draining shard layout");
-            }
-        }
-        Ok(rescanned)
     }
 }
 

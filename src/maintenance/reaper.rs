@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::Maintenance;
 use crate::{
-    queue::{IndexKind, QueueError, Reaped, Settle, Shard},
+    queue::{FailingShards, IndexKind, QueueError, Reaped, Settle, Shard},
     telemetry::{Chain, names},
 };
 
@@ -19,24 +19,27 @@ impl Maintenance {
     /// Returns every expired lease to the due set (or, on its last attempt, to the dead
     /// letters), in the shards the lease index says may hold one.
     pub async fn reap_once(&self) -> Result<Reaped, QueueError> {
-        let reader = uuid::Uuid::new_v4().simple().to_string();
         let read = self
             .queue
-            .read_index(IndexKind::Leases, SHARDS_PER_PASS, &reader)
+            .read_index(IndexKind::Leases, SHARDS_PER_PASS)
             .await?;
         let mut total = Reaped::default();
         let mut settled = Vec::with_capacity(read.shards.len());
-        let mut failure = None;
-        for shard in read.shards {
-            if failure.is_some() {
-                settled.push((shard, Settle::Untouched));
+        let mut failures = Vec::new();
+        for read_shard in read.shards {
+            let shard = read_shard.shard;
+            if failures.len() >= FailingShards::PER_POLL || self.failing.paused(shard) {
+                settled.push((read_shard, Settle::Untouched));
                 continue;
             }
             let reaped = match self.reap_shard(shard).await {
                 Ok(reaped) => reaped,
                 Err(error) => {
-                    settled.push((shard, Settle::Untouched));
-                    failure = Some(error);
+                    // The others are still reaped (one unreachable master must not hold up
+                    // the rest).
+                    self.failing.failed(shard);
+                    settled.push((read_shard, Settle::Untouched));
+                    failures.push(error);
                     continue;
                 }
             };
@@ -48,13 +51,11 @@ impl Maintenance {
             } else {
                 self.queue.earliest_lease(shard).await
             };
-            settled.push((shard, next.map_or(Settle::Untouched, Settle::of)));
+            settled.push((read_shard, next.map_or(Settle::Untouched, Settle::of)));
         }
-        self.queue
-            .settle_index(IndexKind::Leases, &reader, &settled)
-            .await?;
-        if let Some(error) = failure {
-            return Err(error);
+        self.queue.settle_index(IndexKind::Leases, &settled).await?;
+        if let Some(error) = failures.pop() {
+            tracing::warn!(error = %Chain(&error), failed = failures.len() + 1, "reap failed on some shards; the others were reaped");
         }
         if total.returned + total.dead_lettered > 0 {
             metrics::counter!(names::LEASES_REAPED)

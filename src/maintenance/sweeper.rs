@@ -1,13 +1,19 @@
 //! The repair sweep: Postgres knows which entities are owed an evaluation; those Redis holds
 //! neither due nor in flight (a flush, a failover, a lost schedule call) are scheduled again.
 
+use std::sync::atomic::Ordering;
+
 use super::Maintenance;
 use crate::{
     domain::EntityId,
     queue::QueueError,
-    store::{DeadLetterError, Store, StoreError, SweepCursor},
+    store::{DeadLetterError, ShardWalk, Store, StoreError, SweepCursor},
     telemetry::{Timed, names},
 };
+
+/// Most shards whose dead set one pass reads: what bounds a pass's cost, whatever the shard
+/// count (at the default 120 shards a pass reads them all).
+pub const DEAD_LETTER_SHARDS_PER_PASS: u16 = 128;
 
 /// What one repair-sweep pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -45,7 +51,8 @@ impl Maintenance {
     /// One repair-sweep pass: entities that Postgres says are owed an evaluation and that
     /// Redis holds neither due nor in flight are scheduled again, due now. One process sweeps
     /// at a time (a Postgres advisory lock); a pass examines at most `sweep_batch` entities,
-    /// continuing after `cursor`. Returns the report and where the next pass continues.
+    /// continuing after `cursor`, and the dead sets of at most [`DEAD_LETTER_SHARDS_PER_PASS`]
+    /// shards. Returns the report and where the next pass continues.
     pub async fn sweep_once(
         &self,
         cursor: Option<SweepCursor>,
@@ -55,8 +62,15 @@ impl Maintenance {
             return Ok((SweepReport::default(), cursor));
         };
         // Dead letters first: one Redis lost goes back in its dead set before the re-schedule
-        // below, so a dead entity is not evaluated again until redriven.
-        let dead = self.store.sync_dead_letters(&self.queue).await?;
+        // below, so a dead entity is not evaluated again until redriven. Redis' dead sets are
+        // read a stretch of shards a pass, going on where the last pass ended.
+        let walk = ShardWalk {
+            from: self.dead_letter_shard.load(Ordering::Relaxed),
+            count: DEAD_LETTER_SHARDS_PER_PASS,
+        };
+        let dead = self.store.sync_dead_letters(&self.queue, walk).await?;
+        self.dead_letter_shard
+            .store(dead.next_shard, Ordering::Relaxed);
         if dead.recorded + dead.restored > 0 {
             tracing::warn!(
                 recorded = dead.recorded,

@@ -29,6 +29,9 @@ pub struct ClaimBatch {
     pub next_due_ms: Option<i64>,
     /// Due entities pushed back because an earlier claim of theirs was still running.
     pub busy: usize,
+    /// Whether the claims' lease deadline is earlier than every lease the shard held before,
+    /// so the lease index has to be told (otherwise it already holds a time no later).
+    pub leases_moved_earlier: bool,
     pub claims: Vec<Claim>,
     /// Members that failed to parse as entity ids (never written by quiesce).
     pub malformed: Vec<String>,
@@ -59,7 +62,7 @@ pub enum Failed {
 
 impl Queue {
     /// Claims up to `limit` due entities of one shard, and reports their lease deadline to the
-    /// lease index.
+    /// lease index when it is the shard's earliest.
     pub async fn claim(
         &self,
         shard: Shard,
@@ -71,7 +74,7 @@ impl Queue {
         let keys = self.keys.for_shard(shard);
         let token_prefix = uuid::Uuid::new_v4().simple().to_string();
         let mut redis = self.redis.clone();
-        let reply: Vec<redis::Value> = SCRIPTS
+        let reply: Vec<redis::Value> = match SCRIPTS
             .claim
             .key(keys.due())
             .key(keys.pending())
@@ -83,9 +86,18 @@ impl Queue {
             .arg(busy_delay.as_millis() as u64)
             .invoke_async(&mut redis)
             .timed_script("claim")
-            .await?;
+            .await
+        {
+            Ok(reply) => reply,
+            Err(error) => {
+                // The script may have run with its answer lost: its leases are then known only
+                // to the shard. A report at 0 has the reaper look (reports only lower a time).
+                self.report(IndexKind::Leases, &[(shard, 0)]).await;
+                return Err(error.into());
+            }
+        };
         let batch = parse_claim_reply(shard, lease_ms, reply)?;
-        if !batch.claims.is_empty() {
+        if batch.leases_moved_earlier {
             self.report(
                 IndexKind::Leases,
                 &[(shard, batch.now_ms + lease_ms as i64)],
@@ -350,7 +362,7 @@ fn parse_reap_reply(reply: Vec<redis::Value>) -> Result<Reaped> {
 fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> Result<ClaimBatch> {
     use redis::FromRedisValue;
     let bad = |what: &str| QueueError::Reply(format!("claim: {what}"));
-    if reply.len() < 3 || !(reply.len() - 3).is_multiple_of(3) {
+    if reply.len() < 4 || !(reply.len() - 4).is_multiple_of(3) {
         return Err(bad("wrong length"));
     }
     let number = |v: &redis::Value| -> Result<i64> {
@@ -372,9 +384,10 @@ fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> R
         now_ms: number(&reply[0])?,
         next_due_ms: (next >= 0).then_some(next),
         busy: number(&reply[2])? as usize,
+        leases_moved_earlier: number(&reply[3])? == 1,
         ..Default::default()
     };
-    for chunk in reply[3..].chunks(3) {
+    for chunk in reply[4..].chunks(3) {
         let raw = text(&chunk[0])?;
         match EntityId::parse(&raw) {
             Ok(entity) => batch.claims.push(Claim {

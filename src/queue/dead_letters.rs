@@ -68,10 +68,22 @@ impl Queue {
         cursor: DeadLetterCursor,
         limit: usize,
     ) -> Result<DeadLetterPage> {
+        self.dead_letters_before(cursor, limit, self.keys.shards())
+            .await
+    }
+
+    /// As [`Self::dead_letters`], up to (not including) shard `end`: the listing ends there.
+    pub async fn dead_letters_before(
+        &self,
+        cursor: DeadLetterCursor,
+        limit: usize,
+        end: u16,
+    ) -> Result<DeadLetterPage> {
+        let end = end.min(self.keys.shards());
         let mut page = DeadLetterPage::default();
         let mut shard = cursor.shard;
         let mut offset = cursor.offset;
-        while shard < self.keys.shards() && page.entries.len() < limit {
+        while shard < end && page.entries.len() < limit {
             let keys = self.keys.for_shard(super::Shard {
                 count: self.keys.shards(),
                 index: shard,
@@ -109,7 +121,7 @@ impl Queue {
                 offset = 0;
             }
         }
-        if shard < self.keys.shards() {
+        if shard < end {
             page.next = Some(DeadLetterCursor { shard, offset });
         }
         Ok(page)
@@ -119,18 +131,16 @@ impl Queue {
     /// it (Postgres said they are dead-lettered: they are made due even if Redis lost them);
     /// returns how many were in Redis' dead-letter set.
     pub async fn redrive(&self, entities: &[EntityId]) -> Result<usize> {
-        // A shard count change under way: the current layout is where a dead letter is redriven.
-        let moved = self.move_draining_dead_letters(Some(entities)).await?;
-        if moved > 0 {
-            tracing::debug!(
-                moved,
-                "dead letters moved out of the draining layout to be redriven"
-            );
-        }
-        self.count_per_shard("redrive", &SCRIPTS.redrive, entities, |k| {
-            vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
-        })
-        .await
+        // A shard count change under way: out of the draining layout's dead set too (whenever
+        // it was dead-lettered there), and due in the current layout.
+        let whenever: Vec<(EntityId, i64)> = entities.iter().map(|e| (e.clone(), -1)).collect();
+        let drained = self.forget_draining_dead_letters(&whenever).await?;
+        let current = self
+            .count_per_shard("redrive", &SCRIPTS.redrive, entities, |k| {
+                vec![k.dead(), k.dead_info(), k.due(), k.pending(), k.failures()]
+            })
+            .await?;
+        Ok(current + drained)
     }
 
     /// Whether Redis holds the entity as dead-lettered.
@@ -141,7 +151,7 @@ impl Queue {
             .arg(entity.as_str())
             .query_async(&mut redis)
             .await?;
-        Ok(score.is_some())
+        Ok(score.is_some() || !self.dead_in_draining_layout([entity]).await?.is_empty())
     }
 
     /// Puts dead letters Redis lost back in its dead-letter set (the check that stops their
@@ -152,6 +162,24 @@ impl Queue {
             .iter()
             .filter_map(|d| EntityId::parse(&d.entity).ok().map(|e| (e, d)))
             .collect();
+        // During a shard count change, one the draining layout holds stays there (processes
+        // of the old count look nowhere else).
+        let draining = self
+            .dead_in_draining_layout(parsed.iter().map(|(e, _)| e))
+            .await?;
+        let parsed: Vec<(EntityId, &DeadLetter)> = parsed
+            .into_iter()
+            .filter(|(e, _)| !draining.contains(e.as_str()))
+            .collect();
+        self.restore_in_current_layout(&parsed).await
+    }
+
+    /// Puts dead letters in the current layout's dead set (an entry it holds stays as it is)
+    /// and out of its due set, one atomic transaction per shard; returns how many were missing.
+    pub async fn restore_in_current_layout(
+        &self,
+        parsed: &[(EntityId, &DeadLetter)],
+    ) -> Result<usize> {
         let mut restored = 0;
         for (keys, members) in self.group(parsed.iter().map(|(e, d)| (e, *d)), |e| {
             self.keys.shard_of(e)

@@ -1,18 +1,33 @@
 //! The shard indexes: which shards may hold something due (or a lease that expires), and
-//! from when. Every script that makes an entity due reports its shard's time here; workers
-//! and the reaper read the index (one call) instead of asking every shard, and settle what
-//! they read. A periodic rescan, by one process at a time, repairs an index that Redis lost.
-//! docs/state-machine.md has the protocol and why no due entity is missed.
+//! from when. A script that makes a shard's earliest entry earlier reports the shard's time
+//! here; workers and the reaper read the index (one call) instead of asking every shard, and
+//! settle what they read. A rescan, a few shards a second by one process at a time, repairs an
+//! index that Redis lost. docs/state-machine.md has the protocol and why no due entity is
+//! missed.
 
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 
 use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
 use crate::telemetry::Timed;
 
 /// Shards rescanned at once (each its own call: a cluster pipeline holds one slot).
 const RESCAN_CONCURRENCY: usize = 16;
+
+/// How often a step of the index rescan runs (in one process of all).
+pub const RESCAN_STEP: Duration = Duration::from_secs(1);
+
+/// Most shards one rescan step reads (two commands each): what bounds the rescan's cost,
+/// whatever the shard count.
+pub const RESCAN_MAX_SHARDS_PER_STEP: usize = 16;
+
+/// How many of `shards` one rescan step reads for all to be read once per `every`, within
+/// 1..=[`RESCAN_MAX_SHARDS_PER_STEP`].
+fn rescan_slice(shards: usize, every: Duration) -> usize {
+    let steps = (every.as_secs_f64() / RESCAN_STEP.as_secs_f64()).max(1.0);
+    ((shards as f64 / steps).ceil() as usize).clamp(1, RESCAN_MAX_SHARDS_PER_STEP)
+}
 
 /// The first member of a sorted set with its score, as ZRANGE 0 0 WITHSCORES answers.
 type Head = Vec<(String, f64)>;
@@ -24,8 +39,46 @@ pub struct IndexRead {
     pub now_ms: i64,
     /// The earliest time after now at which another shard may be due.
     pub next_ms: Option<i64>,
-    /// Shards that may hold something due now, taken by this reader.
-    pub shards: Vec<Shard>,
+    /// Shards that may hold something due now.
+    pub shards: Vec<ReadShard>,
+}
+
+/// A shard read as due, with its report count at the read: its settle raises the shard's time
+/// only if no report has come since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadShard {
+    pub shard: Shard,
+    reports: String,
+}
+
+/// Shards whose calls failed lately (their master is down or failing over): a poll skips
+/// them for [`FailingShards::PAUSE`] and tries the others, so that one unreachable master
+/// does not hold up the shards of the healthy ones, and stops trying after
+/// [`FailingShards::PER_POLL`] failures in one poll, so that a poll's time stays bounded.
+#[derive(Debug, Default)]
+pub struct FailingShards {
+    since: std::sync::Mutex<std::collections::HashMap<Shard, std::time::Instant>>,
+}
+
+impl FailingShards {
+    /// How long a shard that failed is left alone.
+    pub const PAUSE: Duration = Duration::from_secs(1);
+    /// Failures after which a poll tries no more shards.
+    pub const PER_POLL: usize = 3;
+
+    /// Whether the shard failed less than [`Self::PAUSE`] ago.
+    pub fn paused(&self, shard: Shard) -> bool {
+        let mut since = self.since.lock().expect("not poisoned");
+        since.retain(|_, at| at.elapsed() < Self::PAUSE);
+        since.contains_key(&shard)
+    }
+
+    pub fn failed(&self, shard: Shard) {
+        self.since
+            .lock()
+            .expect("not poisoned")
+            .insert(shard, std::time::Instant::now());
+    }
 }
 
 /// What a reader learned of a shard it read.
@@ -64,8 +117,7 @@ impl Queue {
         let mut invocation = SCRIPTS.index_report.prepare_invoke();
         invocation
             .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
+            .key(index.reports(kind))
             .arg(match kind {
                 IndexKind::Due => index.wake_channel(),
                 IndexKind::Leases => String::new(),
@@ -83,55 +135,44 @@ impl Queue {
         }
     }
 
-    /// Takes up to `limit` shards of an index that may hold something due now, as `reader`.
-    pub async fn read_index(
-        &self,
-        kind: IndexKind,
-        limit: usize,
-        reader: &str,
-    ) -> Result<IndexRead> {
+    /// Reads up to `limit` shards of an index that may hold something due now (the most
+    /// overdue first).
+    pub async fn read_index(&self, kind: IndexKind, limit: usize) -> Result<IndexRead> {
         let index = self.keys.index();
         let mut redis = self.redis.clone();
         let reply: Vec<redis::Value> = SCRIPTS
             .index_read
             .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
+            .key(index.reports(kind))
             .arg(limit)
-            .arg(reader)
             .invoke_async(&mut redis)
             .timed_script("index_read")
             .await?;
+        let short = || QueueError::Reply("index_read: short reply".into());
         let mut values = reply.into_iter();
-        let mut number = || -> Result<i64> {
-            values
-                .next()
-                .ok_or_else(|| QueueError::Reply("index_read: short reply".into()))
-                .and_then(|v| Ok(redis::from_redis_value(v).map_err(redis::RedisError::from)?))
+        let number = |value: Option<redis::Value>| -> Result<i64> {
+            Ok(redis::from_redis_value(value.ok_or_else(short)?)
+                .map_err(redis::RedisError::from)?)
         };
-        let now_ms = number()?;
-        let next_ms = Some(number()?).filter(|&at| at >= 0);
+        let now_ms = number(values.next())?;
+        let next_ms = Some(number(values.next())?).filter(|&at| at >= 0);
         let mut shards = Vec::new();
         let mut foreign = Vec::new();
-        for value in values {
-            let id: String = redis::from_redis_value(value).map_err(redis::RedisError::from)?;
+        while let Some(id) = values.next() {
+            let id: String = redis::from_redis_value(id).map_err(redis::RedisError::from)?;
+            let reports: String = redis::from_redis_value(values.next().ok_or_else(short)?)
+                .map_err(redis::RedisError::from)?;
             match Shard::parse(&id) {
-                Some(shard) if self.keys.knows(shard) => shards.push(shard),
+                Some(shard) if self.keys.knows(shard) => shards.push(ReadShard { shard, reports }),
                 // Another process's layout during a shard count change: left to the processes
-                // that use it, unless it holds nothing any more. Settled as any read shard is,
-                // so that a report made since this read is kept.
-                Some(shard) => foreign.push((
-                    shard,
-                    if self.holds_anything(shard).await? {
-                        Settle::Untouched
-                    } else {
-                        Settle::Empty
-                    },
-                )),
+                // that use it.
+                Some(shard) => foreign.push(ReadShard { shard, reports }),
                 None => self.forget_in_index(kind, &id).await?,
             }
         }
-        self.settle_index(kind, reader, &foreign).await?;
+        if !foreign.is_empty() {
+            self.drop_empty_foreign(kind, foreign).await;
+        }
         Ok(IndexRead {
             now_ms,
             next_ms,
@@ -139,16 +180,31 @@ impl Queue {
         })
     }
 
-    /// Whether a shard of a layout this process does not use holds anything due or in flight.
-    async fn holds_anything(&self, shard: Shard) -> Result<bool> {
-        let keys = self.keys.for_foreign_shard(shard);
-        let mut redis = self.redis.clone();
-        let (due, inflight): (u64, u64) = redis::pipe()
-            .zcard(keys.due())
-            .zcard(keys.inflight())
-            .query_async(&mut redis)
-            .await?;
-        Ok(due + inflight > 0)
+    /// Settles, as empty, the shards of a layout this process does not use that hold nothing
+    /// due or in flight any more (a layout retired, or drained): they leave the index unless a
+    /// report came since the read. The others are left to the processes that use their layout.
+    /// A shard that cannot be asked stays as it is.
+    async fn drop_empty_foreign(&self, kind: IndexKind, foreign: Vec<ReadShard>) {
+        let checks = foreign.into_iter().map(|read| {
+            let keys = self.keys.for_foreign_shard(read.shard);
+            let mut redis = self.redis.clone();
+            async move {
+                let held: redis::RedisResult<(u64, u64)> = redis::pipe()
+                    .zcard(keys.due())
+                    .zcard(keys.inflight())
+                    .query_async(&mut redis)
+                    .await;
+                matches!(held, Ok((0, 0))).then_some((read, Settle::Empty))
+            }
+        });
+        let empty: Vec<(ReadShard, Settle)> = futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Err(error) = self.settle_index(kind, &empty).await {
+            tracing::debug!(error = %crate::telemetry::Chain(&error), "could not drop empty shards of another layout from the index");
+        }
     }
 
     async fn forget_in_index(&self, kind: IndexKind, id: &str) -> Result<()> {
@@ -160,33 +216,30 @@ impl Queue {
         let mut redis = self.redis.clone();
         redis::pipe()
             .zrem(index.times(kind), id)
-            .hdel(index.readers(kind), id)
-            .hdel(index.reported(kind), id)
+            .hdel(index.reports(kind), id)
             .exec_async(&mut redis)
             .await?;
         Ok(())
     }
 
-    /// Settles the shards `reader` read: each shard's time becomes what its script answered
-    /// (or earlier, if something was reported since the read).
+    /// Settles shards read from an index: each shard's time becomes what its script answered
+    /// if no report has come since the read, else only goes down to it.
     pub async fn settle_index(
         &self,
         kind: IndexKind,
-        reader: &str,
-        shards: &[(Shard, Settle)],
+        shards: &[(ReadShard, Settle)],
     ) -> Result<()> {
         if shards.is_empty() {
             return Ok(());
         }
         let index = self.keys.index();
         let mut invocation = SCRIPTS.index_settle.prepare_invoke();
-        invocation
-            .key(index.times(kind))
-            .key(index.readers(kind))
-            .key(index.reported(kind))
-            .arg(reader);
-        for (shard, settle) in shards {
-            invocation.arg(shard.id()).arg(settle.as_arg());
+        invocation.key(index.times(kind)).key(index.reports(kind));
+        for (read, settle) in shards {
+            invocation
+                .arg(read.shard.id())
+                .arg(&read.reports)
+                .arg(settle.as_arg());
         }
         let mut redis = self.redis.clone();
         let _: i64 = invocation
@@ -196,30 +249,53 @@ impl Queue {
         Ok(())
     }
 
-    /// Reports every shard's earliest due time and lease deadline to the indexes, if no other
-    /// process has done so within `every` (a lock that expires after it). The indexes only go
-    /// down here; this repairs an index that Redis lost (a flush, or a failover that dropped
-    /// its latest writes) and a report that a crashed process never made. Returns whether
-    /// this process rescanned.
-    pub async fn rescan_index(&self, every: Duration) -> Result<bool> {
+    /// How many shards one rescan step reads so that every shard is read once per `every`:
+    /// at least one, at most [`RESCAN_MAX_SHARDS_PER_STEP`] (more shards than that many per
+    /// step take longer than `every` to go round).
+    pub fn rescan_slice(&self, every: Duration) -> usize {
+        rescan_slice(self.rescanned_shards().len(), every)
+    }
+
+    /// The shards the rescan goes round: the current layout's, then a draining layout's.
+    fn rescanned_shards(&self) -> Vec<Shard> {
+        self.keys
+            .current_shards()
+            .chain(self.keys.previous_shards())
+            .collect()
+    }
+
+    /// One step of the index rescan, run every [`RESCAN_STEP`] by every process: the first
+    /// to take the step's lock (it expires after the step) reads the earliest due time and
+    /// lease deadline of the next [`Self::rescan_slice`] shards (a counter under the index's
+    /// hash tag says which, so the processes go round the shards together) and reports them
+    /// to the indexes. The indexes only go down here; this repairs an index that Redis lost (a
+    /// flush, or a failover that dropped its latest writes) and a report that a crashed
+    /// process never made, within `every` (longer with more shards than the step's limit
+    /// allows), at a cost that does not grow with the shard count. Returns how many shards this
+    /// process read (0: another process has this step).
+    pub async fn rescan_index(&self, every: Duration) -> Result<usize> {
         let index = self.keys.index();
         let mut redis = self.redis.clone();
         let took: Option<String> = redis::cmd("SET")
-            .arg(index.rescan_lock())
+            .arg(index.rescan_lock(self.keys.shards()))
             .arg(std::process::id())
             .arg("NX")
             .arg("PX")
-            .arg(every.as_millis().max(1) as u64)
+            .arg((RESCAN_STEP.as_millis() * 9 / 10) as u64)
             .query_async(&mut redis)
             .await?;
         if took.is_none() {
-            return Ok(false);
+            return Ok(0);
         }
-        let shards: Vec<Shard> = self
-            .keys
-            .current_shards()
-            .chain(self.keys.previous_shards())
-            .collect();
+        let all = self.rescanned_shards();
+        let slice = self.rescan_slice(every).min(all.len());
+        let end: i64 = redis::cmd("INCRBY")
+            .arg(index.rescan_cursor(self.keys.shards()))
+            .arg(slice)
+            .query_async(&mut redis)
+            .await?;
+        let start = (end - slice as i64).rem_euclid(all.len() as i64) as usize;
+        let shards: Vec<Shard> = (0..slice).map(|i| all[(start + i) % all.len()]).collect();
         let heads: Vec<(Shard, Option<i64>, Option<i64>)> = stream::iter(shards)
             .map(|shard| {
                 let keys = self.keys.for_shard(shard);
@@ -235,8 +311,18 @@ impl Queue {
                 }
             })
             .buffer_unordered(RESCAN_CONCURRENCY)
-            .try_collect()
-            .await?;
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            // A shard on an unreachable master is read on the next round; the others now.
+            .filter_map(|head| match head {
+                Ok(head) => Some(head),
+                Err(error) => {
+                    tracing::debug!(error = %crate::telemetry::Chain(&error), "index rescan could not read a shard");
+                    None
+                }
+            })
+            .collect();
         let due: Vec<(Shard, i64)> = heads
             .iter()
             .filter_map(|(s, d, _)| Some((*s, (*d)?)))
@@ -247,6 +333,24 @@ impl Queue {
             .collect();
         self.report(IndexKind::Due, &due).await;
         self.report(IndexKind::Leases, &leases).await;
-        Ok(true)
+        Ok(slice)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rescan_step_reads_enough_shards_to_go_round_in_time_but_never_more_than_its_limit() {
+        let every = Duration::from_secs(30);
+        assert_eq!(rescan_slice(120, every), 4);
+        assert_eq!(rescan_slice(4, every), 1);
+        assert_eq!(rescan_slice(1, Duration::from_millis(10)), 1);
+        assert_eq!(rescan_slice(4, Duration::from_secs(1)), 4);
+        assert_eq!(rescan_slice(480, every), RESCAN_MAX_SHARDS_PER_STEP);
+        // The cost stays the same whatever the shard count; the round takes longer.
+        assert_eq!(rescan_slice(1000, every), RESCAN_MAX_SHARDS_PER_STEP);
+        assert_eq!(rescan_slice(16_384, every), RESCAN_MAX_SHARDS_PER_STEP);
     }
 }

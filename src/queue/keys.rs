@@ -293,17 +293,19 @@ impl IndexKeys {
     pub fn times(&self, kind: IndexKind) -> String {
         format!("{}:shards:{}", self.tag, kind.name())
     }
-    /// HASH shard id -> the token of the worker that last read the shard as due.
-    pub fn readers(&self, kind: IndexKind) -> String {
-        format!("{}:shards:{}:readers", self.tag, kind.name())
+    /// HASH shard id -> how many reports the shard has had (a reader that read another count
+    /// than the current one only lowers the shard's time).
+    pub fn reports(&self, kind: IndexKind) -> String {
+        format!("{}:shards:{}:reports", self.tag, kind.name())
     }
-    /// HASH shard id -> the earliest time reported since its reader read it.
-    pub fn reported(&self, kind: IndexKind) -> String {
-        format!("{}:shards:{}:reported", self.tag, kind.name())
+    /// STRING held by the process taking the current step of the index rescan of the layouts
+    /// of `shards` shards (processes of another count, during a change, rescan their own).
+    pub fn rescan_lock(&self, shards: u16) -> String {
+        format!("{}:shards:rescan:{shards}", self.tag)
     }
-    /// STRING held by the process rescanning every shard into the indexes.
-    pub fn rescan_lock(&self) -> String {
-        format!("{}:shards:rescan", self.tag)
+    /// STRING counter: how many shards that rescan has read, so far (its position).
+    pub fn rescan_cursor(&self, shards: u16) -> String {
+        format!("{}:shards:rescan:{shards}:next", self.tag)
     }
     /// Pub/sub channel told when something became due sooner than the index said.
     pub fn wake_channel(&self) -> String {
@@ -336,7 +338,7 @@ mod tests {
         }
         let index = keys.index();
         for kind in [IndexKind::Due, IndexKind::Leases] {
-            for key in [index.times(kind), index.readers(kind), index.reported(kind)] {
+            for key in [index.times(kind), index.reports(kind)] {
                 assert!(key.starts_with("{q}:"), "{key}");
             }
         }

@@ -14,14 +14,14 @@ mod wake;
 
 use std::collections::BTreeMap;
 
-use futures::future::try_join_all;
+use futures::future::{join_all, try_join_all};
 
 use self::scripts::SCRIPTS;
 pub use self::{
     claims::{Claim, ClaimBatch, Failed, Reaped},
     connection::{Cluster, RedisConnection, cluster_nodes},
     dead_letters::{DeadLetter, DeadLetterCursor, DeadLetterPage, FailureRecord},
-    index::{IndexRead, Settle},
+    index::{FailingShards, IndexRead, RESCAN_MAX_SHARDS_PER_STEP, RESCAN_STEP, ReadShard, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
     keys::{IndexKind, Keyspace, Shard, ShardKeys},
     reshard::LayoutDepth,
@@ -101,53 +101,72 @@ impl Queue {
     }
 
     /// Schedules (or re-schedules) entities, one script call per shard, run concurrently, and
-    /// reports each shard's earliest fire-at to the due index. While a shard count change
-    /// drains, an entity the old layout still holds is scheduled there (with its max-wait
-    /// anchor), the others in the current layout. Returns the earliest fire-at set (unix ms).
+    /// reports to the due index each shard whose earliest fire-at moved earlier (the index
+    /// already holds a time no later for the others). While a shard count change drains, an
+    /// entity the old layout still holds is scheduled there (with its max-wait anchor), the
+    /// others in the current layout. Returns the earliest fire-at set (unix ms).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
         let items = entities.iter().map(|(e, p)| (e, *p == Priority::Critical));
         let (draining, direct): (Vec<_>, Vec<_>) =
             items.partition(|(e, _)| self.keys.previous_shard_of(e).is_some());
-        let mut reported = Vec::new();
+        let mut scheduled = Vec::new();
+        let mut failure = None;
         let mut current: Vec<(&EntityId, bool)> = direct;
         if !draining.is_empty() {
             let groups = self.group(draining, |e| {
                 self.keys.previous_shard_of(e).expect("partitioned on it")
             });
-            let held = try_join_all(
+            let held = join_all(
                 groups
                     .into_iter()
                     .map(|(keys, members)| self.schedule_in(keys, members, true)),
             )
-            .await?;
-            for (shard, earliest, not_held) in held {
-                reported.extend(earliest.map(|at| (shard, at)));
-                current.extend(not_held);
+            .await;
+            for result in held {
+                match result {
+                    Ok((set, not_held)) => {
+                        scheduled.push(set);
+                        current.extend(not_held);
+                    }
+                    Err(error) => failure = Some(error),
+                }
             }
         }
         let groups = self.group(current, |e| self.keys.shard_of(e));
-        let set = try_join_all(
+        let set = join_all(
             groups
                 .into_iter()
                 .map(|(keys, members)| self.schedule_in(keys, members, false)),
         )
-        .await?;
-        reported.extend(
-            set.into_iter()
-                .filter_map(|(shard, earliest, _)| earliest.map(|at| (shard, at))),
-        );
-        self.report(IndexKind::Due, &reported).await;
-        Ok(reported.into_iter().map(|(_, at)| at).min())
+        .await;
+        for result in set {
+            match result {
+                Ok((set, _)) => scheduled.push(set),
+                Err(error) => failure = Some(error),
+            }
+        }
+        // The shards that were scheduled are reported even when another failed: the caller
+        // answers an error (the sender retries), and these need no rescan meanwhile.
+        let earlier: Vec<(Shard, i64)> = scheduled
+            .iter()
+            .filter(|s| s.head_moved_earlier)
+            .filter_map(|s| Some((s.shard, s.earliest?)))
+            .collect();
+        self.report(IndexKind::Due, &earlier).await;
+        if let Some(error) = failure {
+            return Err(error);
+        }
+        Ok(scheduled.iter().filter_map(|s| s.earliest).min())
     }
 
-    /// One schedule call on one shard; returns the shard, the earliest fire-at it set, and
-    /// (with `held_only`) the entities it does not hold, left unscheduled.
+    /// One schedule call on one shard; returns what it set, and (with `held_only`) the
+    /// entities it does not hold, left unscheduled.
     async fn schedule_in<'a>(
         &self,
         keys: ShardKeys,
         members: Vec<(&'a EntityId, bool)>,
         held_only: bool,
-    ) -> Result<(Shard, Option<i64>, Vec<(&'a EntityId, bool)>)> {
+    ) -> Result<(Scheduled, Vec<(&'a EntityId, bool)>)> {
         let mut invocation = SCRIPTS.schedule.prepare_invoke();
         invocation
             .key(keys.due())
@@ -164,25 +183,30 @@ impl Queue {
                 .arg(if *critical { "1" } else { "0" });
         }
         let mut redis = self.redis.clone();
-        let (earliest, not_held): (i64, Vec<String>) = {
-            let mut reply: Vec<redis::Value> = invocation
+        let (earliest, moved, not_held): (i64, i64, Vec<String>) = {
+            let reply: Vec<redis::Value> = invocation
                 .invoke_async(&mut redis)
                 .timed_script("schedule")
                 .await?;
-            if reply.is_empty() {
-                return Err(QueueError::Reply("schedule returned nothing".into()));
-            }
-            let earliest =
-                redis::from_redis_value(reply.remove(0)).map_err(redis::RedisError::from)?;
-            let not_held = redis::from_redis_value(redis::Value::Array(reply))
+            let mut reply = reply.into_iter();
+            let (Some(earliest), Some(moved)) = (reply.next(), reply.next()) else {
+                return Err(QueueError::Reply("schedule returned a short reply".into()));
+            };
+            let number = |v| redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from);
+            let not_held = redis::from_redis_value(redis::Value::Array(reply.collect()))
                 .map_err(redis::RedisError::from)?;
-            (earliest, not_held)
+            (number(earliest)?, number(moved)?, not_held)
         };
         let not_held = members
             .into_iter()
             .filter(|(e, _)| not_held.iter().any(|n| n == e.as_str()))
             .collect();
-        Ok((keys.shard(), (earliest >= 0).then_some(earliest), not_held))
+        let scheduled = Scheduled {
+            shard: keys.shard(),
+            earliest: (earliest >= 0).then_some(earliest),
+            head_moved_earlier: moved == 1,
+        };
+        Ok((scheduled, not_held))
     }
 
     /// Groups items by the shard `shard_of` gives their entity (non-empty shards only), so
@@ -293,6 +317,15 @@ impl Queue {
     pub async fn ping(&self) -> Result<()> {
         Ok(self.redis.ping().await?)
     }
+}
+
+/// What one schedule call set in one shard.
+struct Scheduled {
+    shard: Shard,
+    /// The earliest fire-at it set (unix ms), if it scheduled anything.
+    earliest: Option<i64>,
+    /// Whether that fire-at is earlier than anything the shard held due before.
+    head_moved_earlier: bool,
 }
 
 /// An entity's place in one shard: due, pending (an anchor), in flight, dead.

@@ -1,23 +1,17 @@
-//! A shard count change under way (docs/operations.md, "Changing the shard count"): the
+//! A shard count change under way (docs/state-machine.md, "Changing the shard count"): the
 //! previous layout drains in place (its entities stay there, max-wait anchors included, until
-//! evaluated), its dead letters move to the current layout, where redrive and the repair sweep
-//! look for them, and `quiesce shards` reads what each layout still holds.
+//! evaluated). Its dead letters stay there too while processes of the old count may run (they
+//! look nowhere else); a redrive clears them in both layouts, and once every process runs the
+//! new count `quiesce shards --move-dead-letters` moves them (`store::dead_letters`).
+//! `quiesce shards` reads what each layout still holds.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashSet};
 
-use super::{Queue, Result, Shard};
+use super::{DeadLetter, FailureRecord, Queue, Result, Shard, scripts::SCRIPTS};
 use crate::domain::EntityId;
 
-/// Dead letters one move takes from one draining shard.
-const DEAD_MOVED_PER_SHARD: usize = 1000;
-
-/// A dead letter found in the draining layout, on its way to the current one.
-struct Moving {
-    from: Shard,
-    entity: EntityId,
-    dead_at: f64,
-    info: Option<String>,
-}
+/// Dead letters read from one draining shard at a time.
+const DEAD_READ_PER_SHARD: usize = 1000;
 
 /// What one layout's shards hold in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,9 +27,10 @@ pub struct LayoutDepth {
 }
 
 impl LayoutDepth {
-    /// Nothing left to evaluate or to move: the layout can be retired.
-    pub fn is_empty(&self) -> bool {
-        self.due == 0 && self.pending == 0 && self.inflight == 0 && self.dead == 0
+    /// Nothing left to evaluate: the layout's entities have all been evaluated (its dead
+    /// letters, if any, still have to move).
+    pub fn is_drained(&self) -> bool {
+        self.due == 0 && self.pending == 0 && self.inflight == 0
     }
 }
 
@@ -76,125 +71,103 @@ impl Queue {
         Ok(depth)
     }
 
-    /// Moves dead letters out of the draining layout into the current one: of `entities`, or
-    /// (with `None`) up to a thousand per draining shard. Each is added to the current layout
-    /// before it leaves the old one, so it is dead-lettered in one of them at every moment and
-    /// never scheduled meanwhile. Returns how many moved.
-    pub async fn move_draining_dead_letters(&self, entities: Option<&[EntityId]>) -> Result<usize> {
-        let mut found: Vec<Moving> = Vec::new();
-        match entities {
-            Some(entities) => {
-                let groups = self.group(
-                    entities
-                        .iter()
-                        .filter(|e| self.keys.previous_shard_of(e).is_some())
-                        .map(|e| (e, ())),
-                    |e| self.keys.previous_shard_of(e).expect("filtered on it"),
-                );
-                for (keys, members) in groups {
-                    let mut pipe = redis::pipe();
-                    for (entity, ()) in &members {
-                        pipe.zscore(keys.dead(), entity.as_str())
-                            .hget(keys.dead_info(), entity.as_str());
-                    }
-                    let mut redis = self.redis.clone();
-                    let replies: Vec<(Option<f64>, Option<String>)> =
-                        pipe.query_async(&mut redis).await?;
-                    for ((entity, ()), (score, info)) in members.into_iter().zip(replies) {
-                        if let Some(dead_at) = score {
-                            found.push(Moving {
-                                from: keys.shard(),
-                                entity: entity.clone(),
-                                dead_at,
-                                info,
-                            });
-                        }
-                    }
-                }
+    /// The dead letters the draining layout holds (up to a thousand per shard), with their
+    /// failure records; none when no change is under way.
+    pub async fn draining_dead_letters(&self) -> Result<Vec<DeadLetter>> {
+        let mut found = Vec::new();
+        for shard in self.keys.previous_shards() {
+            let keys = self.keys.for_shard(shard);
+            let mut redis = self.redis.clone();
+            let dead: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(keys.dead())
+                .arg(0)
+                .arg(DEAD_READ_PER_SHARD - 1)
+                .arg("WITHSCORES")
+                .query_async(&mut redis)
+                .await?;
+            if dead.is_empty() {
+                continue;
             }
-            None => {
-                for shard in self.keys.previous_shards() {
-                    let keys = self.keys.for_shard(shard);
-                    let mut redis = self.redis.clone();
-                    let dead: Vec<(String, f64)> = redis::cmd("ZRANGE")
-                        .arg(keys.dead())
-                        .arg(0)
-                        .arg(DEAD_MOVED_PER_SHARD - 1)
-                        .arg("WITHSCORES")
-                        .query_async(&mut redis)
-                        .await?;
-                    if dead.is_empty() {
-                        continue;
-                    }
-                    let infos: Vec<Option<String>> = redis::cmd("HMGET")
-                        .arg(keys.dead_info())
-                        .arg(dead.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>())
-                        .query_async(&mut redis)
-                        .await?;
-                    for ((member, dead_at), info) in dead.into_iter().zip(infos) {
-                        if let Ok(entity) = EntityId::parse(&member) {
-                            found.push(Moving {
-                                from: shard,
-                                entity,
-                                dead_at,
-                                info,
-                            });
-                        }
-                    }
-                }
+            let infos: Vec<Option<String>> = redis::cmd("HMGET")
+                .arg(keys.dead_info())
+                .arg(dead.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>())
+                .query_async(&mut redis)
+                .await?;
+            for ((entity, at), info) in dead.into_iter().zip(infos) {
+                let record: FailureRecord = info
+                    .and_then(|raw| serde_json::from_str(&raw).ok())
+                    .unwrap_or_default();
+                found.push(DeadLetter {
+                    entity,
+                    dead_lettered_at_ms: at as i64,
+                    record,
+                });
             }
         }
-        if found.is_empty() {
-            return Ok(0);
-        }
-        // Into the current layout first, one atomic pipeline per shard.
-        let mut by_current: HashMap<Shard, Vec<&Moving>> = HashMap::new();
-        for item in &found {
-            by_current
-                .entry(self.keys.shard_of(&item.entity))
-                .or_default()
-                .push(item);
-        }
-        for (shard, items) in by_current {
+        Ok(found)
+    }
+
+    /// Those of `entities` that the draining layout holds as dead letters.
+    pub(super) async fn dead_in_draining_layout<'a>(
+        &self,
+        entities: impl IntoIterator<Item = &'a EntityId>,
+    ) -> Result<HashSet<String>> {
+        let mut dead = HashSet::new();
+        for (shard, members) in self.by_draining_shard(entities) {
             let keys = self.keys.for_shard(shard);
             let mut pipe = redis::pipe();
-            pipe.atomic();
-            for item in items {
-                pipe.cmd("ZADD")
-                    .arg(keys.dead())
-                    .arg("NX")
-                    .arg(item.dead_at)
-                    .arg(item.entity.as_str())
-                    .ignore();
-                if let Some(info) = &item.info {
-                    pipe.cmd("HSETNX")
-                        .arg(keys.dead_info())
-                        .arg(item.entity.as_str())
-                        .arg(info)
-                        .ignore();
-                }
+            for entity in &members {
+                pipe.zscore(keys.dead(), entity.as_str());
             }
             let mut redis = self.redis.clone();
-            pipe.exec_async(&mut redis).await?;
+            let scores: Vec<Option<f64>> = pipe.query_async(&mut redis).await?;
+            dead.extend(
+                members
+                    .into_iter()
+                    .zip(scores)
+                    .filter(|(_, score)| score.is_some())
+                    .map(|(entity, _)| entity.as_str().to_owned()),
+            );
         }
-        // Then out of the draining one.
-        let mut by_previous: HashMap<Shard, Vec<&EntityId>> = HashMap::new();
-        for item in &found {
-            by_previous.entry(item.from).or_default().push(&item.entity);
+        Ok(dead)
+    }
+
+    /// Takes `entities` out of the draining layout's dead set (with their failure records),
+    /// each only if it was dead-lettered at the time given (a later dead-lettering stays).
+    /// Returns how many went.
+    pub async fn forget_draining_dead_letters(&self, dead: &[(EntityId, i64)]) -> Result<usize> {
+        let mut forgotten = 0;
+        let mut at: BTreeMap<&str, i64> = BTreeMap::new();
+        for (entity, when) in dead {
+            at.insert(entity.as_str(), *when);
         }
-        for (shard, entities) in by_previous {
+        for (shard, members) in self.by_draining_shard(dead.iter().map(|(e, _)| e)) {
             let keys = self.keys.for_shard(shard);
-            let members: Vec<&str> = entities.iter().map(|e| e.as_str()).collect();
+            let mut invocation = SCRIPTS.forget_dead.prepare_invoke();
+            invocation
+                .key(keys.dead())
+                .key(keys.dead_info())
+                .key(keys.failures());
+            for entity in members {
+                invocation.arg(entity.as_str()).arg(at[entity.as_str()]);
+            }
             let mut redis = self.redis.clone();
-            redis::pipe()
-                .atomic()
-                .zrem(keys.dead(), &members)
-                .ignore()
-                .hdel(keys.dead_info(), &members)
-                .ignore()
-                .exec_async(&mut redis)
-                .await?;
+            forgotten += invocation.invoke_async::<usize>(&mut redis).await?;
         }
-        Ok(found.len())
+        Ok(forgotten)
+    }
+
+    /// Groups entities by their shard in the draining layout (none without a change).
+    fn by_draining_shard<'a>(
+        &self,
+        entities: impl IntoIterator<Item = &'a EntityId>,
+    ) -> BTreeMap<Shard, Vec<&'a EntityId>> {
+        let mut groups: BTreeMap<Shard, Vec<&EntityId>> = BTreeMap::new();
+        for entity in entities {
+            if let Some(shard) = self.keys.previous_shard_of(entity) {
+                groups.entry(shard).or_default().push(entity);
+            }
+        }
+        groups
     }
 }

@@ -26,8 +26,10 @@ section! {
         /// processes may run side by side meanwhile); back to 0 once `quiesce shards` says the
         /// old layout is empty.
         previous_shards: u16 = 0, check shard_count_or_zero;
-        /// How often one process (whichever takes the lock first) reads every shard's head
-        /// into the shard indexes, repairing an index Redis lost.
+        /// How long the rescan of the shard indexes takes to read every shard's head into them,
+        /// repairing an index Redis lost: a slice of shards each second, by whichever process
+        /// takes that second's lock; at most 16 shards a second, so above 16 shards per second of
+        /// it (480 shards at 30s) a round takes shards / 16 seconds.
         index_rescan: Duration = Duration::from_secs(30), check nonzero;
     }
 }

@@ -23,7 +23,9 @@ use sqlx::{
 use crate::{domain::Invalid, settings::Database};
 
 pub use self::{
-    dead_letters::{DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync},
+    dead_letters::{
+        DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync, MovedDeadLetters, ShardWalk,
+    },
     evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
     moderation::Reversal,
     outbox::OutboxRow,

@@ -34,7 +34,7 @@ pub use self::{
 };
 use crate::{
     domain::Snapshot,
-    queue::{Claim, IndexKind, Queue, QueueError, Settle, Wakeups},
+    queue::{Claim, FailingShards, IndexKind, Queue, QueueError, Settle, Wakeups},
     rules::Rules,
     settings,
     store::Store,
@@ -74,6 +74,8 @@ pub struct Worker {
     stats: Arc<WorkerStats>,
     leases: Arc<LeaseEstimator>,
     batches: EvaluationBatches,
+    /// Shards whose claims failed lately, skipped for a moment.
+    failing: Arc<FailingShards>,
 }
 
 /// Counters of one worker, for tests and logs (Prometheus has the process-wide figures).
@@ -109,6 +111,7 @@ impl Worker {
             breaker: Arc::default(),
             stats: Arc::default(),
             leases,
+            failing: Arc::default(),
         }
     }
 
@@ -136,20 +139,28 @@ impl Worker {
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
         let lease = self.leases.current();
         metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
-        let reader = uuid::Uuid::new_v4().simple().to_string();
         let read = self
             .queue
-            .read_index(IndexKind::Due, SHARDS_PER_READ, &reader)
+            .read_index(IndexKind::Due, SHARDS_PER_READ)
             .await?;
         let mut round = ClaimRound::default();
         let mut next_due_in: Option<i64> = read.next_ms.map(|at| (at - read.now_ms).max(0));
+        // A full read: more shards may be due now than it returned.
+        let full_read = read.shards.len() >= SHARDS_PER_READ;
+        let mut paused = 0;
         let mut settled = Vec::with_capacity(read.shards.len());
-        let mut failure = None;
-        for shard in read.shards {
+        let mut failures = Vec::new();
+        for read_shard in read.shards {
+            let shard = read_shard.shard;
             let remaining = limit.saturating_sub(round.claims.len());
-            if remaining == 0 || failure.is_some() {
-                settled.push((shard, Settle::Untouched));
+            if remaining == 0 || failures.len() >= FailingShards::PER_POLL {
+                settled.push((read_shard, Settle::Untouched));
                 next_due_in = Some(0);
+                continue;
+            }
+            if self.failing.paused(shard) {
+                settled.push((read_shard, Settle::Untouched));
+                paused += 1;
                 continue;
             }
             let claimed = self
@@ -165,12 +176,15 @@ impl Worker {
             let batch = match claimed {
                 Ok(batch) => batch,
                 Err(error) => {
-                    settled.push((shard, Settle::Untouched));
-                    failure = Some(error);
+                    // The others are still asked: one unreachable master must not hold up
+                    // the shards of the rest.
+                    self.failing.failed(shard);
+                    settled.push((read_shard, Settle::Untouched));
+                    failures.push((shard, error));
                     continue;
                 }
             };
-            settled.push((shard, Settle::of(batch.next_due_ms)));
+            settled.push((read_shard, Settle::of(batch.next_due_ms)));
             round.busy += batch.busy;
             if batch.busy > 0 {
                 metrics::counter!(names::LOCK_CONTENTION).increment(batch.busy as u64);
@@ -191,22 +205,21 @@ impl Worker {
                 .fetch_add(batch.claims.len() as u64, Ordering::Relaxed);
             round.claims.extend(batch.claims);
         }
-        if let Err(error) = self
-            .queue
-            .settle_index(IndexKind::Due, &reader, &settled)
-            .await
-        {
+        // (Unless it was all shards left alone for failing: that would only spin.)
+        if full_read && paused < settled.len() {
+            next_due_in = Some(0);
+        }
+        if let Err(error) = self.queue.settle_index(IndexKind::Due, &settled).await {
             // The shards keep their earlier (lower) times: read again, nothing missed.
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index");
         }
-        match failure {
-            // Keep what other shards gave: dropping it would strand those claims until
-            // their leases expire.
-            Some(error) if !round.claims.is_empty() => {
-                tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed on one shard");
+        // Keep what other shards gave: dropping it would strand those claims until their
+        // leases expire. Only a poll that claimed nothing and failed is an error.
+        if let Some((shard, error)) = failures.pop() {
+            if round.claims.is_empty() && settled.iter().all(|(_, s)| *s == Settle::Untouched) {
+                return Err(error);
             }
-            Some(error) => return Err(error),
-            None => {}
+            tracing::warn!(error = %crate::telemetry::Chain(&error), %shard, failed = failures.len() + 1, "claim failed on some shards; the others were claimed");
         }
         round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
         Ok(round)

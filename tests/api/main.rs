@@ -26,6 +26,7 @@ mod repair;
 mod roles;
 mod rules;
 mod shard_change;
+mod shard_index;
 mod signatures;
 mod stale_writer;
 mod startup_errors;

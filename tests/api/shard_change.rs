@@ -92,10 +92,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
         "the held entity"
     );
 
-    // The rescanning process moves the dead letter to the new layout, where it stays dead.
-    assert!(new.maintenance(&settings).rescan_once().await.unwrap());
-    let depths = new.queue.layout_depths().await.unwrap();
-    assert_eq!((depths[0].dead, depths[1].dead), (1, 0));
+    // The dead letter stays in the old layout (old processes look nowhere else), dead there.
     assert!(new.queue.is_dead_lettered(&ghost).await.unwrap());
     new.queue
         .schedule(&[(ghost.clone(), Priority::Critical)])
@@ -107,7 +104,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
         "a dead letter is not scheduled in either layout"
     );
 
-    // A new worker claims from both layouts; the old one empties.
+    // A new worker claims from both layouts; the old one is drained but for the dead letter.
     let new_worker = new.worker(&settings);
     let mut evaluated = Vec::new();
     for _ in 0..2 {
@@ -117,13 +114,27 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
     }
     evaluated.sort();
     assert_eq!(evaluated, vec![fresh.clone(), held.clone()]);
-    assert!(new.queue.layout_depths().await.unwrap()[1].is_empty());
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert!(depths[1].is_drained());
+    assert_eq!((depths[0].dead, depths[1].dead), (0, 1));
+    let new_count = [("QUIESCE_SHARDS", "8"), ("QUIESCE_PREVIOUS_SHARDS", "4")];
+    let report = app.run_cli_with(&["shards"], &new_count).await;
+    assert!(
+        report.contains(
+            "the 4 shards drained hold only 1 dead letters: once every process runs 8 shards"
+        ),
+        "{report}"
+    );
+
+    // Every process runs 8 shards now: the dead letter moves, and stays dead.
+    drop(old_worker);
     let report = app
-        .run_cli_with(
-            &["shards"],
-            &[("QUIESCE_SHARDS", "8"), ("QUIESCE_PREVIOUS_SHARDS", "4")],
-        )
+        .run_cli_with(&["shards", "--move-dead-letters"], &new_count)
         .await;
+    assert!(
+        report.contains("dead letters moved to the current layout: 1 (0 recorded in Postgres first; 1 left the draining layout)"),
+        "{report}"
+    );
     assert!(
         report.contains("the 4 shards drained are empty: set previous_shards to 0"),
         "{report}"
@@ -132,6 +143,12 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
         report.contains("8 shards\tdue=0\tpending=0\tin_flight=0\tdead=1"),
         "{report}"
     );
+    let mut retired = settings.clone();
+    retired.redis.previous_shards = 0;
+    let retired = Backends::connect(&retired, Arc::clone(&app.backends.rules))
+        .await
+        .unwrap();
+    assert!(retired.queue.is_dead_lettered(&ghost).await.unwrap());
 
     // Redrive finds the dead letter where it moved and makes it due again.
     assert!(
@@ -175,7 +192,14 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
     let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
         .await
         .unwrap();
-    // No rescan has moved it yet: the redrive does.
+    // The repair sweep of a new process leaves it where it is: Postgres' record is in Redis
+    // (in the old layout), and a copy in the new one would outlive a redrive by an old process.
+    let sweep = new.maintenance(&settings).sweep_once(None).await.unwrap().0;
+    assert!(sweep.ran);
+    assert_eq!(sweep.dead_letters_restored, 0);
+    let depths = new.queue.layout_depths().await.unwrap();
+    assert_eq!((depths[0].dead, depths[1].dead), (0, 1));
+    // A redrive by a new process takes it out of the old layout and makes it due in the new.
     assert!(
         new.store
             .redrive_dead_letter(&new.queue, &ghost, "test")

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `make bench-cluster`: the batched burst of `make bench` (100k events over 10k entities, 100
+# events a request, 64 connections, a 2 s window) on a private Redis Cluster of 3 masters and 3
+# replicas (scripts/redis-cluster.sh) and on a private single node, then its paced fire-delay
+# run (10k entities over 5 s), then 100k entities left pending on each; prints per master the
+# keys, the commands of the burst (INFO commandstats, which counts the commands run inside Lua
+# scripts), commands per second and CPU, the max/min across masters, events/s, evaluations per
+# entity, fire delay and the load generator's duplicate and wrong actions, and Redis bytes per
+# pending entity (bench/cluster/report.py). Every run's figures land in bench/results/cluster/.
+# Release build; Postgres as for `make test`.
+#
+#   QUIESCE_CLUSTER_PORT  first of the cluster's six ports (default 7101)
+#   BENCH_NODE_PORT       the single node's port (default: the one after the cluster's)
+#   BENCH_EVENTS, BENCH_ENTITIES, BENCH_SHARDS (default 100000, 10000, 120)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+out=bench/results/cluster
+rm -rf "$out" && mkdir -p "$out"
+events=${BENCH_EVENTS:-100000}
+entities=${BENCH_ENTITIES:-10000}
+shards=${BENCH_SHARDS:-120}
+pending=100000
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+metrics_port=$((port + 1))
+trap 'cleanup; stop_private_servers' EXIT
+
+echo "bench-cluster: building (release)" >&2
+cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
+start_private_servers
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+redis-cli -p "$cluster_first" cluster nodes >"$out/cluster-nodes.txt"
+
+scrape() { curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$out/$1.prom"; }
+
+# run_target NAME URL: the burst and the pending run against one Redis.
+run_target() {
+  local name=$1
+  redis_url=$2
+  # 1. The batched burst. The snapshots bracket the load generator's whole run: ingest, drain
+  # and its check's pause (the window + 1 s, idle). Metrics are scraped outside the snapshots
+  # (a scrape reads every shard's depth).
+  start_server "burst-$name" QUIESCE_SHARDS="$shards" QUIESCE_DEBOUNCE_WINDOW=2s \
+    QUIESCE_MAX_WAIT=60s QUIESCE_METRICS_LISTEN="127.0.0.1:$metrics_port"
+  local prefix=$REDIS_PREFIX_RUN
+  scrape "burst-$name-before"
+  snapshot_nodes "$redis_url" "burst-$name-before"
+  run_loadgen "burst-$name" --scenario burst --events "$events" --entities "$entities" \
+    --batch 100 --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
+  snapshot_nodes "$redis_url" "burst-$name-after"
+  scrape "burst-$name-after"
+  count_prefix_keys "$redis_url" "$prefix" "burst-$name"
+  # The fire-delay run of `make bench`, on the same server: one event for each entity over 5 s,
+  # so that due times spread out and the delay is the scheduler's, not a queue's.
+  run_loadgen "paced-$name" --scenario burst --events "$entities" --entities "$entities" \
+    --batch 20 --connections 16 --rate $((entities / 5)) --window 2s --database-url "$DATABASE_URL_RUN"
+  stop_server
+  drop_runs
+
+  # 2. Entities pending: one event each and a window longer than the run (entity ids as in
+  # `make bench`'s memory run, 17 characters).
+  start_server "pending-$name" QUIESCE_SHARDS="$shards" QUIESCE_DEBOUNCE_WINDOW=10m \
+    QUIESCE_MAX_WAIT=20m
+  prefix=$REDIS_PREFIX_RUN
+  snapshot_nodes "$redis_url" "pending-$name-before"
+  echo "bench: pending-$name" >&2
+  "$loadgen" --url "http://127.0.0.1:$port" --json --run-id memory --scenario burst \
+    --events "$pending" --entities "$pending" --batch 100 --connections 64 >"$out/pending-$name.json"
+  snapshot_nodes "$redis_url" "pending-$name-after"
+  count_prefix_keys "$redis_url" "$prefix" "pending-$name"
+  stop_server
+  drop_runs
+}
+
+run_target cluster "$cluster_url"
+run_target node "$node_url"
+
+{
+  echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","
+  echo " \"load\": \"$load_before / $(cut -d' ' -f1-3 /proc/loadavg)\","
+  echo " \"redis\": \"$(redis-server --version | sed -E 's/.*v=([^ ]+).*/\1/')\","
+  echo " \"postgres\": \"$(psql "${base_db%/*}/postgres" -Atc 'SHOW server_version')\","
+  echo " \"events\": $events, \"entities\": $entities, \"shards\": $shards, \"pending\": $pending,"
+  echo " \"cluster_url\": \"$cluster_url\", \"node_url\": \"$node_url\"}"
+} >"$out/environment.json"
+python3 bench/cluster/report.py burst "$out" | tee "$out/report.md"
