@@ -225,7 +225,11 @@ DROP INDEX IF EXISTS events_received_idx;
 DROP INDEX IF EXISTS evaluations_finished_idx;
 DROP INDEX IF EXISTS signal_buckets_start_idx;
 
--- The first partitions, a minute each: the service adds its own (of a width derived from the
--- retention) as soon as it starts.
-SELECT partitions_extend(t, interval '1 minute', interval '2 minutes')
-FROM unnest(ARRAY['events', 'evaluations', 'signal_buckets']) AS t;
+-- The first partition of each table, a few seconds long: the service makes its own (of a width
+-- derived from the retention) as soon as it starts, and a write that finds none makes it.
+SELECT partition_add(t, first.from_time,
+                     greatest(first.from_time, date_bin('1 second', clock_timestamp(), '2000-01-01'))
+                     + interval '2 seconds')
+FROM unnest(ARRAY['events', 'evaluations', 'signal_buckets']) AS t,
+     LATERAL (SELECT coalesce(max(p.upper_bound), date_bin('1 minute', now(), '2000-01-01'))
+              AS from_time FROM partitions p WHERE p.parent = t) AS first;

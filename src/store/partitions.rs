@@ -67,14 +67,15 @@ pub struct PartitionPlan {
     pub width: Duration,
     /// Width of a minute-bucket partition (whole minutes).
     pub bucket_width: Duration,
-    /// How far past now partitions are made ahead of time.
-    pub ahead: Duration,
+    /// How long the retention passes take to come round: partitions are made ahead for two
+    /// of them and one partition more.
+    pub upkeep_every: Duration,
 }
 
 impl PartitionPlan {
     /// The retention window cut into `slices` partitions (whole seconds; minute buckets: their
-    /// keep of at least 25 h cut likewise, in whole minutes), made ahead of time for two upkeep
-    /// passes (`upkeep_every`) and one partition more.
+    /// keep of at least 25 h cut likewise, in whole minutes), made ahead of time for two
+    /// retention passes (`upkeep_every` apart) and one partition more.
     pub fn new(retention: Duration, slices: u32, upkeep_every: Duration) -> Self {
         let slices = slices.max(1);
         let whole =
@@ -85,7 +86,7 @@ impl PartitionPlan {
             retention,
             width,
             bucket_width,
-            ahead: upkeep_every.saturating_mul(2) + width.max(bucket_width),
+            upkeep_every,
         }
     }
 
@@ -103,6 +104,11 @@ impl PartitionPlan {
             Partitioned::SignalBuckets => self.bucket_width,
             _ => self.width,
         }
+    }
+
+    /// How far past now partitions of `table` are made ahead of time.
+    fn ahead_of(&self, table: Partitioned) -> Duration {
+        self.upkeep_every.saturating_mul(2) + self.width_of(table)
     }
 
     /// How long a partition of `table` is kept after its upper bound.
@@ -134,7 +140,7 @@ impl Store {
                 r#"SELECT partitions_extend($1, $2, $3) AS "made!""#,
                 table.table(),
                 interval(self.partitions.width_of(table)),
-                interval(self.partitions.ahead),
+                interval(self.partitions.ahead_of(table)),
             )
             .fetch_one(&self.pool)
             .await?;
@@ -307,12 +313,16 @@ mod tests {
         let plan = PartitionPlan::new(7 * day, 7, Duration::from_secs(600));
         assert_eq!(plan.width, day);
         assert_eq!(plan.bucket_width, day);
-        assert_eq!(plan.ahead, Duration::from_secs(1200) + day);
+        assert_eq!(
+            plan.ahead_of(Partitioned::Events),
+            Duration::from_secs(1200) + day
+        );
         // A test retention of minutes: buckets keep their 25 h, cut in whole minutes.
         let plan = PartitionPlan::new(Duration::from_secs(180), 4, Duration::from_secs(5));
         assert_eq!(plan.width, Duration::from_secs(45));
         assert_eq!(plan.bucket_width, Duration::from_secs(6 * 3600 + 15 * 60));
         assert_eq!(plan.keep_of(Partitioned::SignalBuckets), BUCKETS_KEPT);
+        assert_eq!(plan.ahead_of(Partitioned::Events), Duration::from_secs(55));
     }
 
     #[test]

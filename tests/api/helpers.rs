@@ -553,6 +553,16 @@ impl TestApp {
         self.backends.maintenance(&self.settings)
     }
 
+    /// This test's database, for connections of the test's own.
+    pub fn database_url(&self) -> String {
+        use secrecy::ExposeSecret;
+        self.settings
+            .database
+            .database_url
+            .expose_secret()
+            .to_owned()
+    }
+
     /// Moves these events `ago` into the past, into a partition made for them (from an hour
     /// before that time to an hour after: once per test, partitions may not overlap).
     pub async fn age_events(&self, ids: &[&str], ago: Duration) {

@@ -23,6 +23,7 @@ mod moderation;
 mod outages;
 mod read_api;
 mod repair;
+mod retention;
 mod roles;
 mod rules;
 mod signatures;
