@@ -7,7 +7,7 @@ CARGO ?= cargo
 # Parallel test threads inside each test binary; every test has its own database and prefix.
 TEST_THREADS ?= 4
 
-.PHONY: run test chaos api-fuzz observability bench ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test chaos api-fuzz observability bench ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -56,6 +56,11 @@ ceilings:
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
 	@services=$$(scripts/services.sh) && eval "$$services" && scripts/soak.sh
+
+## retention-run: sustained load with a retention of minutes (test_short_retention); the events
+## table's size over time, events in and out, a re-sent id inside the window (SCALING.md)
+retention-run:
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/retention-run.sh
 
 ## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
 slow-clients:
