@@ -24,6 +24,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
 
 use super::{Result, Store, StoreError, interval};
 
@@ -57,6 +58,9 @@ impl Partitioned {
 
 /// Minute buckets outlive a shorter retention: the longest window needs 24 hours of them.
 pub const BUCKETS_KEPT: Duration = Duration::from_secs(25 * 3600);
+
+/// Most partitions of one table made ahead of time.
+const MAX_AHEAD: u32 = 16;
 
 /// How the partitions are cut: derived from the retention (see [`PartitionPlan::new`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,9 +110,15 @@ impl PartitionPlan {
         }
     }
 
-    /// How far past now partitions of `table` are made ahead of time.
+    /// How far past now partitions of `table` are made ahead of time: two passes' time and
+    /// one partition more, but never more than 16 partitions (a short retention with a long
+    /// pass interval; a write that finds none makes the next one).
     fn ahead_of(&self, table: Partitioned) -> Duration {
-        self.upkeep_every.saturating_mul(2) + self.width_of(table)
+        let width = self.width_of(table);
+        self.upkeep_every
+            .saturating_mul(2)
+            .min(width.saturating_mul(MAX_AHEAD - 1))
+            + width
     }
 
     /// How long a partition of `table` is kept after its upper bound.
@@ -220,8 +230,34 @@ impl Store {
 
     /// Drops every partition whose upper bound is past its table's keep (events partitions
     /// only once sealed), oldest first. Each is counted (events only), detached concurrently
-    /// (the parent stays open to inserts and reads meanwhile), then its table dropped.
+    /// (the parent stays open to inserts and reads meanwhile), then its table dropped. One
+    /// process at a time (a session advisory lock); the others skip the drops.
     pub async fn drop_expired_partitions(&self) -> Result<Dropped> {
+        let mut connection = self.pool.acquire().await?;
+        let taken = sqlx::query_scalar!(
+            r#"SELECT pg_try_advisory_lock(hashtext('quiesce.partitions'), hashtext('drop'))
+               AS "taken!""#
+        )
+        .fetch_one(&mut *connection)
+        .await?;
+        if !taken {
+            return Ok(Dropped::default());
+        }
+        let dropped = self.drop_expired_on(&mut connection).await;
+        let unlocked = sqlx::query_scalar!(
+            r#"SELECT pg_advisory_unlock(hashtext('quiesce.partitions'), hashtext('drop'))
+               AS "unlocked!""#
+        )
+        .fetch_one(&mut *connection)
+        .await;
+        if unlocked.is_err() {
+            // Closing the connection lets go of the lock.
+            connection.close_on_drop();
+        }
+        dropped
+    }
+
+    async fn drop_expired_on(&self, connection: &mut PgConnection) -> Result<Dropped> {
         let plan = &self.partitions;
         // A later change that folds events into totals at evaluation adds here: "and nothing
         // in the partition is unfolded" (sealed partitions take no new rows, so it stays true).
@@ -234,7 +270,7 @@ impl Store {
             interval(plan.keep_of(Partitioned::Events)),
             interval(plan.keep_of(Partitioned::SignalBuckets)),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *connection)
         .await?;
         let mut dropped = Dropped::default();
         for row in due {
@@ -246,40 +282,40 @@ impl Store {
             })?;
             if table == Partitioned::Events {
                 let rows = sqlx::query_scalar!(r#"SELECT partition_rows($1) AS "rows!""#, row.name)
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *connection)
                     .await?;
                 dropped.events += rows.max(0) as u64;
             }
-            self.detach(table, &row.name).await?;
+            detach(connection, table, &row.name).await?;
             sqlx::query!("SELECT partition_forget($1)", row.name)
-                .execute(&self.pool)
+                .execute(&mut *connection)
                 .await?;
             dropped.partitions.push((table, row.name));
         }
         Ok(dropped)
     }
+}
 
-    /// Detaches a partition concurrently, or finishes a detach that was cut short.
-    async fn detach(&self, table: Partitioned, name: &str) -> Result<()> {
-        let state = sqlx::query_scalar!(r#"SELECT partition_state($1) AS "state!""#, name)
-            .fetch_one(&self.pool)
-            .await?;
-        let how = match state.as_str() {
-            "attached" => "CONCURRENTLY",
-            "detaching" => "FINALIZE",
-            _ => return Ok(()),
-        };
-        // The only statement with a computed name: DETACH ... CONCURRENTLY cannot run in a
-        // function (nor any transaction block). The name comes from the partitions table and
-        // is checked to be one the migration's functions make.
-        let statement = format!(
-            "ALTER TABLE {} DETACH PARTITION {} {how}",
-            table.table(),
-            checked_name(table, name)?
-        );
-        sqlx::query(&statement).execute(&self.pool).await?;
-        Ok(())
-    }
+/// Detaches a partition concurrently, or finishes a detach that was cut short.
+async fn detach(connection: &mut PgConnection, table: Partitioned, name: &str) -> Result<()> {
+    let state = sqlx::query_scalar!(r#"SELECT partition_state($1) AS "state!""#, name)
+        .fetch_one(&mut *connection)
+        .await?;
+    let how = match state.as_str() {
+        "attached" => "CONCURRENTLY",
+        "detaching" => "FINALIZE",
+        _ => return Ok(()),
+    };
+    // The only statement with a computed name: DETACH ... CONCURRENTLY cannot run in a
+    // function (nor any transaction block). The name comes from the partitions table and is
+    // checked to be one the migration's functions make.
+    let statement = format!(
+        "ALTER TABLE {} DETACH PARTITION {} {how}",
+        table.table(),
+        checked_name(table, name)?
+    );
+    sqlx::query(&statement).execute(&mut *connection).await?;
+    Ok(())
 }
 
 /// A partition name as `partition_add` makes them (`<table>_p<digits>_<digits>`) or the
@@ -323,6 +359,10 @@ mod tests {
         assert_eq!(plan.bucket_width, Duration::from_secs(6 * 3600 + 15 * 60));
         assert_eq!(plan.keep_of(Partitioned::SignalBuckets), BUCKETS_KEPT);
         assert_eq!(plan.ahead_of(Partitioned::Events), Duration::from_secs(55));
+        // Never more than 16 partitions ahead.
+        let plan = PartitionPlan::new(Duration::from_secs(60), 30, Duration::from_secs(600));
+        assert_eq!(plan.width, Duration::from_secs(2));
+        assert_eq!(plan.ahead_of(Partitioned::Events), Duration::from_secs(32));
     }
 
     #[test]
