@@ -28,7 +28,7 @@ pub use self::{
     evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
     moderation::Reversal,
     outbox::OutboxRow,
-    partitions::{BUCKETS_KEPT, Dropped, PartitionPlan, Partitioned},
+    partitions::{Dropped, PartitionPlan, Partitioned},
     read::{ActionFilter, ActionRecord, ReversalCounts},
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
@@ -231,10 +231,6 @@ impl Store {
             partitions: plan,
             ..self
         }
-    }
-
-    pub fn partition_plan(&self) -> &PartitionPlan {
-        &self.partitions
     }
 
     pub fn pool(&self) -> &PgPool {
