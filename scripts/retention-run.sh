@@ -4,12 +4,14 @@
 # and retention passes inside) runs with a retention of RETENTION (2m) cut into PARTITIONS (4)
 # partitions and a retention pass every 5 s; test_short_retention allows a retention that
 # short (a TEST ONLY setting: the server warns). The load generator sends RATE events/s
-# (steady scenario, 20,000 entities, 100 events a request) for SECONDS (540). The knobs are
+# (steady scenario, 20,000 entities, 100 events a request) for SECONDS (540; a server slower than
+# RATE is given one more minute, then the load stops). The knobs are
 # RETENTION_RUN_{RETENTION,PARTITIONS,RATE,SECONDS,SAMPLE}.
 #
 # Every SAMPLE (15) seconds: the size of the events table (pg_total_relation_size of every
 # partition), its partitions, the events that came in (quiesce_events_ingested_total) and went
-# out (quiesce_events_purged_total), dead rows in the events partitions. Every 30 s a probe id
+# out (quiesce_events_purged_total), dead rows in the events partitions, the queue lag and the
+# entities the repair sweep re-scheduled. Every 30 s a probe id
 # is sent, and a probe sent about RETENTION/2 earlier (inside the window, most often in an
 # older partition) is sent again: it must be answered as a duplicate. At the end: the table's
 # size trend once warm (after RETENTION + 2 partitions), the exact row count against in - out.
@@ -56,6 +58,11 @@ psql_run() { psql "$DATABASE_URL_RUN" -qAtX -F ' ' -c "$1"; }
 metric() {
   curl -fsS "http://127.0.0.1:$mport/metrics" | awk -v name="$1" '$1 == name {v = $2} END {print v + 0}'
 }
+# The most overdue entity of any shard (the gauge is read from Redis at scrape time).
+queue_lag() {
+  curl -fsS "http://127.0.0.1:$mport/metrics" |
+    awk '$1 ~ /^quiesce_queue_lag_seconds[{]/ && $2 > m {m = $2} END {printf "%.1f\n", m + 0}'
+}
 send() { # id -> "accepted duplicates"
   curl -fsS -X POST "http://127.0.0.1:$port/v1/events" -H 'content-type: application/json' \
     -d "{\"id\":\"$1\",\"entity\":\"post:retention-probe\",\"type\":\"flag\"}" |
@@ -65,6 +72,10 @@ send() { # id -> "accepted duplicates"
 run_loadgen retention --scenario steady --entities 20000 --rate "$rate" --duration "${seconds}s" \
   --events $((rate * seconds)) --batch 100 --connections 32 --window 2s &
 loadgen_pid=$!
+# A server slower than RATE would make the load generator send for longer: the run ends at
+# SECONDS (plus a minute) whatever is left to send.
+( sleep $((seconds + 60)); kill "$loadgen_pid" 2>/dev/null && echo "retention-run: load generator stopped at $((seconds + 60)) s" >&2 ) &
+watchdog_pid=$!
 
 # Probes: a new id every 30 s; the one sent about retention/2 before is sent again.
 (
@@ -92,16 +103,16 @@ dead_sql="SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
           WHERE relid IN (SELECT relid FROM pg_partition_tree('events') WHERE isleaf)"
 other_sql="SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('evaluations') WHERE isleaf),
                   (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('signal_buckets') WHERE isleaf)"
-echo "t_s events_bytes partitions in_total out_total dead_rows evaluations_bytes buckets_bytes" >"$out/samples.txt"
+echo "t_s events_bytes partitions in_total out_total dead_rows evaluations_bytes buckets_bytes queue_lag_s sweep_repaired" >"$out/samples.txt"
 start=$(date +%s)
 while kill -0 "$loadgen_pid" 2>/dev/null; do
   t=$(($(date +%s) - start))
   read -r bytes parts < <(psql_run "$size_sql")
-  echo "$t $bytes $parts $(metric quiesce_events_ingested_total) $(metric quiesce_events_purged_total) $(psql_run "$dead_sql") $(psql_run "$other_sql")" >>"$out/samples.txt"
+  echo "$t $bytes $parts $(metric quiesce_events_ingested_total) $(metric quiesce_events_purged_total) $(psql_run "$dead_sql") $(psql_run "$other_sql") $(queue_lag) $(metric quiesce_sweep_repaired_total)" >>"$out/samples.txt"
   sleep "$sample"
 done
 wait "$loadgen_pid" || true
-kill "$probes_pid" 2>/dev/null || true
+kill "$probes_pid" "$watchdog_pid" 2>/dev/null || true
 wait "$probes_pid" 2>/dev/null || true
 
 rows=$(psql_run "SELECT count(*) FROM events")
@@ -109,9 +120,13 @@ in_total=$(metric quiesce_events_ingested_total)
 out_total=$(metric quiesce_events_purged_total)
 python3 - "$out/retention.json" <<'EOF' >"$out/report.json"
 import json, sys
-r = json.load(open(sys.argv[1]))
-print(json.dumps({k: r[k] for k in ("events_sent", "events_accepted", "duplicates", "send_seconds",
-                                     "events_per_second", "errors_by_status")}))
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    print('"no report: stopped before it sent everything"')
+else:
+    print(json.dumps({k: r[k] for k in ("events_sent", "events_accepted", "duplicates",
+                                         "send_seconds", "events_per_second", "errors_by_status")}))
 EOF
 cat "$out/samples.txt"
 cat "$out/probes.txt"
