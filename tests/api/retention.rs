@@ -218,7 +218,15 @@ async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_ded
         let event = domain_event("s1", "post:s");
         store.record_events(&[&event]).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The seal waits for the open transaction's lock on the old partition.
+    let waiting =
+        format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '{old}'::regclass");
+    wait_for(
+        Duration::from_secs(10),
+        "the seal waits for the writer",
+        || async { app.scalar(&waiting).await > 0 },
+    )
+    .await;
     assert!(
         !twin.is_finished(),
         "the new transaction waits for the seal"
@@ -466,6 +474,21 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
         app.send(&event("m1", "post:elsewhere", "flag")).await,
         (0, 1)
     );
+    // The new id goes into a partition of the service's own width: the migration's first one
+    // lasts only seconds, and the one-second retention below would drop it.
+    wait_for(
+        Duration::from_secs(10),
+        "the migration's partition is over",
+        || async {
+            app.scalar(
+                "SELECT count(*) FROM partitions WHERE parent = 'events'
+             AND lower_bound <= now() AND upper_bound > now() + interval '1 hour'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
     assert_eq!(app.send(&event("m6", "post:recent", "flag")).await, (1, 0));
     let entities = app.backends.store.entities_of(&["m1", "m4"]).await.unwrap();
     assert_eq!(entities["m1"].as_str(), "post:old");
