@@ -24,6 +24,7 @@ mod outages;
 mod read_api;
 mod repair;
 mod retention;
+mod retention_migration;
 mod roles;
 mod rules;
 mod signatures;
