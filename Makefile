@@ -12,7 +12,7 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -83,6 +83,11 @@ ceilings:
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
 	@services=$$(scripts/services.sh) && eval "$$services" && scripts/soak.sh
+
+## retention-run: sustained load with a retention of minutes (test_short_retention); the events
+## table's size over time, events in and out, a re-sent id inside the window (SCALING.md)
+retention-run:
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/retention-run.sh
 
 ## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
 slow-clients:

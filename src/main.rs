@@ -147,6 +147,12 @@ fn settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
         settings.telemetry.log_format,
         "info,sqlx=warn,tower_http=warn",
     );
+    if settings.maintenance.test_short_retention {
+        tracing::warn!(
+            retention = %humantime::format_duration(settings.maintenance.retention),
+            "test_short_retention is set: a TEST ONLY setting (retention below 1h); never in production"
+        );
+    }
     Ok(settings)
 }
 

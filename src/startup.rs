@@ -22,7 +22,7 @@ use crate::{
     queue::{self, Keyspace, Queue, RedisConnection, Wakeups},
     rules::{RuleSet, Rules},
     settings::Settings,
-    store::{self, Store},
+    store::{self, PartitionPlan, Store},
     telemetry,
     worker::Worker,
 };
@@ -156,8 +156,15 @@ impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
         let pool = connect_postgres(settings).await?;
         let (redis, wakeups) = connect_redis(settings).await?;
+        let store =
+            Store::new(pool).with_partitions(PartitionPlan::from_settings(&settings.maintenance));
+        // The partitions this retention's width wants from now on (the migration made a few
+        // minutes' worth; retention passes and a write that finds none make more).
+        if let Err(error) = store.extend_partitions().await {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "could not make the time partitions ahead of time");
+        }
         Ok(Self {
-            store: Store::new(pool),
+            store,
             queue: Queue::new(redis, keyspace(settings), settings.schedule.timing()),
             rules,
             wakeup: Arc::new(Notify::new()),

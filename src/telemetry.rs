@@ -29,6 +29,8 @@ pub mod names {
     pub const LEASES_REAPED: &str = "quiesce_leases_reaped_total";
     pub const SWEEP_REPAIRED: &str = "quiesce_sweep_repaired_total";
     pub const EVENTS_PURGED: &str = "quiesce_events_purged_total";
+    pub const PARTITIONS_MADE: &str = "quiesce_partitions_made_total";
+    pub const PARTITIONS_DROPPED: &str = "quiesce_partitions_dropped_total";
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
@@ -222,7 +224,15 @@ fn describe() {
     );
     describe_counter!(
         names::EVENTS_PURGED,
-        "Events deleted after the retention window (their totals stay)."
+        "Events that left with their partition after the retention window (their totals stay), as ANALYZE counted them."
+    );
+    describe_counter!(
+        names::PARTITIONS_MADE,
+        "Time partitions made ahead of time by retention passes, by table."
+    );
+    describe_counter!(
+        names::PARTITIONS_DROPPED,
+        "Time partitions dropped whole after the retention window, by table."
     );
     describe_counter!(
         names::SWEEP_REPAIRED,
@@ -270,6 +280,10 @@ pub fn record_baseline(
         names::EVENTS_PURGED,
     ] {
         metrics::counter!(counter).increment(0);
+    }
+    for table in ["events", "evaluations", "signal_buckets"] {
+        metrics::counter!(names::PARTITIONS_MADE, "table" => table).increment(0);
+        metrics::counter!(names::PARTITIONS_DROPPED, "table" => table).increment(0);
     }
     for outcome in ["done", "snooze", "retry", "failed", "dead_lettered"] {
         metrics::counter!(names::EVALUATIONS, "outcome" => outcome).increment(0);

@@ -1,27 +1,41 @@
-//! Retention: events past the retention window are deleted in bounded batches (their totals
-//! stay), with old minute buckets, evaluation records and delivered outbox rows.
+//! Retention: events, evaluation records and minute buckets leave with whole partitions once
+//! past their keep (their totals stay); partitions are made ahead of time and events
+//! partitions sealed when their time is over; delivered outbox rows go in bounded batches.
 
 use super::Maintenance;
 use crate::{store::StoreError, telemetry::names};
 
-/// Delete statements one pass runs at most (each of `retention_batch` rows).
+/// Delete statements of outbox rows one pass runs at most (each of `retention_batch` rows).
 const PURGE_BATCHES_PER_PASS: usize = 10;
 
 impl Maintenance {
-    /// Deletes events older than the retention (bounded per pass); totals stay as they are.
+    /// One retention pass; returns the events that left (totals stay as they are).
     pub async fn purge_once(&self) -> Result<u64, StoreError> {
-        let deleted = self
+        let purged = self
             .store
-            .purge_expired_events(
-                self.settings.retention,
-                self.settings.retention_batch,
-                PURGE_BATCHES_PER_PASS,
-            )
+            .purge_expired(self.settings.retention_batch, PURGE_BATCHES_PER_PASS)
             .await?;
-        if deleted > 0 {
-            metrics::counter!(names::EVENTS_PURGED).increment(deleted);
-            tracing::info!(deleted, "deleted events past the retention window");
+        let events = purged.dropped.events;
+        for (table, made) in &purged.made {
+            if *made > 0 {
+                metrics::counter!(names::PARTITIONS_MADE, "table" => table.table())
+                    .increment(u64::from(*made));
+            }
         }
-        Ok(deleted)
+        for (table, name) in &purged.dropped.partitions {
+            metrics::counter!(names::PARTITIONS_DROPPED, "table" => table.table()).increment(1);
+            tracing::info!(table = table.table(), partition = %name, "dropped a partition past the retention window");
+        }
+        if events > 0 {
+            metrics::counter!(names::EVENTS_PURGED).increment(events);
+            tracing::info!(events, "events left with their partitions");
+        }
+        if purged.outbox > 0 {
+            tracing::info!(
+                rows = purged.outbox,
+                "deleted delivered outbox rows past the retention window"
+            );
+        }
+        Ok(events)
     }
 }

@@ -48,6 +48,17 @@ pub fn at_least(least: std::time::Duration) -> impl Fn(&std::time::Duration) -> 
     }
 }
 
+/// A check: the number is between `low` and `high`, both included.
+pub fn within(low: u32, high: u32) -> impl Fn(&u32) -> Result<(), String> {
+    move |value| {
+        if (low..=high).contains(value) {
+            Ok(())
+        } else {
+            Err(format!("must be between {low} and {high}"))
+        }
+    }
+}
+
 /// A flag's help: the setting's doc, its default and its variable.
 pub fn help(doc: &str, name: &str, default: &str) -> String {
     format!(

@@ -2,18 +2,30 @@
 
 use std::time::Duration;
 
-use super::declare::{at_least, nonzero, section};
+use super::declare::{nonzero, section, within};
 
 section! {
     /// Background upkeep: the retention of events and the repair sweep.
     pub struct Maintenance("maintenance", heading "Maintenance"), flags MaintenanceFlags {
-        /// How long event ids are kept for dedup (senders retry for about 3 days); older
-        /// events, minute buckets, evaluation records and delivered outbox rows are deleted,
-        /// totals stay; at least 1h.
-        retention: Duration = Duration::from_secs(7 * 24 * 3600), check at_least(Duration::from_secs(3600));
-        /// How often expired events are deleted.
+        /// How long events are kept, and so how long event ids are remembered for dedup
+        /// (senders retry for about 3 days). Events, evaluation records and minute buckets
+        /// (those kept at least 25h) leave with whole time partitions, at most
+        /// retention/retention_partitions after the window; delivered outbox rows are deleted;
+        /// totals, actions and moderator decisions stay; at least 1h (test_short_retention
+        /// aside).
+        retention: Duration = Duration::from_secs(7 * 24 * 3600), check nonzero;
+        /// How many partitions the retention window is cut into: more leave old events closer
+        /// to the retention, fewer make each new event's dedup check probe fewer partitions
+        /// (about this many); 1 to 32.
+        retention_partitions: u32 = 4, check within(1, 32);
+        /// TEST ONLY, never in production: lets retention go down to 1 minute (the retention
+        /// run, tests); a process started with it warns.
+        test_short_retention: bool = false;
+        /// How often a retention pass runs: it makes partitions ahead of time (for two passes
+        /// and one partition more), seals the events partitions whose time is over and drops
+        /// those past the retention.
         retention_interval: Duration = Duration::from_secs(600), check nonzero;
-        /// Most events one delete statement removes (a pass runs at most 10).
+        /// Most delivered outbox rows one delete statement removes (a pass runs at most 10).
         retention_batch: usize = 10_000, check nonzero;
         /// How often the repair sweep looks in Postgres for entities owed an evaluation that
         /// Redis lost.

@@ -47,6 +47,12 @@ use self::{
     layers::Layers,
 };
 
+/// The shortest retention (a retention pass must keep up with it on its own, and ids must
+/// outlast senders' retries)...
+pub const MIN_RETENTION: std::time::Duration = std::time::Duration::from_secs(3600);
+/// ...and the shortest `test_short_retention` allows, for the retention run and tests.
+pub const MIN_TEST_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -247,6 +253,22 @@ impl Settings {
         }
         if schedule.backoff_max < schedule.backoff_base {
             return fail("backoff_max", "must be at least the backoff base");
+        }
+        let maintenance = &self.maintenance;
+        let least = if maintenance.test_short_retention {
+            MIN_TEST_RETENTION
+        } else {
+            MIN_RETENTION
+        };
+        if maintenance.retention < least {
+            return fail(
+                "retention",
+                if maintenance.test_short_retention {
+                    "must be at least 1m, even with test_short_retention"
+                } else {
+                    "must be at least 1h (test_short_retention allows minutes, for tests only)"
+                },
+            );
         }
         if self.maintenance.sweep_grace < backend_timeout {
             return fail(

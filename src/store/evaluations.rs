@@ -129,6 +129,23 @@ impl Store {
         started_at: DateTime<Utc>,
         due_at: Option<DateTime<Utc>>,
     ) -> Result<Completion> {
+        // The records and the derived event go into time partitions: a partition turnover is
+        // repaired and the completion retried (nothing of a failed attempt was committed).
+        self.with_turnover(|| {
+            self.complete_once(snapshot, verdict, decision, worker, started_at, due_at)
+        })
+        .await
+    }
+
+    async fn complete_once(
+        &self,
+        snapshot: &Snapshot,
+        verdict: &Verdict,
+        decision: Option<&Decision>,
+        worker: &str,
+        started_at: DateTime<Utc>,
+        due_at: Option<DateTime<Utc>>,
+    ) -> Result<Completion> {
         let fenced = [FencedEvaluation {
             snapshot,
             verdict,

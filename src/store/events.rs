@@ -16,10 +16,15 @@ impl Store {
     /// group commits that share ids or entities wait on each other in one order, never in a
     /// cycle. Only newly inserted events move the counters.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
-        let mut tx = self.pool.begin().await?;
-        let inserted = record_in(&mut tx, events).await?;
-        tx.commit().await?;
-        Ok(inserted)
+        // A partition turnover (an events partition whose time is over and not sealed yet, or
+        // none made for now) is repaired and the transaction retried.
+        self.with_turnover(|| async {
+            let mut tx = self.pool.begin().await?;
+            let inserted = record_in(&mut tx, events).await?;
+            tx.commit().await?;
+            Ok(inserted)
+        })
+        .await
     }
 
     /// The entities that these event ids were recorded for.
@@ -46,6 +51,11 @@ impl Store {
 /// inserted sorted by id and counters upserted sorted by key, so concurrent transactions that
 /// share ids or entities wait on each other in one order, never in a cycle. Only newly
 /// inserted events move the counters.
+///
+/// An id is new when no partition holds it: the partition the row goes to (the one of this
+/// transaction's `now()`) by its unique index, the older ones by the check in the statement,
+/// which is only trusted once all of them are sealed (`store/partitions.rs`). When one is not,
+/// nothing is written and [`StoreError::Unsealed`] tells the caller to seal and retry.
 pub(super) async fn record_in(
     tx: &mut Transaction<'_, Postgres>,
     events: &[&Event],
@@ -65,12 +75,38 @@ pub(super) async fn record_in(
         .iter()
         .map(|e| e.author.as_ref().map(EntityId::as_str))
         .collect();
-    let inserted: Vec<String> = sqlx::query_scalar!(
-        "INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
-                              $6::timestamptz[], $7::text[], $8::text[])
-         ON CONFLICT (id) DO NOTHING
-         RETURNING id",
+    let rows: Vec<Option<String>> = sqlx::query_scalar!(
+        r#"WITH gate AS MATERIALIZED (
+               SELECT NOT EXISTS (SELECT 1 FROM partitions p
+                                  WHERE p.parent = 'events' AND p.upper_bound <= now()
+                                    AND p.sealed_at IS NULL) AS open,
+                      (SELECT max(p.lower_bound) FROM partitions p
+                       WHERE p.parent = 'events' AND p.lower_bound <= now()) AS current_from
+           ),
+           input AS MATERIALIZED (
+               SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
+                                    $6::timestamptz[], $7::text[], $8::text[])
+                   AS t(id, entity, signal, actor, weight, occurred_at, priority, author)
+           ),
+           -- The ids already in an older (sealed) partition; the current one is the insert's
+           -- arbiter. One index scan per partition for the whole group.
+           earlier AS MATERIALIZED (
+               SELECT e.id FROM events e
+               WHERE (SELECT open FROM gate) AND e.id = ANY($1::text[])
+                 AND e.received_at < (SELECT current_from FROM gate)
+           ),
+           inserted AS (
+               INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author)
+               SELECT i.id, i.entity, i.signal, i.actor, i.weight, i.occurred_at, i.priority,
+                      i.author
+               FROM input i
+               WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM earlier)
+               ON CONFLICT DO NOTHING
+               RETURNING id
+           )
+           SELECT id AS "id?" FROM inserted
+           UNION ALL
+           SELECT NULL FROM gate WHERE NOT open"#,
         &ids as &[&str],
         &entities as &[&str],
         &signals as &[&str],
@@ -82,6 +118,9 @@ pub(super) async fn record_in(
     )
     .fetch_all(&mut **tx)
     .await?;
+    let Some(inserted) = rows.into_iter().collect::<Option<Vec<String>>>() else {
+        return Err(StoreError::Unsealed);
+    };
     let inserted: HashSet<String> = inserted.into_iter().collect();
     if !inserted.is_empty() {
         let fresh = events.iter().filter(|e| inserted.contains(e.id.as_str()));

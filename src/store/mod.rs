@@ -8,6 +8,7 @@ mod events;
 pub mod loadgen;
 mod moderation;
 mod outbox;
+mod partitions;
 mod read;
 mod retention;
 mod snapshots;
@@ -29,6 +30,7 @@ pub use self::{
     evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
     moderation::Reversal,
     outbox::OutboxRow,
+    partitions::{Dropped, PartitionPlan, Partitioned},
     read::{ActionFilter, ActionRecord, ReversalCounts},
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
@@ -64,6 +66,10 @@ pub enum StoreError {
     /// The call was dropped before it was answered (shutting down, or a panic in the batch).
     #[error("the Postgres call was interrupted before it was answered")]
     Interrupted,
+    /// An events partition's time is over and it is not sealed yet: the dedup check against it
+    /// cannot be trusted, so nothing was written. Sealing it and retrying is the cure.
+    #[error("an events partition ended and is not sealed yet; retry once it is")]
+    Unsealed,
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -104,13 +110,35 @@ impl StoreError {
         })
     }
 
-    /// A serialization failure or deadlock: retrying the transaction is the cure.
+    /// A serialization failure or deadlock: retrying the transaction is the cure. A partition
+    /// turnover ([`StoreError::needs_turnover`]) is one too.
     pub fn is_conflict(&self) -> bool {
         match self {
-            StoreError::Database(sqlx::Error::Database(db)) => db
-                .code()
-                .is_some_and(|code| code == "40001" || code == "40P01"),
+            StoreError::Database(sqlx::Error::Database(db))
+                if db
+                    .code()
+                    .is_some_and(|code| code == "40001" || code == "40P01") =>
+            {
+                true
+            }
             StoreError::Shared(error) => error.is_conflict(),
+            _ => self.needs_turnover(),
+        }
+    }
+
+    /// A write that needs the partitions turned over before it is retried: an events partition
+    /// ended and is not sealed ([`StoreError::Unsealed`]), a sealed one refused a transaction
+    /// received before its end (a serialization failure, from its trigger), or no partition
+    /// holds the row's time (a check violation that names no constraint).
+    pub fn needs_turnover(&self) -> bool {
+        match self {
+            StoreError::Unsealed => true,
+            StoreError::Database(sqlx::Error::Database(db)) => match db.code().as_deref() {
+                Some("40001") => true,
+                Some("23514") => db.constraint().is_none(),
+                _ => false,
+            },
+            StoreError::Shared(error) => error.needs_turnover(),
             _ => false,
         }
     }
@@ -186,11 +214,25 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    /// How the time partitions are cut and kept (`partitions.rs`).
+    partitions: PartitionPlan,
 }
 
 impl Store {
+    /// A store whose partitions follow the default retention settings.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            partitions: PartitionPlan::from_settings(&crate::settings::Maintenance::default()),
+        }
+    }
+
+    /// The same store with partitions cut by `plan`.
+    pub fn with_partitions(self, plan: PartitionPlan) -> Self {
+        Self {
+            partitions: plan,
+            ..self
+        }
     }
 
     pub fn pool(&self) -> &PgPool {

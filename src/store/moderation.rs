@@ -37,6 +37,19 @@ impl Store {
         reason: &str,
         override_for: std::time::Duration,
     ) -> Result<Reversal> {
+        // The compensation is an event: a partition turnover is repaired and the whole
+        // reversal retried.
+        self.with_turnover(|| self.reverse_once(id, moderator, reason, override_for))
+            .await
+    }
+
+    async fn reverse_once(
+        &self,
+        id: i64,
+        moderator: &str,
+        reason: &str,
+        override_for: std::time::Duration,
+    ) -> Result<Reversal> {
         let mut tx = self.pool.begin().await?;
         let action = sqlx::query_as!(
             ActionRecord,

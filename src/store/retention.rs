@@ -1,64 +1,36 @@
-//! Retention: events past the retention window go, with old minute buckets, evaluation records
-//! and delivered outbox rows; totals, actions and moderator decisions are kept.
+//! Retention: events, evaluation records and minute buckets past their keep leave with their
+//! whole partition (`partitions.rs`); delivered outbox rows past the window are deleted in
+//! bounded batches (one row per action: a small table); totals, actions and moderator
+//! decisions are kept.
 
 use sqlx::postgres::PgQueryResult;
 
-use super::{Result, Store, interval};
+use super::{Dropped, Partitioned, Result, Store, interval};
 
-/// Minute buckets outlive a shorter retention: the longest window needs 24 hours of them.
-const BUCKETS_KEPT: std::time::Duration = std::time::Duration::from_secs(25 * 3600);
+/// What one retention pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Purged {
+    /// Events partitions sealed by this pass (usually ingest seals them first).
+    pub sealed: u32,
+    /// Partitions made ahead of time, per table.
+    pub made: Vec<(Partitioned, u32)>,
+    pub dropped: Dropped,
+    /// Delivered outbox rows deleted.
+    pub outbox: u64,
+}
 
 impl Store {
-    /// Deletes events received more than `retention` ago, in statements of at most `batch`
-    /// rows, at most `max_batches` of them, and one batch each of old minute buckets,
-    /// evaluation records and delivered outbox rows; totals are not touched. Returns the
-    /// number of events deleted.
-    pub async fn purge_expired_events(
-        &self,
-        retention: std::time::Duration,
-        batch: usize,
-        max_batches: usize,
-    ) -> Result<u64> {
-        let age = interval(retention);
+    /// One retention pass: seals the events partitions whose time is over, makes the
+    /// partitions missing ahead of time, drops those past their keep (minute buckets are kept
+    /// at least 25 h, for the 24 h windows) and deletes delivered outbox rows past the
+    /// retention, in statements of at most `batch` rows, at most `max_batches` of them.
+    pub async fn purge_expired(&self, batch: usize, max_batches: usize) -> Result<Purged> {
+        let sealed = self.seal_due_partitions().await?;
+        let made = self.extend_partitions().await?;
+        let dropped = self.drop_expired_partitions().await?;
+        let age = interval(self.partitions.retention);
         let limit = batch as i64;
-        // SKIP LOCKED: processes purging at the same time take different rows.
-        let deleted = in_batches(batch, max_batches, || {
-            sqlx::query!(
-                "DELETE FROM events WHERE id IN (
-                     SELECT id FROM events WHERE received_at < now() - $1::interval
-                     ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                age,
-                limit,
-            )
-            .execute(&self.pool)
-        })
-        .await?;
-        // Minute buckets (kept at least 25h, for the 24h windows), evaluation records and
-        // delivered outbox rows past the window go too, in the same bounded batches; actions
-        // and moderator decisions are kept.
-        let bucket_age = interval(retention.max(BUCKETS_KEPT));
-        in_batches(batch, max_batches, || {
-            sqlx::query!(
-                "DELETE FROM signal_buckets WHERE ctid IN (
-                     SELECT ctid FROM signal_buckets WHERE bucket_start < now() - $1::interval LIMIT $2)",
-                bucket_age,
-                limit,
-            )
-            .execute(&self.pool)
-        })
-        .await?;
-        in_batches(batch, max_batches, || {
-            sqlx::query!(
-                "DELETE FROM evaluations WHERE id IN (
-                     SELECT id FROM evaluations WHERE finished_at < now() - $1::interval
-                     ORDER BY id LIMIT $2)",
-                age,
-                limit,
-            )
-            .execute(&self.pool)
-        })
-        .await?;
-        in_batches(batch, max_batches, || {
+        let outbox = in_batches(batch, max_batches, || {
             sqlx::query!(
                 "DELETE FROM outbox WHERE id IN (
                      SELECT id FROM outbox WHERE delivered_at < now() - $1::interval
@@ -69,7 +41,12 @@ impl Store {
             .execute(&self.pool)
         })
         .await?;
-        Ok(deleted)
+        Ok(Purged {
+            sealed,
+            made,
+            dropped,
+            outbox,
+        })
     }
 }
 

@@ -76,6 +76,13 @@ pub struct TestOptions {
     pub max_connections: usize,
     pub body_min_rate: u32,
     pub body_grace: Duration,
+    /// Retention (below 1h turns test_short_retention on) and the partitions it is cut into.
+    pub retention: Duration,
+    pub retention_partitions: u32,
+    pub retention_interval: Duration,
+    /// SQL run on the database as the migrations before time partitioning left it, before the
+    /// rest of them: rows written under the old schema.
+    pub before_partitioning: Option<&'static str>,
 }
 
 impl Default for TestOptions {
@@ -113,6 +120,10 @@ impl Default for TestOptions {
             max_connections: quiesce::settings::Http::default().max_connections,
             body_min_rate: quiesce::settings::Http::default().body_min_rate,
             body_grace: quiesce::settings::Http::default().body_grace,
+            retention: quiesce::settings::Maintenance::default().retention,
+            retention_partitions: quiesce::settings::Maintenance::default().retention_partitions,
+            retention_interval: quiesce::settings::Maintenance::default().retention_interval,
+            before_partitioning: None,
         }
     }
 }
@@ -210,7 +221,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         postgres_proxy = Some(proxy);
     }
     let mut settings = Settings::default();
-    settings.database.database_url = SecretString::from(database_url);
+    settings.database.database_url = SecretString::from(database_url.clone());
     settings.database.db_max_connections = 8;
     settings.database.backend_timeout = options.backend_timeout;
     settings.redis.redis_url = SecretString::from(redis_url);
@@ -245,6 +256,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     worker.worker_id = "in-process".to_owned();
     settings.maintenance.sweep_interval = options.sweep_interval;
     settings.maintenance.sweep_grace = options.sweep_grace;
+    settings.maintenance.retention = options.retention;
+    settings.maintenance.retention_partitions = options.retention_partitions;
+    settings.maintenance.retention_interval = options.retention_interval;
+    settings.maintenance.test_short_retention = options.retention < Duration::from_secs(3600);
     let security = &mut settings.security;
     security.sources = options.sources.clone();
     security.insecure_dev = options.api_tokens.is_empty();
@@ -264,6 +279,9 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .map(|s| SecretString::from(s.as_str()))
         .collect();
     settings.validate().expect("valid test settings");
+    if let Some(sql) = options.before_partitioning {
+        write_before_partitioning(&database_url, sql).await;
+    }
     startup::prepare_database(&settings)
         .await
         .expect("migrations");
@@ -302,6 +320,34 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         shutdown,
         server: Some(server),
     }
+}
+
+/// The first migration of time partitioning: [`TestOptions::before_partitioning`] runs its SQL
+/// on the schema of the migrations before it.
+pub const PARTITIONING_MIGRATION: i64 = 20261215000001;
+
+/// Applies the migrations before [`PARTITIONING_MIGRATION`] and runs `sql` on the result.
+async fn write_before_partitioning(database_url: &str, sql: &str) {
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version < PARTITIONING_MIGRATION)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    let mut connection = PgConnection::connect(database_url)
+        .await
+        .expect("the test database");
+    migrator
+        .run(&mut connection)
+        .await
+        .expect("the migrations before partitioning");
+    sqlx::raw_sql(sql)
+        .execute(&mut connection)
+        .await
+        .expect("rows under the old schema");
+    connection.close().await.ok();
 }
 
 /// A Standard Webhooks secret for named-source tests.
@@ -509,6 +555,50 @@ impl TestApp {
     /// Maintenance on this app's backends, for driving a reaper, sweep or retention pass.
     pub fn maintenance(&self) -> quiesce::maintenance::Maintenance {
         self.backends.maintenance(&self.settings)
+    }
+
+    /// This test's database, for connections of the test's own.
+    pub fn database_url(&self) -> String {
+        use secrecy::ExposeSecret;
+        self.settings
+            .database
+            .database_url
+            .expose_secret()
+            .to_owned()
+    }
+
+    /// Moves these events `ago` into the past, into a partition made for them (from an hour
+    /// before that time to an hour after: once per test, partitions may not overlap).
+    pub async fn age_events(&self, ids: &[&str], ago: Duration) {
+        let hour = Duration::from_secs(3600);
+        self.add_past_partition(quiesce::store::Partitioned::Events, ago + hour, ago - hour)
+            .await;
+        let moved = sqlx::query(
+            "UPDATE events SET received_at = now() - make_interval(secs => $2) WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .bind(ago.as_secs_f64())
+        .execute(&self.pool)
+        .await
+        .expect("events moved into the past")
+        .rows_affected();
+        assert_eq!(moved, ids.len() as u64, "{ids:?}");
+    }
+
+    /// Adds the partition of `table` for the times from `from_ago` to `to_ago` before now
+    /// (rows of that time can then be written there).
+    pub async fn add_past_partition(
+        &self,
+        table: quiesce::store::Partitioned,
+        from_ago: Duration,
+        to_ago: Duration,
+    ) -> String {
+        let now = chrono::Utc::now();
+        self.backends
+            .store
+            .add_partition(table, now - from_ago, now - to_ago)
+            .await
+            .expect("a partition in the past")
     }
 
     /// Starts `quiesce worker` as a separate process on this test's database and prefix.

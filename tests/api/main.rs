@@ -23,6 +23,8 @@ mod moderation;
 mod outages;
 mod read_api;
 mod repair;
+mod retention;
+mod retention_migration;
 mod roles;
 mod rules;
 mod shard_change;

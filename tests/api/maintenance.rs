@@ -1,12 +1,22 @@
 //! Retention of event ids, and the Redis configuration check at startup.
 
-use quiesce::queue::RedisDurability;
+use std::time::Duration;
+
+use quiesce::{queue::RedisDurability, store::Partitioned};
 use serde_json::json;
 
 use crate::{
     helpers::{TestOptions, event, spawn_app},
     private_redis::PrivateRedis,
 };
+
+fn days(n: u64) -> Duration {
+    Duration::from_secs(n * 24 * 3600)
+}
+
+fn hours(n: u64) -> Duration {
+    Duration::from_secs(n * 3600)
+}
 
 #[tokio::test]
 async fn events_past_retention_are_deleted_and_totals_stay() {
@@ -15,13 +25,9 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
         .map(|i| event(&format!("e{i}"), "post:old", "flag"))
         .collect();
     app.send(&json!(events)).await;
-    // Three of them were received eight days ago (the default retention is seven).
-    sqlx::query(
-        "UPDATE events SET received_at = now() - interval '8 days' WHERE id IN ('e0', 'e1', 'e2')",
-    )
-    .execute(&app.pool)
-    .await
-    .unwrap();
+    // Three of them were received eight days ago (the default retention is seven), into the
+    // partition of that time.
+    app.age_events(&["e0", "e1", "e2"], days(8)).await;
 
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 3);
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 2);
@@ -39,6 +45,8 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 0);
 
     // Old evaluation records and delivered outbox rows go with them; undelivered rows stay.
+    app.add_past_partition(Partitioned::Evaluations, days(10), days(9) - hours(1))
+        .await;
     sqlx::query(
         "INSERT INTO evaluations (entity, worker, started_at, finished_at, moderation_version,
                                   event_count, decisions)

@@ -282,13 +282,12 @@ async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() 
     let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
     assert_eq!((status, &reply["accepted"]), (202, &1.into()), "{reply}");
 
-    // The event leaves retention; the captured request is replayed as it was, and with a
-    // fresh delivery id (the id is not signed, the body is).
-    app.backends
-        .store
-        .purge_expired_events(std::time::Duration::ZERO, 1000, 10)
-        .await
-        .unwrap();
+    // The event leaves retention (received eight days ago, its partition is dropped); the
+    // captured request is replayed as it was, and with a fresh delivery id (the id is not
+    // signed, the body is).
+    app.age_events(&["g1"], std::time::Duration::from_secs(8 * 24 * 3600))
+        .await;
+    app.backends.store.purge_expired(1000, 10).await.unwrap();
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
     let entity_events = "SELECT event_count FROM entities WHERE entity = 'post:1'";
     assert_eq!(app.scalar(entity_events).await, 1);

@@ -1,0 +1,412 @@
+//! Retention by time partitions: whole partitions leave once past the retention while newer
+//! events and every total stay; the dedup of an id holds across partition boundaries, also for
+//! concurrent transactions that straddle one; a write that finds no partition makes it.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use quiesce::{
+    domain::{EntityId, Event, EventId, Priority, Signal},
+    store::{Partitioned, Store},
+};
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+
+use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Events partitions of 2 s (a retention of a minute cut in 30), made 12 s ahead: boundaries
+/// come by often, and partitions run out unless a write makes them.
+fn short_partitions() -> TestOptions {
+    TestOptions {
+        retention: Duration::from_secs(60),
+        retention_partitions: 30,
+        retention_interval: Duration::from_secs(5),
+        ..TestOptions::idle()
+    }
+}
+
+fn domain_event(id: &str, entity: &str) -> Event {
+    Event {
+        id: EventId::parse(id).unwrap(),
+        entity: EntityId::parse(entity).unwrap(),
+        signal: Signal::parse("flag").unwrap(),
+        actor: None,
+        weight: 1.0,
+        occurred_at: None,
+        priority: Priority::Normal,
+        author: None,
+    }
+}
+
+/// The partition that holds this event.
+async fn partition_of(app: &TestApp, id: &str) -> String {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM events WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await
+        .expect("the event is recorded")
+}
+
+/// Waits until Postgres' clock is past the end of this events partition.
+async fn wait_until_over(app: &TestApp, partition: &str) {
+    wait_for(
+        Duration::from_secs(10),
+        "the partition's time is over",
+        || async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT upper_bound <= now() FROM partitions WHERE name = $1",
+            )
+            .bind(partition)
+            .fetch_one(&app.pool)
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+}
+
+/// The events partition of Postgres' now, at least `margin` before its end (waits for the
+/// next one otherwise).
+async fn current_partition(app: &TestApp, margin: Duration) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        // A write makes the partition of now if it is missing.
+        app.backends.store.extend_partitions().await.unwrap();
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT name FROM partitions
+             WHERE parent = 'events' AND lower_bound <= now()
+               AND upper_bound > now() + make_interval(secs => $1)",
+        )
+        .bind(margin.as_secs_f64())
+        .fetch_optional(&app.pool)
+        .await
+        .unwrap();
+        if let Some(name) = found {
+            return name;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no partition with {margin:?} left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_old_partition_is_dropped_whole_while_newer_events_and_totals_stay() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let events: Vec<_> = (0..6)
+        .map(|i| event(&format!("r{i}"), "post:kept", "flag"))
+        .collect();
+    assert_eq!(app.send(&json!(events)).await, (6, 0));
+    app.age_events(&["r0", "r1", "r2", "r3"], 8 * DAY).await;
+    let old = partition_of(&app, "r0").await;
+    // Minute buckets are kept as long (and at least 25 h): a partition of them from eight
+    // days ago goes, today's stay.
+    let buckets = app
+        .add_past_partition(Partitioned::SignalBuckets, 8 * DAY + HOUR, 8 * DAY - HOUR)
+        .await;
+    sqlx::query(
+        "INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
+         VALUES ('post:kept', 'flag', date_trunc('minute', now() - interval '8 days'), 4, 4)",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+
+    assert_eq!(app.maintenance().purge_once().await.unwrap(), 4);
+    for gone in [&old, &buckets] {
+        let left = app
+            .scalar(&format!(
+                "SELECT count(*) FROM pg_class WHERE relname = '{gone}'"
+            ))
+            .await;
+        assert_eq!(left, 0, "{gone} is dropped");
+        let listed = app
+            .scalar(&format!(
+                "SELECT count(*) FROM partitions WHERE name = '{gone}'"
+            ))
+            .await;
+        assert_eq!(listed, 0, "{gone} is forgotten");
+    }
+    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM events ORDER BY id")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, ["r4", "r5"]);
+    assert_eq!(app.scalar("SELECT count(*) FROM signal_buckets").await, 1);
+    for totals in [
+        "SELECT event_count FROM entities WHERE entity = 'post:kept'",
+        "SELECT count FROM signal_totals WHERE entity = 'post:kept'",
+    ] {
+        assert_eq!(app.scalar(totals).await, 6, "{totals}");
+    }
+    // The dropped ids are forgotten, the kept ones remembered.
+    assert_eq!(
+        app.send(&json!([
+            event("r0", "post:kept", "flag"),
+            event("r5", "post:kept", "flag")
+        ]))
+        .await,
+        (1, 1)
+    );
+    assert_eq!(app.maintenance().purge_once().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_resent_id_is_a_duplicate_across_a_partition_boundary() {
+    let app = spawn_app(short_partitions()).await;
+    current_partition(&app, Duration::from_millis(500)).await;
+    assert_eq!(app.send(&event("b1", "post:first", "flag")).await, (1, 0));
+    let first = partition_of(&app, "b1").await;
+    wait_until_over(&app, &first).await;
+
+    // Sent again, under another entity, from a newer partition: a duplicate, and nothing is
+    // written for the other entity.
+    assert_eq!(app.send(&event("b1", "post:other", "flag")).await, (0, 1));
+    assert_eq!(app.send(&event("b2", "post:first", "flag")).await, (1, 0));
+    assert_ne!(
+        partition_of(&app, "b2").await,
+        first,
+        "b2 is in a newer partition"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE entity = 'post:other'")
+            .await,
+        0
+    );
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:first'")
+            .await,
+        2
+    );
+    // The insert after the boundary sealed the partition the first copy is in.
+    let sealed = app
+        .scalar(&format!(
+            "SELECT count(*) FROM partitions WHERE name = '{first}' AND sealed_at IS NOT NULL"
+        ))
+        .await;
+    assert_eq!(sealed, 1);
+    let entities = app.backends.store.entities_of(&["b1"]).await.unwrap();
+    assert_eq!(entities["b1"].as_str(), "post:first");
+}
+
+#[tokio::test]
+async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_dedup() {
+    let app = spawn_app(short_partitions()).await;
+    let old = current_partition(&app, Duration::from_millis(800)).await;
+    // A transaction received before the boundary writes id s1 and stays open past it.
+    let mut writer = PgConnection::connect(&app.database_url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
+    sqlx::query(
+        "INSERT INTO events (id, entity, signal, weight, priority)
+         VALUES ('s1', 'post:s', 'flag', 1, 'normal')",
+    )
+    .execute(&mut writer)
+    .await
+    .unwrap();
+    wait_until_over(&app, &old).await;
+
+    // After the boundary, the same id from another transaction: its check of the old
+    // partition cannot see the open one's row, so it must wait for the seal, which waits for
+    // the open transaction.
+    let store = app.backends.store.clone();
+    let twin = tokio::spawn(async move {
+        let event = domain_event("s1", "post:s");
+        store.record_events(&[&event]).await
+    });
+    // The seal waits for the open transaction's lock on the old partition.
+    let waiting =
+        format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '{old}'::regclass");
+    wait_for(
+        Duration::from_secs(10),
+        "the seal waits for the writer",
+        || async { app.scalar(&waiting).await > 0 },
+    )
+    .await;
+    assert!(
+        !twin.is_finished(),
+        "the new transaction waits for the seal"
+    );
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    let inserted = tokio::time::timeout(Duration::from_secs(10), twin)
+        .await
+        .expect("the seal ends once the writer commits")
+        .unwrap()
+        .unwrap();
+    assert!(inserted.is_empty(), "s1 is a duplicate: {inserted:?}");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events WHERE id = 's1'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_received_before_the_seal_cannot_write_after_it() {
+    let app = spawn_app(short_partitions()).await;
+    let old = current_partition(&app, Duration::from_millis(800)).await;
+    // Received (its now()) before the boundary, but writing only after the seal.
+    let mut late = PgConnection::connect(&app.database_url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut late).await.unwrap();
+    sqlx::query("SELECT now()")
+        .execute(&mut late)
+        .await
+        .unwrap();
+    wait_until_over(&app, &old).await;
+    assert_eq!(app.send(&event("t1", "post:t", "flag")).await, (1, 0));
+    let sealed = app
+        .scalar(&format!(
+            "SELECT count(*) FROM partitions WHERE name = '{old}' AND sealed_at IS NOT NULL"
+        ))
+        .await;
+    assert_eq!(sealed, 1, "the send sealed {old}");
+
+    let refused = sqlx::query(
+        "INSERT INTO events (id, entity, signal, weight, priority)
+         VALUES ('t1', 'post:t', 'flag', 1, 'normal')",
+    )
+    .execute(&mut late)
+    .await
+    .expect_err("a sealed partition takes no rows");
+    let code = refused
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("40001"), "{refused}");
+    sqlx::query("ROLLBACK").execute(&mut late).await.unwrap();
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events WHERE id = 't1'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn concurrent_writers_of_one_id_record_it_once_across_boundaries() {
+    let app = spawn_app(short_partitions()).await;
+    let store: Store = app.backends.store.clone();
+    // Eight transactions at a time carry the same id, round after round for three
+    // partitions' time; each round also carries the previous round's id again.
+    let started = std::time::Instant::now();
+    let mut rounds = 0;
+    let mut accepted = 0;
+    while started.elapsed() < Duration::from_secs(7) {
+        let id = format!("c{rounds}");
+        let previous = format!("c{}", rounds.max(1) - 1);
+        let tasks = (0..8).map(|_| {
+            let store = store.clone();
+            let (id, previous) = (id.clone(), previous.clone());
+            async move {
+                let (event, again) = (
+                    domain_event(&id, "post:c"),
+                    domain_event(&previous, "post:c"),
+                );
+                let events: Vec<&Event> = if id == previous {
+                    vec![&event]
+                } else {
+                    vec![&event, &again]
+                };
+                store.record_events(&events).await.unwrap().len()
+            }
+        });
+        accepted += join_all(tasks).await.into_iter().sum::<usize>();
+        rounds += 1;
+    }
+    let partitions = app
+        .scalar("SELECT count(DISTINCT tableoid) FROM events")
+        .await;
+    assert!(partitions >= 3, "the rounds span {partitions} partitions");
+    assert_eq!(accepted, rounds, "each id once");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events").await,
+        rounds as i64
+    );
+    assert_eq!(
+        app.scalar("SELECT count(DISTINCT id) FROM events").await,
+        rounds as i64
+    );
+    assert_eq!(
+        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:c'")
+            .await,
+        rounds as i64
+    );
+}
+
+#[tokio::test]
+async fn a_write_that_finds_no_partition_makes_it() {
+    let app = spawn_app(TestOptions::idle()).await;
+    // Every events partition of now and later goes (as if the service had been stopped
+    // longer than it made partitions ahead for).
+    let ahead: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM partitions WHERE parent = 'events' AND upper_bound > now()",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(!ahead.is_empty());
+    for name in &ahead {
+        for statement in [
+            format!("ALTER TABLE events DETACH PARTITION {name}"),
+            format!("SELECT partition_forget('{name}')"),
+        ] {
+            sqlx::query(&statement).execute(&app.pool).await.unwrap();
+        }
+    }
+    assert_eq!(app.send(&event("n1", "post:n", "flag")).await, (1, 0));
+    assert_eq!(app.send(&event("n1", "post:n", "flag")).await, (0, 1));
+    let made = app
+        .scalar("SELECT count(*) FROM partitions WHERE parent = 'events' AND upper_bound > now()")
+        .await;
+    assert!(made > 0, "the partition of now was made");
+}
+
+#[tokio::test]
+async fn a_detach_cut_short_is_finished_by_the_next_pass() {
+    let app = spawn_app(TestOptions::idle()).await;
+    app.send(&event("d1", "post:d", "flag")).await;
+    app.age_events(&["d1"], 8 * DAY).await;
+    let old = partition_of(&app, "d1").await;
+    app.backends.store.seal_due_partitions().await.unwrap();
+    // An open snapshot makes the concurrent detach wait; a lock timeout cuts it short, which
+    // leaves the partition half detached.
+    let mut reader = PgConnection::connect(&app.database_url()).await.unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM events")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let mut detacher = PgConnection::connect(&app.database_url()).await.unwrap();
+    sqlx::query("SET lock_timeout = '200ms'")
+        .execute(&mut detacher)
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "ALTER TABLE events DETACH PARTITION {old} CONCURRENTLY"
+    ))
+    .execute(&mut detacher)
+    .await
+    .expect_err("cut short by the lock timeout");
+    sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
+    let state: String = sqlx::query_scalar("SELECT partition_state($1)")
+        .bind(&old)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "detaching");
+
+    assert_eq!(app.maintenance().purge_once().await.unwrap(), 1);
+    assert_eq!(
+        app.scalar(&format!(
+            "SELECT count(*) FROM pg_class WHERE relname = '{old}'"
+        ))
+        .await,
+        0
+    );
+}
