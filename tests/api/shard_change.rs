@@ -8,13 +8,14 @@ use std::{sync::Arc, time::Duration};
 
 use quiesce::{
     domain::{EntityId, EventBody, Priority},
-    queue::IndexKind,
+    queue::{IndexKind, Queue},
+    settings::Settings,
     startup::Backends,
     worker::Outcome,
 };
 use serde_json::json;
 
-use crate::helpers::{TestOptions, claim_next, event, spawn_app};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app};
 
 #[tokio::test]
 async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_letters() {
@@ -34,28 +35,11 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
         .await
         .unwrap()
         .expect("an anchor in the old layout");
-    // An entity that cannot be evaluated (unknown to Postgres), dead-lettered in the old layout.
-    let ghost = EntityId::parse("post:ghost").unwrap();
-    app.backends
-        .queue
-        .schedule(&[(ghost.clone(), Priority::Critical)])
-        .await
-        .unwrap();
-    let old_worker = app.worker();
-    let claim = claim_next(&old_worker).await;
-    assert_eq!(claim.entity, ghost);
-    assert!(matches!(
-        old_worker.process(claim).await,
-        Outcome::DeadLettered(_)
-    ));
+    // An entity that cannot be evaluated, dead-lettered in the old layout.
+    let ghost = dead_lettered_ghost(&app).await;
 
     // The new processes: 8 shards, draining the 4.
-    let mut settings = app.settings.clone();
-    settings.redis.shards = 8;
-    settings.redis.previous_shards = 4;
-    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
-        .await
-        .unwrap();
+    let (settings, new) = process_of(&app, 8, 4).await;
     let depths = new.queue.layout_depths().await.unwrap();
     assert_eq!((depths[0].shards, depths[0].draining), (8, false));
     assert_eq!((depths[1].shards, depths[1].draining), (4, true));
@@ -127,7 +111,6 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
     );
 
     // Every process runs 8 shards now: the dead letter moves, and stays dead.
-    drop(old_worker);
     let report = app
         .run_cli_with(&["shards", "--move-dead-letters"], &new_count)
         .await;
@@ -143,11 +126,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
         report.contains("8 shards\tdue=0\tpending=0\tin_flight=0\tdead=1"),
         "{report}"
     );
-    let mut retired = settings.clone();
-    retired.redis.previous_shards = 0;
-    let retired = Backends::connect(&retired, Arc::clone(&app.backends.rules))
-        .await
-        .unwrap();
+    let (_, retired) = process_of(&app, 8, 0).await;
     assert!(retired.queue.is_dead_lettered(&ghost).await.unwrap());
 
     // Redrive finds the dead letter where it moved and makes it due again.
@@ -157,14 +136,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
             .await
             .unwrap()
     );
-    assert!(
-        new.queue
-            .state_of(&ghost)
-            .await
-            .unwrap()
-            .due_at_ms
-            .is_some()
-    );
+    assert!(is_due(&new.queue, &ghost).await);
 }
 
 #[tokio::test]
@@ -174,24 +146,8 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
         ..TestOptions::idle()
     })
     .await;
-    let ghost = EntityId::parse("post:ghost").unwrap();
-    app.backends
-        .queue
-        .schedule(&[(ghost.clone(), Priority::Critical)])
-        .await
-        .unwrap();
-    let worker = app.worker();
-    let claim = claim_next(&worker).await;
-    assert!(matches!(
-        worker.process(claim).await,
-        Outcome::DeadLettered(_)
-    ));
-    let mut settings = app.settings.clone();
-    settings.redis.shards = 8;
-    settings.redis.previous_shards = 4;
-    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
-        .await
-        .unwrap();
+    let ghost = dead_lettered_ghost(&app).await;
+    let (settings, new) = process_of(&app, 8, 4).await;
     // The repair sweep of a new process leaves it where it is: Postgres' record is in Redis
     // (in the old layout), and a copy in the new one would outlive a redrive by an old process.
     let sweep = new.maintenance(&settings).sweep_once(None).await.unwrap().0;
@@ -214,14 +170,7 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
         .schedule(&[(ghost.clone(), Priority::Critical)])
         .await
         .unwrap();
-    assert!(
-        new.queue
-            .state_of(&ghost)
-            .await
-            .unwrap()
-            .due_at_ms
-            .is_some()
-    );
+    assert!(is_due(&new.queue, &ghost).await);
 }
 
 #[tokio::test]
@@ -231,12 +180,7 @@ async fn an_old_process_leaves_the_new_layouts_shards_in_the_index_until_they_ar
         ..TestOptions::idle()
     })
     .await;
-    let mut settings = app.settings.clone();
-    settings.redis.shards = 8;
-    settings.redis.previous_shards = 4;
-    let new = Backends::connect(&settings, Arc::clone(&app.backends.rules))
-        .await
-        .unwrap();
+    let (settings, new) = process_of(&app, 8, 4).await;
     let index = new.queue.keys().index().times(IndexKind::Due);
     let redis = new.queue.connection();
     let in_index = |shard: String| {
@@ -286,4 +230,38 @@ async fn an_old_process_leaves_the_new_layouts_shards_in_the_index_until_they_ar
         !in_index(shard.id()).await,
         "the empty shard left the index"
     );
+}
+
+/// Dead-letters `post:ghost` (scheduled but unknown to Postgres: it can never be evaluated) in
+/// the app's layout.
+async fn dead_lettered_ghost(app: &TestApp) -> EntityId {
+    let ghost = EntityId::parse("post:ghost").unwrap();
+    app.backends
+        .queue
+        .schedule(&[(ghost.clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let worker = app.worker();
+    let claim = claim_next(&worker).await;
+    assert_eq!(claim.entity, ghost);
+    assert!(matches!(
+        worker.process(claim).await,
+        Outcome::DeadLettered(_)
+    ));
+    ghost
+}
+
+/// The settings and backends of a process started with `shards` after `previous`.
+async fn process_of(app: &TestApp, shards: u16, previous: u16) -> (Settings, Backends) {
+    let mut settings = app.settings.clone();
+    settings.redis.shards = shards;
+    settings.redis.previous_shards = previous;
+    let backends = Backends::connect(&settings, Arc::clone(&app.backends.rules))
+        .await
+        .unwrap();
+    (settings, backends)
+}
+
+async fn is_due(queue: &Queue, entity: &EntityId) -> bool {
+    queue.state_of(entity).await.unwrap().due_at_ms.is_some()
 }
