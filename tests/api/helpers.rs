@@ -76,6 +76,8 @@ pub struct TestOptions {
     pub max_connections: usize,
     pub body_min_rate: u32,
     pub body_grace: Duration,
+    /// The console's session signing key; none: a random one per process.
+    pub console_session_key: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -113,6 +115,7 @@ impl Default for TestOptions {
             max_connections: quiesce::settings::Http::default().max_connections,
             body_min_rate: quiesce::settings::Http::default().body_min_rate,
             body_grace: quiesce::settings::Http::default().body_grace,
+            console_session_key: None,
         }
     }
 }
@@ -263,6 +266,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .iter()
         .map(|s| SecretString::from(s.as_str()))
         .collect();
+    settings.console.console_session_key = options
+        .console_session_key
+        .as_deref()
+        .map(SecretString::from);
     settings.validate().expect("valid test settings");
     startup::prepare_database(&settings)
         .await
