@@ -314,7 +314,9 @@ pub async fn action(
                     "Version " (then["moderation_version"].as_i64().unwrap_or_default())
                     ", status " (then["status"].as_str().unwrap_or("?"))
                     ", " (then["event_count"].as_i64().unwrap_or_default()) " events"
-                    @if let Some(at) = then["taken_at"].as_str() { ", read at " (at) }
+                    @if let Some(at) = then["taken_at"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) {
+                        ", read " (layout::time(at.to_utc()))
+                    }
                     @if let Some(cap) = then["override_cap"].as_str() { ", override cap " (cap) }
                 }
                 (signals_table("then", &snapshot_signals(then)))
