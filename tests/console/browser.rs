@@ -19,8 +19,17 @@ pub struct Browser {
     pub client: Client,
     /// The console's origin, `http://127.0.0.1:<port>`.
     pub base: String,
-    driver: tokio::process::Child,
+    /// chromedriver's process group, which the Chromium it starts joins: ended as a whole,
+    /// so a test that fails half-way leaves no browser behind.
+    group: nix::unistd::Pid,
     profile: PathBuf,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.group, nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
 }
 
 fn free_port() -> u16 {
@@ -39,12 +48,13 @@ impl Browser {
             std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into()),
         )
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .expect("chromedriver (make console installs Debian's chromium-driver)");
+        let group = nix::unistd::Pid::from_raw(driver.id().expect("a running chromedriver") as i32);
         let status = format!("http://127.0.0.1:{port}/status");
         let http = reqwest::Client::new();
         let started = Instant::now();
@@ -86,16 +96,14 @@ impl Browser {
         Self {
             client,
             base: base.to_owned(),
-            driver,
+            group,
             profile,
         }
     }
 
-    /// Ends the session, chromedriver and the profile.
-    pub async fn close(mut self) {
+    /// Ends the session; dropping the browser then ends chromedriver and Chromium.
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill().await;
-        let _ = std::fs::remove_dir_all(&self.profile);
     }
 
     pub async fn goto(&self, path: &str) {
