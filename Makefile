@@ -12,7 +12,7 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test console console-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -37,6 +37,19 @@ test:
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
 	scripts/smoke-make-run.sh && \
 	$(CARGO) test --test secrets_in_logs -- --ignored
+
+## console: the moderator console in a real browser (tests/console/): Debian's chromium and
+## chromium-driver (installed when missing, as root), driven over WebDriver against a real
+## quiesce; writes the screenshots in docs/console/
+console:
+	@scripts/chromium.sh && \
+	services=$$(scripts/services.sh) && eval "$$services" && \
+	$(CARGO) test --test console -- --ignored --test-threads 2
+
+## console-bench: the console's Review page with 100k actions in a scratch database: first,
+## middle, last and filtered pages timed over HTTP (BENCHMARKS.md)
+console-bench:
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/console-bench.sh
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:

@@ -7,6 +7,7 @@
 //! entity through the Redis sets.
 
 pub mod coalesce;
+pub mod console;
 pub mod credentials;
 pub mod domain;
 pub mod http;

@@ -14,6 +14,7 @@ use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    console,
     credentials::redact_userinfo,
     http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
@@ -276,6 +277,8 @@ pub struct Application {
     address: SocketAddr,
     metrics: Option<(TcpListener, SocketAddr)>,
     state: AppState,
+    /// Signs the moderator console's sessions.
+    sessions: console::Sessions,
     connection_limits: http::server::ConnectionLimits,
     workers: Option<(Worker, Maintenance)>,
 }
@@ -364,6 +367,7 @@ impl Application {
             address,
             metrics,
             state,
+            sessions: console::Sessions::new(&settings.console),
             connection_limits: http::server::ConnectionLimits {
                 header_read_timeout: settings.http.header_read_timeout,
                 max_connections: settings.http.max_connections,
@@ -398,9 +402,10 @@ impl Application {
             );
             serve_metrics(listener, router, shutdown.clone())
         });
+        let pages = console::router(self.state.clone(), self.sessions);
         http::server::serve(
             self.listener,
-            http::router(self.state),
+            http::router_with(self.state, pages),
             self.connection_limits,
             shutdown.clone(),
         )

@@ -21,8 +21,9 @@ const LOWER: [&str; 9] = [
     "outbox",
 ];
 /// What the lower layers must never import.
-const UPPER: [&str; 6] = [
+const UPPER: [&str; 7] = [
     "http",
+    "console",
     "startup",
     "worker",
     "maintenance",

@@ -50,6 +50,27 @@ impl Auth {
         self.tokens.iter().find(|t| t.matches(token))
     }
 
+    /// Whether tokens are required: false only with `--insecure-dev` and none configured.
+    pub fn enforced(&self) -> bool {
+        self.enforce
+    }
+
+    /// The configured token `presented` is, if it is one (compared by hash, in constant time
+    /// per token); what the console's sign-in checks.
+    pub fn identify(&self, presented: &str) -> Option<&ApiToken> {
+        self.token_of(presented.trim())
+    }
+
+    /// Whether a token of this role and label (`token:<8 hex digits>`) is still configured: a
+    /// console session signed in with a token that was since removed ends with it.
+    pub fn still_configured(&self, role: Role, label: &str) -> bool {
+        !self.enforce
+            || self
+                .tokens
+                .iter()
+                .any(|t| t.role == role && t.label() == label)
+    }
+
     /// The caller, if the request carries a token of the required role; `Ok(None)` when
     /// tokens are not enforced and none was sent.
     fn authorize(
@@ -164,6 +185,23 @@ mod tests {
             required_role(&Method::POST, "/v1/rules/reload"),
             Some(Role::Admin)
         );
+    }
+
+    #[test]
+    fn the_console_identifies_tokens_and_sees_when_one_is_removed() {
+        let spec = ApiToken::spec_for(Role::Moderator, "mod-token");
+        let token = ApiToken::parse(&spec).unwrap();
+        let auth = Auth::new(vec![token.clone()], true);
+        assert_eq!(
+            auth.identify(" mod-token ").map(|t| t.role),
+            Some(Role::Moderator)
+        );
+        assert!(auth.identify("other").is_none());
+        assert!(auth.still_configured(Role::Moderator, &token.label()));
+        assert!(!auth.still_configured(Role::Admin, &token.label()));
+        let rotated = Auth::new(Vec::new(), true);
+        assert!(!rotated.still_configured(Role::Moderator, &token.label()));
+        assert!(!rotated.enforced() || rotated.identify("mod-token").is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod error;
 mod events;
 mod health;
 pub mod limits;
-mod moderation;
+pub mod moderation;
 pub mod openapi;
 mod params;
 mod read;
@@ -82,6 +82,12 @@ pub struct Shared {
 }
 
 pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The API with `pages` (the moderator console) mounted beside it on the same listener,
+/// behind the same request span, metrics and error logging.
+pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
     let body_limit = state.limits.body_limit;
     let api = Router::new()
         .route("/v1/events", post(events::post_events))
@@ -116,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .merge(api)
+        .merge(pages)
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json))

@@ -146,22 +146,22 @@ fn invalid(field: Option<&str>, message: &str) -> ApiError {
     }
 }
 
+/// Whether a moderator's free text (a name, a reason) may be recorded: 1-1000 characters
+/// without control characters, not only spaces. The console holds its forms to the same rule.
+pub fn acceptable_text(text: &str) -> bool {
+    text.chars().any(|c| c != ' ')
+        && !text.chars().any(char::is_control)
+        && text.chars().count() <= MAX_TEXT
+}
+
+/// What [`acceptable_text`] asks, for an error message.
+pub const TEXT_RULE: &str = "must be 1-1000 characters without control characters, not only spaces";
+
 fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
     match object.get(field) {
-        Some(Value::String(text))
-            if text.chars().any(|c| c != ' ')
-                && !text.chars().any(char::is_control)
-                && text.chars().count() <= MAX_TEXT =>
-        {
-            Ok(text)
-        }
+        Some(Value::String(text)) if acceptable_text(text) => Ok(text),
         None | Some(Value::Null) => Err(invalid(Some(field), "is required")),
-        Some(_) => Err(invalid(
-            Some(field),
-            &format!(
-                "must be a string of 1-{MAX_TEXT} characters without control characters, not only spaces"
-            ),
-        )),
+        Some(_) => Err(invalid(Some(field), &format!("a string that {TEXT_RULE}"))),
     }
 }
 
@@ -195,11 +195,25 @@ pub async fn reverse(
     let object = json_object(&body, &["moderator", "reason"])?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
+    let reversal = reverse_action(&state, id, moderator, reason)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!(reversal)))
+}
+
+/// A moderator's reversal, as the API and the console take it: recorded (with the implied
+/// override of `override_after_reversal`), counted, and the author's compensated signal
+/// scheduled.
+pub async fn reverse_action(
+    state: &AppState,
+    id: i64,
+    moderator: &str,
+    reason: &str,
+) -> Result<crate::store::Reversal, crate::store::StoreError> {
     let reversal = state
         .store
         .reverse_action(id, moderator, reason, state.limits.override_after_reversal)
-        .await
-        .map_err(store_error)?;
+        .await?;
     metrics::counter!(crate::telemetry::names::REVERSALS, "rule" => reversal.action.rule.clone())
         .increment(1);
     if let Some(author) = &reversal.author {
@@ -212,7 +226,7 @@ pub async fn reverse(
             tracing::warn!(error = %crate::telemetry::Chain(&error), %author, "could not schedule the author after a reversal");
         }
     }
-    Ok(Json(json!(reversal)))
+    Ok(reversal)
 }
 
 /// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?, "reason"}`.

@@ -6,6 +6,7 @@
 //! A new setting is one field in its section's `section!` block: the struct, its default, the
 //! flag, the variable, the file key, `--help` and `quiesce config` all follow from it.
 
+mod console;
 mod database;
 pub(crate) mod declare;
 mod delivery;
@@ -28,6 +29,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use self::{
+    console::{Console, ConsoleFlags, SecureCookie},
     database::{Database, DatabaseFlags},
     declare::Shown,
     delivery::{Delivery, DeliveryFlags},
@@ -170,6 +172,7 @@ sections! {
     security: Security, SecurityFlags;
     moderation: Moderation, ModerationFlags;
     telemetry: Telemetry, TelemetryFlags;
+    console: Console, ConsoleFlags;
 }
 
 /// Settings as loaded, with the layers they came from.

@@ -201,6 +201,29 @@ impl Setting for SecretString {
     }
 }
 
+/// A secret that may be left unset.
+impl Setting for Option<SecretString> {
+    const VALUE_NAME: &'static str = "SECRET";
+    const SECRET: bool = true;
+
+    fn read(value: &Value) -> Result<Self, String> {
+        SecretString::read(value).map(Some)
+    }
+
+    fn absent() -> Option<Self> {
+        Some(None)
+    }
+
+    fn to_text(&self) -> Option<String> {
+        self.as_ref().map(|s| s.expose_secret().to_owned())
+    }
+
+    fn show(&self) -> String {
+        self.as_ref()
+            .map_or_else(|| "none".to_owned(), |_| "[REDACTED]".to_owned())
+    }
+}
+
 impl Setting for SocketAddr {
     const VALUE_NAME: &'static str = "ADDR";
 

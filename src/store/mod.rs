@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod console;
 mod dead_letters;
 mod deliveries;
 mod evaluations;
@@ -24,6 +25,9 @@ use sqlx::{
 use crate::{domain::Invalid, settings::Database};
 
 pub use self::{
+    console::{
+        DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
+    },
     dead_letters::{
         DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync, MovedDeadLetters, ShardWalk,
     },

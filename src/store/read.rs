@@ -58,7 +58,10 @@ impl ReversalCounts {
 }
 
 impl Store {
-    /// Applied actions matching `filter`, newest first.
+    /// Applied actions matching `filter`, newest first. The cursor is always a condition on
+    /// the primary key (`id < coalesce(cursor, max)`), so the generic plan the pool uses walks
+    /// the index from the cursor and a deep page costs what the first one does; an `id < $6`
+    /// behind `$6 IS NULL OR` was only a filter, and read every newer action first.
     pub async fn actions(&self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
         Ok(sqlx::query_as!(
             ActionRecord,
@@ -70,7 +73,7 @@ impl Store {
                AND ($3::text IS NULL OR action = $3)
                AND ($4::timestamptz IS NULL OR created_at >= $4)
                AND ($5::bool IS NULL OR (reversed_at IS NOT NULL) = $5)
-               AND ($6::int8 IS NULL OR id < $6)
+               AND id < coalesce($6::int8, 9223372036854775807)
              ORDER BY id DESC
              LIMIT $7",
             filter.entity.as_ref().map(EntityId::as_str),

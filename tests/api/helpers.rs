@@ -83,6 +83,8 @@ pub struct TestOptions {
     /// SQL run on the database as the migrations before time partitioning left it, before the
     /// rest of them: rows written under the old schema.
     pub before_partitioning: Option<&'static str>,
+    /// The console's session signing key; none: a random one per process.
+    pub console_session_key: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -124,6 +126,7 @@ impl Default for TestOptions {
             retention_partitions: quiesce::settings::Maintenance::default().retention_partitions,
             retention_interval: quiesce::settings::Maintenance::default().retention_interval,
             before_partitioning: None,
+            console_session_key: None,
         }
     }
 }
@@ -278,6 +281,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .iter()
         .map(|s| SecretString::from(s.as_str()))
         .collect();
+    settings.console.console_session_key = options
+        .console_session_key
+        .as_deref()
+        .map(SecretString::from);
     settings.validate().expect("valid test settings");
     if let Some(sql) = options.before_partitioning {
         write_before_partitioning(&database_url, sql).await;

@@ -11,6 +11,7 @@ mod secrets;
 
 mod bad_input;
 mod concurrency;
+mod console;
 mod crash;
 mod dead_letters;
 mod debounce;

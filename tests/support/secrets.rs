@@ -21,6 +21,8 @@ pub const TOKEN_MODERATOR: &str = "qt-moderator-8b1e55c2a4";
 pub const TOKEN_ADMIN: &str = "qt-admin-c07d9e13f6";
 pub const TOKEN_INGEST_A: &str = "qt-ingest-a-61d2f08e";
 pub const TOKEN_INGEST_B: &str = "qt-ingest-b-9a4c7731";
+/// Signs the moderator console's session cookies.
+pub const CONSOLE_SESSION_KEY: &str = "qc-session-key-5be1f0c9a27d4e8b93f6d10c";
 
 pub const ALL: &[&str] = &[
     INBOUND_OLD,
@@ -35,4 +37,5 @@ pub const ALL: &[&str] = &[
     TOKEN_ADMIN,
     TOKEN_INGEST_A,
     TOKEN_INGEST_B,
+    CONSOLE_SESSION_KEY,
 ];

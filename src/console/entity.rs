@@ -1,0 +1,425 @@
+//! One entity: its status and override, its schedule, events per minute per signal, its
+//! evaluations (on which snapshot, what matched live and in shadow, what was decided and why
+//! nothing was), its actions and the moderators' decisions on it, its latest events, and the
+//! derived signals on its author. A moderator may set an override from here.
+
+use std::collections::BTreeMap;
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State, rejection::PathRejection},
+    http::{HeaderMap, Uri},
+    response::{IntoResponse, Redirect, Response},
+};
+use chrono::{Duration, Utc};
+use maud::{Markup, html};
+
+use super::{
+    ConsoleState, Visit, charts, csrf,
+    errors::PageError,
+    forms::{Fields, parse_until},
+    layout::{self, Section},
+};
+use crate::{
+    domain::{EntityId, SignalStats, Status, WINDOWS},
+    rules::Verdict,
+    store::{EvaluationRecord, Override},
+};
+
+/// Rows of each history list on the page.
+const HISTORY: i64 = 20;
+/// The chart's periods, in minutes (minute buckets are kept for 24 hours).
+const PERIODS: [(i64, &str); 3] = [
+    (60, "last hour"),
+    (360, "last 6 hours"),
+    (1440, "last 24 hours"),
+];
+
+/// A table of signal figures: totals, distinct actors and the trailing windows.
+pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Markup {
+    html! {
+        @if signals.is_empty() {
+            p.muted { "No signals." }
+        } @else {
+            div.table-wrap {
+                table.cards id={ "signals-" (id) } {
+                    thead {
+                        tr {
+                            th scope="col" { "Signal" }
+                            th.num scope="col" { "Count" }
+                            th.num scope="col" { "Weight" }
+                            th.num scope="col" { "Distinct actors" }
+                            @for (window, _) in WINDOWS { th.num scope="col" { "Last " (window) } }
+                        }
+                    }
+                    tbody {
+                        @for (signal, stats) in signals {
+                            tr data-signal=(signal) {
+                                th scope="row" data-label="Signal" { code { (signal) } }
+                                td.num.count data-label="Count" { (stats.count) }
+                                td.num.weight data-label="Weight" { (format!("{:.2}", stats.weight)) }
+                                td.num.actors data-label="Distinct actors" {
+                                    @match stats.actors { Some(n) => (n), None => span.muted { "not counted" } }
+                                }
+                                @for (window, _) in WINDOWS {
+                                    td.num data-label={ "Last " (window) } {
+                                        @match stats.windows.get(window) {
+                                            Some(w) => (w.count),
+                                            None => span.muted { "–" },
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The form that sets an override on `entity`.
+pub fn override_form(visit: &Visit, entity: &str, current: Status) -> Markup {
+    html! {
+        section.card #set-override aria-labelledby="override-title" {
+            h2 #override-title { "Set an override" }
+            p.muted { "Sets the status now; automation may not go past it until the override ends." }
+            form.stack method="post" action={ "/console/entities/" (entity) "/override" } {
+                (csrf::field(&visit.session))
+                div.field {
+                    label for="override-status" { "Status" }
+                    select #override-status name="status" {
+                        @for status in [Status::Visible, Status::Flagged, Status::Hidden, Status::Suspended] {
+                            option value=(status.as_str()) selected[status == current] { (status.as_str()) }
+                        }
+                    }
+                }
+                div.field {
+                    label for="override-until" { "Until" }
+                    span.hint #until-hint { "A duration such as 24h or 7days, or a UTC time such as 2026-12-31 18:00; empty: 7 days." }
+                    input #override-until name="until" type="text" placeholder="7days" aria-describedby="until-hint";
+                }
+                div.field {
+                    label for="override-reason" { "Reason" }
+                    textarea #override-reason name="reason" required maxlength="1000" {}
+                }
+                div { button type="submit" { "Set override" } }
+            }
+        }
+    }
+}
+
+fn override_block(decision: &Option<Override>) -> Markup {
+    let now = Utc::now();
+    html! {
+        @match decision {
+            Some(o) => {
+                p #override {
+                    "Override: " (layout::status(o.status.as_str())) " until " (layout::time(o.until))
+                    @if o.until > now { " " span.tag { "in force" } } @else { " " span.tag { "ended" } }
+                    ", set by " strong.override-by { (o.by) } ": " span.override-reason { (o.reason) }
+                }
+            }
+            None => p #override.muted { "No override has been set." },
+        }
+    }
+}
+
+/// What an evaluation decided, and why nothing was when nothing was.
+fn outcome(evaluation: &EvaluationRecord, verdict: &Verdict) -> String {
+    if let Some(id) = evaluation.action_id {
+        let action = verdict.strongest().map_or("an action".to_owned(), |d| {
+            format!("{} ({})", d.action.as_str(), d.rule)
+        });
+        return format!("Applied {action}: action #{id}.");
+    }
+    let Some(strongest) = verdict.strongest() else {
+        return if verdict.errors.is_empty() {
+            "Nothing: no live rule matched.".to_owned()
+        } else {
+            "Nothing: a live rule could not be evaluated.".to_owned()
+        };
+    };
+    let wanted = strongest.action.status();
+    let snapshot = evaluation.snapshot.as_ref();
+    let status = snapshot
+        .and_then(|s| s["status"].as_str())
+        .and_then(|s| Status::parse(s).ok());
+    let cap = snapshot
+        .and_then(|s| s["override_cap"].as_str())
+        .and_then(|s| Status::parse(s).ok());
+    match (status, cap) {
+        (Some(status), _) if wanted <= status => format!(
+            "Nothing: {} matched ({}), but the status was already {}; automation only raises it.",
+            strongest.rule,
+            strongest.action.as_str(),
+            status.as_str()
+        ),
+        (Some(_), Some(cap)) if wanted > cap => format!(
+            "Nothing: {} matched ({}), but a moderator's override held the entity at {}.",
+            strongest.rule,
+            strongest.action.as_str(),
+            cap.as_str()
+        ),
+        (Some(_), _) => format!(
+            "Nothing: {} matched ({}), but that decision had been applied before (its dedup key existed).",
+            strongest.rule,
+            strongest.action.as_str()
+        ),
+        (None, _) => format!(
+            "Nothing: {} matched ({}), but the status at version {} was already {} or higher, or a moderator's override held it back.",
+            strongest.rule,
+            strongest.action.as_str(),
+            evaluation.moderation_version,
+            wanted.as_str()
+        ),
+    }
+}
+
+fn evaluations_list(evaluations: &[EvaluationRecord]) -> Markup {
+    html! {
+        @if evaluations.is_empty() {
+            p.muted #no-evaluations { "Not evaluated yet." }
+        } @else {
+            div.table-wrap {
+                table.cards #evaluations {
+                    thead {
+                        tr {
+                            th scope="col" { "Started" }
+                            th scope="col" { "Snapshot" }
+                            th scope="col" { "Live matches" }
+                            th scope="col" { "Shadow matches" }
+                            th scope="col" { "Decided" }
+                        }
+                    }
+                    tbody {
+                        @for evaluation in evaluations {
+                            @let verdict: Verdict = serde_json::from_value(evaluation.decisions.clone()).unwrap_or_default();
+                            tr data-evaluation-id=(evaluation.id) {
+                                td data-label="Started" {
+                                    (layout::time(evaluation.started_at))
+                                    @if let Some(due) = evaluation.due_at {
+                                        br; span.muted { ((evaluation.started_at - due).num_milliseconds()) " ms after it fell due" }
+                                    }
+                                }
+                                td data-label="Snapshot" { "version " (evaluation.moderation_version) ", " (evaluation.event_count) " events" }
+                                td data-label="Live matches" {
+                                    @for d in &verdict.matched { div { code { (d.rule) } " → " (d.action.as_str()) } }
+                                    @for (rule, error) in &verdict.errors { div { code { (rule) } " failed: " (error) } }
+                                    @if verdict.matched.is_empty() && verdict.errors.is_empty() { span.muted { "none" } }
+                                }
+                                td data-label="Shadow matches" {
+                                    @for d in &verdict.shadow { div { code { (d.rule) } " → " (d.action.as_str()) } }
+                                    @for (rule, error) in &verdict.shadow_errors { div { code { (rule) } " failed: " (error) } }
+                                    @if verdict.shadow.is_empty() && verdict.shadow_errors.is_empty() { span.muted { "none" } }
+                                }
+                                td.decided data-label="Decided" { (outcome(evaluation, &verdict)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn parse_entity(path: Result<Path<String>, PathRejection>) -> Result<EntityId, PageError> {
+    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
+    EntityId::parse(&raw)
+        .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))
+}
+
+/// `GET /console/entities/{entity}?minutes=60`.
+pub async fn page(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    path: Result<Path<String>, PathRejection>,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let entity = parse_entity(path)?;
+    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    query
+        .only(&["minutes", "done"])
+        .map_err(PageError::bad_query)?;
+    let minutes = match query.optional("minutes") {
+        None => 60,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|m| PERIODS.iter().any(|(p, _)| p == m))
+            .ok_or_else(|| {
+                PageError::bad_query(PageError::bad_field("minutes", "must be 60, 360 or 1440"))
+            })?,
+    };
+    let done = query.get("done").and_then(|done| match done {
+        "override" => Some("Override set."),
+        _ => None,
+    });
+    let store = &state.app.store;
+    let record = store
+        .entity_with(&entity, true, true)
+        .await?
+        .ok_or_else(|| {
+            PageError::not_found(format!("No events were ever recorded for {entity}."))
+        })?;
+    let to = record.read_at;
+    let from = to - Duration::minutes(minutes);
+    let (per_minute, evaluations, actions, decisions, events) = tokio::try_join!(
+        store.entity_minutes(&entity, from),
+        store.entity_evaluations(&entity, HISTORY),
+        store.entity_actions(&entity, HISTORY),
+        store.entity_decisions(&entity, HISTORY),
+        store.entity_events(&entity, HISTORY),
+    )?;
+    let author = match record
+        .author
+        .as_deref()
+        .and_then(|a| EntityId::parse(a).ok())
+    {
+        Some(author) => store.entity(&author).await?.map(|r| (author, r)),
+        None => None,
+    };
+    // The schedule is Redis': without it the page still shows what Postgres knows.
+    let schedule = state.app.queue.state_of(&entity).await.ok();
+    let millis = |ms: i64| chrono::DateTime::<Utc>::from_timestamp_millis(ms);
+    let body = html! {
+        (layout::done_notice(done))
+        h1 { (entity) " " span #entity-status { (layout::status(record.status.as_str())) } }
+        section.card {
+            dl.facts #entity-facts {
+                dt { "Kind" } dd { (record.kind) }
+                dt { "Moderation version" } dd { (record.moderation_version) }
+                dt { "Events" } dd { (record.event_count) " recorded, the last " (layout::time(record.last_event_at)) }
+                dt { "Evaluations" } dd #evaluation-count {
+                    (record.evaluation_count) ", the last " (layout::maybe_time(record.last_evaluated_at))
+                    " (saw " (record.evaluated_event_count) " events)"
+                }
+                dt { "Schedule" } dd {
+                    @match schedule {
+                        Some(s) => {
+                            @if let Some(at) = s.due_at_ms.and_then(millis) { "due " (layout::time(at)) } @else { "not due" }
+                            @if s.lease_until_ms.is_some() { ", being evaluated" }
+                        }
+                        None => span.muted { "unknown: Redis did not answer" },
+                    }
+                }
+                @if let Some(author) = &record.author {
+                    dt { "Author" } dd { (layout::entity_link(author)) }
+                }
+            }
+            (override_block(&record.override_decision))
+        }
+        section.card aria-labelledby="chart-title" {
+            h2 #chart-title { "Events per minute" }
+            form.filters method="get" action={ "/console/entities/" (entity) } {
+                div.field {
+                    label for="minutes" { "Period" }
+                    select #minutes name="minutes" {
+                        @for (m, label) in PERIODS { option value=(m) selected[m == minutes] { (label) } }
+                    }
+                }
+                div { button.secondary type="submit" { "Show" } }
+            }
+            (charts::events_per_minute(&per_minute, from, to))
+        }
+        section.card aria-labelledby="signals-title" {
+            h2 #signals-title { "Signals now" }
+            (signals_table("current", &record.signals))
+        }
+        section.card aria-labelledby="evaluations-title" {
+            h2 #evaluations-title { "Evaluations" }
+            (evaluations_list(&evaluations))
+        }
+        section.card aria-labelledby="actions-title" {
+            h2 #actions-title { "Actions and reversals" }
+            @if actions.is_empty() { p.muted { "No automated action." } }
+            ul #entity-actions {
+                @for a in &actions {
+                    li {
+                        a href={ "/console/actions/" (a.id) } { (a.action) " #" (a.id) } " by " code { (a.rule) }
+                        ", " (layout::time(a.created_at)) ": " (a.reason)
+                        @if let (Some(at), Some(by)) = (&a.reversed_at, &a.reversed_by) {
+                            " — reversed by " strong { (by) } " " (layout::time(*at))
+                            @if let Some(reason) = &a.reversal_reason { ": " (reason) }
+                        }
+                    }
+                }
+            }
+            h3 { "Moderators' decisions" }
+            @if decisions.is_empty() { p.muted { "None." } }
+            ul #decisions {
+                @for d in &decisions {
+                    li {
+                        (d.kind) " to " (layout::status(&d.status)) " by " strong.decision-by { (d.moderator) }
+                        ", " (layout::time(d.created_at))
+                        @if let Some(until) = d.until { ", until " (layout::time(until)) }
+                        ": " span.decision-reason { (d.reason) }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="events-title" {
+            h2 #events-title { "Latest events" }
+            @if events.is_empty() { p.muted { "None retained." } } @else {
+                div.table-wrap {
+                    table.cards #events {
+                        thead { tr { th scope="col" { "Received" } th scope="col" { "Signal" } th scope="col" { "Actor" } th.num scope="col" { "Weight" } th scope="col" { "Event id" } } }
+                        tbody {
+                            @for e in &events {
+                                tr {
+                                    td data-label="Received" { (layout::time(e.received_at)) }
+                                    td data-label="Signal" { code { (e.signal) } }
+                                    td.actor data-label="Actor" { @match &e.actor { Some(a) => (a), None => span.muted { "none" } } }
+                                    td.num data-label="Weight" { (e.weight) }
+                                    td data-label="Event id" { code { (e.id) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some((author, author_record)) = &author {
+            section.card #author aria-labelledby="author-title" {
+                h2 #author-title { "Its author, " (layout::entity_link(author.as_str())) }
+                p { "Status " (layout::status(author_record.status.as_str())) ". Signals quiesce derived from automated actions on the author's entities:" }
+                @let derived: BTreeMap<String, SignalStats> = author_record.signals.iter()
+                    .filter(|(signal, _)| signal.starts_with("auto."))
+                    .map(|(s, v)| (s.clone(), v.clone())).collect();
+                (signals_table("author", &derived))
+            }
+        }
+        (override_form(&visit, entity.as_str(), record.status))
+    };
+    Ok(layout::page(&visit, Section::Review, entity.as_str(), body))
+}
+
+/// `POST /console/entities/{entity}/override` with `csrf`, `status`, `until` and `reason`.
+pub async fn override_status(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let fields = Fields::from_form(&headers, &body)?;
+    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
+    fields.only(&["status", "until", "reason"])?;
+    let entity = parse_entity(path)?;
+    let status = fields.status("status")?;
+    let now = Utc::now();
+    let until = match fields.optional("until") {
+        None => now + state.app.limits.override_after_reversal,
+        Some(raw) => {
+            parse_until(raw, now).map_err(|problem| PageError::bad_field("until", &problem))?
+        }
+    };
+    let reason = fields.text("reason")?;
+    state
+        .app
+        .store
+        .override_entity(&entity, &visit.user.name, status, until, &reason)
+        .await?;
+    tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
+    Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
+}

@@ -1,0 +1,196 @@
+//! The moderator console: server-rendered pages under `/console`, on the API's listener, for the
+//! people who review what automation did. It adds no logic of its own to moderation: it calls
+//! the same store reads and moderator functions as the JSON API (`http::moderation`,
+//! `store::read`, `store::moderation`, `store::dead_letters`) and the same token check
+//! (`http::auth`), and shows their results.
+//!
+//! - [`signin`]: sign in with a moderator or admin token (an ingest token is refused), sign out;
+//! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
+//!   snapshot the rules saw beside the entity now; reversing it;
+//! - [`entity`]: one entity's status, events per minute, evaluations, actions and decisions;
+//!   setting an override;
+//! - [`quality`]: the reversal rate per day and rule, live and shadow matches, the rules;
+//! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
+//!
+//! Around them: the signed session cookie ([`session`]), the CSRF token of every form
+//! ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
+//! ([`errors`]), SVG charts ([`charts`]) and the embedded stylesheet ([`assets`]). Every
+//! response carries a Content-Security-Policy that allows only the console's own stylesheet and
+//! images, and no script at all (the console has none).
+
+mod assets;
+mod charts;
+mod csrf;
+mod entity;
+mod errors;
+mod forms;
+mod layout;
+mod operations;
+mod quality;
+mod review;
+mod session;
+mod signin;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, FromRequestParts, OriginalUri, Path, Request},
+    http::{HeaderValue, Method, header, request::Parts},
+    middleware::{self, Next},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+
+pub use self::session::Sessions;
+use self::{
+    errors::PageError,
+    session::{Session, SignedIn},
+};
+use crate::http::{AppState, limits};
+
+/// The console's Content-Security-Policy: its own stylesheet and images, no script, no
+/// framing, forms only to itself.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'none'; \
+     style-src 'self'; img-src 'self'; object-src 'none'; base-uri 'none'; \
+     form-action 'self'; frame-ancestors 'none'";
+
+/// What the console's handlers share: the API's state and the session signer.
+#[derive(Clone)]
+pub struct ConsoleState {
+    app: AppState,
+    sessions: Arc<Sessions>,
+}
+
+/// The console's routes, to mount beside the API (`http::router_with`).
+pub fn router(app: AppState, sessions: Sessions) -> Router<AppState> {
+    let state = ConsoleState {
+        app: app.clone(),
+        sessions: Arc::new(sessions),
+    };
+    let pages = Router::new()
+        .route("/", get(|| async { Redirect::to("/console/review") }))
+        .route("/login", get(signin::form).post(signin::sign_in))
+        .route("/logout", post(signin::sign_out))
+        .route("/review", get(review::list))
+        .route("/actions/{id}", get(review::action))
+        .route("/actions/{id}/reverse", post(review::reverse))
+        .route("/entities/{entity}", get(entity::page))
+        .route("/entities/{entity}/override", post(entity::override_status))
+        .route("/quality", get(quality::page))
+        .route("/operations", get(operations::page))
+        .route("/dead-letters/redrive", post(operations::redrive_many))
+        .route(
+            "/dead-letters/{entity}/redrive",
+            post(operations::redrive_one),
+        )
+        .route(
+            "/assets/{file}",
+            get(|Path(file): Path<String>| async move {
+                assets::serve(&file).unwrap_or_else(|| {
+                    PageError::not_found("There is no such console asset.").into_response()
+                })
+            }),
+        )
+        .fallback(|| async { PageError::not_found("There is no such console page.") })
+        .method_not_allowed_fallback(|| async {
+            PageError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "Not here",
+                "This console page does not take that method.",
+            )
+        })
+        .layer(DefaultBodyLimit::max(forms::MAX_FORM_BYTES))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(state);
+    // The nested `/` answers `/console` itself.
+    Router::new()
+        .route(
+            "/console/",
+            get(|| async { Redirect::to("/console/review") }),
+        )
+        .nest("/console", pages)
+        .layer(middleware::from_fn_with_state(app, limits::request_timeout))
+}
+
+/// Every console response: the CSP and its companions; pages are never cached (they show a
+/// signed-in moderator's view), assets set their own caching.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    let set = |headers: &mut axum::http::HeaderMap, name: &'static str, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(headers, "content-security-policy", CONTENT_SECURITY_POLICY);
+    set(headers, "x-frame-options", "DENY");
+    set(headers, "x-content-type-options", "nosniff");
+    set(headers, "referrer-policy", "same-origin");
+    set(headers, "cross-origin-opener-policy", "same-origin");
+    set(headers, "cross-origin-resource-policy", "same-origin");
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        set(headers, "cache-control", "no-store");
+    }
+    response
+}
+
+/// A signed-in moderator or admin, with their session; what every page but sign-in needs. A
+/// visitor without one is sent to sign in (a GET) or refused (anything else).
+pub struct Visit {
+    pub session: Session,
+    pub user: SignedIn,
+}
+
+impl FromRequestParts<ConsoleState> for Visit {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &ConsoleState,
+    ) -> Result<Self, Self::Rejection> {
+        let session = state.sessions.read(&parts.headers);
+        if let Some(session) = session
+            && let Some(user) = session.user.clone()
+            // A session of a token that is no longer configured has ended.
+            && state.app.auth.still_configured(user.role, &user.token)
+        {
+            return Ok(Visit { session, user });
+        }
+        if parts.method == Method::GET {
+            // The path as the browser asked for it (inside the nest, `uri` lost `/console`).
+            let original = parts
+                .extensions
+                .get::<OriginalUri>()
+                .map_or(&parts.uri, |OriginalUri(uri)| uri);
+            let next = original
+                .path_and_query()
+                .map_or("/console/review", |p| p.as_str());
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair("next", next)
+                .finish();
+            return Err(Redirect::to(&format!("/console/login?{query}")).into_response());
+        }
+        Err(PageError::signed_out().into_response())
+    }
+}
+
+/// A signed-in admin: the operations pages. A moderator is refused with 403.
+pub struct AdminVisit(pub Visit);
+
+impl FromRequestParts<ConsoleState> for AdminVisit {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &ConsoleState,
+    ) -> Result<Self, Self::Rejection> {
+        let visit = Visit::from_request_parts(parts, state).await?;
+        if !visit.user.is_admin() {
+            return Err(PageError::forbidden(&format!(
+                "Operations and dead letters need an admin token; you signed in with a {} token. Nothing was changed.",
+                visit.user.role.as_str()
+            ))
+            .into_response());
+        }
+        Ok(AdminVisit(visit))
+    }
+}

@@ -1,0 +1,258 @@
+//! Operations, for admins: the schedule's depths (due, in flight, dead) and lag from Redis, the
+//! evaluation rate and fire delay from Postgres, the outbox backlog, and the dead letters with
+//! their reasons, from their durable record; redrive one, all, or those of one reason (the
+//! store's redrive, as `POST /v1/dead-letters/...` does it). A moderator is refused (403).
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State, rejection::PathRejection},
+    http::{HeaderMap, Uri},
+    response::{IntoResponse, Redirect, Response},
+};
+use chrono::{DateTime, Utc};
+use maud::{Markup, html};
+
+use super::{
+    AdminVisit, ConsoleState, csrf,
+    errors::PageError,
+    forms::Fields,
+    layout::{self, Section},
+};
+use crate::{
+    domain::EntityId,
+    queue::ShardDepth,
+    store::{DeadLetterError, DeadLetterKey},
+};
+
+/// Dead letters per page.
+const PAGE: usize = 50;
+const REASONS: [&str; 2] = ["fatal", "attempts_exhausted"];
+
+fn redrive_error(error: DeadLetterError) -> PageError {
+    match error {
+        DeadLetterError::Store(error) => error.into(),
+        DeadLetterError::Queue(error) => PageError::unavailable(error),
+    }
+}
+
+fn millis(ms: i64) -> Markup {
+    match DateTime::<Utc>::from_timestamp_millis(ms) {
+        Some(at) => layout::time(at),
+        None => html! { span.muted { "unknown" } },
+    }
+}
+
+fn delay(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "–".to_owned(), |ms| format!("{ms:.0} ms"))
+}
+
+/// Sums of the shards' depths: due, in flight, dead, and the oldest lag.
+fn totals(depths: &[ShardDepth]) -> (u64, u64, u64, i64) {
+    depths
+        .iter()
+        .fold((0, 0, 0, 0), |(due, inflight, dead, lag), d| {
+            (
+                due + d.due,
+                inflight + d.inflight,
+                dead + d.dead,
+                lag.max(d.lag_ms),
+            )
+        })
+}
+
+/// `GET /console/operations?after=`.
+pub async fn page(
+    State(state): State<ConsoleState>,
+    AdminVisit(visit): AdminVisit,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    query
+        .only(&["after", "done", "count"])
+        .map_err(PageError::bad_query)?;
+    let after = match query.optional("after") {
+        None => None,
+        Some(raw) => Some(DeadLetterKey::parse(raw).ok_or_else(|| {
+            PageError::bad_query(PageError::bad_field(
+                "after",
+                "must be the Next link's position",
+            ))
+        })?),
+    };
+    let done = match (
+        query.get("done"),
+        query.get("count").and_then(|c| c.parse::<u64>().ok()),
+    ) {
+        (Some("redriven"), Some(n)) => {
+            Some(format!("Redrove {n}: due again, with fresh attempts."))
+        }
+        _ => None,
+    };
+    let app = &state.app;
+    let (depths, draining) = tokio::join!(app.queue.depths(), app.queue.draining_depths());
+    let (pace, backlog, dead) = tokio::try_join!(
+        app.store.evaluation_pace(),
+        app.store.outbox_backlog(),
+        app.store.dead_letters(after, PAGE),
+    )?;
+    let figure = |label: &str, id: &str, value: String| {
+        html! { li { span.muted { (label) } strong id=(id) { (value) } } }
+    };
+    let body = html! {
+        (layout::done_notice(done.as_deref()))
+        h1 { "Operations" }
+        section aria-labelledby="schedule-title" {
+            h2 #schedule-title { "Schedule" }
+            @match &depths {
+                Ok(depths) => {
+                    @let (due, inflight, dead_count, lag) = totals(depths);
+                    ul.figures {
+                        (figure("Due", "depth-due", due.to_string()))
+                        (figure("In flight", "depth-inflight", inflight.to_string()))
+                        (figure("Dead letters (Redis)", "depth-dead", dead_count.to_string()))
+                        (figure("Oldest due for", "lag", format!("{lag} ms")))
+                        (figure("Shards", "shards", depths.len().to_string()))
+                    }
+                }
+                Err(_) => p.notice.error { "Redis did not answer: the depths are unknown." },
+            }
+            @if let Ok(draining) = &draining && !draining.is_empty() {
+                @let (due, inflight, dead_count, _) = totals(draining);
+                p.notice {
+                    "A shard count change is under way: the previous layout still holds "
+                    (due) " due, " (inflight) " in flight and " (dead_count) " dead."
+                }
+            }
+        }
+        section aria-labelledby="pace-title" {
+            h2 #pace-title { "Evaluations" }
+            ul.figures {
+                (figure("Evaluations per second (last minute)", "evaluation-rate", format!("{:.2}", pace.last_minute as f64 / 60.0)))
+                (figure("Fire delay p50 (5 min)", "delay-p50", delay(pace.delay_p50_ms)))
+                (figure("Fire delay p99 (5 min)", "delay-p99", delay(pace.delay_p99_ms)))
+                (figure("Fire delay max (5 min)", "delay-max", delay(pace.delay_max_ms)))
+                (figure("Outbox backlog", "outbox-backlog", backlog.to_string()))
+            }
+            p.muted { "Fire delay: how long after an entity fell due its evaluation started, over " (pace.delay_samples) " evaluations of the last five minutes." }
+        }
+        section.card aria-labelledby="dead-title" {
+            h2 #dead-title { "Dead letters" }
+            @if dead.entries.is_empty() && after.is_none() {
+                p.muted #no-dead-letters { "None: every entity is being evaluated." }
+            } @else {
+                form.filters method="post" action="/console/dead-letters/redrive" {
+                    (csrf::field(&visit.session))
+                    div.field {
+                        label for="redrive-reason" { "Redrive" }
+                        select #redrive-reason name="reason" {
+                            option value="" { "all dead letters" }
+                            @for reason in REASONS { option value=(reason) { "those of reason " (reason) } }
+                        }
+                    }
+                    div { button type="submit" { "Redrive" } }
+                }
+                div.table-wrap {
+                    table.cards #dead-letters {
+                        thead {
+                            tr {
+                                th scope="col" { "Entity" } th scope="col" { "Reason" } th.num scope="col" { "Attempts" }
+                                th scope="col" { "Failures" } th scope="col" { "Last error" } th scope="col" { "Redrive" }
+                            }
+                        }
+                        tbody {
+                            @for entry in &dead.entries {
+                                tr data-entity=(entry.entity) {
+                                    td data-label="Entity" { (layout::entity_link(&entry.entity)) br; span.muted { "dead since " (millis(entry.dead_lettered_at_ms)) } }
+                                    td.reason data-label="Reason" { (entry.record.reason.as_deref().unwrap_or("attempts_exhausted")) }
+                                    td.num data-label="Attempts" { (entry.record.attempts) }
+                                    td data-label="Failures" { (millis(entry.record.first_failure_ms)) " to " (millis(entry.record.last_failure_ms)) }
+                                    td.error data-label="Last error" { code { (entry.record.last_error) } }
+                                    td data-label="Redrive" {
+                                        form method="post" action={ "/console/dead-letters/" (entry.entity) "/redrive" } {
+                                            (csrf::field(&visit.session))
+                                            button.secondary type="submit" aria-label={ "Redrive " (entry.entity) } { "Redrive" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                nav.pager aria-label="Pages" {
+                    @if after.is_some() { a href="/console/operations" { "← First" } } @else { span {} }
+                    @if let Some(next) = dead.next {
+                        a rel="next" href={ "/console/operations?after=" (next.encode()) } { "Next →" }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page(
+        &visit,
+        Section::Operations,
+        "Operations",
+        body,
+    ))
+}
+
+fn redriven(count: usize) -> Response {
+    Redirect::to(&format!("/console/operations?done=redriven&count={count}")).into_response()
+}
+
+/// `POST /console/dead-letters/{entity}/redrive` with `csrf`.
+pub async fn redrive_one(
+    State(state): State<ConsoleState>,
+    AdminVisit(visit): AdminVisit,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let fields = Fields::from_form(&headers, &body)?;
+    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
+    fields.only(&[])?;
+    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
+    let entity = EntityId::parse(&raw)
+        .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
+    let app = &state.app;
+    let done = app
+        .store
+        .redrive_dead_letter(&app.queue, &entity, &visit.user.name)
+        .await
+        .map_err(redrive_error)?;
+    if !done {
+        return Err(PageError::not_found(format!(
+            "{entity} is not dead-lettered."
+        )));
+    }
+    tracing::info!(%entity, token = %visit.user.token, "console redrive");
+    Ok(redriven(1))
+}
+
+/// `POST /console/dead-letters/redrive` with `csrf` and `reason` (empty: all).
+pub async fn redrive_many(
+    State(state): State<ConsoleState>,
+    AdminVisit(visit): AdminVisit,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let fields = Fields::from_form(&headers, &body)?;
+    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
+    fields.only(&["reason"])?;
+    let reason = fields.optional("reason");
+    if let Some(reason) = reason
+        && !REASONS.contains(&reason)
+    {
+        return Err(PageError::bad_field(
+            "reason",
+            "must be fatal, attempts_exhausted or empty (all)",
+        ));
+    }
+    let app = &state.app;
+    let count = app
+        .store
+        .redrive_dead_letters(&app.queue, reason, &visit.user.name)
+        .await
+        .map_err(redrive_error)?;
+    tracing::info!(count, reason, token = %visit.user.token, "console redrive");
+    Ok(redriven(count))
+}

@@ -1,0 +1,177 @@
+//! Quality: the share of automated actions moderators reversed within 24h, over a chosen
+//! window, per day and per rule (the same counts as `GET /v1/stats/reversal-rate`); live and
+//! shadow matches per rule (what a moderator weighs before promoting a shadow rule); and the
+//! rules in force.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use axum::{extract::State, http::Uri};
+use chrono::Utc;
+use maud::{Markup, html};
+
+use super::{
+    ConsoleState, Visit, charts,
+    errors::PageError,
+    forms::Fields,
+    layout::{self, Section, rate},
+};
+use crate::store::ReversalCounts;
+
+/// The windows a moderator may choose.
+const WINDOWS: [(&str, &str); 4] = [
+    ("24h", "last 24 hours"),
+    ("7days", "last 7 days"),
+    ("30days", "last 30 days"),
+    ("90days", "last 90 days"),
+];
+
+/// One row of the per-rule table.
+#[derive(Default)]
+struct RuleRow {
+    in_force: Option<(String, bool)>,
+    counts: ReversalCounts,
+    live: i64,
+    shadow: i64,
+}
+
+/// `GET /console/quality?window=7days`.
+pub async fn page(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    query.only(&["window"]).map_err(PageError::bad_query)?;
+    let window_name = query.optional("window").unwrap_or("7days");
+    let (_, window_label) = WINDOWS
+        .iter()
+        .find(|(name, _)| *name == window_name)
+        .ok_or_else(|| {
+            PageError::bad_query(PageError::bad_field(
+                "window",
+                "must be 24h, 7days, 30days or 90days",
+            ))
+        })?;
+    let window: Duration = humantime::parse_duration(window_name).expect("a listed window");
+    let store = &state.app.store;
+    let ((total, by_rule), days, hits) = tokio::try_join!(
+        store.reversal_counts(window),
+        store.daily_reversals(window),
+        store.rule_hits(window),
+    )?;
+    let rules = state.app.rules.current();
+    let mut rows: BTreeMap<String, RuleRow> = BTreeMap::new();
+    for rule in rules.rules() {
+        rows.entry(rule.name.clone()).or_default().in_force =
+            Some((rule.action.as_str().to_owned(), rule.shadow));
+    }
+    for (rule, counts) in by_rule {
+        rows.entry(rule).or_default().counts = counts;
+    }
+    for (rule, (live, shadow)) in hits {
+        let row = rows.entry(rule).or_default();
+        row.live = live;
+        row.shadow = shadow;
+    }
+    let now = Utc::now();
+    let first = now - chrono::Duration::from_std(window).unwrap_or_default();
+    let body = html! {
+        h1 { "Quality" }
+        form.filters.card method="get" action="/console/quality" {
+            div.field {
+                label for="window" { "Window" }
+                select #window name="window" {
+                    @for (name, label) in WINDOWS { option value=(name) selected[name == window_name] { (label) } }
+                }
+            }
+            div { button.secondary type="submit" { "Show" } }
+        }
+        ul.figures aria-label={ "Figures over the " (window_label) } {
+            li { span.muted { "Reversed within 24h" } strong #reversal-rate { (rate(total.reversed, total.actions)) } }
+            li { span.muted { "Automated actions" } strong #action-count { (total.actions) } }
+        }
+        section.card aria-labelledby="per-day-title" {
+            h2 #per-day-title { "Reversal rate per day" }
+            (charts::reversal_rate_per_day(&days, first, now))
+            @if !days.is_empty() {
+                details {
+                    summary { "The figures" }
+                    div.table-wrap {
+                        table #per-day {
+                            thead { tr { th { "Day (UTC)" } th { "Rule" } th.num { "Actions" } th.num { "Reversed" } } }
+                            tbody {
+                                @for d in &days {
+                                    tr { td { (d.day.format("%Y-%m-%d")) } td { code { (d.rule) } } td.num { (d.actions) } td.num { (d.reversed) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="per-rule-title" {
+            h2 #per-rule-title { "Per rule" }
+            p.muted {
+                "Live matches are evaluations where the rule held; shadow matches are what a shadow rule would have done. "
+                "Before promoting a shadow rule, compare its matches with the live rules' and their reversal rate."
+            }
+            div.table-wrap {
+                table.cards #per-rule {
+                    thead {
+                        tr {
+                            th scope="col" { "Rule" }
+                            th scope="col" { "Mode" }
+                            th.num scope="col" { "Live matches" }
+                            th.num scope="col" { "Shadow matches" }
+                            th.num scope="col" { "Actions" }
+                            th scope="col" { "Reversed within 24h" }
+                        }
+                    }
+                    tbody {
+                        @for (rule, row) in &rows {
+                            tr data-rule=(rule) {
+                                th scope="row" data-label="Rule" { code { (rule) } }
+                                td data-label="Mode" {
+                                    @match &row.in_force {
+                                        Some((action, true)) => { "shadow (" (action) ")" }
+                                        Some((action, false)) => { "live (" (action) ")" }
+                                        None => span.muted { "not in force" },
+                                    }
+                                }
+                                td.num.live data-label="Live matches" { (row.live) }
+                                td.num.shadow data-label="Shadow matches" { (row.shadow) }
+                                td.num data-label="Actions" { (row.counts.actions) }
+                                td.rate data-label="Reversed" { (rate(row.counts.reversed, row.counts.actions)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="rules-title" {
+            h2 #rules-title { "Rules in force" }
+            p.muted { (rules.rules().len()) " rules, as this process loaded them." }
+            div.table-wrap {
+                table.cards #rules {
+                    thead { tr { th scope="col" { "Rule" } th scope="col" { "Kinds" } th scope="col" { "When" } th scope="col" { "Action" } } }
+                    tbody {
+                        @for rule in rules.rules() {
+                            tr {
+                                th scope="row" data-label="Rule" {
+                                    code { (rule.name) }
+                                    @if rule.shadow { " " span.tag { "shadow" } }
+                                }
+                                td data-label="Kinds" {
+                                    @if rule.kinds.is_empty() { "every kind" } @else { (rule.kinds.join(", ")) }
+                                }
+                                td data-label="When" { code { (rule.when) } }
+                                td data-label="Action" { (rule.action.as_str()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page(&visit, Section::Quality, "Quality", body))
+}
