@@ -402,9 +402,12 @@ pub async fn override_status(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
-    fields.only(&["status", "until", "reason"])?;
+    let fields = Fields::posted(
+        &headers,
+        &body,
+        &visit.session,
+        &["status", "until", "reason"],
+    )?;
     let entity = parse_entity(path)?;
     let status = fields.status("status")?;
     let now = Utc::now();

@@ -7,7 +7,7 @@ use axum::{
 };
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use super::errors::PageError;
+use super::{csrf, errors::PageError, session::Session};
 use crate::{
     domain::Status,
     http::moderation::{TEXT_RULE, acceptable_text},
@@ -29,6 +29,20 @@ impl Fields {
             }
         }
         Ok(Self(pairs))
+    }
+
+    /// A POST form of `session`'s: its CSRF token checked before any other field is looked at,
+    /// and no field but `allowed` (and the token).
+    pub fn posted(
+        headers: &HeaderMap,
+        body: &Bytes,
+        session: &Session,
+        allowed: &[&str],
+    ) -> Result<Self, PageError> {
+        let fields = Self::from_form(headers, body)?;
+        csrf::check(session, fields.get(csrf::FIELD))?;
+        fields.only(allowed)?;
+        Ok(fields)
     }
 
     /// A form body, `application/x-www-form-urlencoded`.

@@ -207,9 +207,7 @@ pub async fn redrive_one(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
-    fields.only(&[])?;
+    Fields::posted(&headers, &body, &visit.session, &[])?;
     let raw = path.map(|Path(raw)| raw).unwrap_or_default();
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
@@ -235,9 +233,7 @@ pub async fn redrive_many(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
-    fields.only(&["reason"])?;
+    let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
     let reason = fields.optional("reason");
     if let Some(reason) = reason
         && !REASONS.contains(&reason)

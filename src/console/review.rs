@@ -373,9 +373,7 @@ pub async fn reverse(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&visit.session, fields.get(csrf::FIELD))?;
-    fields.only(&["reason"])?;
+    let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
     let id = action_id(path)?;
     let reason = fields.text("reason")?;
     reverse_action(&state.app, id, &visit.user.name, &reason).await?;

@@ -120,9 +120,7 @@ pub async fn sign_in(
             "The sign-in form has expired, or the browser did not send its cookie. Open the sign-in page again.",
         ));
     };
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&session, fields.get(csrf::FIELD))?;
-    fields.only(&["name", "token", "next"])?;
+    let fields = Fields::posted(&headers, &body, &session, &["name", "token", "next"])?;
     let name = fields.text("name")?;
     let auth = &state.app.auth;
     let user = if !auth.enforced() {
