@@ -31,18 +31,9 @@ declare -A prefix_url=()
 server=
 
 # redis_primaries URL: the primaries of a Redis URL, one host:port a line: the node itself, or
-# every master of a redis+cluster:// URL (as CLUSTER NODES on its first seed node lists them).
+# every master of a redis+cluster:// URL (every_node's masters).
 redis_primaries() {
-  local rest=${1#*://}
-  rest=${rest#*@}
-  rest=${rest%%/*}
-  case $1 in
-    redis+cluster://*)
-      local seed=${rest%%,*}
-      redis-cli -h "${seed%:*}" -p "${seed##*:}" cluster nodes |
-        awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "@"); print a[1]}' | sort ;;
-    *) echo "$rest" ;;
-  esac
+  every_node "$1" | awk '$2 == "master" {print $1}'
 }
 
 # delete_prefix URL PREFIX: deletes every key of a prefix (`{prefix:...}` and `{prefix}:...`).
