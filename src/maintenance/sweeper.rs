@@ -15,6 +15,10 @@ use crate::{
 /// count (at the default 120 shards a pass reads them all).
 pub const DEAD_LETTER_SHARDS_PER_PASS: u16 = 128;
 
+/// Most receive time of events one pass reads for entities to mark owed: a pass after a long
+/// stop catches up this much at a time.
+pub const MARK_SPAN: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// What one repair-sweep pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SweepReport {
@@ -77,6 +81,14 @@ impl Maintenance {
                 restored = dead.restored,
                 "reconciled dead letters between Redis and Postgres"
             );
+        }
+        // Entities with events that arrived since the last pass and that no evaluation saw
+        // are marked owed first (ingest marks only an entity's first event).
+        let marked = Store::mark_unevaluated(&mut tx, self.settings.sweep_grace, MARK_SPAN)
+            .timed_query("mark_unevaluated")
+            .await?;
+        if marked > 0 {
+            tracing::debug!(marked, "marked entities with unevaluated events");
         }
         let owed = Store::owed_evaluations(
             &mut tx,

@@ -146,9 +146,12 @@ impl Store {
     pub async fn entity_events(&self, entity: &EntityId, limit: i64) -> Result<Vec<EventRecord>> {
         Ok(sqlx::query_as!(
             EventRecord,
+            // By inserting transaction, newest first (the entity's index), not by receive
+            // time, which would sort every event of a busy entity; the two orders differ only
+            // among events received within one commit of each other.
             "SELECT id, signal, actor, weight, received_at
              FROM events WHERE entity = $1
-             ORDER BY received_at DESC, id DESC LIMIT $2",
+             ORDER BY xid DESC, id DESC LIMIT $2",
             entity.as_str(),
             limit,
         )
@@ -165,8 +168,8 @@ impl Store {
     ) -> Result<Vec<MinuteCount>> {
         Ok(sqlx::query_as!(
             MinuteCount,
-            r#"SELECT signal, bucket_start AS minute, count
-             FROM signal_buckets WHERE entity = $1 AND bucket_start >= $2
+            r#"SELECT signal AS "signal!", bucket_start AS "minute!", count AS "count!"
+             FROM bucket_counts WHERE entity = $1 AND bucket_start >= $2
              ORDER BY bucket_start, signal"#,
             entity.as_str(),
             since,

@@ -1,13 +1,13 @@
-//! Recording events: the group commit of ingest, and the entity and signal-total counters that
-//! newly recorded events move.
+//! Recording events: the group commit of ingest, an append of event rows (the counters are
+//! folded in at evaluation, `store/fold.rs`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, StoreError};
-use crate::domain::{EntityId, Event, SignalTotals};
+use crate::domain::{EntityId, Event};
 
 impl Store {
     /// Records events in one transaction (group commit); returns the ids that were new.
@@ -47,10 +47,12 @@ impl Store {
     }
 }
 
-/// Records events in the caller's transaction; returns the ids that were new. Events are
-/// inserted sorted by id and counters upserted sorted by key, so concurrent transactions that
-/// share ids or entities wait on each other in one order, never in a cycle. Only newly
-/// inserted events move the counters.
+/// Records events in the caller's transaction; returns the ids that were new. Ingest appends:
+/// the event rows, and an entity's row the first time it is seen; the counters are folded in
+/// at evaluation (`store/fold.rs`). Events are inserted sorted by id and new entity rows by
+/// entity, so concurrent transactions that share ids or new entities wait on each other in
+/// one order, never in a cycle. An entity row that exists is neither written nor locked, so a
+/// hot entity's events do not queue behind its evaluation.
 ///
 /// An id is new when no partition holds it: the partition the row goes to (the one of this
 /// transaction's `now()`) by its unique index, the older ones by the check in the statement,
@@ -102,7 +104,19 @@ pub(super) async fn record_in(
                FROM input i
                WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM earlier)
                ON CONFLICT DO NOTHING
-               RETURNING id
+               RETURNING id, entity, author
+           ),
+           -- A first event makes the entity's row (pending, nothing folded); a row that exists
+           -- is left alone: DO NOTHING neither writes nor locks it.
+           first_seen AS (
+               INSERT INTO entities (entity, kind, pending_since, last_event_at, author)
+               SELECT DISTINCT ON (n.entity) n.entity,
+                      CASE WHEN position(':' IN n.entity) > 0 THEN split_part(n.entity, ':', 1)
+                           ELSE '' END,
+                      now(), now(), n.author
+               FROM inserted n
+               ORDER BY n.entity, n.author NULLS LAST
+               ON CONFLICT (entity) DO NOTHING
            )
            SELECT id AS "id?" FROM inserted
            UNION ALL
@@ -121,93 +135,7 @@ pub(super) async fn record_in(
     let Some(inserted) = rows.into_iter().collect::<Option<Vec<String>>>() else {
         return Err(StoreError::Unsealed);
     };
-    let inserted: HashSet<String> = inserted.into_iter().collect();
-    if !inserted.is_empty() {
-        let fresh = events.iter().filter(|e| inserted.contains(e.id.as_str()));
-        let mut per_entity: BTreeMap<&str, (i64, Option<&str>)> = BTreeMap::new();
-        let mut per_signal: BTreeMap<(&str, &str), SignalTotals> = BTreeMap::new();
-        for event in fresh {
-            let entry = per_entity.entry(event.entity.as_str()).or_default();
-            entry.0 += 1;
-            if let Some(author) = &event.author {
-                entry.1 = Some(author.as_str());
-            }
-            let totals = per_signal
-                .entry((event.entity.as_str(), event.signal.as_str()))
-                .or_default();
-            totals.count += 1;
-            totals.weight += event.weight;
-        }
-        upsert_entities(tx, &per_entity).await?;
-        upsert_signal_totals(tx, &per_signal).await?;
-    }
-    Ok(inserted)
-}
-
-async fn upsert_entities(
-    tx: &mut Transaction<'_, Postgres>,
-    per_entity: &BTreeMap<&str, (i64, Option<&str>)>,
-) -> Result<()> {
-    let ids: Vec<&str> = per_entity.keys().copied().collect();
-    let kinds: Vec<&str> = ids
-        .iter()
-        .map(|id| id.split_once(':').map_or("", |(k, _)| k))
-        .collect();
-    let counts: Vec<i64> = per_entity.values().map(|(n, _)| *n).collect();
-    let authors: Vec<Option<&str>> = per_entity.values().map(|(_, a)| *a).collect();
-    sqlx::query!(
-        "INSERT INTO entities (entity, kind, event_count, pending_since, last_event_at, author)
-         SELECT entity, kind, n, now(), now(), author
-         FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[]) AS t(entity, kind, n, author)
-         ORDER BY entity
-         ON CONFLICT (entity) DO UPDATE SET
-             event_count = entities.event_count + EXCLUDED.event_count,
-             pending_since = COALESCE(entities.pending_since, now()),
-             last_event_at = now(),
-             author = COALESCE(EXCLUDED.author, entities.author)",
-        &ids as &[&str],
-        &kinds as &[&str],
-        &counts,
-        &authors as &[Option<&str>],
-    )
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn upsert_signal_totals(
-    tx: &mut Transaction<'_, Postgres>,
-    per_signal: &BTreeMap<(&str, &str), SignalTotals>,
-) -> Result<()> {
-    let entities: Vec<&str> = per_signal.keys().map(|(e, _)| *e).collect();
-    let signals: Vec<&str> = per_signal.keys().map(|(_, s)| *s).collect();
-    let counts: Vec<i64> = per_signal.values().map(|t| t.count).collect();
-    let weights: Vec<f64> = per_signal.values().map(|t| t.weight).collect();
-    // Running totals and this minute's bucket in one statement (one round trip); both sorted.
-    sqlx::query!(
-        "WITH input AS (
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::float8[]) AS t(e, s, c, w)
-         ),
-         totals AS (
-             INSERT INTO signal_totals (entity, signal, count, weight_sum)
-             SELECT e, s, c, w FROM input ORDER BY e, s
-             ON CONFLICT (entity, signal) DO UPDATE SET
-                 count = signal_totals.count + EXCLUDED.count,
-                 weight_sum = signal_totals.weight_sum + EXCLUDED.weight_sum
-         )
-         INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
-         SELECT e, s, date_trunc('minute', now()), c, w FROM input ORDER BY e, s
-         ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
-             count = signal_buckets.count + EXCLUDED.count,
-             weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum",
-        &entities as &[&str],
-        &signals as &[&str],
-        &counts,
-        &weights,
-    )
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    Ok(inserted.into_iter().collect())
 }
 
 /// Locks entity rows in id order, as ingest does, before a transaction touches several.

@@ -21,7 +21,7 @@ pub async fn drain_progress(pool: &PgPool, pattern: &str) -> sqlx::Result<(i64, 
     let row = sqlx::query!(
         r#"SELECT count(*) AS "entities!",
                 count(*) FILTER (WHERE event_count <> evaluated_event_count) AS "owed!"
-         FROM entities WHERE entity LIKE $1"#,
+         FROM entity_counts WHERE entity LIKE $1"#,
         pattern,
     )
     .fetch_one(pool)

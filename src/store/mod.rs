@@ -6,6 +6,7 @@ mod dead_letters;
 mod deliveries;
 mod evaluations;
 mod events;
+mod fold;
 pub mod loadgen;
 mod moderation;
 mod outbox;

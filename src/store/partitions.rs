@@ -259,8 +259,6 @@ impl Store {
 
     async fn drop_expired_on(&self, connection: &mut PgConnection) -> Result<Dropped> {
         let plan = &self.partitions;
-        // A later change that folds events into totals at evaluation adds here: "and nothing
-        // in the partition is unfolded" (sealed partitions take no new rows, so it stays true).
         let due = sqlx::query!(
             "SELECT name, parent FROM partitions
              WHERE upper_bound <= now() - CASE parent WHEN 'signal_buckets' THEN $2::interval
@@ -280,6 +278,13 @@ impl Store {
                     source: None,
                 })
             })?;
+            // An events partition goes only once every event in it is folded (sealed, it takes
+            // no new rows, so that stays true). Its entities are folded here if need be; one a
+            // fold could not finish (a row held, a transaction open since) waits a pass.
+            if table == Partitioned::Events && !self.fold_partition(&row.name).await? {
+                tracing::info!(partition = %row.name, "events partition kept: not all folded yet");
+                continue;
+            }
             if table == Partitioned::Events {
                 let rows = sqlx::query_scalar!(r#"SELECT partition_rows($1) AS "rows!""#, row.name)
                     .fetch_one(&mut *connection)
@@ -293,6 +298,34 @@ impl Store {
             dropped.partitions.push((table, row.name));
         }
         Ok(dropped)
+    }
+}
+
+impl Store {
+    /// Folds the entities with unfolded events in this events partition; true once none is
+    /// left.
+    async fn fold_partition(&self, name: &str) -> Result<bool> {
+        const PAGE: i64 = 1000;
+        const MAX_PAGES: usize = 100;
+        // A fold that could fold nothing met rows held elsewhere, or events of transactions
+        // newer than one still open somewhere in the database: both end soon.
+        const STALLS: u32 = 10;
+        let mut stalls = 0;
+        for _ in 0..MAX_PAGES {
+            let entities = self.unfolded_in(name, PAGE).await?;
+            if entities.is_empty() {
+                return Ok(true);
+            }
+            let names: Vec<&str> = entities.iter().map(String::as_str).collect();
+            if self.fold(&names).await? == 0 {
+                stalls += 1;
+                if stalls >= STALLS {
+                    return Ok(false);
+                }
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(stalls))).await;
+            }
+        }
+        Ok(self.unfolded_in(name, 1).await?.is_empty())
     }
 }
 

@@ -99,22 +99,29 @@ impl Store {
         with_windows: bool,
     ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
-        // windows and (when asked) its distinct actors agree.
+        // windows and (when asked) its distinct actors agree. Every figure is the folded part
+        // plus the events not folded yet (the views signal_counts and bucket_counts add them).
         let window_names: Vec<&str> = WINDOWS.iter().map(|(name, _)| *name).collect();
         let window_seconds: Vec<i64> = WINDOWS.iter().map(|(_, seconds)| *seconds).collect();
         let rows = sqlx::query_as!(
             EntityRow,
-            r#"SELECT e.entity, e.kind, e.status, e.moderation_version, e.event_count,
-                    e.evaluated_event_count, e.pending_since, e.last_event_at, e.evaluation_count,
-                    e.last_evaluated_at, now() AS "read_at!", e.override_status, e.override_until,
-                    e.override_by, e.override_reason, e.author,
+            r#"SELECT e.entity, e.kind, e.status, e.moderation_version,
+                    e.event_count + u.n AS "event_count!",
+                    e.evaluated_event_count,
+                    coalesce(e.pending_since,
+                             CASE WHEN e.event_count + u.n > e.evaluated_event_count
+                                  THEN u.first_at END) AS pending_since,
+                    greatest(e.last_event_at, u.last_at) AS "last_event_at!",
+                    e.evaluation_count, e.last_evaluated_at, now() AS "read_at!",
+                    e.override_status, e.override_until, e.override_by, e.override_reason,
+                    coalesce(u.author, e.author) AS author,
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
-                     FROM signal_totals t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
+                     FROM signal_counts t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
                     CASE WHEN $5 THEN
                     (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
                      FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
                                   sum(b.weight_sum) AS weight
-                           FROM signal_buckets b
+                           FROM bucket_counts b
                            JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
                              ON b.bucket_start >= date_trunc('minute', now())
                                                   - make_interval(secs => win.seconds)
@@ -127,7 +134,16 @@ impl Store {
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
                                WHERE entity = e.entity GROUP BY signal) a)
                     END AS "actors?: Json<Actors>"
-             FROM entities e WHERE e.entity = ANY($1)"#,
+             FROM entities e
+             -- The events not folded yet (store/fold.rs), in the same snapshot as the rest.
+             CROSS JOIN LATERAL (
+                 SELECT count(*) AS n, min(ev.received_at) AS first_at,
+                        max(ev.received_at) AS last_at,
+                        (array_agg(ev.author ORDER BY ev.xid DESC)
+                             FILTER (WHERE ev.author IS NOT NULL))[1] AS author
+                 FROM events ev WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+             ) u
+             WHERE e.entity = ANY($1)"#,
             entities as &[&str],
             &window_names as &[&str],
             &window_seconds,

@@ -1,4 +1,5 @@
-//! The repair sweep's reads: the sweep lock, and the entities owed an evaluation.
+//! The repair sweep's reads: the sweep lock, the mark of entities with unevaluated events, and
+//! the entities owed an evaluation.
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -25,8 +26,67 @@ impl Store {
         Ok(locked.then_some(tx))
     }
 
-    /// Entities owed an evaluation (events newer than their last evaluation) whose last event
-    /// is older than `grace`, oldest pending first, after `cursor`.
+    /// Marks pending every entity with an event received since the last mark that no
+    /// evaluation has seen yet, reading at most `span` of receive time; returns how many were
+    /// marked. Ingest does not write an entity row it already made, so this is how an entity
+    /// whose schedule Redis lost after its first event is found again.
+    ///
+    /// The read goes up to the start of the oldest transaction still open in the database (and
+    /// no later than `grace` ago): an event's `received_at` is its transaction's start, so every
+    /// event before that bound is committed and seen, and the next mark starts there.
+    pub async fn mark_unevaluated(
+        tx: &mut Transaction<'static, Postgres>,
+        grace: std::time::Duration,
+        span: std::time::Duration,
+    ) -> Result<u64> {
+        // First, alone: the bound. The next statement's snapshot is taken after it, so a
+        // transaction that was open here started at or after the bound.
+        let window = sqlx::query!(
+            r#"SELECT m.scanned_to AS "from!",
+                      least(now() - $1::interval, m.scanned_to + $2::interval,
+                            coalesce((SELECT min(a.xact_start) FROM pg_stat_activity a
+                                      WHERE a.datname = current_database()
+                                        AND a.backend_type = 'client backend'
+                                        AND a.pid <> pg_backend_pid()), now())) AS "to!"
+               FROM sweep_marks m WHERE m.name = 'events' FOR UPDATE"#,
+            interval(grace),
+            interval(span),
+        )
+        .fetch_one(&mut **tx)
+        .await?;
+        if window.to <= window.from {
+            return Ok(0);
+        }
+        let marked = sqlx::query_scalar!(
+            r#"WITH seen AS (
+                   SELECT ev.entity, min(ev.received_at) AS first_at FROM events ev
+                   WHERE ev.received_at >= $1 AND ev.received_at < $2
+                   GROUP BY ev.entity
+               ),
+               marked AS (
+                   UPDATE entities e SET pending_since = s.first_at
+                   FROM seen s
+                   WHERE e.entity = s.entity AND e.pending_since IS NULL
+                     AND e.event_count + (SELECT count(*) FROM events ev
+                                          WHERE ev.entity = e.entity
+                                            AND ev.xid >= e.folded_horizon)
+                         > e.evaluated_event_count
+                   RETURNING 1
+               ),
+               moved AS (
+                   UPDATE sweep_marks SET scanned_to = $2 WHERE name = 'events'
+               )
+               SELECT count(*) AS "marked!" FROM marked"#,
+            window.from,
+            window.to,
+        )
+        .fetch_one(&mut **tx)
+        .await?;
+        Ok(marked.max(0) as u64)
+    }
+
+    /// Entities owed an evaluation (events, folded or not, that no evaluation has seen) whose
+    /// last event is older than `grace`, oldest pending first, after `cursor`.
     pub async fn owed_evaluations(
         tx: &mut Transaction<'static, Postgres>,
         grace: std::time::Duration,
@@ -34,12 +94,16 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<SweepCursor>> {
         let rows = sqlx::query!(
-            r#"SELECT pending_since AS "pending_since!", entity FROM entities
-             WHERE pending_since IS NOT NULL
-               AND event_count > evaluated_event_count
-               AND last_event_at < now() - $1::interval
-               AND ($2::timestamptz IS NULL OR (pending_since, entity) > ($2, $3))
-             ORDER BY pending_since, entity
+            r#"SELECT e.pending_since AS "pending_since!", e.entity FROM entities e
+             CROSS JOIN LATERAL (
+                 SELECT count(*) AS n, max(ev.received_at) AS last_at FROM events ev
+                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+             ) u
+             WHERE e.pending_since IS NOT NULL
+               AND e.event_count + u.n > e.evaluated_event_count
+               AND greatest(e.last_event_at, u.last_at) < now() - $1::interval
+               AND ($2::timestamptz IS NULL OR (e.pending_since, e.entity) > ($2, $3))
+             ORDER BY e.pending_since, e.entity
              LIMIT $4"#,
             interval(grace),
             cursor.map(|c| c.0),

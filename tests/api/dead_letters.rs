@@ -95,7 +95,7 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
     // New events for a dead-lettered entity are still recorded, but do not schedule it.
     app.send(&event("p-late", "post:poison", "flag")).await;
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:poison'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:poison'")
             .await,
         11
     );

@@ -107,7 +107,7 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
         200
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE event_count = 50")
+        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count = 50")
             .await,
         200
     );
@@ -164,7 +164,7 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
     }
     app.wait_settled(Duration::from_secs(20)).await;
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:stream'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:stream'")
             .await,
         sent
     );

@@ -83,6 +83,8 @@ pub struct TestOptions {
     /// SQL run on the database as the migrations before time partitioning left it, before the
     /// rest of them: rows written under the old schema.
     pub before_partitioning: Option<&'static str>,
+    /// SQL run on the schema before [`FOLDING_MIGRATION`] (rows an earlier version wrote).
+    pub before_folding: Option<&'static str>,
     /// The console's session signing key; none: a random one per process.
     pub console_session_key: Option<String>,
 }
@@ -126,6 +128,7 @@ impl Default for TestOptions {
             retention_partitions: quiesce::settings::Maintenance::default().retention_partitions,
             retention_interval: quiesce::settings::Maintenance::default().retention_interval,
             before_partitioning: None,
+            before_folding: None,
             console_session_key: None,
         }
     }
@@ -287,7 +290,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .map(SecretString::from);
     settings.validate().expect("valid test settings");
     if let Some(sql) = options.before_partitioning {
-        write_before_partitioning(&database_url, sql).await;
+        write_before(&database_url, PARTITIONING_MIGRATION, sql).await;
+    }
+    if let Some(sql) = options.before_folding {
+        write_before(&database_url, FOLDING_MIGRATION, sql).await;
     }
     startup::prepare_database(&settings)
         .await
@@ -332,14 +338,16 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
 /// The first migration of time partitioning: [`TestOptions::before_partitioning`] runs its SQL
 /// on the schema of the migrations before it.
 pub const PARTITIONING_MIGRATION: i64 = 20261215000001;
+/// The migration from which ingest appends and the evaluation folds.
+pub const FOLDING_MIGRATION: i64 = 20261220000001;
 
-/// Applies the migrations before [`PARTITIONING_MIGRATION`] and runs `sql` on the result.
-async fn write_before_partitioning(database_url: &str, sql: &str) {
+/// Applies the migrations before `version` and runs `sql` on the result.
+async fn write_before(database_url: &str, version: i64, sql: &str) {
     let mut migrator = sqlx::migrate!("./migrations");
     migrator.migrations = migrator
         .migrations
         .iter()
-        .filter(|m| m.version < PARTITIONING_MIGRATION)
+        .filter(|m| m.version < version)
         .cloned()
         .collect::<Vec<_>>()
         .into();
@@ -349,7 +357,7 @@ async fn write_before_partitioning(database_url: &str, sql: &str) {
     migrator
         .run(&mut connection)
         .await
-        .expect("the migrations before partitioning");
+        .expect("the migrations before the one under test");
     sqlx::raw_sql(sql)
         .execute(&mut connection)
         .await
@@ -504,7 +512,9 @@ impl TestApp {
     pub async fn settled(&self) -> bool {
         self.queue_is_empty().await
             && self
-                .scalar("SELECT count(*) FROM entities WHERE event_count <> evaluated_event_count")
+                .scalar(
+                    "SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count",
+                )
                 .await
                 == 0
     }

@@ -33,12 +33,12 @@ async fn an_event_id_sent_twice_is_counted_once() {
 
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 3);
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:1'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:1'")
             .await,
         3
     );
     assert_eq!(
-        app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:1' AND signal = 'flag'")
+        app.scalar("SELECT count FROM signal_counts WHERE entity = 'post:1' AND signal = 'flag'")
             .await,
         3
     );
@@ -97,13 +97,13 @@ async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
     assert_eq!((accepted, duplicates), (300, 0));
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 300);
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE event_count = 10")
+        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count = 10")
             .await,
         30
     );
     // Minute buckets for windowed rules count the same events.
     assert_eq!(
-        app.scalar("SELECT sum(count)::bigint FROM signal_buckets")
+        app.scalar("SELECT sum(count)::bigint FROM bucket_counts")
             .await,
         300
     );
@@ -128,7 +128,7 @@ async fn optional_fields_are_recorded() {
     assert_eq!(weight, 2.5);
     assert_eq!(occurred.to_rfc3339(), "2026-11-30T09:00:00+00:00");
     let weight_sum: f64 =
-        sqlx::query_scalar("SELECT weight_sum FROM signal_totals WHERE entity = 'post:3'")
+        sqlx::query_scalar("SELECT weight_sum FROM signal_counts WHERE entity = 'post:3'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -164,7 +164,7 @@ async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
     }
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1000);
     assert_eq!(
-        app.scalar("SELECT sum(event_count)::bigint FROM entities")
+        app.scalar("SELECT sum(event_count)::bigint FROM entity_counts")
             .await,
         1000
     );

@@ -16,6 +16,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod edge;
+mod fold;
 mod ingest;
 mod limits;
 mod loadgen;

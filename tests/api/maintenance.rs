@@ -32,13 +32,13 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 3);
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 2);
     assert_eq!(
-        app.scalar("SELECT count FROM signal_totals WHERE entity = 'post:old'")
+        app.scalar("SELECT count FROM signal_counts WHERE entity = 'post:old'")
             .await,
         5,
         "aggregates are unchanged"
     );
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:old'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:old'")
             .await,
         5
     );

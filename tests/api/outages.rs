@@ -50,7 +50,7 @@ async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedu
     .await;
     app.wait_settled(Duration::from_secs(20)).await;
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:r'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:r'")
             .await,
         2
     );

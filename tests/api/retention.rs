@@ -139,8 +139,8 @@ async fn an_old_partition_is_dropped_whole_while_newer_events_and_totals_stay() 
     assert_eq!(left, ["r4", "r5"]);
     assert_eq!(app.scalar("SELECT count(*) FROM signal_buckets").await, 1);
     for totals in [
-        "SELECT event_count FROM entities WHERE entity = 'post:kept'",
-        "SELECT count FROM signal_totals WHERE entity = 'post:kept'",
+        "SELECT event_count FROM entity_counts WHERE entity = 'post:kept'",
+        "SELECT count FROM signal_counts WHERE entity = 'post:kept'",
     ] {
         assert_eq!(app.scalar(totals).await, 6, "{totals}");
     }
@@ -179,7 +179,7 @@ async fn a_resent_id_is_a_duplicate_across_a_partition_boundary() {
         0
     );
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:first'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:first'")
             .await,
         2
     );
@@ -330,7 +330,7 @@ async fn concurrent_writers_of_one_id_record_it_once_across_boundaries() {
         rounds as i64
     );
     assert_eq!(
-        app.scalar("SELECT event_count FROM entities WHERE entity = 'post:c'")
+        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:c'")
             .await,
         rounds as i64
     );

@@ -87,10 +87,10 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
     let entities = app.backends.store.entities_of(&["m1", "m4"]).await.unwrap();
     assert_eq!(entities["m1"].as_str(), "post:old");
     assert_eq!(entities["m4"].as_str(), "post:recent");
-    let totals = "SELECT sum(count)::int8 FROM signal_totals";
+    let totals = "SELECT sum(count)::int8 FROM signal_counts";
     assert_eq!(app.scalar(totals).await, 6);
     assert_eq!(
-        app.scalar("SELECT sum(event_count)::int8 FROM entities")
+        app.scalar("SELECT sum(event_count)::int8 FROM entity_counts")
             .await,
         6
     );

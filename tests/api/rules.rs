@@ -285,14 +285,14 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
     assert_eq!(app.status_of("post:2").await, "hidden");
     assert_eq!(
         app.scalar(
-            "SELECT count FROM signal_totals WHERE entity = 'user:88' AND signal = 'auto.hide'"
+            "SELECT count FROM signal_counts WHERE entity = 'user:88' AND signal = 'auto.hide'"
         )
         .await,
         3
     );
     assert_eq!(
         app.scalar(
-            "SELECT count FROM signal_totals WHERE entity = 'user:88' AND signal = 'auto.hide.reversed'"
+            "SELECT count FROM signal_counts WHERE entity = 'user:88' AND signal = 'auto.hide.reversed'"
         )
         .await,
         1

@@ -289,7 +289,7 @@ async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() 
         .await;
     app.backends.store.purge_expired(1000, 10).await.unwrap();
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
-    let entity_events = "SELECT event_count FROM entities WHERE entity = 'post:1'";
+    let entity_events = "SELECT event_count FROM entity_counts WHERE entity = 'post:1'";
     assert_eq!(app.scalar(entity_events).await, 1);
     for delivery in ["d-1", "d-replayed"] {
         let (status, reply) = post_github(&app, "/v1/events", Some(delivery), body).await;

@@ -123,13 +123,13 @@ pub async fn check_accounting(app: &TestApp, accepted: u64) {
         "lost or doubled events"
     );
     assert_eq!(
-        app.scalar("SELECT coalesce(sum(event_count), 0)::bigint FROM entities")
+        app.scalar("SELECT coalesce(sum(event_count), 0)::bigint FROM entity_counts")
             .await as u64,
         accepted,
         "counters out of step with events"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE event_count <> evaluated_event_count")
+        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count")
             .await,
         0,
         "an entity's last events were never evaluated"

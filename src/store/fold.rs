@@ -1,0 +1,115 @@
+//! The fold: an entity's events not folded yet go into its count, signal totals and minute
+//! buckets, once. Ingest only appends events (`store/events.rs`); the evaluation, already the
+//! entity's one writer while it holds its lock, folds before it reads the snapshot, so a
+//! burst's aggregation costs one write per entity and signal instead of one per group commit.
+//!
+//! What is folded is told by transaction ids. An event carries the id of the transaction that
+//! inserted it (`xid`); the entity's `folded_horizon` says that every event with a lower id is
+//! in its figures. A fold takes the events from the horizon up to its snapshot's xmin (every
+//! transaction below it has ended, so no event can still appear there) and moves the horizon
+//! to it, in one statement holding the entity row. Events at or above the horizon are added by
+//! every read (`store/snapshots.rs`), so figures are exact whether or not a fold has run.
+
+use std::time::Duration;
+
+use super::{Result, Store, interval, partitions::BUCKETS_KEPT};
+
+impl Store {
+    /// Folds the entities' unfolded events into their figures; returns how many entities had
+    /// events to fold and were folded. An entity whose row another transaction holds (a
+    /// moderator, a completion) is left for the next fold: reads count its events meanwhile.
+    pub async fn fold(&self, entities: &[&str]) -> Result<u64> {
+        if entities.is_empty() {
+            return Ok(0);
+        }
+        // Buckets only go where their partitions are kept (`store/partitions.rs`).
+        let buckets_from = interval(BUCKETS_KEPT - Duration::from_secs(60));
+        let folded = self
+            .with_turnover(|| async {
+                Ok(sqlx::query_scalar!(
+                    r#"WITH upto AS MATERIALIZED (
+                           SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xid
+                       ),
+                       locked AS MATERIALIZED (
+                           SELECT e.entity, e.folded_horizon AS since FROM entities e
+                           WHERE e.entity = ANY($1)
+                             AND EXISTS (SELECT 1 FROM events ev
+                                         WHERE ev.entity = e.entity
+                                           AND ev.xid >= e.folded_horizon
+                                           AND ev.xid < (SELECT xid FROM upto))
+                           ORDER BY e.entity
+                           FOR UPDATE OF e SKIP LOCKED
+                       ),
+                       fresh AS MATERIALIZED (
+                           SELECT ev.entity, ev.signal, ev.weight, ev.received_at, ev.author,
+                                  ev.xid
+                           FROM locked l
+                           JOIN events ev ON ev.entity = l.entity AND ev.xid >= l.since
+                                         AND ev.xid < (SELECT xid FROM upto)
+                       ),
+                       totals AS (
+                           INSERT INTO signal_totals (entity, signal, count, weight_sum)
+                           SELECT entity, signal, count(*), sum(weight) FROM fresh
+                           GROUP BY entity, signal ORDER BY entity, signal
+                           ON CONFLICT (entity, signal) DO UPDATE SET
+                               count = signal_totals.count + EXCLUDED.count,
+                               weight_sum = signal_totals.weight_sum + EXCLUDED.weight_sum
+                       ),
+                       buckets AS (
+                           INSERT INTO signal_buckets (entity, signal, bucket_start, count,
+                                                       weight_sum)
+                           SELECT entity, signal, date_trunc('minute', received_at), count(*),
+                                  sum(weight)
+                           FROM fresh
+                           WHERE received_at >= now() - $2::interval
+                           GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+                           ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
+                               count = signal_buckets.count + EXCLUDED.count,
+                               weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum
+                       ),
+                       per_entity AS (
+                           SELECT entity, count(*) AS n, min(received_at) AS first_at,
+                                  max(received_at) AS last_at,
+                                  (array_agg(author ORDER BY xid DESC)
+                                       FILTER (WHERE author IS NOT NULL))[1] AS author
+                           FROM fresh GROUP BY entity
+                       ),
+                       updated AS (
+                           UPDATE entities e SET
+                               event_count = e.event_count + p.n,
+                               folded_horizon = greatest(e.folded_horizon,
+                                                         (SELECT xid FROM upto)),
+                               pending_since = coalesce(e.pending_since, p.first_at),
+                               last_event_at = greatest(e.last_event_at, p.last_at),
+                               author = coalesce(p.author, e.author)
+                           FROM per_entity p WHERE e.entity = p.entity
+                           RETURNING 1
+                       )
+                       SELECT count(*) AS "folded!" FROM updated"#,
+                    entities as &[&str],
+                    buckets_from.clone(),
+                )
+                .fetch_one(&self.pool)
+                .await?)
+            })
+            .await?;
+        Ok(folded.max(0) as u64)
+    }
+
+    /// Up to `limit` entities with events not folded yet in this events partition (by name,
+    /// as the `partitions` table lists it).
+    pub(super) async fn unfolded_in(&self, partition: &str, limit: i64) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT DISTINCT ev.entity AS "entity!" FROM events ev
+               JOIN entities e ON e.entity = ev.entity
+               WHERE ev.received_at >= (SELECT lower_bound FROM partitions WHERE name = $1)
+                 AND ev.received_at < (SELECT upper_bound FROM partitions WHERE name = $1)
+                 AND ev.xid >= e.folded_horizon
+               LIMIT $2"#,
+            partition,
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
