@@ -1,5 +1,5 @@
 //! Group commit of accepted events: concurrent requests hand their validated events to a
-//! coalescer whose committers each write everything queued in one Postgres transaction and then
+//! coalescer whose committers each write everything queued in one Postgres statement and then
 //! schedule the entities in Redis, before any of those requests is answered.
 
 use std::{
@@ -136,7 +136,7 @@ impl Committer {
         }
     }
 
-    /// One transaction for the whole group, then one schedule call per shard.
+    /// One statement for the whole group, then one schedule call per shard.
     async fn commit(&self, group: &[Vec<Event>]) -> Result<Vec<IngestOutcome>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.

@@ -4,25 +4,20 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{Result, Store, StoreError};
 use crate::domain::{EntityId, Event};
 
 impl Store {
-    /// Records events in one transaction (group commit); returns the ids that were new.
-    ///
-    /// Events are inserted sorted by id and counters upserted sorted by key, so concurrent
-    /// group commits that share ids or entities wait on each other in one order, never in a
-    /// cycle. Only newly inserted events move the counters.
+    /// Records events in one statement (group commit); returns the ids that were new. The
+    /// statement is atomic on its own, so no BEGIN and COMMIT round trips go around it.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
         // A partition turnover (an events partition whose time is over and not sealed yet, or
-        // none made for now) is repaired and the transaction retried.
+        // none made for now) is repaired and the statement retried.
         self.with_turnover(|| async {
-            let mut tx = self.pool.begin().await?;
-            let inserted = record_in(&mut tx, events).await?;
-            tx.commit().await?;
-            Ok(inserted)
+            let mut connection = self.pool.acquire().await?;
+            record_in(&mut connection, events).await
         })
         .await
     }
@@ -47,7 +42,8 @@ impl Store {
     }
 }
 
-/// Records events in the caller's transaction; returns the ids that were new. Ingest appends:
+/// Records events in one statement, on its own or in the caller's transaction; returns the
+/// ids that were new. Ingest appends:
 /// the event rows, and an entity's row the first time it is seen; the counters are folded in
 /// at evaluation (`store/fold.rs`). Events are inserted sorted by id and new entity rows by
 /// entity, so concurrent transactions that share ids or new entities wait on each other in
@@ -59,7 +55,7 @@ impl Store {
 /// which is only trusted once all of them are sealed (`store/partitions.rs`). When one is not,
 /// nothing is written and [`StoreError::Unsealed`] tells the caller to seal and retry.
 pub(super) async fn record_in(
-    tx: &mut Transaction<'_, Postgres>,
+    connection: &mut PgConnection,
     events: &[&Event],
 ) -> Result<HashSet<String>> {
     let mut events = events.to_vec();
@@ -130,7 +126,7 @@ pub(super) async fn record_in(
         &priorities as &[&str],
         &authors as &[Option<&str>],
     )
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *connection)
     .await?;
     let Some(inserted) = rows.into_iter().collect::<Option<Vec<String>>>() else {
         return Err(StoreError::Unsealed);
