@@ -136,13 +136,23 @@ async fn read_snapshots(
     store: &Store,
     requests: Vec<SnapshotRequest>,
 ) -> Vec<Result<Option<Snapshot>>> {
-    // The batch's unfolded events go into the figures first, in one statement for all of
-    // them (store/fold.rs). The snapshots are exact either way (reads add what is not folded),
-    // so a failed fold only leaves the work for the next one.
+    // The batch's unfolded events go into the figures, in one statement for all of them
+    // (store/fold.rs), beside the snapshot reads on another connection: a snapshot adds what
+    // is not folded, so it is exact whichever commits first, and the fold costs the
+    // evaluation no round trip. A failed fold only leaves the work for the next one.
     let all: Vec<&str> = requests.iter().map(|r| r.entity.as_str()).collect();
-    if let Err(error) = store.fold(&all).timed_query("fold").await {
+    let (folded, answers) = tokio::join!(
+        store.fold(&all).timed_query("fold"),
+        read_groups(store, &requests)
+    );
+    if let Err(error) = folded {
         tracing::warn!(error = %crate::telemetry::Chain(&error), entities = all.len(), "fold failed; the snapshots count the events unfolded");
     }
+    answers
+}
+
+/// The snapshots of the requests, one statement per kind of snapshot asked for.
+async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<Option<Snapshot>>> {
     let mut answers: Vec<Option<Result<Option<Snapshot>>>> =
         requests.iter().map(|_| None).collect();
     let mut groups: HashMap<(bool, bool), Vec<usize>> = HashMap::new();
@@ -169,7 +179,6 @@ async fn read_snapshots(
             }
             Err(error) if members.len() > 1 && !error.is_unavailable() => {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), entities = members.len(), "snapshot batch failed; reading one by one");
-                let requests = &requests;
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [requests[i].entity.as_str()];
                     let read = store.snapshots(&one, with_actors, with_windows).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
 
 async fn flags(app: &TestApp, entity: &str, n: usize) {
     let events: Vec<Value> = (0..n)
@@ -302,4 +302,24 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
         "visible",
         "two hides stand, not three"
     );
+    // Folded into the author's totals, the derived signals and the compensation count the same.
+    let folded = |signal: &'static str| {
+        let app = &app;
+        async move {
+            app.scalar(&format!(
+                "SELECT coalesce(sum(count), 0)::int8 FROM signal_totals
+                 WHERE entity = 'user:88' AND signal = '{signal}'"
+            ))
+            .await
+        }
+    };
+    wait_for(Duration::from_secs(10), "the author's fold", || async {
+        app.backends.store.fold(&["user:88"]).await.unwrap();
+        app.scalar("SELECT count(*) FROM unfolded_events WHERE entity = 'user:88'")
+            .await
+            == 0
+    })
+    .await;
+    assert_eq!(folded("auto.hide").await, 3);
+    assert_eq!(folded("auto.hide.reversed").await, 1);
 }
