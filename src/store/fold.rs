@@ -15,10 +15,12 @@ use std::time::Duration;
 use super::{Result, Store, interval, partitions::BUCKETS_KEPT};
 
 impl Store {
-    /// Folds the entities' unfolded events into their figures; returns how many entities had
-    /// events to fold and were folded. An entity whose row another transaction holds (a
-    /// moderator, a completion) is left for the next fold: reads count its events meanwhile.
-    pub async fn fold(&self, entities: &[&str]) -> Result<u64> {
+    /// Folds the unfolded events of those entities that have at least `at_least` of them into
+    /// their figures; returns how many entities were folded. An entity whose row another
+    /// transaction holds (a moderator, a completion) is left for the next fold: reads count its
+    /// events meanwhile. A few unfolded events cost a read less than their fold costs a write,
+    /// so the worker folds an entity only once it has gathered many (retention folds the rest).
+    pub async fn fold(&self, entities: &[&str], at_least: i64) -> Result<u64> {
         if entities.is_empty() {
             return Ok(0);
         }
@@ -33,10 +35,12 @@ impl Store {
                        locked AS MATERIALIZED (
                            SELECT e.entity, e.folded_horizon AS since FROM entities e
                            WHERE e.entity = ANY($1)
-                             AND EXISTS (SELECT 1 FROM events ev
-                                         WHERE ev.entity = e.entity
-                                           AND ev.xid >= e.folded_horizon
-                                           AND ev.xid < (SELECT xid FROM upto))
+                             AND (SELECT count(*) FROM (
+                                      SELECT 1 FROM events ev
+                                      WHERE ev.entity = e.entity
+                                        AND ev.xid >= e.folded_horizon
+                                        AND ev.xid < (SELECT xid FROM upto)
+                                      LIMIT $3) enough) >= $3
                            ORDER BY e.entity
                            FOR UPDATE OF e SKIP LOCKED
                        ),
@@ -88,6 +92,7 @@ impl Store {
                        SELECT count(*) AS "folded!" FROM updated"#,
                     entities as &[&str],
                     buckets_from.clone(),
+                    at_least.max(1),
                 )
                 .fetch_one(&self.pool)
                 .await?)
@@ -96,17 +101,25 @@ impl Store {
         Ok(folded.max(0) as u64)
     }
 
-    /// Up to `limit` entities with events not folded yet in this events partition (by name,
-    /// as the `partitions` table lists it).
-    pub(super) async fn unfolded_in(&self, partition: &str, limit: i64) -> Result<Vec<String>> {
+    /// Up to `limit` entities after `after` (in id order) with events not folded yet in this
+    /// events partition (by name, as the `partitions` table lists it).
+    pub(super) async fn unfolded_in(
+        &self,
+        partition: &str,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar!(
             r#"SELECT DISTINCT ev.entity AS "entity!" FROM events ev
                JOIN entities e ON e.entity = ev.entity
                WHERE ev.received_at >= (SELECT lower_bound FROM partitions WHERE name = $1)
                  AND ev.received_at < (SELECT upper_bound FROM partitions WHERE name = $1)
+                 AND ev.entity > $2
                  AND ev.xid >= e.folded_horizon
-               LIMIT $2"#,
+               ORDER BY ev.entity
+               LIMIT $3"#,
             partition,
+            after,
             limit,
         )
         .fetch_all(&self.pool)

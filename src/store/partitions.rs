@@ -306,26 +306,25 @@ impl Store {
     /// left.
     async fn fold_partition(&self, name: &str) -> Result<bool> {
         const PAGE: i64 = 1000;
-        const MAX_PAGES: usize = 100;
-        // A fold that could fold nothing met rows held elsewhere, or events of transactions
-        // newer than one still open somewhere in the database: both end soon.
-        const STALLS: u32 = 10;
-        let mut stalls = 0;
-        for _ in 0..MAX_PAGES {
-            let entities = self.unfolded_in(name, PAGE).await?;
-            if entities.is_empty() {
+        // A fold that could not fold everything met rows held elsewhere, or events of
+        // transactions newer than one still open somewhere in the database: both end soon.
+        const ROUNDS: u32 = 10;
+        for round in 0..ROUNDS {
+            // One walk over the partition's entities in id order, a page at a time.
+            let mut after = String::new();
+            loop {
+                let entities = self.unfolded_in(name, &after, PAGE).await?;
+                let Some(last) = entities.last() else { break };
+                after = last.clone();
+                let names: Vec<&str> = entities.iter().map(String::as_str).collect();
+                self.fold(&names, 1).await?;
+            }
+            if self.unfolded_in(name, "", 1).await?.is_empty() {
                 return Ok(true);
             }
-            let names: Vec<&str> = entities.iter().map(String::as_str).collect();
-            if self.fold(&names).await? == 0 {
-                stalls += 1;
-                if stalls >= STALLS {
-                    return Ok(false);
-                }
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(stalls))).await;
-            }
+            tokio::time::sleep(Duration::from_millis(100 * u64::from(round + 1))).await;
         }
-        Ok(self.unfolded_in(name, 1).await?.is_empty())
+        Ok(false)
     }
 }
 

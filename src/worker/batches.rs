@@ -130,6 +130,12 @@ impl EvaluationBatches {
     }
 }
 
+/// Unfolded events an entity gathers before an evaluation folds them. Below it, a snapshot
+/// reading them costs less than the fold's writes (a burst of ten is read as ten index
+/// entries, and folding it took a fifth of the evaluations' throughput: BENCHMARKS.md);
+/// retention folds what is left before a partition goes.
+const FOLD_AT_LEAST: i64 = 64;
+
 /// Answers every request with one statement per combination of aggregates asked for (there
 /// is one unless the rules were reloaded in between).
 async fn read_snapshots(
@@ -142,7 +148,7 @@ async fn read_snapshots(
     // evaluation no round trip. A failed fold only leaves the work for the next one.
     let all: Vec<&str> = requests.iter().map(|r| r.entity.as_str()).collect();
     let (folded, answers) = tokio::join!(
-        store.fold(&all).timed_query("fold"),
+        store.fold(&all, FOLD_AT_LEAST).timed_query("fold"),
         read_groups(store, &requests)
     );
     if let Err(error) = folded {

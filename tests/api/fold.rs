@@ -74,14 +74,14 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
         Duration::from_secs(10),
         "the first three folded",
         || async {
-            store.fold(&["post:f"]).await.unwrap();
+            store.fold(&["post:f"], 1).await.unwrap();
             folded(&app, "post:f").await == (3, 3, 3)
         },
     )
     .await;
     assert_eq!(read_counts(&app, "post:f").await, (5, 5));
     // Folding again takes nothing twice.
-    store.fold(&["post:f"]).await.unwrap();
+    store.fold(&["post:f"], 1).await.unwrap();
     assert_eq!(folded(&app, "post:f").await, (3, 3, 3));
 
     open.commit().await.unwrap();
@@ -90,7 +90,7 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
         Duration::from_secs(10),
         "a fold to take the rest",
         || async {
-            store.fold(&["post:f"]).await.unwrap();
+            store.fold(&["post:f"], 1).await.unwrap();
             folded(&app, "post:f").await == (6, 6, 6)
         },
     )
@@ -156,7 +156,7 @@ async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() 
     app.send(&flags("c", "post:crash", 4)).await;
     // A worker folded, then died before its completion; Redis lost the schedule too.
     wait_for(Duration::from_secs(10), "the fold", || async {
-        app.backends.store.fold(&["post:crash"]).await.unwrap();
+        app.backends.store.fold(&["post:crash"], 1).await.unwrap();
         folded(&app, "post:crash").await.0 == 4
     })
     .await;
@@ -230,7 +230,7 @@ async fn retention_racing_folds_drops_only_folded_events_and_keeps_every_count()
         let store = store.clone();
         async move {
             for _ in 0..50 {
-                store.fold(&["post:race"]).await.unwrap();
+                store.fold(&["post:race"], 1).await.unwrap();
             }
         }
     });
@@ -247,7 +247,7 @@ async fn retention_racing_folds_drops_only_folded_events_and_keeps_every_count()
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 14);
     assert_eq!(read_counts(&app, "post:race").await, (20, 20));
     wait_for(Duration::from_secs(10), "the last fold", || async {
-        store.fold(&["post:race"]).await.unwrap();
+        store.fold(&["post:race"], 1).await.unwrap();
         folded(&app, "post:race").await.0 == 20
     })
     .await;
@@ -297,7 +297,7 @@ async fn the_upgrade_keeps_every_count_and_folds_from_there() {
     assert_eq!(read_counts(&app, "post:up").await, (5, 4));
     let store = &app.backends.store;
     wait_for(Duration::from_secs(10), "the fold", || async {
-        store.fold(&["post:up"]).await.unwrap();
+        store.fold(&["post:up"], 1).await.unwrap();
         folded(&app, "post:up").await.0 == 5
     })
     .await;
@@ -308,4 +308,33 @@ async fn the_upgrade_keeps_every_count_and_folds_from_there() {
         app.send(&json!([event("u1", "post:up", "flag")])).await,
         (0, 1)
     );
+}
+
+#[tokio::test]
+async fn an_evaluation_folds_an_entity_that_gathered_many_events_and_reads_a_few() {
+    let app = spawn_app(TestOptions {
+        window: Duration::from_millis(200),
+        max_wait: Duration::from_secs(5),
+        ..TestOptions::default()
+    })
+    .await;
+    app.send(&flags("few", "post:few", 5)).await;
+    app.send(&flags("many", "post:many", 200)).await;
+    app.wait_settled(Duration::from_secs(15)).await;
+    for (entity, n) in [("post:few", 5), ("post:many", 200)] {
+        assert_eq!(read_counts(&app, entity).await, (n, n), "{entity}");
+        assert_eq!(
+            app.scalar(&format!(
+                "SELECT event_count FROM evaluations WHERE entity = '{entity}'"
+            ))
+            .await,
+            n,
+            "{entity}: one evaluation, on every event"
+        );
+    }
+    // Five events are cheaper read than folded; two hundred were folded by the evaluation.
+    assert_eq!(folded(&app, "post:few").await, (0, 0, 0));
+    let (count, totals, buckets) = folded(&app, "post:many").await;
+    assert!(count > 0, "the evaluation folded post:many");
+    assert_eq!((totals, buckets), (count, count));
 }
