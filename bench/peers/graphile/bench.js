@@ -166,6 +166,9 @@ async function bench() {
   const drainSeconds = (Date.now() - started) / 1000 - addSeconds;
   const walAfterJobs = await walLsn();
   await runner.stop();
+  // Jobs still in the table (not run, or failed): events in them are not lost but late.
+  const left = await utils.withPgClient((client) =>
+    client.query('SELECT count(*)::int AS jobs, coalesce(sum(json_array_length(payload)), 0)::int AS events FROM graphile_worker._private_jobs'));
   await utils.release();
 
   lags.sort((a, b) => a - b);
@@ -179,7 +182,8 @@ async function bench() {
     // Entities that received an event (fewer than --entities when --max-seconds stopped early).
     jobs, entities_evaluated: processed.size, entities_added: Math.min(added, entities),
     jobs_per_entity: jobs / Math.min(added, entities), jobs_per_event: jobs / added,
-    events_delivered: delivered, events_lost: added - delivered, drain_seconds: drainSeconds,
+    events_delivered: delivered, jobs_left: left.rows[0].jobs, events_in_jobs_left: left.rows[0].events,
+    events_lost: added - delivered - left.rows[0].events, drain_seconds: drainSeconds,
     fire_lag_ms: { p50: pick(0.5), p99: pick(0.99), max: lags.length ? lags[lags.length - 1] : null },
     // The whole server's WAL (other databases' writes included), per event added.
     wal_bytes_per_event_adds: (await walDiff(walBefore, walAfterAdds)) / added,
