@@ -5,13 +5,14 @@
 //
 //   node bench.js --database-url postgres://postgres@127.0.0.1:5432/postgres \
 //                 --database graphile_bench_<id> --mode batched|single --events 100000 \
-//                 --entities 10000 --window-ms 2000 --in-flight 256 [--rate 2000]
+//                 --entities 10000 --window-ms 2000 [--in-flight 16] [--rate 2000] [--max-seconds 60]
 //
 // --database is created (on the server of --database-url) and dropped at the end, so the run
 // shares no table with anything else. Modes: batched is addJobs of --batch events (default 100),
 // the events of one entity in a batch merged into one job spec; single is one addJob per event.
-// With --rate the adds are paced at that many events per second. The worker runs in this process
-// during the adds with the settings of Graphile Worker's performance page (below).
+// With --rate the adds are paced at that many events per second; with --max-seconds no add starts
+// after that long. The worker runs in this process during the adds with the settings of Graphile
+// Worker's performance page (below; each can be changed by an option of the same name).
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { readFileSync } from 'fs';
