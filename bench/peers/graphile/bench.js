@@ -12,7 +12,8 @@
 // the events of one entity in a batch merged into one job spec; single is one addJob per event.
 // With --rate the adds are paced at that many events per second; with --max-seconds no add starts
 // after that long. The worker runs in this process during the adds with the settings of Graphile
-// Worker's performance page (below; each can be changed by an option of the same name).
+// Worker's performance page (below; --concurrency, --max-pool-size, --local-queue-size,
+// --complete-job-batch-delay, --fail-job-batch-delay and --poll-interval change them).
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { readFileSync } from 'fs';
