@@ -74,7 +74,9 @@ observability:
 	services=$$(scripts/services.sh) && eval "$$services" && \
 	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
 
-## bench: quiesce vs the BullMQ debounce peer and a naive per-event baseline (BENCHMARKS.md)
+## bench: quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and
+## the events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them): the targets table
+## with hot entities and WAL per event (BENCHMARKS.md)
 bench:
 	@services=$$(scripts/services.sh) && eval "$$services" && scripts/bench.sh
 

@@ -92,17 +92,88 @@ stop_server() {
   kill -TERM "$server"; wait "$server" || true; server=
 }
 
-# run_loadgen NAME [loadgen options...]: writes the JSON report to $out/NAME.json.
+# wal_lsn: the Postgres server's current WAL position (the whole server's: every database's
+# writes move it, other users' included).
+wal_lsn() {
+  psql "${base_db%/*}/postgres" -Atc 'SELECT pg_current_wal_lsn()'
+}
+
+# run_loadgen NAME [loadgen options...]: writes the JSON report to $out/NAME.json, with the WAL
+# the server wrote from the first request to the end of the report (the drain and the wait after
+# it included, when the report has one) as wal_bytes and per accepted event as
+# wal_bytes_per_event.
 run_loadgen() {
   local name=$1; shift
   echo "bench: $name" >&2
+  local before after
+  before=$(wal_lsn)
   "$loadgen" --url "http://127.0.0.1:$port" --json --run-id "$name" "$@" >"$out/$name.json"
+  after=$(wal_lsn)
+  local bytes
+  bytes=$(psql "${base_db%/*}/postgres" -Atc "SELECT pg_wal_lsn_diff('$after', '$before')::bigint")
+  python3 - "$out/$name.json" "$bytes" <<'PY'
+import json, sys
+path, wal = sys.argv[1], int(sys.argv[2])
+report = json.load(open(path))
+report["wal_bytes"] = wal
+report["wal_bytes_per_event"] = wal / max(report["events_accepted"], 1)
+json.dump(report, open(path, "w"))
+PY
 }
 
-# The BullMQ peer's dependencies (npm, pinned by its lock file).
-bullmq_deps() {
-  if [ ! -d bench/peers/bullmq/node_modules ]; then
-    (cd bench/peers/bullmq && npm ci --no-audit --no-fund --silent)
+# ingest_only NAME BATCHED_EVENTS SINGLE_EVENTS: the batched run (100 events a request, 64
+# connections) and the one-event-per-request run (128 connections) of the bench over 10k
+# entities (or $entities) against a server of $quiesce_bin with a 60 s window, so no evaluation
+# competes with ingest: $out/NAME-batched.json and $out/NAME-single.json. The server's database
+# and keys are dropped afterwards, so the next run does not share its leftover data.
+ingest_only() {
+  local name=$1 batched=$2 single=$3
+  start_server "$name" QUIESCE_DEBOUNCE_WINDOW=60s QUIESCE_MAX_WAIT=120s
+  run_loadgen "$name-batched" --scenario burst --events "$batched" --entities "${entities:-10000}" \
+    --batch 100 --connections 64
+  run_loadgen "$name-single" --scenario burst --events "$single" --entities "${entities:-10000}" \
+    --batch 1 --connections 128
+  stop_server
+  drop_runs
+}
+
+# The ceiling builds (bench/ceilings/NAME.patch, see scripts/ceilings.sh): a copy of the working
+# tree's tracked files with the patch applied, built under .local/ceilings/ (whose target
+# directory starts as a copy of target/release, so that only quiesce itself is compiled) into
+# .local/ceilings/bin/quiesce-NAME. They break correctness on purpose: only ever measured. A
+# build is kept while what it was built from (the tracked files that go into the binary, and the
+# patch) is unchanged: a digest of them lies beside the binary.
+ceilings_work=.local/ceilings
+build_variant() {
+  local name=$1 patch="$PWD/bench/ceilings/$1.patch" copy="$ceilings_work/src-$1" here=$PWD
+  local bin="$ceilings_work/bin/quiesce-$1" digest
+  mkdir -p "$ceilings_work/bin"
+  digest=$( {
+    git ls-files -z -- src Cargo.toml Cargo.lock build.rs .cargo .sqlx migrations lua rules | xargs -0 sha256sum
+    sha256sum "$patch"
+  } | sha256sum | cut -d' ' -f1)
+  if [ -x "$bin" ] && [ "$(cat "$bin.digest" 2>/dev/null)" = "$digest" ]; then
+    echo "bench: the $name ceiling is built from these sources already" >&2
+    return
+  fi
+  if [ ! -d "$ceilings_work/target/release" ] && [ -d target/release ]; then
+    mkdir -p "$ceilings_work/target" && cp -a target/release "$ceilings_work/target/"
+  fi
+  rm -rf "$copy" && mkdir -p "$copy"
+  git ls-files -z | xargs -0 cp --parents -t "$copy"
+  # Exact hunks only (no fuzz, no questions): a patch that no longer fits is an error.
+  (cd "$copy" && patch -p1 --batch --fuzz=0 --quiet <"$patch") ||
+    { echo "bench: bench/ceilings/$name.patch no longer applies" >&2; exit 1; }
+  echo "bench: building the $name ceiling" >&2
+  (cd "$copy" && CARGO_TARGET_DIR="$here/$ceilings_work/target" cargo build --release --quiet --bin quiesce)
+  cp "$ceilings_work/target/release/quiesce" "$bin"
+  echo "$digest" >"$bin.digest"
+}
+
+# peer_deps NAME: a peer's npm dependencies (bench/peers/NAME/, pinned by its lock file).
+peer_deps() {
+  if [ ! -d "bench/peers/$1/node_modules" ]; then
+    (cd "bench/peers/$1" && npm ci --no-audit --no-fund --silent)
   fi
 }
 

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# `make bench`: quiesce and the BullMQ debounce peer on the same workload and the same Redis,
-# plus a naive per-event baseline, in one go. Prints the table (bench/report.py) and writes
-# bench/results/ (JSON of every run, plot.png). Each quiesce run has its own database and Redis
-# prefix, dropped afterwards. Release build; services as for `make test`.
+# `make bench`: quiesce, the BullMQ debounce peer (same Redis) and the Graphile Worker durable
+# debounce peer (same Postgres) on the same workload, plus a naive per-event baseline and the
+# ingest-only runs of the events-only and http-only ceiling builds (bench/ceilings/; skipped with
+# BENCH_CEILINGS=0), in one go. Prints the targets table (bench/report.py) and writes
+# bench/results/ (JSON of every run, table.md, plot.png). Each quiesce run and the Graphile peer
+# have a database of their own and each Redis user a prefix, dropped afterwards. Every quiesce
+# run records the Postgres WAL it caused per accepted event. Release build; services as for
+# `make test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,9 +18,16 @@ entities=${BENCH_ENTITIES:-10000}
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench: building (release)" >&2
 cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
-bullmq_deps
+ceilings=()
+if [ "${BENCH_CEILINGS:-1}" != 0 ]; then
+  ceilings=(events-only http-only)
+  for name in "${ceilings[@]}"; do build_variant "$name"; done
+fi
+peer_deps bullmq
+peer_deps graphile
 if [ ! -x .local/bench-venv/bin/python ]; then
   python3 -m venv .local/bench-venv
   .local/bench-venv/bin/pip install -q -r bench/requirements.txt
@@ -28,6 +39,9 @@ start_server debounced QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
 run_loadgen paced --scenario burst --events "$entities" --entities "$entities" --batch 20 \
   --connections 16 --rate $((entities / 5)) --window 2s --database-url "$DATABASE_URL_RUN"
 run_loadgen batched --scenario burst --events "$events" --entities "$entities" --batch 100 \
+  --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
+# Hot entities: 10 entities get 90% of the events (a viral post under a vote storm).
+run_loadgen hot --scenario hot --events "$events" --entities "$entities" --batch 100 \
   --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
 run_loadgen single --scenario burst --events "$events" --entities "$entities" --batch 1 \
   --connections 128 --window 2s --database-url "$DATABASE_URL_RUN"
@@ -56,7 +70,21 @@ pending=$(redis-cli -u "$redis_url" --scan --pattern "{$prefix:*}:due" | xargs -
 echo "{\"pending\": $pending, \"redis_bytes\": $redis_bytes, \"rss_kb\": $rss_kb}" >"$out/memory-figures.json"
 stop_server
 
-# 4. BullMQ on the same Redis and workload.
+# 4. Ingest only (a 60 s window, nothing evaluated during the run), as make ceilings runs it: this
+# build and the ceiling builds, in alternating order over BENCH_CEILING_ROUNDS rounds (default 2).
+rounds=${BENCH_CEILING_ROUNDS:-2}
+mkdir -p "$ceilings_work/bin" && cp target/release/quiesce "$ceilings_work/bin/quiesce-as-is"
+variants=(as-is "${ceilings[@]}")
+for round in $(seq "$rounds"); do
+  if ((round % 2)); then order=("${variants[@]}"); else mapfile -t order < <(printf '%s\n' "${variants[@]}" | tac); fi
+  for name in "${order[@]}"; do
+    quiesce_bin="$ceilings_work/bin/quiesce-$name" ingest_only "ingest-$name-$round" "$events" "$events"
+  done
+done
+echo "{\"rounds\": $rounds, \"variants\": [$(printf '"%s",' "${variants[@]}" | sed 's/,$//')]}" \
+  >"$out/ingest-only.json"
+
+# 5. BullMQ on the same Redis and workload.
 echo "bench: bullmq" >&2
 node bench/peers/bullmq/bench.js --redis "$redis_url" --events "$events" --entities "$entities" \
   --window-ms 2000 --in-flight 256 --prefix "bench-bullmq-$suffix" >"$out/bullmq.json"
@@ -65,10 +93,26 @@ node bench/peers/bullmq/bench.js --redis "$redis_url" --events "$entities" --ent
   --window-ms 2000 --in-flight 256 --rate $((entities / 5)) --prefix "bench-bullmq-paced-$suffix" \
   >"$out/bullmq-paced.json"
 
+# 6. Graphile Worker on the same Postgres and workload, in a database of its own (created and
+# dropped by bench.js; dropped on exit here too if the run is cut short).
+graphile() {
+  local name=$1; shift
+  local db="graphile_bench_${name//-/_}_$suffix"
+  dbs+=("$db")
+  echo "bench: $name" >&2
+  node bench/peers/graphile/bench.js --database-url "${base_db%/*}/postgres" --database "$db" \
+    --entities "$entities" --window-ms 2000 "$@" >"$out/$name.json"
+}
+graphile graphile-batched --mode batched --events "$events"
+# One add per event is slow (a transaction and a NOTIFY each): at most 60 s of adds.
+graphile graphile-single --mode single --events "$events" --max-seconds "${BENCH_GRAPHILE_SINGLE_SECONDS:-60}"
+graphile graphile-paced --mode single --events "$entities" --rate $((entities / 5))
+
 {
   echo "{\"machine\": \"$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)\","
   echo " \"redis\": \"$(redis-cli -u "$redis_url" info server | awk -F: '/redis_version/ {print $2}' | tr -d '\r')\","
   echo " \"postgres\": \"$(psql "${base_db%/*}/postgres" -Atc 'SHOW server_version')\","
-  echo " \"node\": \"$(node --version)\", \"rustc\": \"$(rustc --version)\"}"
+  echo " \"node\": \"$(node --version)\", \"rustc\": \"$(rustc --version)\","
+  echo " \"load_average\": [\"$load_start\", \"$(cut -d' ' -f1-3 /proc/loadavg)\"]}"
 } >"$out/environment.json"
 .local/bench-venv/bin/python bench/report.py "$out"

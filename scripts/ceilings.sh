@@ -10,15 +10,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-work=.local/ceilings
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+work=$ceilings_work
 out=$work/results
 rm -rf "$out" && mkdir -p "$out" "$work/bin"
 events=${CEILINGS_EVENTS:-200000}
 entities=${CEILINGS_ENTITIES:-10000}
 rounds=${CEILINGS_ROUNDS:-2}
 [ "$rounds" -ge 1 ] || { echo "ceilings: CEILINGS_ROUNDS must be at least 1" >&2; exit 1; }
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
 
 echo "ceilings: building (release)" >&2
 cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
@@ -26,34 +26,16 @@ cp target/release/quiesce "$work/bin/quiesce-as-is"
 variants=(as-is)
 for patch in bench/ceilings/*.patch; do
   name=$(basename "$patch" .patch)
-  copy="$work/src-$name"
-  rm -rf "$copy" && mkdir -p "$copy"
-  git ls-files -z | xargs -0 cp --parents -t "$copy"
-  # Exact hunks only (no fuzz, no questions): a patch that no longer fits is an error.
-  (cd "$copy" && patch -p1 --batch --fuzz=0 --quiet <"$root/$patch") ||
-    { echo "ceilings: $patch no longer applies" >&2; exit 1; }
-  echo "ceilings: building $name" >&2
-  (cd "$copy" && CARGO_TARGET_DIR="$root/$work/target" cargo build --release --quiet --bin quiesce)
-  cp "$work/target/release/quiesce" "$work/bin/quiesce-$name"
+  build_variant "$name"
   variants+=("$name")
 done
-bullmq_deps
+peer_deps bullmq
 
-measure() {
-  local name=$1 round=$2
-  quiesce_bin="$work/bin/quiesce-$name"
-  start_server "$name-$round" QUIESCE_DEBOUNCE_WINDOW=60s QUIESCE_MAX_WAIT=120s
-  run_loadgen "$name-$round-batched" --scenario burst --events "$events" --entities "$entities" \
-    --batch 100 --connections 64
-  run_loadgen "$name-$round-single" --scenario burst --events $((events / 2)) \
-    --entities "$entities" --batch 1 --connections 128
-  stop_server
-  # The next run does not share Postgres and Redis with this one's leftover data.
-  drop_runs
-}
 for round in $(seq "$rounds"); do
   if ((round % 2)); then order=("${variants[@]}"); else mapfile -t order < <(printf '%s\n' "${variants[@]}" | tac); fi
-  for name in "${order[@]}"; do measure "$name" "$round"; done
+  for name in "${order[@]}"; do
+    quiesce_bin="$work/bin/quiesce-$name" ingest_only "$name-$round" "$events" $((events / 2))
+  done
 done
 echo "ceilings: bullmq" >&2
 node bench/peers/bullmq/bench.js --redis "$redis_url" --events 100000 --entities "$entities" \
@@ -63,18 +45,21 @@ python3 - "$out" "$rounds" "${variants[@]}" <<'PY'
 import json, sys
 out, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 bull = json.load(open(f"{out}/bullmq.json"))["adds_per_second"]
-def rates(name, run):
+def reports(name, run):
     reports = [json.load(open(f"{out}/{name}-{r}-{run}.json")) for r in range(1, rounds + 1)]
     for report in reports:
         # A build that answered errors would only show a lower rate: refuse the figure.
         if report["errors_by_status"]:
             sys.exit(f"ceilings: {name} {run} answered errors: {report['errors_by_status']}")
-    return [report["events_per_second"] for report in reports]
+    return reports
 print(f"BullMQ adds/s in this run: {bull:,.0f}\n")
-print("| variant | batched events/s (each round) | x BullMQ | one event per request, events/s | x BullMQ |")
-print("|---|---|---|---|---|")
+print("| variant | batched events/s (each round) | x BullMQ | WAL bytes/event | one event per request, events/s | x BullMQ |")
+print("|---|---|---|---|---|---|")
 for name in variants:
-    b, s = rates(name, "batched"), rates(name, "single")
+    batched, single = reports(name, "batched"), reports(name, "single")
+    b, s = [r["events_per_second"] for r in batched], [r["events_per_second"] for r in single]
+    # The whole server's WAL: the lowest round is the one least disturbed by other writers.
+    wal = min(r["wal_bytes_per_event"] for r in batched)
     fmt = lambda xs: " / ".join(f"{x:,.0f}" for x in xs)
-    print(f"| {name} | {fmt(b)} | {max(b) / bull:.2f} | {fmt(s)} | {max(s) / bull:.2f} |")
+    print(f"| {name} | {fmt(b)} | {max(b) / bull:.2f} | {wal:,.0f} | {fmt(s)} | {max(s) / bull:.2f} |")
 PY

@@ -22,7 +22,7 @@ struct Args {
         env = "QUIESCE_LOADGEN_URL"
     )]
     url: String,
-    /// steady (Zipf entities), burst (each entity one burst), spam-wave (flags only) or sloan (posts buried in upvotes with a few early flags).
+    /// steady (Zipf entities), burst (each entity one burst), hot (10 entities get 90% of the events: a viral post under a vote storm), spam-wave (flags only) or sloan (posts buried in upvotes with a few early flags).
     #[arg(long, value_enum, default_value = "burst")]
     scenario: Scenario,
     /// Events to send (sloan: ignored; each post gets 10 flags and 500 upvotes).

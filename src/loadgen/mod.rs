@@ -37,6 +37,9 @@ pub enum Scenario {
     Steady,
     /// Every entity receives its events in one burst, entities interleaved, mixed signals.
     Burst,
+    /// A vote storm on a viral post: 10 entities receive 90% of the events (in turn), the others
+    /// share the rest (in turn), mixed signals.
+    Hot,
     /// Many entities, flags only: a spam wave the rules should hide.
     SpamWave,
     /// Valid posts buried in upvotes with a few early flags: nothing should happen.

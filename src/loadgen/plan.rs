@@ -8,6 +8,9 @@ use super::{LoadConfig, Scenario};
 /// Upvotes and flags a Sloan post receives: 10 flags first, then 500 upvotes.
 const SLOAN_FLAGS: usize = 10;
 const SLOAN_UPVOTES: usize = 500;
+/// The `hot` scenario's hot entities and the share of the events they receive, in tenths.
+const HOT_ENTITIES: usize = 10;
+const HOT_TENTHS: usize = 9;
 /// One event to send: which entity (index) and which signal.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Planned {
@@ -42,6 +45,12 @@ pub(super) fn plan(config: &LoadConfig) -> Vec<Planned> {
                 signal: mixed_signal(&mut rng),
             })
             .collect(),
+        Scenario::Hot => (0..config.events)
+            .map(|i| Planned {
+                entity: hot_entity(i, entities) as u32,
+                signal: mixed_signal(&mut rng),
+            })
+            .collect(),
         Scenario::SpamWave => (0..config.events)
             .map(|i| Planned {
                 entity: (i % entities) as u32,
@@ -64,6 +73,45 @@ pub(super) fn plan(config: &LoadConfig) -> Vec<Planned> {
     }
 }
 
+/// The entity of the `hot` scenario's event `i`: of every ten events, nine go to the hot
+/// entities (0..10, in turn) and one to the others (10.., in turn). With 10 entities or fewer,
+/// every entity is hot.
+fn hot_entity(i: usize, entities: usize) -> usize {
+    let hot = HOT_ENTITIES.min(entities);
+    if entities <= hot {
+        return i % entities;
+    }
+    let (round, slot) = (i / 10, i % 10);
+    if slot < HOT_TENTHS {
+        (round * HOT_TENTHS + slot) % hot
+    } else {
+        hot + round % (entities - hot)
+    }
+}
+
 pub(super) fn entity_name(run_id: &str, index: u32) -> String {
     format!("post:{run_id}-{index}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HOT_ENTITIES, hot_entity};
+
+    #[test]
+    fn the_hot_scenario_sends_nine_tenths_to_ten_entities_and_spreads_the_rest() {
+        let (events, entities) = (100_000, 10_000);
+        let mut per_entity = vec![0u32; entities];
+        for i in 0..events {
+            per_entity[hot_entity(i, entities)] += 1;
+        }
+        let hot: u32 = per_entity[..HOT_ENTITIES].iter().sum();
+        assert_eq!(hot as usize, events * 9 / 10);
+        assert!(per_entity[..HOT_ENTITIES].iter().all(|n| *n == 9_000));
+        // The other tenth: one event each for 9,990 entities, and a second for ten of them.
+        let cold = &per_entity[HOT_ENTITIES..];
+        assert_eq!(cold.iter().sum::<u32>() as usize, events / 10);
+        assert!(cold.iter().all(|n| (1..=2).contains(n)));
+        // Fewer entities than hot ones: all of them share the events.
+        assert!((0..50).all(|i| hot_entity(i, 3) < 3));
+    }
 }
