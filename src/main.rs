@@ -117,6 +117,8 @@ enum DeliveriesCommand {
     },
 }
 
+// Parsed once per run: the size of the backtest's settings does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum RulesCommand {
     /// Validate a rules file; exits non-zero with the rule and the problem if it is invalid.

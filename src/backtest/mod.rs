@@ -27,8 +27,8 @@ use std::{
 use tokio::sync::Semaphore;
 
 pub use self::{
-    replay::{RuleTally, Tally},
-    report::{AddedAction, Coverage, EntityDiff, Estimate, Report, RuleReport, Transition},
+    replay::{AddedAction, EntityDiff, RuleTally, Tally},
+    report::{Coverage, Estimate, Report, RuleReport, Transition},
     text::render_text,
 };
 use crate::{

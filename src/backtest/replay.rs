@@ -2,7 +2,7 @@
 //! force did on them; and the tally of every entity's replay. Pure: no I/O.
 //!
 //! An entity's evaluations are replayed in the order they took effect (by moderation version,
-//! then start). Each one's recorded snapshot is what the candidate sees, with one change: its
+//! the one that applied an action last on its version, then by start). Each one's recorded snapshot is what the candidate sees, with one change: its
 //! status is the status the candidate's own earlier actions would have left (automation only
 //! escalates, so a candidate that hid nothing still sees `visible` where the rules in force had
 //! hidden). A moderator's override in force is the snapshot's own (`override_cap`), so it caps
@@ -14,14 +14,41 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
 
-use super::report::{AddedAction, EntityDiff};
 use crate::{
     domain::{Action, Snapshot, Status},
     rules::RuleSet,
     store::{AppliedAction, LatestDecision, ReplayedEvaluation},
 };
+
+/// An action the candidate would have added, with the snapshot it would have acted on.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AddedAction {
+    pub entity: String,
+    /// The evaluation's id and start.
+    pub evaluation: i64,
+    pub evaluated_at: DateTime<Utc>,
+    pub rule: String,
+    pub action: Action,
+    pub reason: String,
+    /// The status the candidate would have found.
+    pub status_before: Status,
+    /// What the rules in force did on that evaluation instead (`hide (rule)`), if anything.
+    pub in_force_took: Option<String>,
+    #[schema(value_type = Object)]
+    pub snapshot: serde_json::Value,
+}
+
+/// An entity whose status at the end of the window would differ.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct EntityDiff {
+    pub entity: String,
+    pub in_force: Status,
+    pub backtest: Status,
+}
 
 /// Counts of one rule (or of all of them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,6 +83,8 @@ pub struct Tally {
     pub without_actors: u64,
     pub entities: u64,
     pub by_rule: BTreeMap<String, RuleTally>,
+    /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
+    pub overall: RuleTally,
     /// (in force, candidate) final status -> entities.
     pub transitions: BTreeMap<(Status, Status), u64>,
     pub final_differs: u64,
@@ -75,6 +104,7 @@ impl Tally {
             without_actors: 0,
             entities: 0,
             by_rule: BTreeMap::new(),
+            overall: RuleTally::default(),
             transitions: BTreeMap::new(),
             final_differs: 0,
             diff_sample: Vec::new(),
@@ -103,7 +133,16 @@ impl Tally {
         if evaluations.is_empty() {
             return;
         }
-        evaluations.sort_by_key(|e| (e.moderation_version, e.started_at, e.id));
+        // Within one version, the evaluation that applied an action comes last: it bumped the
+        // version, so every other one recorded on that version committed before it.
+        evaluations.sort_by_key(|e| {
+            (
+                e.moderation_version,
+                e.applied.is_some(),
+                e.started_at,
+                e.id,
+            )
+        });
         self.entities += 1;
         // The version the next evaluation reads if no moderator decides in between, and each
         // side's status after the evaluation before it.
@@ -155,8 +194,9 @@ impl Tally {
             };
             let live = evaluation.applied.as_ref();
             self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
+            // The sample is of the actions that change what happened (not a rule swap).
             if let Some(d) = &decision
-                && !live.is_some_and(|l| l.rule == d.rule && l.action == d.action)
+                && live.is_none_or(|l| l.action != d.action)
             {
                 self.sample_added(
                     AddedAction {
@@ -201,6 +241,32 @@ impl Tally {
     }
 
     fn compare(&mut self, live: Option<&AppliedAction>, candidate: Option<(&str, Action)>) {
+        let overall = &mut self.overall;
+        match (live, candidate) {
+            (Some(l), Some((_, action))) if l.action == action => {
+                overall.live += 1;
+                overall.candidate += 1;
+                overall.kept += 1;
+                if l.reversed_within_24h {
+                    overall.live_reversed += 1;
+                    overall.kept_reversed += 1;
+                }
+            }
+            (live, candidate) => {
+                if let Some(l) = live {
+                    overall.live += 1;
+                    overall.removed += 1;
+                    if l.reversed_within_24h {
+                        overall.live_reversed += 1;
+                        overall.removed_reversed += 1;
+                    }
+                }
+                if candidate.is_some() {
+                    overall.candidate += 1;
+                    overall.added += 1;
+                }
+            }
+        }
         match (live, candidate) {
             (Some(l), Some((rule, action))) if l.rule == rule && l.action == action => {
                 let tally = self.rule(rule);
@@ -233,7 +299,7 @@ impl Tally {
 
     /// A uniform sample of the added actions (reservoir sampling), each with its snapshot.
     fn sample_added(&mut self, mut added: AddedAction, snapshot: &Snapshot) {
-        let seen: u64 = self.by_rule.values().map(|t| t.added).sum();
+        let seen = self.overall.added;
         let slot = if self.added_sample.len() < self.sample_size {
             Some(self.added_sample.len())
         } else {
@@ -247,5 +313,85 @@ impl Tally {
         } else {
             self.added_sample[slot] = added;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, Utc};
+
+    use super::*;
+    use crate::domain::EntityId;
+
+    fn evaluation(
+        id: i64,
+        version: i64,
+        flags: Option<i64>,
+        applied: Option<(&str, Action)>,
+    ) -> ReplayedEvaluation {
+        let at = Utc::now() - Duration::hours(2) + Duration::minutes(id);
+        ReplayedEvaluation {
+            id,
+            entity: "post:1".into(),
+            started_at: at,
+            finished_at: at,
+            moderation_version: version,
+            snapshot: flags.map(|flags| {
+                let mut snapshot =
+                    Snapshot::with_counts(EntityId::parse("post:1").unwrap(), [("flag", flags)]);
+                snapshot.moderation_version = version;
+                snapshot
+            }),
+            applied: applied.map(|(rule, action)| AppliedAction {
+                id,
+                rule: rule.into(),
+                action,
+                new_status: action.status(),
+                created_at: at,
+                reversed_within_24h: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_evaluation_without_a_snapshot_is_skipped_and_counted() {
+        let rules = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        // Recorded before every evaluation kept its snapshot: 1 flag, nothing applied; then 10
+        // flags, which the rules in force did not act on (say, another file was loaded).
+        tally.entity(
+            &rules,
+            vec![
+                evaluation(1, 0, None, None),
+                evaluation(2, 0, Some(10), None),
+            ],
+            None,
+        );
+        assert_eq!(
+            (tally.evaluations, tally.replayed, tally.without_snapshot),
+            (2, 1, 1)
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.added, hide.removed, hide.kept), (1, 0, 0));
+        assert_eq!(tally.added_sample.len(), 1);
+        assert_eq!(tally.final_differs, 1);
+    }
+
+    #[test]
+    fn the_acting_evaluation_of_a_version_is_replayed_after_the_others() {
+        let rules = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        // Both read version 0; the one that hid (started first) committed last.
+        tally.entity(
+            &rules,
+            vec![
+                evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide))),
+                evaluation(2, 0, Some(2), None),
+            ],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.kept, hide.added, hide.removed), (1, 0, 0));
+        assert_eq!(tally.final_differs, 0);
     }
 }

@@ -6,11 +6,8 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::replay::{RuleTally, Tally};
-use crate::{
-    domain::{Action, Status},
-    rules::RuleSet,
-};
+use super::replay::{AddedAction, EntityDiff, RuleTally, Tally};
+use crate::{domain::Status, rules::RuleSet};
 
 /// z for a two-sided 95% interval.
 const Z95: f64 = 1.959_963_984_540_054;
@@ -46,7 +43,10 @@ impl Estimate {
     }
 }
 
-/// One rule's line of the report (or the overall line, `rule` "(all rules)").
+/// One rule's line of the report, or the overall line (`rule` "(all rules)"). A rule's action
+/// is kept when the same rule takes the same action on the same evaluation; overall, when both
+/// take the same action there, whichever rule: a hide by another rule is one removed and one
+/// added for the two rules, and one kept overall.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RuleReport {
     pub rule: String,
@@ -95,32 +95,6 @@ impl RuleReport {
     }
 }
 
-/// An action the candidate would have added, with the snapshot it would have acted on.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct AddedAction {
-    pub entity: String,
-    /// The evaluation's id and start.
-    pub evaluation: i64,
-    pub evaluated_at: DateTime<Utc>,
-    pub rule: String,
-    pub action: Action,
-    pub reason: String,
-    /// The status the candidate would have found.
-    pub status_before: Status,
-    /// What the rules in force did on that evaluation instead (`hide (rule)`), if anything.
-    pub in_force_took: Option<String>,
-    #[schema(value_type = Object)]
-    pub snapshot: serde_json::Value,
-}
-
-/// An entity whose status at the end of the window would differ.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct EntityDiff {
-    pub entity: String,
-    pub in_force: Status,
-    pub backtest: Status,
-}
-
 /// Entities whose final status differs, from one status to another.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Transition {
@@ -154,7 +128,8 @@ pub struct Report {
     pub final_status_differs: u64,
     pub final_status_transitions: Vec<Transition>,
     pub final_status_sample: Vec<EntityDiff>,
-    /// A uniform sample of the added actions, with their snapshots, to judge.
+    /// A uniform sample of the added actions (overall: those that change what was done), with
+    /// their snapshots, to judge.
     pub added_sample: Vec<AddedAction>,
     /// What makes the figures less than exact, if anything.
     pub warnings: Vec<String>,
@@ -180,18 +155,8 @@ impl Report {
         for rule in candidate.rules() {
             by_rule.entry(rule.name.clone()).or_default();
         }
-        let mut all = RuleTally::default();
-        for t in by_rule.values() {
-            all.live += t.live;
-            all.live_reversed += t.live_reversed;
-            all.candidate += t.candidate;
-            all.kept += t.kept;
-            all.kept_reversed += t.kept_reversed;
-            all.added += t.added;
-            all.removed += t.removed;
-            all.removed_reversed += t.removed_reversed;
-            all.errors += t.errors;
-        }
+        let mut all = tally.overall.clone();
+        all.errors = by_rule.values().map(|t| t.errors).sum();
         let mut warnings = Vec::new();
         if tally.without_snapshot > 0 {
             warnings.push(format!(
