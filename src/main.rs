@@ -276,6 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::new(startup::connect_postgres(&settings).await?);
             let report = backtest::run(
                 &store,
+                &backtest::Gate::default(),
                 Arc::new(candidate),
                 backtest::Options {
                     window: since,

@@ -44,8 +44,16 @@ pub const MAX_SAMPLE: usize = 100;
 /// The longest window (evaluation records are kept for `retention` anyway).
 pub const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
 
-/// One backtest per process at a time: it takes a core while it runs.
-static RUNNING: Semaphore = Semaphore::const_new(1);
+/// One backtest at a time through a gate (a process's API and console share one): a backtest
+/// takes a core while it runs.
+#[derive(Debug)]
+pub struct Gate(Semaphore);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self(Semaphore::new(1))
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BacktestError {
@@ -78,13 +86,15 @@ pub fn parse_window(raw: &str) -> Result<Duration, String> {
     Ok(window)
 }
 
-/// Replays `candidate` over the evaluations finished in the last `options.window`.
+/// Replays `candidate` over the evaluations finished in the last `options.window`; refused
+/// with [`BacktestError::Busy`] while another backtest holds `gate`.
 pub async fn run(
     store: &Store,
+    gate: &Gate,
     candidate: Arc<RuleSet>,
     options: Options,
 ) -> Result<Report, BacktestError> {
-    let _running = RUNNING.try_acquire().map_err(|_| BacktestError::Busy)?;
+    let _running = gate.0.try_acquire().map_err(|_| BacktestError::Busy)?;
     let started = Instant::now();
     let until = store.now().await?;
     let window = chrono::Duration::from_std(options.window.min(MAX_WINDOW))

@@ -131,6 +131,7 @@ pub async fn run(
     let promote = fields.optional("promote");
     let report = backtest::run(
         &state.app.store,
+        &state.app.backtests,
         Arc::new(candidate),
         Options {
             window,

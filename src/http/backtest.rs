@@ -91,6 +91,7 @@ pub async fn backtest(
     };
     let report = backtest::run(
         &state.store,
+        &state.backtests,
         Arc::new(candidate),
         Options { window, sample },
     )

@@ -80,6 +80,8 @@ pub struct Shared {
     pub queue: Queue,
     pub ingestor: Ingestor,
     pub limits: Arc<Limits>,
+    /// One backtest at a time in this process (the API's and the console's).
+    pub backtests: Arc<crate::backtest::Gate>,
 }
 
 pub fn router(state: AppState) -> Router {
