@@ -213,8 +213,8 @@ async fn record_fenced(
     let event_counts: Vec<i64> = evaluations.iter().map(|e| e.snapshot.event_count).collect();
     let started: Vec<DateTime<Utc>> = evaluations.iter().map(|e| e.started_at).collect();
     let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(e.verdict)).collect();
-    // Every evaluation keeps the snapshot it decided on (about 0.5 kB of JSON; BENCHMARKS.md),
-    // so that a backtest can replay any of them; an action keeps it too.
+    // Every evaluation keeps the snapshot it decided on (about 340 bytes with the default rules;
+    // BENCHMARKS.md), so that a backtest can replay any of them; an action keeps it too.
     let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(e.snapshot)).collect();
     let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
     let dedup_keys: Vec<Option<String>> = evaluations
