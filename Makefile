@@ -12,7 +12,7 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test console console-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
 	$(CARGO) build --bin quiesce
@@ -50,6 +50,11 @@ console:
 ## middle, last and filtered pages timed over HTTP (BENCHMARKS.md)
 console-bench:
 	@services=$$(scripts/services.sh) && eval "$$services" && scripts/console-bench.sh
+
+## backtest-bench: a backtest over a week-sized run (200k entities' evaluations, 5M events)
+## loaded into a scratch database: time and peak RSS of quiesce rules backtest (BENCHMARKS.md)
+backtest-bench:
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/backtest-bench.sh
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:

@@ -6,6 +6,7 @@
 //! version-checked action. README.md states the guarantees; docs/state-machine.md follows an
 //! entity through the Redis sets.
 
+pub mod backtest;
 pub mod coalesce;
 pub mod console;
 pub mod credentials;

@@ -350,6 +350,7 @@ impl Application {
             ingest_slots: Arc::new(tokio::sync::Semaphore::new(
                 settings.http.max_concurrent_ingest,
             )),
+            backtests: Arc::new(crate::backtest::Gate::default()),
             limits: Arc::new(Limits {
                 body_limit: settings.http.body_limit,
                 max_batch: settings.http.max_batch,

@@ -9,7 +9,7 @@ use std::{
 };
 
 /// Modules every other one may build on; none of them may use an upper one.
-const LOWER: [&str; 9] = [
+const LOWER: [&str; 10] = [
     "domain",
     "credentials",
     "telemetry",
@@ -19,6 +19,7 @@ const LOWER: [&str; 9] = [
     "settings",
     "store",
     "outbox",
+    "backtest",
 ];
 /// What the lower layers must never import.
 const UPPER: [&str; 7] = [

@@ -10,6 +10,8 @@
 //! - [`entity`]: one entity's status, events per minute, evaluations, actions and decisions;
 //!   setting an override;
 //! - [`quality`]: the reversal rate per day and rule, live and shadow matches, the rules;
+//! - [`backtest`]: a candidate rule set replayed over a window's evaluations (a shadow rule's
+//!   backtest is linked from Quality);
 //! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
 //!
 //! Around them: the signed session cookie ([`session`]), the CSRF token of every form
@@ -19,6 +21,7 @@
 //! images, and no script at all (the console has none).
 
 mod assets;
+mod backtest;
 mod charts;
 mod csrf;
 mod entity;
@@ -78,6 +81,7 @@ pub fn router(app: AppState, sessions: Sessions) -> Router<AppState> {
         .route("/entities/{entity}", get(entity::page))
         .route("/entities/{entity}/override", post(entity::override_status))
         .route("/quality", get(quality::page))
+        .route("/backtest", get(backtest::page).post(backtest::run))
         .route("/operations", get(operations::page))
         .route("/dead-letters/redrive", post(operations::redrive_many))
         .route(

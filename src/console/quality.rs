@@ -1,7 +1,7 @@
 //! Quality: the share of automated actions moderators reversed within 24h, over a chosen
 //! window, per day and per rule (the same counts as `GET /v1/stats/reversal-rate`); live and
-//! shadow matches per rule (what a moderator weighs before promoting a shadow rule); and the
-//! rules in force.
+//! shadow matches per rule (what a moderator weighs before promoting a shadow rule), each shadow
+//! rule linked to its backtest (the rules in force with it turned live); and the rules in force.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -32,6 +32,14 @@ struct RuleRow {
     counts: ReversalCounts,
     live: i64,
     shadow: i64,
+}
+
+/// The query of a shadow rule's backtest link.
+fn backtest_query(rule: &str, window: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("promote", rule)
+        .append_pair("window", window)
+        .finish()
 }
 
 /// `GET /console/quality?window=7days`.
@@ -77,6 +85,7 @@ pub async fn page(
     let first = now - chrono::Duration::from_std(window).unwrap_or_default();
     let body = html! {
         h1 { "Quality" }
+        p { a #backtest-link href="/console/backtest" { "Backtest a rules file" } " against the evaluations of a window before you trust it." }
         form.filters.card method="get" action="/console/quality" {
             div.field {
                 label for="window" { "Window" }
@@ -113,7 +122,8 @@ pub async fn page(
             h2 #per-rule-title { "Per rule" }
             p.muted {
                 "Live matches are evaluations where the rule held; shadow matches are what a shadow rule would have done. "
-                "Before promoting a shadow rule, compare its matches with the live rules' and their reversal rate."
+                "Before promoting a shadow rule, compare its matches with the live rules' and their reversal rate, "
+                "and backtest it live: what it would have done over the window's evaluations, and how many of the actions it adds or removes moderators reversed."
             }
             div.table-wrap {
                 table.cards #per-rule {
@@ -133,7 +143,10 @@ pub async fn page(
                                 th scope="row" data-label="Rule" { code { (rule) } }
                                 td data-label="Mode" {
                                     @match &row.in_force {
-                                        Some((action, true)) => { "shadow (" (action) ")" }
+                                        Some((action, true)) => {
+                                            "shadow (" (action) ") "
+                                            a.backtest href={ "/console/backtest?" (backtest_query(rule, window_name)) } { "backtest it live" }
+                                        }
                                         Some((action, false)) => { "live (" (action) ")" }
                                         None => span.muted { "not in force" },
                                     }

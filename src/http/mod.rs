@@ -3,6 +3,7 @@
 //! served on a listener of their own ([`metrics_router`]).
 
 pub mod auth;
+mod backtest;
 pub mod body;
 mod dead_letters;
 mod error;
@@ -30,7 +31,7 @@ use axum::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
 
-pub use self::{error::ApiError, events::parse_events};
+pub use self::{backtest::backtest_error, error::ApiError, events::parse_events};
 use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
 
 /// Request limits from the settings.
@@ -79,6 +80,8 @@ pub struct Shared {
     pub queue: Queue,
     pub ingestor: Ingestor,
     pub limits: Arc<Limits>,
+    /// One backtest at a time in this process (the API's and the console's).
+    pub backtests: Arc<crate::backtest::Gate>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -105,6 +108,7 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
         .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
         .route("/v1/rules", get(rules::list))
         .route("/v1/rules/reload", post(rules::reload))
+        .route("/v1/rules/backtest", post(backtest::backtest))
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/redrive", post(dead_letters::redrive_many))
         .route(

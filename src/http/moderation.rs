@@ -122,7 +122,7 @@ pub async fn list_actions(
 }
 
 /// A JSON object body with only `allowed` fields.
-fn json_object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn json_object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     })?;
@@ -138,7 +138,7 @@ fn json_object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiE
     Ok(object)
 }
 
-fn invalid(field: Option<&str>, message: &str) -> ApiError {
+pub(super) fn invalid(field: Option<&str>, message: &str) -> ApiError {
     let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message);
     match field {
         Some(field) => error.with_field(field),

@@ -38,6 +38,7 @@ impl Modify for Security {
         super::moderation::reversal_rate,
         super::rules::list,
         super::rules::reload,
+        super::backtest::backtest,
         super::dead_letters::list,
         super::dead_letters::redrive_many,
         super::dead_letters::redrive_one,

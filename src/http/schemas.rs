@@ -179,6 +179,23 @@ pub struct RulesReloaded {
     rules: usize,
 }
 
+/// A backtest: the candidate is `rules` (a rules file's TOML) or `promote` (the rules in force
+/// with this shadow rule turned live), one of the two.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BacktestRequest {
+    /// A rules file, as `quiesce rules check` takes it.
+    rules: Option<String>,
+    /// The name of a shadow rule in force.
+    promote: Option<String>,
+    /// How far back: a duration such as 24h, 7d, 30days (at most 90 days); default 7d.
+    #[schema(example = "7d")]
+    since: Option<String>,
+    /// Added actions to sample, with their snapshots: 0 to 100, default 10.
+    #[schema(minimum = 0, maximum = 100)]
+    sample: Option<u64>,
+}
+
 #[derive(ToSchema)]
 pub struct DeadLettersPage {
     dead_letters: Vec<crate::queue::DeadLetter>,

@@ -13,7 +13,7 @@ use std::{
 };
 
 use cel::{Env, Program};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use self::verdict::{Decision, Verdict};
 use self::{
@@ -38,14 +38,14 @@ pub enum RulesError {
     Rule { rule: String, message: String },
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RulesFile {
     #[serde(default, rename = "rule")]
     rules: Vec<RuleSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RuleSpec {
     name: String,
@@ -88,10 +88,14 @@ pub struct RuleSet {
 impl RuleSet {
     pub fn from_toml(text: &str) -> Result<Self, RulesError> {
         let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
+        Self::from_specs(file.rules)
+    }
+
+    fn from_specs(specs: Vec<RuleSpec>) -> Result<Self, RulesError> {
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
-        let mut rules = Vec::with_capacity(file.rules.len());
-        for spec in file.rules {
+        let mut rules = Vec::with_capacity(specs.len());
+        for spec in specs {
             let fail = |message: String| RulesError::Rule {
                 rule: spec.name.clone(),
                 message,
@@ -135,6 +139,38 @@ impl RuleSet {
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    fn specs(&self) -> Vec<RuleSpec> {
+        self.rules
+            .iter()
+            .map(|rule| RuleSpec {
+                name: rule.name.clone(),
+                kinds: rule.kinds.clone(),
+                when: rule.when.clone(),
+                action: rule.action,
+                reason: rule.reason.clone(),
+                shadow: rule.shadow,
+            })
+            .collect()
+    }
+
+    /// The rule set as a rules file (without the comments of the file it came from): what a
+    /// moderator edits into a candidate for a backtest.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(&RulesFile {
+            rules: self.specs(),
+        })
+        .expect("a rule set serializes")
+    }
+
+    /// The same rules with the shadow rule `name` turned live: what promoting it would do.
+    /// `None` if there is no shadow rule of that name.
+    pub fn promoting(&self, name: &str) -> Option<Self> {
+        let mut specs = self.specs();
+        let spec = specs.iter_mut().find(|s| s.name == name && s.shadow)?;
+        spec.shadow = false;
+        Some(Self::from_specs(specs).expect("rules that compiled once compile again"))
     }
 
     /// Whether any rule reads distinct actors (a count over the entity's retained events,
@@ -289,6 +325,25 @@ mod tests {
             verdict.strongest().unwrap().reason,
             "12 flags against 2 upvotes"
         );
+    }
+
+    #[test]
+    fn a_rule_set_round_trips_through_toml_and_a_shadow_rule_can_be_promoted() {
+        let text = format!(
+            "{DEFAULT_RULES}\n[[rule]]\nname = \"trial\"\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"{{count.flag}} flags\"\nshadow = true\n"
+        );
+        let rules = RuleSet::from_toml(&text).unwrap();
+        let again = RuleSet::from_toml(&rules.to_toml()).unwrap();
+        assert_eq!(again.to_toml(), rules.to_toml());
+        let snapshot = post(&[("flag", 2)]);
+        assert!(rules.evaluate(&snapshot).matched.is_empty());
+        let promoted = rules.promoting("trial").unwrap();
+        assert_eq!(promoted.evaluate(&snapshot).matched[0].rule, "trial");
+        assert!(
+            rules.promoting("hide_flag_pile_on").is_none(),
+            "a live rule"
+        );
+        assert!(rules.promoting("missing").is_none());
     }
 
     #[test]

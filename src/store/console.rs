@@ -21,7 +21,8 @@ pub struct EvaluationRecord {
     pub event_count: i64,
     pub decisions: serde_json::Value,
     pub action_id: Option<i64>,
-    /// The snapshot, kept when a shadow rule matched it.
+    /// The snapshot the rules saw. Every evaluation keeps it now; one recorded by an earlier
+    /// version kept it only when a shadow rule matched.
     pub snapshot: Option<serde_json::Value>,
 }
 

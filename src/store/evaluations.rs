@@ -213,12 +213,9 @@ async fn record_fenced(
     let event_counts: Vec<i64> = evaluations.iter().map(|e| e.snapshot.event_count).collect();
     let started: Vec<DateTime<Utc>> = evaluations.iter().map(|e| e.started_at).collect();
     let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(e.verdict)).collect();
-    // The snapshot is kept with an action (what it decided on) and, in the evaluation
-    // row, when a shadow rule matched (what it would have done, on what).
-    let snapshots: Vec<Option<Json<&Snapshot>>> = evaluations
-        .iter()
-        .map(|e| (e.decision.is_some() || !e.verdict.shadow.is_empty()).then_some(Json(e.snapshot)))
-        .collect();
+    // Every evaluation keeps the snapshot it decided on (about 340 bytes with the default rules;
+    // BENCHMARKS.md), so that a backtest can replay any of them; an action keeps it too.
+    let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(e.snapshot)).collect();
     let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
     let dedup_keys: Vec<Option<String>> = evaluations
         .iter()
@@ -283,9 +280,7 @@ async fn record_fenced(
            INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                     decisions, action_id, snapshot, due_at)
            SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                  f.action_id,
-                  CASE WHEN jsonb_array_length(i.decisions->'shadow') > 0 THEN i.snapshot END,
-                  i.due_at
+                  f.action_id, i.snapshot, i.due_at
            FROM fenced f JOIN input i ON i.entity = f.entity
            RETURNING entity, action_id"#,
         &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
@@ -294,7 +289,7 @@ async fn record_fenced(
         &strings(evaluations, |e| Some(e.worker)) as &[Option<&str>],
         &started,
         &decisions as &[Json<&Verdict>],
-        &snapshots as &[Option<Json<&Snapshot>>],
+        &snapshots as &[Json<&Snapshot>],
         &due as &[Option<DateTime<Utc>>],
         &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
         &strings(evaluations, |e| e.decision.map(|d| d.action.as_str())) as &[Option<&str>],

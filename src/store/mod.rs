@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod backtest;
 mod console;
 mod dead_letters;
 mod deliveries;
@@ -26,6 +27,7 @@ use sqlx::{
 use crate::{domain::Invalid, settings::Database};
 
 pub use self::{
+    backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },

@@ -10,7 +10,7 @@ use crate::{
     secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR},
 };
 
-async fn console_app() -> TestApp {
+pub(crate) async fn console_app() -> TestApp {
     spawn_app(TestOptions {
         api_tokens: vec![
             ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
@@ -37,13 +37,13 @@ fn session_cookie(response: &reqwest::Response) -> String {
 }
 
 /// The CSRF token of a page's first form.
-fn csrf_of(page: &str) -> String {
+pub(crate) fn csrf_of(page: &str) -> String {
     let re = regex::Regex::new(r#"name="csrf" value="([^"]+)""#).unwrap();
     re.captures(page).expect("a form with a CSRF token")[1].to_owned()
 }
 
 /// Signs in as a moderator; the session cookie and its CSRF token.
-async fn sign_in(app: &TestApp) -> (String, String) {
+pub(crate) async fn sign_in(app: &TestApp) -> (String, String) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

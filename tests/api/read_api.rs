@@ -197,6 +197,7 @@ async fn the_openapi_document_describes_every_route() {
         ("get", "/v1/stats/reversal-rate"),
         ("get", "/v1/rules"),
         ("post", "/v1/rules/reload"),
+        ("post", "/v1/rules/backtest"),
         ("get", "/v1/dead-letters"),
         ("post", "/v1/dead-letters/redrive"),
         ("post", "/v1/dead-letters/{entity}/redrive"),

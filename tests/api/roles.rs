@@ -51,6 +51,12 @@ async fn every_route_answers_each_role_as_documented() {
             json!({"moderator": "m", "reason": "r", "status": "visible"}),
             &["moderator", "admin"],
         ),
+        (
+            "POST",
+            "/v1/rules/backtest",
+            json!({"rules": "", "since": "1h"}),
+            &["moderator", "admin"],
+        ),
         ("POST", "/v1/rules/reload", json!(null), &["admin"]),
         ("GET", "/v1/dead-letters", json!(null), &["admin"]),
         ("POST", "/v1/dead-letters/redrive", json!(null), &["admin"]),

@@ -1,0 +1,397 @@
+//! The replay of one entity's evaluations under a candidate rule set, beside what the rules in
+//! force did on them; and the tally of every entity's replay. Pure: no I/O.
+//!
+//! An entity's evaluations are replayed in the order they took effect (by moderation version,
+//! the one that applied an action last on its version, then by start). Each one's recorded snapshot is what the candidate sees, with one change: its
+//! status is the status the candidate's own earlier actions would have left (automation only
+//! escalates, so a candidate that hid nothing still sees `visible` where the rules in force had
+//! hidden). A moderator's override in force is the snapshot's own (`override_cap`), so it caps
+//! the candidate as it capped the rules in force. When the entity's version moved between two
+//! evaluations by more than the first one's action, a moderator decided in between (a reversal
+//! or an override; nothing else changes a version): the candidate's status becomes the one the
+//! moderator set, which the next snapshot holds. A decision after the entity's last evaluation
+//! sets both final statuses.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+
+use crate::{
+    domain::{Action, Snapshot, Status},
+    rules::RuleSet,
+    store::{AppliedAction, LatestDecision, ReplayedEvaluation},
+};
+
+/// An action the candidate would have added, with the snapshot it would have acted on.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AddedAction {
+    pub entity: String,
+    /// The evaluation's id and start.
+    pub evaluation: i64,
+    pub evaluated_at: DateTime<Utc>,
+    pub rule: String,
+    pub action: Action,
+    pub reason: String,
+    /// The status the candidate would have found.
+    pub status_before: Status,
+    /// What the rules in force did on that evaluation instead (`hide (rule)`), if anything.
+    pub in_force_took: Option<String>,
+    #[schema(value_type = Object)]
+    pub snapshot: serde_json::Value,
+}
+
+/// An entity whose status at the end of the window would differ.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct EntityDiff {
+    pub entity: String,
+    pub in_force: Status,
+    pub backtest: Status,
+}
+
+/// Counts of one rule (or of all of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleTally {
+    /// Actions the rules in force took, and how many of them moderators reversed within 24h.
+    pub live: u64,
+    pub live_reversed: u64,
+    /// Actions the candidate would have taken.
+    pub candidate: u64,
+    /// Taken by both: the same rule, the same action, on the same evaluation.
+    pub kept: u64,
+    pub kept_reversed: u64,
+    /// Taken by the candidate only.
+    pub added: u64,
+    /// Taken by the rules in force only, and how many of those moderators reversed.
+    pub removed: u64,
+    pub removed_reversed: u64,
+    /// Evaluations on which the candidate's rule could not be evaluated.
+    pub errors: u64,
+}
+
+/// Everything the replay of every entity so far adds up to.
+#[derive(Debug)]
+pub struct Tally {
+    pub evaluations: u64,
+    pub replayed: u64,
+    /// Evaluations that kept no snapshot (recorded before every evaluation kept one).
+    pub without_snapshot: u64,
+    /// Replayed snapshots read without trailing windows, or without distinct actors (the rules
+    /// in force used none), which a candidate that uses them would see as 0.
+    pub without_windows: u64,
+    pub without_actors: u64,
+    pub entities: u64,
+    pub by_rule: BTreeMap<String, RuleTally>,
+    /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
+    pub overall: RuleTally,
+    /// (in force, candidate) final status -> entities.
+    pub transitions: BTreeMap<(Status, Status), u64>,
+    pub final_differs: u64,
+    pub diff_sample: Vec<EntityDiff>,
+    pub added_sample: Vec<AddedAction>,
+    sample_size: usize,
+    rng: StdRng,
+}
+
+impl Tally {
+    pub fn new(sample_size: usize) -> Self {
+        Self {
+            evaluations: 0,
+            replayed: 0,
+            without_snapshot: 0,
+            without_windows: 0,
+            without_actors: 0,
+            entities: 0,
+            by_rule: BTreeMap::new(),
+            overall: RuleTally::default(),
+            transitions: BTreeMap::new(),
+            final_differs: 0,
+            diff_sample: Vec::new(),
+            added_sample: Vec::new(),
+            sample_size,
+            // A fixed seed: the same data gives the same sample.
+            rng: StdRng::seed_from_u64(18),
+        }
+    }
+
+    fn rule(&mut self, name: &str) -> &mut RuleTally {
+        if !self.by_rule.contains_key(name) {
+            self.by_rule.insert(name.to_owned(), RuleTally::default());
+        }
+        self.by_rule.get_mut(name).expect("inserted")
+    }
+
+    /// Replays one entity's evaluations (any order; sorted here) and the moderator's latest
+    /// decision on it, if any.
+    pub fn entity(
+        &mut self,
+        candidate: &RuleSet,
+        mut evaluations: Vec<ReplayedEvaluation>,
+        decision: Option<LatestDecision>,
+    ) {
+        if evaluations.is_empty() {
+            return;
+        }
+        // Within one version, the evaluation that applied an action comes last: it bumped the
+        // version, so every other one recorded on that version committed before it.
+        evaluations.sort_by_key(|e| {
+            (
+                e.moderation_version,
+                e.applied.is_some(),
+                e.started_at,
+                e.id,
+            )
+        });
+        self.entities += 1;
+        // The version the next evaluation reads if no moderator decides in between, and each
+        // side's status after the evaluation before it.
+        let mut expected_version: Option<i64> = None;
+        let mut live_status: Option<Status> = None;
+        let mut candidate_status: Option<Status> = None;
+        let mut last_finished = evaluations[0].finished_at;
+        let entity = evaluations[0].entity.clone();
+        for evaluation in evaluations {
+            self.evaluations += 1;
+            last_finished = last_finished.max(evaluation.finished_at);
+            let moderator_moved =
+                expected_version.is_none_or(|v| evaluation.moderation_version > v);
+            expected_version =
+                Some(evaluation.moderation_version + i64::from(evaluation.applied.is_some()));
+            let Some(mut snapshot) = evaluation.snapshot else {
+                // Recorded before every evaluation kept its snapshot, with no action (an action
+                // keeps its own): the candidate is taken to do nothing here either.
+                self.without_snapshot += 1;
+                if moderator_moved {
+                    // The status is unknown here; the next snapshot's is taken as is.
+                    expected_version = None;
+                }
+                continue;
+            };
+            self.replayed += 1;
+            let signals = snapshot.signals.values();
+            if !snapshot.signals.is_empty() && signals.clone().all(|s| s.windows.is_empty()) {
+                self.without_windows += 1;
+            }
+            if signals.clone().any(|s| s.actors.is_none()) {
+                self.without_actors += 1;
+            }
+            let seen = snapshot.status;
+            let status = match candidate_status {
+                Some(status) if !moderator_moved => status,
+                _ => seen,
+            };
+            snapshot.status = status;
+            let verdict = candidate.evaluate(&snapshot);
+            for (rule, _) in &verdict.errors {
+                self.rule(rule).errors += 1;
+            }
+            // A live rule that fails would have dead-lettered the entity: nothing applied.
+            let decision = if verdict.errors.is_empty() {
+                verdict.to_apply(status, snapshot.override_cap).cloned()
+            } else {
+                None
+            };
+            let live = evaluation.applied.as_ref();
+            self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
+            // The sample is of the actions that change what happened (not a rule swap).
+            if let Some(d) = &decision
+                && live.is_none_or(|l| l.action != d.action)
+            {
+                self.sample_added(
+                    AddedAction {
+                        entity: entity.clone(),
+                        evaluation: evaluation.id,
+                        evaluated_at: evaluation.started_at,
+                        rule: d.rule.clone(),
+                        action: d.action,
+                        reason: d.reason.clone(),
+                        status_before: status,
+                        in_force_took: live.map(|l| format!("{} ({})", l.action.as_str(), l.rule)),
+                        snapshot: Default::default(),
+                    },
+                    &snapshot,
+                );
+            }
+            live_status = Some(live.map_or(seen, |l| l.new_status));
+            candidate_status = Some(decision.map_or(status, |d| d.action.status()));
+        }
+        let (Some(mut live_final), Some(mut candidate_final)) = (live_status, candidate_status)
+        else {
+            return;
+        };
+        if let Some(decision) = decision.filter(|d| d.at > last_finished) {
+            live_final = decision.status;
+            candidate_final = decision.status;
+        }
+        if live_final != candidate_final {
+            self.final_differs += 1;
+            *self
+                .transitions
+                .entry((live_final, candidate_final))
+                .or_default() += 1;
+            if self.diff_sample.len() < self.sample_size {
+                self.diff_sample.push(EntityDiff {
+                    entity,
+                    in_force: live_final,
+                    backtest: candidate_final,
+                });
+            }
+        }
+    }
+
+    fn compare(&mut self, live: Option<&AppliedAction>, candidate: Option<(&str, Action)>) {
+        let overall = &mut self.overall;
+        match (live, candidate) {
+            (Some(l), Some((_, action))) if l.action == action => {
+                overall.live += 1;
+                overall.candidate += 1;
+                overall.kept += 1;
+                if l.reversed_within_24h {
+                    overall.live_reversed += 1;
+                    overall.kept_reversed += 1;
+                }
+            }
+            (live, candidate) => {
+                if let Some(l) = live {
+                    overall.live += 1;
+                    overall.removed += 1;
+                    if l.reversed_within_24h {
+                        overall.live_reversed += 1;
+                        overall.removed_reversed += 1;
+                    }
+                }
+                if candidate.is_some() {
+                    overall.candidate += 1;
+                    overall.added += 1;
+                }
+            }
+        }
+        match (live, candidate) {
+            (Some(l), Some((rule, action))) if l.rule == rule && l.action == action => {
+                let tally = self.rule(rule);
+                tally.live += 1;
+                tally.candidate += 1;
+                tally.kept += 1;
+                if l.reversed_within_24h {
+                    tally.live_reversed += 1;
+                    tally.kept_reversed += 1;
+                }
+            }
+            (live, candidate) => {
+                if let Some(l) = live {
+                    let tally = self.rule(&l.rule);
+                    tally.live += 1;
+                    tally.removed += 1;
+                    if l.reversed_within_24h {
+                        tally.live_reversed += 1;
+                        tally.removed_reversed += 1;
+                    }
+                }
+                if let Some((rule, _)) = candidate {
+                    let tally = self.rule(rule);
+                    tally.candidate += 1;
+                    tally.added += 1;
+                }
+            }
+        }
+    }
+
+    /// A uniform sample of the added actions (reservoir sampling), each with its snapshot.
+    fn sample_added(&mut self, mut added: AddedAction, snapshot: &Snapshot) {
+        let seen = self.overall.added;
+        let slot = if self.added_sample.len() < self.sample_size {
+            Some(self.added_sample.len())
+        } else {
+            let pick = self.rng.random_range(0..seen) as usize;
+            (pick < self.sample_size).then_some(pick)
+        };
+        let Some(slot) = slot else { return };
+        added.snapshot = serde_json::to_value(snapshot).unwrap_or_default();
+        if slot == self.added_sample.len() {
+            self.added_sample.push(added);
+        } else {
+            self.added_sample[slot] = added;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, Utc};
+
+    use super::*;
+    use crate::domain::EntityId;
+
+    fn evaluation(
+        id: i64,
+        version: i64,
+        flags: Option<i64>,
+        applied: Option<(&str, Action)>,
+    ) -> ReplayedEvaluation {
+        let at = Utc::now() - Duration::hours(2) + Duration::minutes(id);
+        ReplayedEvaluation {
+            id,
+            entity: "post:1".into(),
+            started_at: at,
+            finished_at: at,
+            moderation_version: version,
+            snapshot: flags.map(|flags| {
+                let mut snapshot =
+                    Snapshot::with_counts(EntityId::parse("post:1").unwrap(), [("flag", flags)]);
+                snapshot.moderation_version = version;
+                snapshot
+            }),
+            applied: applied.map(|(rule, action)| AppliedAction {
+                id,
+                rule: rule.into(),
+                action,
+                new_status: action.status(),
+                created_at: at,
+                reversed_within_24h: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_evaluation_without_a_snapshot_is_skipped_and_counted() {
+        let rules = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        // Recorded before every evaluation kept its snapshot: 1 flag, nothing applied; then 10
+        // flags, which the rules in force did not act on (say, another file was loaded).
+        tally.entity(
+            &rules,
+            vec![
+                evaluation(1, 0, None, None),
+                evaluation(2, 0, Some(10), None),
+            ],
+            None,
+        );
+        assert_eq!(
+            (tally.evaluations, tally.replayed, tally.without_snapshot),
+            (2, 1, 1)
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.added, hide.removed, hide.kept), (1, 0, 0));
+        assert_eq!(tally.added_sample.len(), 1);
+        assert_eq!(tally.final_differs, 1);
+    }
+
+    #[test]
+    fn the_acting_evaluation_of_a_version_is_replayed_after_the_others() {
+        let rules = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        // Both read version 0; the one that hid (started first) committed last.
+        tally.entity(
+            &rules,
+            vec![
+                evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide))),
+                evaluation(2, 0, Some(2), None),
+            ],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.kept, hide.added, hide.removed), (1, 0, 0));
+        assert_eq!(tally.final_differs, 0);
+    }
+}

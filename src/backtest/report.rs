@@ -1,0 +1,239 @@
+//! What a backtest reports: per rule and overall, the actions the candidate would have added
+//! and removed, the reversals it would have saved, its expected reversal rate with a 95%
+//! interval, the entities whose final status would differ, and a sample of the added actions
+//! with their snapshots. The JSON of `--json` and `POST /v1/rules/backtest` is this, serialized.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::replay::{AddedAction, EntityDiff, RuleTally, Tally};
+use crate::{domain::Status, rules::RuleSet};
+
+/// z for a two-sided 95% interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// A share with its Wilson score interval (95%), from `reversed` of `of` actions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Estimate {
+    pub rate: f64,
+    pub low: f64,
+    pub high: f64,
+    /// The actions it rests on.
+    pub basis: u64,
+}
+
+impl Estimate {
+    /// `None` when there is nothing to estimate from.
+    pub fn wilson(reversed: u64, of: u64) -> Option<Self> {
+        if of == 0 {
+            return None;
+        }
+        let n = of as f64;
+        let p = reversed as f64 / n;
+        let z2 = Z95 * Z95;
+        let denominator = 1.0 + z2 / n;
+        let centre = (p + z2 / (2.0 * n)) / denominator;
+        let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denominator;
+        Some(Self {
+            rate: p,
+            low: (centre - half).max(0.0),
+            high: (centre + half).min(1.0),
+            basis: of,
+        })
+    }
+}
+
+/// One rule's line of the report, or the overall line (`rule` "(all rules)"). A rule's action
+/// is kept when the same rule takes the same action on the same evaluation; overall, when both
+/// take the same action there, whichever rule: a hide by another rule is one removed and one
+/// added for the two rules, and one kept overall.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct RuleReport {
+    pub rule: String,
+    /// In the candidate: `live`, `shadow` (never acts) or absent (`null`).
+    pub candidate_mode: Option<String>,
+    /// Actions the rules in force took in the window.
+    pub in_force_actions: u64,
+    /// Of those, reversed by a moderator within 24h.
+    pub in_force_reversed: u64,
+    /// Actions the candidate would have taken.
+    pub backtest_actions: u64,
+    /// Taken by both (same evaluation, same rule, same action).
+    pub kept: u64,
+    /// Taken by the candidate only.
+    pub added: u64,
+    /// Taken by the rules in force only.
+    pub removed: u64,
+    /// Removed actions that moderators had reversed: the reversals the candidate saves.
+    pub reversals_saved: u64,
+    /// Reversed share of the actions in force.
+    pub in_force_reversal_rate: Option<f64>,
+    /// The candidate's expected reversal rate: the reversed share of the kept actions (the
+    /// only ones of the candidate with a moderator's verdict), with its 95% interval. It takes
+    /// the added actions to be reversed as often as the kept ones.
+    pub expected_reversal_rate: Option<Estimate>,
+    /// Evaluations on which the rule failed (a live rule failing dead-letters the entity).
+    pub errors: u64,
+}
+
+impl RuleReport {
+    fn from_tally(rule: String, candidate_mode: Option<String>, t: &RuleTally) -> Self {
+        Self {
+            rule,
+            candidate_mode,
+            in_force_actions: t.live,
+            in_force_reversed: t.live_reversed,
+            backtest_actions: t.candidate,
+            kept: t.kept,
+            added: t.added,
+            removed: t.removed,
+            reversals_saved: t.removed_reversed,
+            in_force_reversal_rate: (t.live > 0).then(|| t.live_reversed as f64 / t.live as f64),
+            expected_reversal_rate: Estimate::wilson(t.kept_reversed, t.kept),
+            errors: t.errors,
+        }
+    }
+}
+
+/// Entities whose final status differs, from one status to another.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Transition {
+    pub in_force: Status,
+    pub backtest: Status,
+    pub entities: u64,
+}
+
+/// How many evaluations the window held and how many could be replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Coverage {
+    pub evaluations: u64,
+    pub replayed: u64,
+    /// Recorded before every evaluation kept its snapshot, and without an action: skipped.
+    pub skipped_without_snapshot: u64,
+    pub entities: u64,
+    /// Pages of evaluations read from Postgres.
+    pub pages: u64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Report {
+    /// The window: evaluations finished in `[since, until)`.
+    pub since: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+    pub coverage: Coverage,
+    pub overall: RuleReport,
+    pub rules: Vec<RuleReport>,
+    /// Entities whose status at the end of the window would differ.
+    pub final_status_differs: u64,
+    pub final_status_transitions: Vec<Transition>,
+    pub final_status_sample: Vec<EntityDiff>,
+    /// A uniform sample of the added actions (overall: those that change what was done), with
+    /// their snapshots, to judge.
+    pub added_sample: Vec<AddedAction>,
+    /// What makes the figures less than exact, if anything.
+    pub warnings: Vec<String>,
+    pub elapsed_ms: u64,
+}
+
+impl Report {
+    pub(super) fn new(
+        candidate: &RuleSet,
+        tally: Tally,
+        (since, until): (DateTime<Utc>, DateTime<Utc>),
+        pages: u64,
+        elapsed_ms: u64,
+    ) -> Self {
+        let mode = |name: &str| {
+            candidate
+                .rules()
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| if r.shadow { "shadow" } else { "live" }.to_owned())
+        };
+        let mut by_rule = tally.by_rule.clone();
+        for rule in candidate.rules() {
+            by_rule.entry(rule.name.clone()).or_default();
+        }
+        let mut all = tally.overall.clone();
+        all.errors = by_rule.values().map(|t| t.errors).sum();
+        let mut warnings = Vec::new();
+        if tally.without_snapshot > 0 {
+            warnings.push(format!(
+                "{} evaluations kept no snapshot (recorded before every evaluation kept one) and were skipped: \
+                 the candidate is taken to do nothing on them, as the rules in force did",
+                tally.without_snapshot
+            ));
+        }
+        if candidate.uses_windows() && tally.without_windows > 0 {
+            warnings.push(format!(
+                "the candidate counts trailing windows, but {} snapshots were read without them (the rules in \
+                 force used none): there its count_in and weight_in are 0",
+                tally.without_windows
+            ));
+        }
+        if candidate.uses_actors() && tally.without_actors > 0 {
+            warnings.push(format!(
+                "the candidate counts distinct actors, but {} snapshots were read without them (the rules in \
+                 force used none): there its actors() is 0",
+                tally.without_actors
+            ));
+        }
+        if all.errors > 0 {
+            warnings.push(format!(
+                "candidate rules failed {} times (see errors per rule); live, each failure would dead-letter the entity",
+                all.errors
+            ));
+        }
+        let mut added_sample = tally.added_sample;
+        added_sample.sort_by(|a, b| (&a.entity, a.evaluation).cmp(&(&b.entity, b.evaluation)));
+        Self {
+            since,
+            until,
+            coverage: Coverage {
+                evaluations: tally.evaluations,
+                replayed: tally.replayed,
+                skipped_without_snapshot: tally.without_snapshot,
+                entities: tally.entities,
+                pages,
+            },
+            overall: RuleReport::from_tally("(all rules)".into(), None, &all),
+            rules: by_rule
+                .iter()
+                .map(|(name, t)| RuleReport::from_tally(name.clone(), mode(name), t))
+                .collect(),
+            final_status_differs: tally.final_differs,
+            final_status_transitions: tally
+                .transitions
+                .iter()
+                .map(|(&(in_force, backtest), &entities)| Transition {
+                    in_force,
+                    backtest,
+                    entities,
+                })
+                .collect(),
+            final_status_sample: tally.diff_sample,
+            added_sample,
+            warnings,
+            elapsed_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wilson_interval_is_the_textbook_one() {
+        // 10 of 100: the interval is about 5.5% to 17.4%.
+        let e = Estimate::wilson(10, 100).unwrap();
+        assert!((e.rate - 0.1).abs() < 1e-12);
+        assert!((e.low - 0.0552).abs() < 1e-3, "{e:?}");
+        assert!((e.high - 0.1744).abs() < 1e-3, "{e:?}");
+        let none = Estimate::wilson(0, 20).unwrap();
+        assert_eq!(none.low, 0.0);
+        assert!(none.high > 0.1 && none.high < 0.2, "{none:?}");
+        assert!(Estimate::wilson(0, 0).is_none());
+    }
+}

@@ -1,0 +1,301 @@
+//! Backtest: a moderator edits a candidate rule set (the rules in force to start with, or
+//! those with one shadow rule turned live, from the Quality page) and sees what it would have
+//! done over a window's evaluations: actions added and removed per rule, the reversals it would
+//! have saved, its expected reversal rate, the entities whose final status would differ, and a
+//! sample of the added actions with their snapshots. The run reads only (`crate::backtest`);
+//! it is a POST, with the console's CSRF token, as every form of the console is.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, StatusCode, Uri},
+};
+use maud::{Markup, html};
+
+use super::{
+    ConsoleState, Visit, csrf,
+    entity::signals_table,
+    errors::PageError,
+    forms::Fields,
+    layout::{self, Section},
+};
+use crate::{
+    backtest::{self, BacktestError, DEFAULT_SAMPLE, Estimate, Options, Report, RuleReport},
+    domain::SignalStats,
+    rules::RuleSet,
+};
+
+/// The windows a moderator may choose (evaluation records are kept for `retention`, 7 days by
+/// default: a longer window holds what is left).
+const WINDOWS: [(&str, &str); 4] = [
+    ("24h", "last 24 hours"),
+    ("7days", "last 7 days"),
+    ("30days", "last 30 days"),
+    ("90days", "last 90 days"),
+];
+
+fn window_of(name: &str) -> Result<Duration, PageError> {
+    WINDOWS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, _)| backtest::parse_window(n).expect("a listed window"))
+        .ok_or_else(|| PageError::bad_field("window", "must be 24h, 7days, 30days or 90days"))
+}
+
+/// The candidate's form, filled with `rules`.
+fn form(visit: &Visit, rules: &str, window: &str, promote: Option<&str>) -> Markup {
+    html! {
+        section.card aria-labelledby="candidate-title" {
+            h2 #candidate-title { "Candidate rules" }
+            p.muted {
+                "A rules file, as " code { "quiesce rules check" } " takes it. It starts as the rules in force "
+                "(without their file's comments); change a threshold, add or remove a rule. The backtest replays it over "
+                "every evaluation of the window, on the snapshot each one decided on, and only reads: nothing is applied."
+            }
+            form.stack.wide method="post" action="/console/backtest" {
+                (csrf::field(&visit.session))
+                @if let Some(promote) = promote { input type="hidden" name="promote" value=(promote); }
+                div.field {
+                    label for="backtest-rules" { "Rules (TOML)" }
+                    textarea.code #backtest-rules name="rules" required spellcheck="false" { (rules) }
+                }
+                div.field {
+                    label for="backtest-window" { "Window" }
+                    select #backtest-window name="window" {
+                        @for (name, label) in WINDOWS { option value=(name) selected[name == window] { (label) } }
+                    }
+                }
+                div { button type="submit" { "Run backtest" } }
+            }
+        }
+    }
+}
+
+/// `GET /console/backtest?promote=<shadow rule>&window=7days`: the form, with the rules in
+/// force (and that shadow rule turned live).
+pub async fn page(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    query
+        .only(&["promote", "window"])
+        .map_err(PageError::bad_query)?;
+    let window = query.optional("window").unwrap_or("7days");
+    window_of(window).map_err(PageError::bad_query)?;
+    let rules = state.app.rules.current();
+    let promote = query.optional("promote");
+    let candidate = match promote {
+        Some(name) => rules.promoting(name).ok_or_else(|| {
+            PageError::bad_query(PageError::bad_field(
+                "promote",
+                "names no shadow rule of the rules in force",
+            ))
+        })?,
+        None => RuleSet::from_toml(&rules.to_toml()).expect("the rules in force load again"),
+    };
+    let body = html! {
+        h1 { "Backtest" }
+        @if let Some(name) = promote {
+            p #promoting { "The rules in force, with the shadow rule " code { (name) } " turned live: what promoting it would have done." }
+        }
+        (form(&visit, &candidate.to_toml(), window, promote))
+    };
+    Ok(layout::page(&visit, Section::Quality, "Backtest", body))
+}
+
+/// `POST /console/backtest` with `csrf`, `rules`, `window` (and `promote`, to show that
+/// shadow rule's matches beside the report): the report, and the form again.
+pub async fn run(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Markup, PageError> {
+    let fields = Fields::posted(
+        &headers,
+        &body,
+        &visit.session,
+        &["rules", "window", "promote"],
+    )?;
+    let text = fields
+        .optional("rules")
+        .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
+    let candidate = RuleSet::from_toml(text)
+        .map_err(|error| PageError::bad_field("rules", &format!("do not load: {error}")))?;
+    let window_name = fields.optional("window").unwrap_or("7days");
+    let window = window_of(window_name)?;
+    let promote = fields.optional("promote");
+    let report = backtest::run(
+        &state.app.store,
+        &state.app.backtests,
+        Arc::new(candidate),
+        Options {
+            window,
+            sample: DEFAULT_SAMPLE,
+        },
+    )
+    .await
+    .map_err(|error| match error {
+        BacktestError::Store(error) => PageError::from(error),
+        BacktestError::Busy => PageError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Busy",
+            "A backtest is already running in this process. Nothing was changed; try again when it is done.",
+        ),
+        BacktestError::Replay(_) => PageError::internal(error),
+    })?;
+    let shadow_hits = match promote {
+        Some(name) => Some((
+            name,
+            state
+                .app
+                .store
+                .rule_hits(window)
+                .await?
+                .get(name)
+                .map_or(0, |(_, shadow)| *shadow),
+        )),
+        None => None,
+    };
+    let body = html! {
+        h1 { "Backtest" }
+        (report_view(&report, shadow_hits))
+        (form(&visit, text, window_name, promote))
+    };
+    Ok(layout::page(&visit, Section::Quality, "Backtest", body))
+}
+
+fn percent(rate: f64) -> String {
+    format!("{:.1}%", 100.0 * rate)
+}
+
+fn estimate(e: Option<Estimate>) -> Markup {
+    html! {
+        @match e {
+            Some(e) => { (percent(e.rate)) " " span.muted { "(95%: " (percent(e.low)) "–" (percent(e.high)) ", of " (e.basis) ")" } }
+            None => span.muted { "no action of both" },
+        }
+    }
+}
+
+fn rule_row(r: &RuleReport, overall: bool) -> Markup {
+    html! {
+        tr data-rule=(r.rule) {
+            th scope="row" data-label="Rule" {
+                @if overall { strong { "All rules" } } @else { code { (r.rule) } }
+                @match r.candidate_mode.as_deref() {
+                    Some("shadow") => { " " span.tag { "shadow" } }
+                    None if !overall => { " " span.tag { "not in candidate" } }
+                    _ => {}
+                }
+            }
+            td.num data-label="In force" { (r.in_force_actions) }
+            td.num data-label="Reversed" { (r.in_force_reversed) }
+            td.num data-label="Backtest" { (r.backtest_actions) }
+            td.num data-label="Kept" { (r.kept) }
+            td.num.added data-label="Added" { (r.added) }
+            td.num.removed data-label="Removed" { (r.removed) }
+            td.num.saved data-label="Reversals saved" { (r.reversals_saved) }
+            td data-label="Expected reversal rate" { (estimate(r.expected_reversal_rate)) }
+        }
+    }
+}
+
+fn report_view(report: &Report, shadow_hits: Option<(&str, i64)>) -> Markup {
+    let c = &report.coverage;
+    html! {
+        section.card #report aria-labelledby="report-title" {
+            h2 #report-title { "Report" }
+            p.muted {
+                "Evaluations finished from " (layout::time(report.since)) " to " (layout::time(report.until))
+                ", replayed in " (format!("{:.1}", report.elapsed_ms as f64 / 1000.0)) " s."
+            }
+            @for warning in &report.warnings { p.notice.error role="status" { (warning) } }
+            ul.figures aria-label="Figures of the backtest" {
+                li { span.muted { "Evaluations replayed" } strong #replayed { (c.replayed) " of " (c.evaluations) } }
+                li { span.muted { "Entities" } strong { (c.entities) } }
+                li { span.muted { "Actions added" } strong #added { (report.overall.added) } }
+                li { span.muted { "Actions removed" } strong #removed { (report.overall.removed) } }
+                li { span.muted { "Reversals saved" } strong #saved { (report.overall.reversals_saved) } }
+                li { span.muted { "Final status differs" } strong #differs { (report.final_status_differs) } }
+                @if let Some((name, hits)) = shadow_hits {
+                    li { span.muted { "Shadow matches of " code { (name) } } strong #shadow-hits { (hits) } }
+                }
+            }
+            p.muted {
+                "Kept: taken by both on the same evaluation by the same rule. Reversals saved: removed actions moderators had reversed within 24h. "
+                "The expected reversal rate is the reversed share of the kept actions, the only ones of the candidate a moderator has judged, "
+                "with its 95% interval; it takes the added actions to be reversed as often."
+            }
+            div.table-wrap {
+                table.cards #backtest-rules-table {
+                    thead {
+                        tr {
+                            th scope="col" { "Rule" }
+                            th.num scope="col" { "In force" }
+                            th.num scope="col" { "Reversed" }
+                            th.num scope="col" { "Backtest" }
+                            th.num scope="col" { "Kept" }
+                            th.num scope="col" { "Added" }
+                            th.num scope="col" { "Removed" }
+                            th.num scope="col" { "Reversals saved" }
+                            th scope="col" { "Expected reversal rate" }
+                        }
+                    }
+                    tbody {
+                        @for r in &report.rules { (rule_row(r, false)) }
+                        (rule_row(&report.overall, true))
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="final-title" {
+            h2 #final-title { "Final status" }
+            @if report.final_status_transitions.is_empty() {
+                p.muted #no-differences { "Every entity would end the window in the status it ended in." }
+            } @else {
+                div.table-wrap {
+                    table #transitions {
+                        thead { tr { th { "In force" } th { "Backtest" } th.num { "Entities" } } }
+                        tbody {
+                            @for t in &report.final_status_transitions {
+                                tr { td { (layout::status(t.in_force.as_str())) } td { (layout::status(t.backtest.as_str())) } td.num { (t.entities) } }
+                            }
+                        }
+                    }
+                }
+                p { "For example: "
+                    @for (i, d) in report.final_status_sample.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        (layout::entity_link(&d.entity))
+                    }
+                }
+            }
+        }
+        section.card aria-labelledby="added-title" {
+            h2 #added-title { "Added actions to judge" }
+            @if report.added_sample.is_empty() {
+                p.muted { "The candidate adds no action." }
+            } @else {
+                p.muted { (report.added_sample.len()) " of " (report.overall.added) ", sampled at random, each with the signals it would have acted on." }
+                @for (i, a) in report.added_sample.iter().enumerate() {
+                    article.added {
+                        h3 {
+                            (a.action.as_str()) " by " code { (a.rule) } " on " (layout::entity_link(&a.entity))
+                        }
+                        p {
+                            (layout::time(a.evaluated_at)) ", status " (layout::status(a.status_before.as_str()))
+                            ": " (a.reason) ". In force: " (a.in_force_took.as_deref().unwrap_or("nothing")) "."
+                        }
+                        @let signals: BTreeMap<String, SignalStats> = serde_json::from_value(a.snapshot["signals"].clone()).unwrap_or_default();
+                        (signals_table(&format!("added-{i}"), &signals))
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,511 @@
+//! Backtests (`POST /v1/rules/backtest`, `quiesce rules backtest`, the console's page) against
+//! evaluations the workers really made: replaying the rules in force reproduces exactly the
+//! actions taken; a stricter threshold removes exactly the actions below it; moderators'
+//! overrides and reversals hold in the replay; nothing is written.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use quiesce::{
+    credentials::{ApiToken, Role},
+    rules::{DEFAULT_RULES, RuleSet},
+};
+use reqwest::{StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::{
+    console::{csrf_of, sign_in},
+    helpers::{TestApp, TestOptions, event, spawn_app},
+    secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR},
+};
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// The default rules with the hide threshold (a flag score of 8.3) at `score`.
+fn hide_threshold(score: &str) -> String {
+    let rules = DEFAULT_RULES.replace(
+        r#"weight("flag") >= 8.3"#,
+        &format!(r#"weight("flag") >= {score}"#),
+    );
+    assert_ne!(rules, DEFAULT_RULES);
+    rules
+}
+
+async fn signals(app: &TestApp, entity: &str, tag: &str, signal: &str, n: usize) {
+    let events: Vec<Value> = (0..n)
+        .map(|i| event(&format!("{entity}-{tag}-{i}"), entity, signal))
+        .collect();
+    app.send(&json!(events)).await;
+}
+
+async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
+    let response = app
+        .client
+        .post(format!("{}{path}", app.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+async fn backtest(app: &TestApp, rules: &str) -> Value {
+    let (status, report) = post(
+        app,
+        "/v1/rules/backtest",
+        json!({"rules": rules, "since": "1h", "sample": 100}),
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    report
+}
+
+/// The action ids of one entity, oldest first.
+async fn action_ids(app: &TestApp, entity: &str) -> Vec<i64> {
+    sqlx::query_scalar("SELECT id FROM actions WHERE entity = $1 ORDER BY id")
+        .bind(entity)
+        .fetch_all(&app.pool)
+        .await
+        .unwrap()
+}
+
+async fn reverse(app: &TestApp, action: i64) {
+    let (status, body) = post(
+        app,
+        &format!("/v1/actions/{action}/reverse"),
+        json!({"moderator": "mod:ana", "reason": "not abuse"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Everything a backtest could write: the rows of every table it reads, every entity's status,
+/// version and evaluation count, and this test's Redis keys.
+async fn fingerprint(app: &TestApp) -> (String, Vec<String>) {
+    let rows: String = sqlx::query_scalar(
+        "SELECT concat_ws(' ',
+                (SELECT count(*) FROM evaluations), (SELECT count(*) FROM actions),
+                (SELECT count(*) FROM actions WHERE reversed_at IS NOT NULL),
+                (SELECT count(*) FROM outbox), (SELECT count(*) FROM moderator_decisions),
+                (SELECT count(*) FROM events),
+                (SELECT string_agg(concat_ws(':', entity, status, moderation_version, evaluation_count,
+                                             override_status), ',' ORDER BY entity) FROM entities))",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let mut keys = app.redis_keys().await;
+    keys.sort();
+    (rows, keys)
+}
+
+fn rule<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == name)
+        .unwrap_or_else(|| panic!("no rule {name} in {report}"))
+}
+
+fn added_entities(report: &Value) -> BTreeSet<String> {
+    report["added_sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["entity"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn replaying_the_rules_in_force_reproduces_every_action_and_a_stricter_threshold_removes_exactly_those_below_it()
+ {
+    let app = spawn_app(TestOptions::default()).await;
+    // Flags only, so each entity's flag score is its count of flags.
+    signals(&app, "post:b1", "a", "flag", 1).await;
+    signals(&app, "post:b3", "a", "flag", 3).await;
+    signals(&app, "post:b9", "a", "flag", 9).await;
+    signals(&app, "post:b12", "a", "flag", 12).await;
+    signals(&app, "post:b20", "a", "flag", 20).await;
+    signals(&app, "post:be", "a", "flag", 3).await;
+    signals(&app, "post:br", "a", "report", 5).await;
+    // Ten flags under forty upvotes, in one request: a fifth of the reactions, under the guard.
+    let mut buried: Vec<Value> = (0..10)
+        .map(|i| event(&format!("bs-f{i}"), "post:bs", "flag"))
+        .collect();
+    buried.extend((0..40).map(|i| event(&format!("bs-u{i}"), "post:bs", "upvote")));
+    app.send(&json!(buried)).await;
+    app.wait_settled(SETTLE).await;
+    // post:be escalates: flagged at 3 flags, hidden at 10.
+    signals(&app, "post:be", "b", "flag", 7).await;
+    app.wait_settled(SETTLE).await;
+    // A moderator reverses post:b12's hide.
+    reverse(&app, action_ids(&app, "post:b12").await[0]).await;
+    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    assert_eq!(
+        actions, 7,
+        "b3 flag, b9 b12 b20 hide, be flag and hide, br hide"
+    );
+    let before = fingerprint(&app).await;
+
+    // The identity check: the rules in force, replayed, take exactly the actions taken.
+    let identity = backtest(&app, DEFAULT_RULES).await;
+    let overall = &identity["overall"];
+    assert_eq!(overall["in_force_actions"], actions, "{identity}");
+    assert_eq!(overall["backtest_actions"], actions, "{identity}");
+    assert_eq!(overall["kept"], actions, "{identity}");
+    assert_eq!(overall["added"], 0, "{identity}");
+    assert_eq!(overall["removed"], 0, "{identity}");
+    assert_eq!(overall["in_force_reversed"], 1, "{identity}");
+    assert_eq!(identity["final_status_differs"], 0, "{identity}");
+    assert_eq!(identity["coverage"]["skipped_without_snapshot"], 0);
+    assert_eq!(
+        identity["coverage"]["replayed"],
+        app.scalar("SELECT count(*) FROM evaluations").await
+    );
+    for (name, taken) in [
+        ("hide_flag_pile_on", 4),
+        ("remove_reported", 1),
+        ("review_repeated_flags", 2),
+    ] {
+        assert_eq!(rule(&identity, name)["in_force_actions"], taken, "{name}");
+        assert_eq!(rule(&identity, name)["kept"], taken, "{name}");
+    }
+    // The one reversal is on a kept action: the expected rate rests on it.
+    assert_eq!(
+        rule(&identity, "hide_flag_pile_on")["expected_reversal_rate"]["rate"],
+        0.25
+    );
+
+    // A hide threshold of 15: exactly the hides below it go (b9, b12, be's second), the one
+    // above it (b20) stays; where nothing else had acted, the review rule flags instead.
+    let strict = backtest(&app, &hide_threshold("15")).await;
+    let hides_below: i64 = app
+        .scalar(
+            "SELECT count(*) FROM actions WHERE rule = 'hide_flag_pile_on'
+               AND (snapshot->'signals'->'flag'->>'weight')::float8 < 15",
+        )
+        .await;
+    assert_eq!(hides_below, 3);
+    let pile_on = rule(&strict, "hide_flag_pile_on");
+    assert_eq!(pile_on["removed"], hides_below, "{strict}");
+    assert_eq!(pile_on["kept"], 1, "{strict}");
+    assert_eq!(pile_on["added"], 0, "{strict}");
+    assert_eq!(pile_on["reversals_saved"], 1, "b12's hide was reversed");
+    assert_eq!(rule(&strict, "remove_reported")["kept"], 1);
+    let review = rule(&strict, "review_repeated_flags");
+    assert_eq!(review["kept"], 2, "{strict}");
+    assert_eq!(review["added"], 2, "{strict}");
+    assert_eq!(
+        added_entities(&strict),
+        BTreeSet::from(["post:b12".to_owned(), "post:b9".to_owned()])
+    );
+    for added in strict["added_sample"].as_array().unwrap() {
+        assert_eq!(added["action"], "flag");
+        assert_eq!(added["in_force_took"], "hide (hide_flag_pile_on)");
+        assert!(
+            added["snapshot"]["signals"]["flag"]["count"]
+                .as_i64()
+                .unwrap()
+                < 15
+        );
+    }
+    // b9 and be end flagged instead of hidden; b12's reversal set it visible either way.
+    assert_eq!(strict["final_status_differs"], 2, "{strict}");
+    assert_eq!(
+        strict["final_status_transitions"],
+        json!([{"in_force": "hidden", "backtest": "flagged", "entities": 2}])
+    );
+    let differing: BTreeSet<&str> = strict["final_status_sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["entity"].as_str().unwrap())
+        .collect();
+    assert_eq!(differing, BTreeSet::from(["post:b9", "post:be"]));
+
+    // Nothing was written, no status moved, no webhook was queued, Redis is as it was.
+    assert_eq!(fingerprint(&app).await, before);
+}
+
+#[tokio::test]
+async fn overrides_and_reversals_hold_in_the_replay_and_the_cli_reports_the_same() {
+    let app = spawn_app(TestOptions::default()).await;
+    // post:o: a moderator caps it at visible, then ten flags arrive; nothing may act.
+    signals(&app, "post:o", "a", "flag", 1).await;
+    app.wait_settled(SETTLE).await;
+    let (status, body) = post(
+        &app,
+        "/v1/entities/post:o/override",
+        json!({"moderator": "mod:ana", "status": "visible", "reason": "known good"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    signals(&app, "post:o", "b", "flag", 10).await;
+    // post:r: hidden at ten flags, reversed, then two more flags; automation may not redo it.
+    signals(&app, "post:r", "a", "flag", 10).await;
+    app.wait_settled(SETTLE).await;
+    reverse(&app, action_ids(&app, "post:r").await[0]).await;
+    signals(&app, "post:r", "b", "flag", 2).await;
+    app.wait_settled(SETTLE).await;
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.status_of("post:o").await, "visible");
+    assert_eq!(app.status_of("post:r").await, "visible");
+    let before = fingerprint(&app).await;
+
+    // An eager candidate (hide at a score of 5) keeps r's first hide and adds nothing: o is
+    // capped by its override, r's re-evaluation by the one its reversal implied.
+    let eager = backtest(&app, &hide_threshold("5")).await;
+    assert_eq!(eager["overall"]["kept"], 1, "{eager}");
+    assert_eq!(eager["overall"]["added"], 0, "{eager}");
+    assert_eq!(eager["overall"]["removed"], 0, "{eager}");
+    assert_eq!(eager["final_status_differs"], 0, "{eager}");
+    let rate = &rule(&eager, "hide_flag_pile_on")["expected_reversal_rate"];
+    assert_eq!(rate["rate"], 1.0, "its one kept action was reversed");
+    assert_eq!(rate["basis"], 1);
+
+    // A strict one (hide at 15) saves r's reversal; it would have flagged r instead, before
+    // the reversal, and nothing on o or after the reversal.
+    let strict = backtest(&app, &hide_threshold("15")).await;
+    assert_eq!(strict["overall"]["removed"], 1, "{strict}");
+    assert_eq!(strict["overall"]["reversals_saved"], 1, "{strict}");
+    assert_eq!(
+        added_entities(&strict),
+        BTreeSet::from(["post:r".to_owned()])
+    );
+    assert_eq!(strict["overall"]["added"], 1, "{strict}");
+    assert_eq!(
+        strict["final_status_differs"], 0,
+        "the reversal left r visible"
+    );
+
+    // The CLI reads the same evaluations and reports the same.
+    let file = std::env::temp_dir().join(format!("backtest-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&file, hide_threshold("15")).unwrap();
+    let path = file.to_str().unwrap();
+    let json_out = app
+        .run_cli(&[
+            "rules", "backtest", path, "--since", "1h", "--json", "--sample", "100",
+        ])
+        .await;
+    let cli: Value = serde_json::from_str(&json_out).unwrap();
+    for field in [
+        "overall",
+        "rules",
+        "final_status_differs",
+        "added_sample",
+        "coverage",
+    ] {
+        assert_eq!(cli[field], strict[field], "{field}");
+    }
+    let text = app
+        .run_cli(&["rules", "backtest", path, "--since", "1h"])
+        .await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(text.contains("backtest of"), "{text}");
+    assert!(text.contains("hide_flag_pile_on"), "{text}");
+    assert!(text.contains("added actions: 1"), "{text}");
+    assert!(text.contains("post:r evaluation"), "{text}");
+
+    assert_eq!(fingerprint(&app).await, before);
+}
+
+#[tokio::test]
+async fn bad_backtest_requests_name_the_field_and_the_console_links_a_shadow_rule_to_its_backtest()
+{
+    let rules = format!(
+        "{DEFAULT_RULES}\n[[rule]]\nname = \"trial_two_flags\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"{{count.flag}} flags\"\nshadow = true\n"
+    );
+    let app = spawn_app(TestOptions {
+        api_tokens: vec![
+            ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+            ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+        ],
+        console_session_key: Some(CONSOLE_SESSION_KEY.to_owned()),
+        rules: Some(RuleSet::from_toml(&rules).unwrap()),
+        ..TestOptions::default()
+    })
+    .await;
+    let authed = |path: &str| {
+        app.client
+            .post(format!("{}{path}", app.base))
+            .bearer_auth(TOKEN_MODERATOR)
+    };
+    // Two flags: only the shadow rule matches.
+    let events: Vec<Value> = (0..2)
+        .map(|i| event(&format!("s-{i}"), "post:s", "flag"))
+        .collect();
+    let sent = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(&events)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+    app.wait_settled(SETTLE).await;
+    let before = fingerprint(&app).await;
+
+    for (body, status, code, field) in [
+        (json!({}), 422, "invalid_request", "rules"),
+        (
+            json!({"rules": "[[rule]]\nname = 'x'\nwhen = 'count(\"flag\") >'\naction = 'hide'\nreason = 'r'\n"}),
+            422,
+            "invalid_rules",
+            "rules",
+        ),
+        (json!({"rules": 7}), 422, "invalid_request", "rules"),
+        (
+            json!({"rules": "", "since": "forever"}),
+            422,
+            "invalid_request",
+            "since",
+        ),
+        (
+            json!({"rules": "", "since": "400days"}),
+            422,
+            "invalid_request",
+            "since",
+        ),
+        (
+            json!({"rules": "", "sample": 101}),
+            422,
+            "invalid_request",
+            "sample",
+        ),
+        (
+            json!({"rules": "", "promote": "trial_two_flags"}),
+            422,
+            "invalid_request",
+            "promote",
+        ),
+        (
+            json!({"promote": "hide_flag_pile_on"}),
+            422,
+            "invalid_request",
+            "promote",
+        ),
+        (
+            json!({"rules": "", "extra": 1}),
+            422,
+            "invalid_request",
+            "extra",
+        ),
+    ] {
+        let response = authed("/v1/rules/backtest")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert_eq!(error["error"]["code"], code, "{body}: {error}");
+        assert_eq!(error["error"]["field"], field, "{body}: {error}");
+    }
+    let malformed = authed("/v1/rules/backtest")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    // Promoting the shadow rule through the API: it would have flagged post:s.
+    let promoted: Value = authed("/v1/rules/backtest")
+        .json(&json!({"promote": "trial_two_flags", "since": "1h"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rule(&promoted, "trial_two_flags")["added"], 1, "{promoted}");
+    assert_eq!(rule(&promoted, "trial_two_flags")["candidate_mode"], "live");
+
+    // The console: Quality links the shadow rule to its backtest, which runs on a POST with
+    // the session's CSRF token and shows the report beside its shadow matches.
+    let (cookie, csrf) = sign_in(&app).await;
+    let get = |path: String| {
+        app.client
+            .get(format!("{}{path}", app.base))
+            .header(header::COOKIE, &cookie)
+    };
+    let quality = get("/console/quality?window=24h".into())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let link = "/console/backtest?promote=trial_two_flags&amp;window=24h";
+    assert!(quality.contains(link), "{quality}");
+    let form = get("/console/backtest?promote=trial_two_flags&window=24h".into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.status(), StatusCode::OK);
+    let form = form.text().await.unwrap();
+    assert!(
+        form.contains("name = &quot;trial_two_flags&quot;"),
+        "{form}"
+    );
+    assert!(
+        !form.contains("shadow = true"),
+        "the rule is turned live: {form}"
+    );
+    let candidate = RuleSet::default_rules().to_toml()
+        + "\n[[rule]]\nname = \"trial_two_flags\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"x\"\n";
+    let run = |fields: Vec<(&'static str, String)>| {
+        app.client
+            .post(format!("{}/console/backtest", app.base))
+            .header(header::COOKIE, &cookie)
+            .form(&fields)
+            .send()
+    };
+    let page = run(vec![
+        ("csrf", csrf_of(&form)),
+        ("rules", candidate.clone()),
+        ("window", "24h".into()),
+        ("promote", "trial_two_flags".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let page = page.text().await.unwrap();
+    assert!(page.contains(r#"id="report""#), "{page}");
+    assert!(page.contains(r#"<strong id="added">1</strong>"#), "{page}");
+    assert!(
+        page.contains(r#"<strong id="shadow-hits">1</strong>"#),
+        "{page}"
+    );
+    assert!(page.contains("post:s"), "the added action is shown: {page}");
+    // Without the CSRF token, or with rules that do not load: refused, naming the problem.
+    let forged = run(vec![("rules", candidate.clone()), ("window", "24h".into())])
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let bad = run(vec![
+        ("csrf", csrf.clone()),
+        ("rules", "[[rule]]\nname = 'x'".into()),
+        ("window", "24h".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        bad.text()
+            .await
+            .unwrap()
+            .contains(r#"<code id="error-field">rules</code>"#)
+    );
+    let bad_window = run(vec![
+        ("csrf", csrf.clone()),
+        ("rules", candidate),
+        ("window", "1year".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(bad_window.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    assert_eq!(fingerprint(&app).await, before);
+}
