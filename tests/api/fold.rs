@@ -56,6 +56,11 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
     // Ingest wrote the events and the entity's row, no counter.
     assert_eq!(folded(&app, "post:f").await, (0, 0, 0));
     assert_eq!(read_counts(&app, "post:f").await, (3, 3));
+    let windows = |body: &serde_json::Value| {
+        ["1m", "5m", "1h", "24h"].map(|w| body["signals"]["flag"]["windows"][w]["count"].as_i64())
+    };
+    let (_, unfolded) = app.get("/v1/entities/post:f").await;
+    assert_eq!(windows(&unfolded), [Some(3); 4], "{unfolded}");
 
     // A transaction still open holds back what a fold may take: its event, and those of
     // every transaction after it, stay unfolded and are counted by reads all the same.
@@ -96,6 +101,9 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
     )
     .await;
     assert_eq!(read_counts(&app, "post:f").await, (6, 6));
+    // The folded buckets give the windows the unfolded events gave.
+    let (_, all_folded) = app.get("/v1/entities/post:f").await;
+    assert_eq!(windows(&all_folded), [Some(6); 4], "{all_folded}");
     assert_eq!(
         app.scalar("SELECT count(*) FROM unfolded_events").await,
         0,
@@ -337,16 +345,20 @@ async fn an_evaluation_folds_an_entity_that_gathered_many_events_and_reads_a_few
     // one more event, and so one more evaluation, folds them.
     assert_eq!(folded(&app, "post:few").await, (0, 0, 0));
     let more = std::sync::atomic::AtomicUsize::new(0);
-    wait_for(Duration::from_secs(30), "an evaluation to fold post:many", || async {
-        if folded(&app, "post:many").await.0 > 0 {
-            return true;
-        }
-        let n = more.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        app.send(&json!([event(&format!("more{n}"), "post:many", "flag")]))
-            .await;
-        app.wait_settled(Duration::from_secs(15)).await;
-        false
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "an evaluation to fold post:many",
+        || async {
+            if folded(&app, "post:many").await.0 > 0 {
+                return true;
+            }
+            let n = more.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            app.send(&json!([event(&format!("more{n}"), "post:many", "flag")]))
+                .await;
+            app.wait_settled(Duration::from_secs(15)).await;
+            false
+        },
+    )
     .await;
     let (count, totals, buckets) = folded(&app, "post:many").await;
     assert_eq!((totals, buckets), (count, count));
