@@ -34,19 +34,21 @@ CREATE TABLE sweep_marks (
 );
 INSERT INTO sweep_marks (name, scanned_to) VALUES ('events', now());
 
--- The figures as reads see them: folded plus not yet folded. Tests and operators query these;
--- the service's own reads (store/snapshots.rs) do the same sums per entity.
+-- The figures as reads see them: folded plus not yet folded. The service reads these, and so
+-- can tests and operators.
 CREATE VIEW unfolded_events AS
     SELECT ev.* FROM events ev JOIN entities e ON e.entity = ev.entity
     WHERE ev.xid >= e.folded_horizon;
 
+-- What an entity owes is read here too: its events, folded or not, above what its last
+-- evaluation saw (store/sweep.rs, store/evaluations.rs).
 CREATE VIEW entity_counts AS
-    SELECT e.entity,
-           e.event_count + (SELECT count(*) FROM events ev
-                            WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon)
-               AS event_count,
-           e.evaluated_event_count, e.status, e.moderation_version, e.evaluation_count
-    FROM entities e;
+    SELECT e.entity, e.event_count + u.n AS event_count, e.evaluated_event_count,
+           greatest(e.last_event_at, u.last_at) AS last_event_at,
+           e.status, e.moderation_version, e.evaluation_count
+    FROM entities e
+    CROSS JOIN LATERAL (SELECT count(*) AS n, max(ev.received_at) AS last_at FROM events ev
+                        WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon) u;
 
 CREATE VIEW signal_counts AS
     SELECT entity, signal, sum(count)::int8 AS count, sum(weight_sum) AS weight_sum

@@ -264,10 +264,8 @@ async fn record_fenced(
                                         + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
                    evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
                    -- Owed no more once every event recorded now, folded or not, was seen.
-                   pending_since = CASE WHEN e.event_count
-                                             + (SELECT count(*) FROM events ev
-                                                WHERE ev.entity = e.entity
-                                                  AND ev.xid >= e.folded_horizon)
+                   pending_since = CASE WHEN (SELECT c.event_count FROM entity_counts c
+                                              WHERE c.entity = e.entity)
                                              <= i.event_count THEN NULL
                                         ELSE e.pending_since END,
                    evaluation_count = e.evaluation_count + 1,

@@ -65,12 +65,9 @@ impl Store {
                ),
                marked AS (
                    UPDATE entities e SET pending_since = s.first_at
-                   FROM seen s
+                   FROM seen s JOIN entity_counts c ON c.entity = s.entity
                    WHERE e.entity = s.entity AND e.pending_since IS NULL
-                     AND e.event_count + (SELECT count(*) FROM events ev
-                                          WHERE ev.entity = e.entity
-                                            AND ev.xid >= e.folded_horizon)
-                         > e.evaluated_event_count
+                     AND c.event_count > c.evaluated_event_count
                    RETURNING 1
                ),
                moved AS (
@@ -95,13 +92,10 @@ impl Store {
     ) -> Result<Vec<SweepCursor>> {
         let rows = sqlx::query!(
             r#"SELECT e.pending_since AS "pending_since!", e.entity FROM entities e
-             CROSS JOIN LATERAL (
-                 SELECT count(*) AS n, max(ev.received_at) AS last_at FROM events ev
-                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
-             ) u
+             JOIN entity_counts c ON c.entity = e.entity
              WHERE e.pending_since IS NOT NULL
-               AND e.event_count + u.n > e.evaluated_event_count
-               AND greatest(e.last_event_at, u.last_at) < now() - $1::interval
+               AND c.event_count > c.evaluated_event_count
+               AND c.last_event_at < now() - $1::interval
                AND ($2::timestamptz IS NULL OR (e.pending_since, e.entity) > ($2, $3))
              ORDER BY e.pending_since, e.entity
              LIMIT $4"#,
