@@ -37,25 +37,13 @@ async fn signals(app: &TestApp, entity: &str, tag: &str, signal: &str, n: usize)
     app.send(&json!(events)).await;
 }
 
-async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .client
-        .post(format!("{}{path}", app.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 async fn backtest(app: &TestApp, rules: &str) -> Value {
-    let (status, report) = post(
-        app,
-        "/v1/rules/backtest",
-        json!({"rules": rules, "since": "1h", "sample": 100}),
-    )
-    .await;
+    let (status, report) = app
+        .post_json(
+            "/v1/rules/backtest",
+            json!({"rules": rules, "since": "1h", "sample": 100}),
+        )
+        .await;
     assert_eq!(status, 200, "{report}");
     report
 }
@@ -70,12 +58,12 @@ async fn action_ids(app: &TestApp, entity: &str) -> Vec<i64> {
 }
 
 async fn reverse(app: &TestApp, action: i64) {
-    let (status, body) = post(
-        app,
-        &format!("/v1/actions/{action}/reverse"),
-        json!({"moderator": "mod:ana", "reason": "not abuse"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{action}/reverse"),
+            json!({"moderator": "mod:ana", "reason": "not abuse"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
 }
 
@@ -234,12 +222,12 @@ async fn overrides_and_reversals_hold_in_the_replay_and_the_cli_reports_the_same
     // post:o: a moderator caps it at visible, then ten flags arrive; nothing may act.
     signals(&app, "post:o", "a", "flag", 1).await;
     app.wait_settled(SETTLE).await;
-    let (status, body) = post(
-        &app,
-        "/v1/entities/post:o/override",
-        json!({"moderator": "mod:ana", "status": "visible", "reason": "known good"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            "/v1/entities/post:o/override",
+            json!({"moderator": "mod:ana", "status": "visible", "reason": "known good"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     signals(&app, "post:o", "b", "flag", 10).await;
     // post:r: hidden at ten flags, reversed, then two more flags; automation may not redo it.

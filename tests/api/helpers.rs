@@ -452,6 +452,19 @@ impl TestApp {
         )
     }
 
+    /// Posts a JSON body; returns the status and the JSON reply.
+    pub async fn post_json(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("json reply"))
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let response = self
             .client

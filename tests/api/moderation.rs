@@ -7,18 +7,6 @@ use tokio::sync::Notify;
 
 use crate::helpers::{TestApp, TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
 
-async fn post(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let response = app
-        .client
-        .post(format!("{}{path}", app.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 async fn flags(app: &TestApp, entity: &str, tag: &str, n: usize) {
     let events: Vec<Value> = (0..n)
         .map(|i| event(&format!("{entity}-{tag}-{i}"), entity, "flag"))
@@ -63,12 +51,12 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         .unwrap();
 
     // A moderator reverses the hide meanwhile.
-    let (status, body) = post(
-        &app,
-        &format!("/v1/actions/{hide}/reverse"),
-        json!({"moderator": "mod:ana", "reason": "satire, not abuse"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/reverse"),
+            json!({"moderator": "mod:ana", "reason": "satire, not abuse"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "visible");
     assert_eq!(body["moderation_version"], 2);
@@ -92,12 +80,12 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
     assert_eq!(entity["override"]["status"], "visible");
     assert_eq!(entity["override"]["by"], "mod:ana");
 
-    let (status, body) = post(
-        &app,
-        &format!("/v1/actions/{hide}/reverse"),
-        json!({"moderator": "mod:bo", "reason": "again"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/reverse"),
+            json!({"moderator": "mod:bo", "reason": "again"}),
+        )
+        .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "already_reversed");
     assert!(
@@ -135,12 +123,12 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     flags(&app, "post:o", "a", 10).await;
     worker.process(claim_next(&worker).await).await;
     let hide = action_ids(&app, "post:o").await[0];
-    let (status, _) = post(
-        &app,
-        &format!("/v1/actions/{hide}/reverse"),
-        json!({"moderator": "mod:ana", "reason": "false alarm"}),
-    )
-    .await;
+    let (status, _) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/reverse"),
+            json!({"moderator": "mod:ana", "reason": "false alarm"}),
+        )
+        .await;
     assert_eq!(status, 200);
 
     // The same flags, and more, while the override holds: no action.
@@ -150,9 +138,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
 
     // The moderator shortens the override; once it expires automation may act again.
     let until = chrono::Utc::now() + chrono::Duration::milliseconds(800);
-    let (status, body) = post(
-        &app,
-        "/v1/entities/post:o/override",
+    let (status, body) = app.post_json("/v1/entities/post:o/override",
         json!({"moderator": "mod:ana", "status": "visible", "until": until.to_rfc3339(), "reason": "review later"}),
     )
     .await;
@@ -257,7 +243,7 @@ async fn moderator_requests_are_validated() {
         ),
     ];
     for (path, body, expected, field) in cases {
-        let (status, reply) = post(&app, path, body.clone()).await;
+        let (status, reply) = app.post_json(path, body.clone()).await;
         assert_eq!(status, expected, "{path} {body}: {reply}");
         assert_eq!(
             reply["error"]["field"].as_str(),
@@ -306,12 +292,12 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
             .unwrap();
     assert_eq!((hides.len(), reviews.len()), (4, 3));
     for id in [hides[0], hides[1], reviews[0]] {
-        let (status, _) = post(
-            &app,
-            &format!("/v1/actions/{id}/reverse"),
-            json!({"moderator": "mod:ana", "reason": "wrong"}),
-        )
-        .await;
+        let (status, _) = app
+            .post_json(
+                &format!("/v1/actions/{id}/reverse"),
+                json!({"moderator": "mod:ana", "reason": "wrong"}),
+            )
+            .await;
         assert_eq!(status, 200);
     }
     // One of the reversals came more than 24h after its action: not a reversal by the metric.
@@ -413,22 +399,22 @@ async fn only_the_latest_action_can_be_reversed() {
     let ids = action_ids(&app, "post:l").await;
     assert_eq!(ids.len(), 2, "flagged, then hidden");
 
-    let (status, body) = post(
-        &app,
-        &format!("/v1/actions/{}/reverse", ids[0]),
-        json!({"moderator": "mod:ana", "reason": "x"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{}/reverse", ids[0]),
+            json!({"moderator": "mod:ana", "reason": "x"}),
+        )
+        .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "superseded");
     assert_eq!(app.status_of("post:l").await, "hidden", "nothing written");
 
-    let (status, body) = post(
-        &app,
-        &format!("/v1/actions/{}/reverse", ids[1]),
-        json!({"moderator": "mod:ana", "reason": "x"}),
-    )
-    .await;
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{}/reverse", ids[1]),
+            json!({"moderator": "mod:ana", "reason": "x"}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["status"], "flagged",
