@@ -66,8 +66,8 @@ impl Store {
     /// Returns, by entity, what was recorded for those that passed the fence; an entity whose
     /// version moved is left out and nothing of its evaluation is written.
     ///
-    /// Rows are locked in entity order, as ingest locks them, so concurrent batches and ingest
-    /// transactions wait on each other in one order, never in a cycle; once locked at the
+    /// Rows are locked in entity order, as every transaction that locks several does, so
+    /// concurrent batches wait on each other in one order, never in a cycle; once locked at the
     /// version read, an entity's action, status and evaluation are written together. The
     /// action's unique dedup key is the authority that it takes effect once: on a conflict the
     /// evaluation is recorded without it. An entity may appear once per call (a second one is
@@ -99,7 +99,7 @@ impl Store {
             LockedRows::Wait => {
                 // One statement, skipping held rows, serves both ways: SKIP LOCKED never skips a
                 // row its own transaction holds, so locking the rows first (waiting for them,
-                // in entity order as ingest does) makes the same statement wait. A row whose
+                // in entity order, `lock_in_order`) makes the same statement wait. A row whose
                 // version moved while we waited is then fenced out by the statement itself.
                 let mut tx = connection.begin().await?;
                 let entities: Vec<&str> = evaluations
@@ -162,7 +162,7 @@ impl Store {
         };
         // An action on an authored entity feeds back: the author's entity gets a derived
         // signal, once per action (its id is the action's dedup key), in the same transaction.
-        // Both rows are locked first, in the order ingest locks them; the fenced statement then
+        // Both rows are locked first, in entity order (`lock_in_order`); the fenced statement then
         // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
         let mut tx = self.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;

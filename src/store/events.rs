@@ -134,7 +134,8 @@ pub(super) async fn record_in(
     Ok(inserted.into_iter().collect())
 }
 
-/// Locks entity rows in id order, as ingest does, before a transaction touches several.
+/// Locks entity rows in id order before a transaction touches several (every transaction that
+/// locks more than one does it this way, so none waits on another in a cycle; ingest locks none).
 pub(super) async fn lock_in_order(
     tx: &mut Transaction<'_, Postgres>,
     entities: &[&str],
