@@ -188,10 +188,9 @@ struct EntityRow {
     actors: Option<Json<Actors>>,
 }
 
-/// Totals, distinct actors and trailing-window counts per signal, read in the caller's
-/// transaction (one snapshot).
-/// The signal figures of an entity row read by [`Store::entity_with`]: totals, windows and,
-/// when read, distinct actors, each a JSON array of tuples.
+/// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
+/// part plus the events not folded yet), windows and, when read, distinct actors, each a JSON
+/// array of tuples.
 fn signal_stats_from(
     Json(totals): Json<Totals>,
     windows: Option<Json<WindowRows>>,
