@@ -31,12 +31,17 @@ host_port() {
 
 tcp_open() { timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
 
-# The URL as messages show it: everything up to the last @ (user and password, even one holding
-# an unencoded / or ?) and any password parameter removed.
+# The URL as messages show it: the password (from the first : of the userinfo to its last @, even
+# one holding an unencoded / or ?) and any password parameter redacted; the user and address stay.
 shown() {
   local scheme=${1%%://*} rest=${1#*://}
   case $rest in
-    *@*) rest="[REDACTED]@${rest##*@}" ;;
+    *@*)
+      local userinfo=${rest%@*}
+      case $userinfo in
+        *:*) rest="${userinfo%%:*}:[REDACTED]@${rest##*@}" ;;
+      esac
+      ;;
   esac
   rest=$(sed -E 's/([?&](ssl)?pass(word|wd)?=)[^&#]*/\1[REDACTED]/gI' <<<"$rest")
   echo "$scheme://$rest"

@@ -9,6 +9,7 @@ use std::fmt;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
+use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 /// What a token may do: `ingest` may send events; `moderator` may read and reverse or
@@ -161,13 +162,51 @@ pub fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The text with the userinfo (`user:password@`) of every URL in it replaced by `[REDACTED]@`,
-/// and the value of every password parameter (`?password=`, `&pass=`, libpq's `password=`)
-/// by `[REDACTED]`, for any message that may show an address: `postgres://app:pw@db/x` becomes
-/// `postgres://[REDACTED]@db/x`. A bare `user:pw@host/path` (no scheme) is redacted too. The
-/// userinfo runs to the last `@` before a space or quote, so a password holding an unencoded
-/// `/`, `?` or `#` is hidden whole (a path with an `@` in it is hidden too: safer than not).
-pub fn redact_userinfo(text: &str) -> String {
+/// A connection URL (Postgres, Redis) that may hold a password. Shown and debug-printed with
+/// only its password redacted: the address, user and database stay visible, so a user can check
+/// which server they are on.
+#[derive(Clone)]
+pub struct ServiceUrl(SecretString);
+
+impl ServiceUrl {
+    /// The URL as messages and `quiesce config` show it.
+    pub fn shown(&self) -> String {
+        redact_passwords(self.0.expose_secret())
+    }
+}
+
+impl ExposeSecret<str> for ServiceUrl {
+    fn expose_secret(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl From<String> for ServiceUrl {
+    fn from(url: String) -> Self {
+        Self(SecretString::from(url))
+    }
+}
+
+impl From<&str> for ServiceUrl {
+    fn from(url: &str) -> Self {
+        Self(SecretString::from(url))
+    }
+}
+
+impl fmt::Debug for ServiceUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ServiceUrl({})", self.shown())
+    }
+}
+
+/// The text with the password of every URL in it replaced by `[REDACTED]`, and the value of
+/// every password parameter (`?password=`, `&pass=`, libpq's `password=`) too, for any message
+/// that may show an address. The user name and the address stay, so a reader can tell which
+/// server and database is meant: `postgres://app:pw@db/x` becomes `postgres://app:[REDACTED]@db/x`.
+/// A bare `user:pw@host/path` (no scheme) is redacted too. The password runs from the first `:`
+/// of the userinfo to its last `@` before a space or quote, so a password holding an unencoded
+/// `/`, `?`, `#` or `@` is hidden whole.
+pub fn redact_passwords(text: &str) -> String {
     redact_password_parameters(&redact_authorities(text))
 }
 
@@ -191,7 +230,10 @@ fn redact_authorities(text: &str) -> String {
         let end = rest
             .find(|c: char| matches!(c, '"' | '\'' | '>' | '`') || c.is_whitespace())
             .unwrap_or(rest.len());
-        if let Some(at) = rest[..end].rfind('@') {
+        if let Some(at) = rest[..end].rfind('@')
+            && let Some(colon) = rest[..at].find(':')
+        {
+            out.push_str(&rest[..=colon]);
             out.push_str("[REDACTED]");
             rest = &rest[at..];
         }
@@ -239,46 +281,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_lose_their_userinfo_wherever_they_appear() {
+    fn urls_lose_their_password_wherever_they_appear() {
         assert_eq!(
-            redact_userinfo("postgres://app:PW@db:5432/x"),
-            "postgres://[REDACTED]@db:5432/x"
+            redact_passwords("postgres://app:PW@db:5432/x"),
+            "postgres://app:[REDACTED]@db:5432/x"
         );
         assert_eq!(
-            redact_userinfo("error for url (htps://u:PW@h/x): refused"),
-            "error for url (htps://[REDACTED]@h/x): refused"
+            redact_passwords("error for url (htps://u:PW@h/x): refused"),
+            "error for url (htps://u:[REDACTED]@h/x): refused"
         );
-        assert_eq!(redact_userinfo("app:PW@db/x"), "[REDACTED]@db/x");
+        assert_eq!(redact_passwords("app:PW@db/x"), "app:[REDACTED]@db/x");
         // Unencoded /, ? and # in a password: everything up to the last @ goes.
         assert_eq!(
-            redact_userinfo("postgres://app:pa/ss@db/x"),
-            "postgres://[REDACTED]@db/x"
+            redact_passwords("postgres://app:pa/ss@db/x"),
+            "postgres://app:[REDACTED]@db/x"
         );
         assert_eq!(
-            redact_userinfo("cannot reach postgres://app:ab#c?d@db:5432/x (QUIESCE_DATABASE_URL)"),
-            "cannot reach postgres://[REDACTED]@db:5432/x (QUIESCE_DATABASE_URL)"
+            redact_passwords("cannot reach postgres://app:ab#c?d@db:5432/x (QUIESCE_DATABASE_URL)"),
+            "cannot reach postgres://app:[REDACTED]@db:5432/x (QUIESCE_DATABASE_URL)"
         );
         // Passwords as parameters: URL query, libpq key-value string, Redis.
         assert_eq!(
-            redact_userinfo("postgres://app@db/x?sslmode=require&password=PW&x=1"),
-            "postgres://[REDACTED]@db/x?sslmode=require&password=[REDACTED]&x=1"
+            redact_passwords("postgres://app@db/x?sslmode=require&password=PW&x=1"),
+            "postgres://app@db/x?sslmode=require&password=[REDACTED]&x=1"
         );
         assert_eq!(
-            redact_userinfo("host=db user=app Password=PW dbname=x"),
+            redact_passwords("host=db user=app Password=PW dbname=x"),
             "host=db user=app Password=[REDACTED] dbname=x"
         );
         assert_eq!(
-            redact_userinfo("redis+unix:///run/redis.sock?pass=PW"),
+            redact_passwords("redis+unix:///run/redis.sock?pass=PW"),
             "redis+unix:///run/redis.sock?pass=[REDACTED]"
         );
         // Not a parameter: left alone.
-        assert_eq!(redact_userinfo("bypass=1 compass=2"), "bypass=1 compass=2");
+        assert_eq!(redact_passwords("bypass=1 compass=2"), "bypass=1 compass=2");
         assert_eq!(
-            redact_userinfo("redis://127.0.0.1:6379 and redis://:PW@h"),
-            "redis://127.0.0.1:6379 and redis://[REDACTED]@h"
+            redact_passwords("redis://127.0.0.1:6379 and redis://:PW@h"),
+            "redis://127.0.0.1:6379 and redis://:[REDACTED]@h"
         );
-        assert_eq!(redact_userinfo("localhost/quiesce"), "localhost/quiesce");
-        assert_eq!(redact_userinfo("a@b.c/x"), "[REDACTED]@b.c/x");
+        assert_eq!(redact_passwords("localhost/quiesce"), "localhost/quiesce");
+        // A user name alone is part of the address, not a secret.
+        assert_eq!(redact_passwords("a@b.c/x"), "a@b.c/x");
+        assert_eq!(
+            redact_passwords("postgres://postgres@127.0.0.1:5432/quiesce"),
+            "postgres://postgres@127.0.0.1:5432/quiesce"
+        );
+        assert_eq!(
+            redact_passwords("postgres://app:p@ss@db/x"),
+            "postgres://app:[REDACTED]@db/x"
+        );
     }
 
     #[test]

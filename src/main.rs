@@ -159,7 +159,7 @@ async fn main() -> ExitCode {
             // Whatever a library put in its message, no address leaves with its password.
             eprintln!(
                 "quiesce: {}",
-                quiesce::credentials::redact_userinfo(&format!("{error:#}"))
+                quiesce::credentials::redact_passwords(&format!("{error:#}"))
             );
             ExitCode::FAILURE
         }
@@ -330,6 +330,9 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
     match command {
         DeadLettersCommand::List { limit, .. } => {
             let page = store.dead_letters(None, limit).await?;
+            if page.entries.is_empty() {
+                println!("no dead letters");
+            }
             for dead in &page.entries {
                 let at = chrono::DateTime::from_timestamp_millis(dead.record.last_failure_ms)
                     .map(|t| t.to_rfc3339())
@@ -422,7 +425,11 @@ async fn deliveries(command: DeliveriesCommand) -> anyhow::Result<()> {
     let store = Store::new(startup::connect_postgres(&settings).await?);
     match command {
         DeliveriesCommand::Failed { limit, .. } => {
-            for row in store.failed_deliveries(limit).await? {
+            let failed = store.failed_deliveries(limit).await?;
+            if failed.is_empty() {
+                println!("no failed deliveries");
+            }
+            for row in failed {
                 println!(
                     "{}\t{}\t{}\tattempts={}\t{}",
                     row.id,

@@ -172,7 +172,7 @@ impl Dispatcher {
             Err(error) => Attempt::Failed {
                 status: None,
                 // reqwest names the URL, which may carry a password.
-                error: crate::credentials::redact_userinfo(&format!("request failed: {error}")),
+                error: crate::credentials::redact_passwords(&format!("request failed: {error}")),
                 retry_after: None,
             },
         }

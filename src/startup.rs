@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     console,
-    credentials::redact_userinfo,
+    credentials::redact_passwords,
     http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
     maintenance::Maintenance,
@@ -28,19 +28,20 @@ use crate::{
     worker::Worker,
 };
 
-/// Loads the configured rules file, or the shipped defaults, into a reloadable handle.
+/// Loads the configured rules file, or the built-in copy of the shipped one, into a reloadable
+/// handle.
 pub fn load_rules(settings: &Settings) -> anyhow::Result<Rules> {
-    let file = &settings.moderation.rules;
+    let file = settings.moderation.rules.file();
     let set = match file {
         Some(path) => RuleSet::from_file(path).context("the rules were refused")?,
         None => RuleSet::default_rules(),
     };
-    Ok(Rules::new(set, file.clone()))
+    Ok(Rules::new(set, file.map(ToOwned::to_owned)))
 }
 
 /// The database URL as messages show it: its password redacted.
 fn database_address(settings: &Settings) -> String {
-    redact_userinfo(settings.database.database_url.expose_secret())
+    redact_passwords(settings.database.database_url.expose_secret())
 }
 
 /// Refuses a database URL that does not parse, naming its variable.
@@ -55,7 +56,7 @@ fn check_database_url(settings: &Settings) -> anyhow::Result<()> {
             anyhow::anyhow!(
                 "invalid QUIESCE_DATABASE_URL {}: {}; expected a URL such as postgres://host:port/database",
                 database_address(settings),
-                redact_userinfo(&error.to_string())
+                redact_passwords(&error.to_string())
             )
         })
 }
@@ -95,7 +96,7 @@ pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPoo
 /// subscribe to wake-ups; errors name QUIESCE_REDIS_URL and the address, its password redacted.
 pub async fn connect_redis(settings: &Settings) -> anyhow::Result<(RedisConnection, Wakeups)> {
     let url = settings.redis.redis_url.expose_secret();
-    let address = redact_userinfo(url);
+    let address = redact_passwords(url);
     let timeout = settings.database.backend_timeout;
     let channel = Keyspace::new(settings.redis.redis_prefix.clone(), 1)
         .index()
@@ -219,7 +220,7 @@ impl Backends {
         let which = format!(
             "the Redis prefix {:?} (QUIESCE_REDIS_PREFIX, at {}) and the database {} (QUIESCE_DATABASE_URL)",
             settings.redis.redis_prefix,
-            redact_userinfo(settings.redis.redis_url.expose_secret()),
+            redact_passwords(settings.redis.redis_url.expose_secret()),
             database_address(settings),
         );
         if known == 0 {
@@ -468,7 +469,7 @@ pub fn spawn_dispatcher(
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let delivery = DeliverySettings::from_settings(settings)?;
-    tracing::info!(url = %crate::credentials::redact_userinfo(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
+    tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
     let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
     Some(tokio::spawn(dispatcher.run(shutdown)))
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use secrecy::SecretString;
+use crate::credentials::ServiceUrl;
 
 use super::declare::{nonzero, section};
 
@@ -11,7 +11,7 @@ section! {
     pub struct Database("database", heading "Postgres"), flags DatabaseFlags {
         /// Postgres connection URL, the source of truth; the database is created if missing.
         #[value_name = "URL"]
-        database_url: SecretString = SecretString::from("postgres://postgres@127.0.0.1:5432/quiesce");
+        database_url: ServiceUrl = ServiceUrl::from("postgres://postgres@127.0.0.1:5432/quiesce");
         /// Postgres pool size per process.
         db_max_connections: u32 = 16, check nonzero;
         /// Longest wait for Redis or Postgres before answering 503 or retrying; also Postgres'

@@ -1,6 +1,6 @@
 //! Redis, which holds the debounce schedule, and how the schedule is laid out in it.
 
-use secrecy::SecretString;
+use crate::credentials::ServiceUrl;
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ section! {
         /// Redis connection URL (the debounce schedule); `redis+cluster://h1:p1,h2:p2` (or
         /// `rediss+cluster://`) names a Redis Cluster by its seed nodes.
         #[value_name = "URL"]
-        redis_url: SecretString = SecretString::from("redis://127.0.0.1:6379");
+        redis_url: ServiceUrl = ServiceUrl::from("redis://127.0.0.1:6379");
         /// Namespace of every Redis key; 1-64 characters, no braces.
         #[value_name = "PREFIX"]
         redis_prefix: String = "quiesce".to_owned(), check redis_prefix;

@@ -8,7 +8,7 @@ use clap::builder::ValueRange;
 use figment::value::Value;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::credentials::{ApiToken, WebhookSecret};
+use crate::credentials::{ApiToken, ServiceUrl, WebhookSecret};
 
 /// A type a setting can have.
 pub trait Setting: Sized {
@@ -198,6 +198,26 @@ impl Setting for SecretString {
 
     fn to_text(&self) -> Option<String> {
         Some(self.expose_secret().to_owned())
+    }
+}
+
+/// A connection URL: shown with its password redacted, its address kept.
+impl Setting for ServiceUrl {
+    const VALUE_NAME: &'static str = "URL";
+
+    fn read(value: &Value) -> Result<Self, String> {
+        match text(value, "a URL")? {
+            "" => Err("must not be empty".into()),
+            text => Ok(ServiceUrl::from(text)),
+        }
+    }
+
+    fn to_text(&self) -> Option<String> {
+        Some(self.expose_secret().to_owned())
+    }
+
+    fn show(&self) -> String {
+        self.shown()
     }
 }
 
