@@ -99,8 +99,11 @@ impl Layer {
                 .is_some_and(|s| s.contains_key(field.name));
             if taken {
                 return Err(invalid(format!(
-                    "{} is given twice: at the top level and in [{}]",
-                    field.name, field.section
+                    "{} is given twice: at the top level{} and in [{}]{}",
+                    field.name,
+                    line_of(&text, None, field.name),
+                    field.section,
+                    line_of(&text, Some(field.section), field.name),
                 )));
             }
             layer.set(field, value);
@@ -115,14 +118,17 @@ impl Layer {
             match value {
                 toml::Value::Table(entries) if fields.iter().any(|f| f.section == key) => {
                     for (name, value) in entries {
-                        let field = known(Some(&key), &name)
-                            .ok_or_else(|| invalid(format!("[{key}] has no setting {name}")))?;
+                        let field = known(Some(&key), &name).ok_or_else(|| {
+                            let at = line_of(&text, Some(&key), &name);
+                            invalid(format!("[{key}] has no setting {name}{at}"))
+                        })?;
                         set(field, value)?;
                     }
                 }
                 value => {
-                    let field =
-                        known(None, &key).ok_or_else(|| invalid(format!("unknown key {key}")))?;
+                    let field = known(None, &key).ok_or_else(|| {
+                        invalid(format!("unknown key {key}{}", line_of(&text, None, &key)))
+                    })?;
                     set(field, value)?;
                 }
             }
@@ -231,10 +237,30 @@ impl Layers {
     }
 }
 
+/// " (line N)" for a key of the file (in `[section]`, or at the top level), so an error points
+/// at it; empty if the key cannot be found again.
+fn line_of(text: &str, section: Option<&str>, key: &str) -> String {
+    let Ok(document) = toml_edit::ImDocument::parse(text) else {
+        return String::new();
+    };
+    let table = match section {
+        Some(section) => document
+            .get(section)
+            .and_then(toml_edit::Item::as_table_like),
+        None => Some(document.as_table() as &dyn toml_edit::TableLike),
+    };
+    table
+        .and_then(|table| table.get_key_value(key))
+        .and_then(|(key, _)| key.span())
+        .map_or_else(String::new, |span| {
+            format!(" (line {})", text[..span.start].matches('\n').count() + 1)
+        })
+}
+
 /// A value as an error shows it: a URL's userinfo (its password) redacted.
 fn describe(value: &Value) -> String {
     match value {
-        Value::String(_, text) => crate::credentials::redact_userinfo(text),
+        Value::String(_, text) => crate::credentials::redact_passwords(text),
         Value::Char(_, c) => c.to_string(),
         Value::Bool(_, b) => b.to_string(),
         Value::Num(_, n) => super::value::number(*n).map_or_else(String::new, |n| n.to_string()),
