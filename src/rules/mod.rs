@@ -27,11 +27,10 @@ pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum RulesError {
-    #[error("cannot read rules file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    // The io error is in the message and deliberately not a `source`: a cause chain would
+    // print it twice ("No such file or directory (os error 2): No such file ...").
+    #[error("cannot read rules file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("invalid rules file: {0}")]
     Parse(String),
     #[error("rule {rule:?}: {message}")]
@@ -126,9 +125,9 @@ impl RuleSet {
     }
 
     pub fn from_file(path: &Path) -> Result<Self, RulesError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| RulesError::Read {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         Self::from_toml(&text)
     }
@@ -268,6 +267,26 @@ mod tests {
         )
         .unwrap();
         assert!(windowed.uses_windows());
+    }
+
+    #[test]
+    fn every_example_rules_file_loads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/examples");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            RuleSet::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            loaded += 1;
+        }
+        assert!(loaded >= 1, "no example in {dir}");
+    }
+
+    #[test]
+    fn a_missing_rules_file_names_its_cause_once() {
+        let error = RuleSet::from_file(Path::new("rules/no-such-file.toml")).unwrap_err();
+        // As the CLI prints an error: with its whole cause chain.
+        let chain = format!("{:#}", anyhow::Error::from(error));
+        assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use self::{
     http::{Http, HttpFlags},
     layers::Origin,
     maintenance::{Maintenance, MaintenanceFlags},
-    moderation::{Moderation, ModerationFlags},
+    moderation::{Moderation, ModerationFlags, RulesSource, SHIPPED_RULES},
     redis::{Redis, RedisFlags},
     schedule::{Schedule, ScheduleFlags},
     security::{Security, SecurityFlags, Source},

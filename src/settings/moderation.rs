@@ -1,14 +1,21 @@
 //! The rules, and what follows a moderator's decision.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
-use super::declare::section;
+use figment::value::Value;
+
+use super::{declare::section, value::Setting};
 
 section! {
     /// The rules, and what follows a moderator's decision.
     pub struct Moderation("moderation", heading "Moderation"), flags ModerationFlags {
-        /// Rules file (TOML); none: the shipped default rules.
-        rules: Option<PathBuf> = None;
+        /// Rules file (TOML), read again on every reload. Default: rules/default.toml when the
+        /// working directory has it (a checkout, `make run`), else `built-in`, the copy of that file
+        /// compiled into the binary.
+        rules: RulesSource = RulesSource::shipped();
         /// How long a reversal keeps automation from redoing the action (an implied override;
         /// also the default `until` of an override).
         override_after_reversal: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -24,5 +31,59 @@ fn fraction(value: &f64) -> Result<(), String> {
         Ok(())
     } else {
         Err("must be a fraction from 0 to 1, e.g. 0.2".into())
+    }
+}
+
+/// The shipped rules file, relative to the working directory.
+pub const SHIPPED_RULES: &str = "rules/default.toml";
+
+/// Where the rules come from: a file, read again on every reload, or the copy of
+/// `rules/default.toml` compiled into the binary (for a binary run outside a checkout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RulesSource {
+    File(PathBuf),
+    BuiltIn,
+}
+
+impl RulesSource {
+    /// The shipped file when the working directory has it, so that editing it and reloading
+    /// takes effect; else the built-in copy.
+    pub fn shipped() -> Self {
+        let path = Path::new(SHIPPED_RULES);
+        if path.is_file() {
+            Self::File(path.to_owned())
+        } else {
+            Self::BuiltIn
+        }
+    }
+
+    /// The file to read, or `None` for the built-in copy.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Self::File(path) => Some(path),
+            Self::BuiltIn => None,
+        }
+    }
+}
+
+impl Setting for RulesSource {
+    const VALUE_NAME: &'static str = "FILE";
+
+    fn read(value: &Value) -> Result<Self, String> {
+        match value {
+            Value::String(_, text) => match text.trim() {
+                "" => Err("must not be empty (built-in for the rules compiled in)".into()),
+                "built-in" => Ok(Self::BuiltIn),
+                path => Ok(Self::File(PathBuf::from(path))),
+            },
+            _ => Err("expected a file path or built-in".into()),
+        }
+    }
+
+    fn to_text(&self) -> Option<String> {
+        Some(match self {
+            Self::File(path) => path.display().to_string(),
+            Self::BuiltIn => "built-in".to_owned(),
+        })
     }
 }

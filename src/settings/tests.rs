@@ -235,7 +235,11 @@ fn the_report_and_errors_never_show_a_secret() {
         !report.contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
         "{report}"
     );
-    assert!(report.contains("database_url = \"[REDACTED]\""), "{report}");
+    // The address stays, so a user can tell which database they are on; the password goes.
+    assert!(
+        report.contains("database_url = \"postgres://app:[REDACTED]@db/quiesce\""),
+        "{report}"
+    );
     let err = error(&[], &[("QUIESCE_WEBHOOK_SECRET", "hunter2-secret")]);
     assert!(
         err.contains("QUIESCE_WEBHOOK_SECRET") && !err.contains("hunter2"),
@@ -383,5 +387,39 @@ fn no_error_echoes_a_secret_a_password_or_a_line_that_holds_one() {
     );
     assert!(err.contains("QUIESCE_WEBHOOK_URL"), "{err}");
     assert!(!err.contains("hunter2-secret"), "{err}");
-    assert!(err.contains("htps://[REDACTED]@h/x"), "{err}");
+    assert!(err.contains("htps://u:[REDACTED]@h/x"), "{err}");
+}
+
+#[test]
+fn file_errors_name_the_key_and_its_line() {
+    let file = ConfigFile::new("# workers\n\nwrokers = 64\n");
+    let err = error(&["--config", file.path()], &[]);
+    assert!(err.contains("unknown key wrokers (line 3)"), "{err}");
+
+    file.write("[schedule]\nmax_wait = \"5m\"\n\n[worker]\nworkers = 8\nbogus = 1\n");
+    let err = error(&["--config", file.path()], &[]);
+    assert!(
+        err.contains("[worker] has no setting bogus (line 6)"),
+        "{err}"
+    );
+
+    file.write("workers = 8\n[worker]\nworkers = 9\n");
+    let err = error(&["--config", file.path()], &[]);
+    assert!(
+        err.contains("workers is given twice: at the top level (line 1) and in [worker] (line 3)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_rules_default_to_the_shipped_file_when_it_is_there() {
+    // Tests run in the crate's root, which has rules/default.toml.
+    let settings = load(&[], &[]).unwrap().settings;
+    assert_eq!(
+        settings.moderation.rules,
+        RulesSource::File(SHIPPED_RULES.into())
+    );
+    let built_in = load(&["--rules", "built-in"], &[]).unwrap().settings;
+    assert_eq!(built_in.moderation.rules, RulesSource::BuiltIn);
+    assert!(built_in.moderation.rules.file().is_none());
 }
