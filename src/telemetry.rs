@@ -63,9 +63,16 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let registry = tracing_subscriber::registry().with(filter);
+    // Logs go to stderr, so that stdout carries only a command's output (JSON that parses);
+    // colour codes only when a person reads them on a terminal, never in a file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = match format {
-        LogFormat::Text => registry.with(fmt::layer()).try_init(),
-        LogFormat::Json => registry.with(fmt::layer().json()).try_init(),
+        LogFormat::Text => registry
+            .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
+            .try_init(),
+        LogFormat::Json => registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init(),
     };
 }
 
