@@ -307,6 +307,12 @@ impl IndexKeys {
     pub fn rescan_cursor(&self, shards: u16) -> String {
         format!("{}:shards:rescan:{shards}:next", self.tag)
     }
+    /// Whether `key` is the rescan's own bookkeeping (its lock and cursor), which the rescan
+    /// writes on a timer whatever else happens: a check that nothing was scheduled skips them.
+    pub fn is_rescan_bookkeeping(&self, key: &str) -> bool {
+        key.strip_prefix(self.tag.as_str())
+            .is_some_and(|rest| rest.starts_with(":shards:rescan:"))
+    }
     /// Pub/sub channel told when something became due sooner than the index said.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)

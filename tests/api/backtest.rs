@@ -68,7 +68,8 @@ async fn reverse(app: &TestApp, action: i64) {
 }
 
 /// Everything a backtest could write: the rows of every table it reads, every entity's status,
-/// version and evaluation count, and this test's Redis keys.
+/// version and evaluation count, and this test's Redis keys (but the index rescan's own, which
+/// maintenance writes on a timer).
 async fn fingerprint(app: &TestApp) -> (String, Vec<String>) {
     let rows: String = sqlx::query_scalar(
         "SELECT concat_ws(' ',
@@ -82,7 +83,7 @@ async fn fingerprint(app: &TestApp) -> (String, Vec<String>) {
     .fetch_one(&app.pool)
     .await
     .unwrap();
-    let mut keys = app.redis_keys().await;
+    let mut keys = app.work_keys().await;
     keys.sort();
     (rows, keys)
 }

@@ -231,7 +231,7 @@ async fn every_validation_rule_answers_with_its_status_and_writes_nothing() {
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
     assert_eq!(app.scalar("SELECT count(*) FROM entities").await, 0);
     assert_eq!(app.scalar("SELECT count(*) FROM signal_counts").await, 0);
-    assert_eq!(app.redis_keys().await, Vec::<String>::new());
+    assert_eq!(app.work_keys().await, Vec::<String>::new());
 
     // The same service still takes a valid request afterwards.
     assert_eq!(app.send(&valid("evt-1")).await, (1, 0));

@@ -154,7 +154,7 @@ pub struct TestApp {
     pub pool: PgPool,
     pub redis_proxy: Option<TcpProxy>,
     pub postgres_proxy: Option<TcpProxy>,
-    db_name: String,
+    cleanup: Cleanup,
     shutdown: CancellationToken,
     server: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -211,6 +211,8 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
 
     let mut database_url = format!("{database_base}/{db_name}");
     let mut redis_url = options.redis_url.clone().unwrap_or_else(redis_url);
+    // The cleanup goes straight to the servers: a test may end with its proxies cut.
+    let direct_redis_url = redis_url.clone();
     let (mut redis_proxy, mut postgres_proxy) = (None, None);
     if options.through_proxies {
         // A cluster client follows the nodes' own addresses past any proxy: on a cluster only
@@ -227,10 +229,10 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         postgres_proxy = Some(proxy);
     }
     let mut settings = Settings::default();
-    settings.database.database_url = SecretString::from(database_url.clone());
+    settings.database.database_url = database_url.clone().into();
     settings.database.db_max_connections = 8;
     settings.database.backend_timeout = options.backend_timeout;
-    settings.redis.redis_url = SecretString::from(redis_url);
+    settings.redis.redis_url = redis_url.into();
     settings.redis.redis_prefix = format!("test-{id}");
     settings.redis.shards = options.shards;
     let http = &mut settings.http;
@@ -320,7 +322,14 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     );
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let mut cleanup_settings = settings.clone();
+    cleanup_settings.redis.redis_url = direct_redis_url.into();
     TestApp {
+        cleanup: Cleanup {
+            db_name,
+            database_base,
+            settings: cleanup_settings,
+        },
         base,
         metrics_base,
         client: reqwest::Client::new(),
@@ -329,7 +338,6 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         postgres_proxy,
         settings,
         backends,
-        db_name,
         shutdown,
         server: Some(server),
     }
@@ -550,6 +558,16 @@ impl TestApp {
             .expect("redis SCAN")
     }
 
+    /// This test's Redis keys that hold or record work: every key but the index rescan's lock
+    /// and cursor, which maintenance writes on a timer. A check that nothing was scheduled or
+    /// written compares these.
+    pub async fn work_keys(&self) -> Vec<String> {
+        let index = self.backends.queue.keys().index();
+        let mut keys = self.redis_keys().await;
+        keys.retain(|key| !index.is_rescan_bookkeeping(key));
+        keys
+    }
+
     /// The entity's snapshot as an evaluation reads it (without distinct actors); it must exist.
     pub async fn snapshot(&self, entity: &str) -> quiesce::domain::Snapshot {
         let entity = quiesce::domain::EntityId::parse(entity).unwrap();
@@ -749,28 +767,61 @@ impl TestApp {
 }
 
 impl Drop for TestApp {
+    /// Stops the app, then deletes its database and keys. On the test's runtime (one thread)
+    /// none of the app's tasks runs while this does, and when the test ends they end with the
+    /// runtime, unpolled: what is deleted here stays deleted. A test that goes on after dropping
+    /// its app lets those tasks run their shutdown, so the keys are deleted again once the
+    /// server task (which waits for the workers and maintenance) has stopped.
     fn drop(&mut self) {
         self.shutdown.cancel();
-        let db_name = self.db_name.clone();
-        let settings = self.settings.clone();
-        // Clean up on a separate runtime: Drop cannot await.
+        let cleanup = self.cleanup.clone();
+        // Drop cannot await: a thread with a runtime of its own, joined.
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .unwrap();
-            runtime.block_on(async move {
-                if let Ok(mut admin) =
-                    PgConnection::connect(&format!("{}/postgres", database_base_url())).await
-                {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-                delete_redis_prefix(&settings).await;
-            });
+                .unwrap()
+                .block_on(cleanup.run())
         })
         .join();
+        if let (Some(server), Ok(runtime)) =
+            (self.server.take(), tokio::runtime::Handle::try_current())
+        {
+            let cleanup = self.cleanup.clone();
+            runtime.spawn(async move {
+                let _ = server.await;
+                delete_redis_prefix(&cleanup.settings).await;
+            });
+        }
+    }
+}
+
+/// What a test leaves on the shared servers, and how to remove it.
+#[derive(Clone)]
+struct Cleanup {
+    db_name: String,
+    /// `postgres://...:5432`, without a proxy.
+    database_base: String,
+    /// The app's settings with Redis' own address, without a proxy.
+    settings: Settings,
+}
+
+impl Cleanup {
+    /// Drops the database (retrying while a connection being closed still holds it) and deletes
+    /// the keys, each until it is gone or a deadline passes.
+    async fn run(self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let admin = format!("{}/postgres", self.database_base);
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(mut admin) = PgConnection::connect(&admin).await {
+                let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.db_name);
+                if sqlx::query(&drop).execute(&mut admin).await.is_ok() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        delete_redis_prefix(&self.settings).await;
     }
 }
 

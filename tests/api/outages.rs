@@ -83,7 +83,7 @@ async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis()
     );
     assert!(response.headers().get("retry-after").is_some());
     assert!(
-        app.redis_keys().await.is_empty(),
+        app.work_keys().await.is_empty(),
         "nothing scheduled for an event that is not durable"
     );
     let (status, ready) = app.get("/readyz").await;

@@ -319,4 +319,9 @@ async fn deliveries_past_the_horizon_are_listed_and_redriven() {
     })
     .await;
     assert_eq!(receiver.inbox.lock().unwrap().accepted.len(), 1);
+    assert_eq!(
+        app.run_cli(&["deliveries", "failed"]).await.trim(),
+        "no failed deliveries",
+        "an empty listing says so"
+    );
 }
