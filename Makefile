@@ -12,31 +12,40 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: run test clean-data console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 build:
-	$(CARGO) build --bin quiesce
+	$(CARGO) build --bins --examples
 
 services:
 	@scripts/services.sh
 
-## run: start Redis/Postgres if needed, apply migrations, serve on http://127.0.0.1:8080
+## run: build ./target/debug/quiesce and quiesce-loadgen, start Redis/Postgres if needed, apply
+## migrations, serve on http://127.0.0.1:8080 with rules/default.toml
 run: build
 	@services=$$(scripts/services.sh) && eval "$$services" && \
 	./target/debug/quiesce migrate && \
 	scripts/example-request.sh && \
 	exec ./target/debug/quiesce serve --insecure-dev
 
-## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke),
-## then the check that no secret appears in the run's logs (target/test-logs/); a few tests
-## start Redis servers of their own, so the redis-server binary is needed (installed if missing)
+## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke with
+## every README command), then the checks that no secret appears in the run's logs
+## (target/test-logs/) and that no test database or key was left behind; a few tests start Redis
+## servers of their own, so the redis-server binary is needed (installed if missing)
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
 	services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
+	scripts/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
 	scripts/smoke-make-run.sh && \
-	$(CARGO) test --test secrets_in_logs -- --ignored
+	$(CARGO) test --test secrets_in_logs -- --ignored && \
+	scripts/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
+
+## clean-data: drop make run's database and delete its Redis keys (stop make run first); the
+## ones of QUIESCE_DATABASE_URL and QUIESCE_REDIS_PREFIX when set
+clean-data:
+	@services=$$(scripts/services.sh) && eval "$$services" && scripts/clean-data.sh
 
 ## console: the moderator console in a real browser (tests/console/): Debian's chromium and
 ## chromium-driver (installed when missing, as root), driven over WebDriver against a real

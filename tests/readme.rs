@@ -1,0 +1,217 @@
+//! The README's commands, run as printed, in order, against a running `make run`
+//! (`scripts/smoke-make-run.sh` starts it and runs this test, so `make test` and CI run it).
+//!
+//! Every ```` ```sh ```` block of README.md runs with `bash -euo pipefail`, unless the line
+//! before it is `<!-- readme: skip REASON -->`. A block whose line before it is
+//! `<!-- readme: output MODE -->` is what the last command block printed, checked by MODE:
+//! - `json`: the same JSON value;
+//! - `shape`: JSON with the same keys at every level (values differ from run to run);
+//! - `lines`: each of its lines, but `...`, appears in the output in that order, with every
+//!   number read as any number and runs of spaces as one.
+//!
+//! The only changes to a command are the addresses of this run's instance: the API's
+//! `http://127.0.0.1:8080` and the database `postgres://postgres@127.0.0.1:5432/quiesce` become
+//! `README_API` and `README_DATABASE_URL`. Blocks run in a scratch folder that links the
+//! checkout's `rules/` and `target/`, so the files they write are not left behind.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+/// One fenced block of the README and how the test treats it.
+#[derive(Debug)]
+struct Block {
+    line: usize,
+    kind: Kind,
+    text: String,
+}
+
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Run,
+    Skip,
+    Output(Mode),
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Json,
+    Shape,
+    Lines,
+}
+
+fn blocks(readme: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut lines = readme.lines().enumerate();
+    let mut marker: Option<&str> = None;
+    while let Some((number, line)) = lines.next() {
+        let trimmed = line.trim();
+        if let Some(info) = trimmed.strip_prefix("```") {
+            let mut text = String::new();
+            for (_, inner) in lines.by_ref() {
+                if inner.trim_start().starts_with("```") {
+                    break;
+                }
+                text.push_str(inner);
+                text.push('\n');
+            }
+            let kind = match (marker.take(), info.trim()) {
+                (Some(m), _) if m.starts_with("skip") => Kind::Skip,
+                (Some(m), _) if m.starts_with("output") => {
+                    Kind::Output(match m.trim_start_matches("output").trim() {
+                        "json" => Mode::Json,
+                        "shape" => Mode::Shape,
+                        "lines" => Mode::Lines,
+                        other => panic!("README line {}: unknown output mode {other:?}", number),
+                    })
+                }
+                (Some(m), _) => panic!("README line {number}: unknown marker {m:?}"),
+                (None, "sh") => Kind::Run,
+                (None, _) => Kind::Other,
+            };
+            blocks.push(Block {
+                line: number + 2,
+                kind,
+                text,
+            });
+        } else if let Some(m) = trimmed
+            .strip_prefix("<!-- readme:")
+            .and_then(|m| m.strip_suffix("-->"))
+        {
+            marker = Some(m.trim());
+        } else if !trimmed.is_empty() {
+            marker = None;
+        }
+    }
+    blocks
+}
+
+/// The output normalised for `lines`: numbers as `0`, runs of blanks as one space.
+fn normalise(line: &str) -> String {
+    let mut out = String::new();
+    let mut last = ' ';
+    for c in line.trim().chars() {
+        let c = if c.is_ascii_digit() { '0' } else { c };
+        let c = if c.is_whitespace() { ' ' } else { c };
+        if (c == '0' && last == '0') || (c == ' ' && last == ' ') {
+            continue;
+        }
+        out.push(c);
+        last = c;
+    }
+    out
+}
+
+fn same_shape(expected: &serde_json::Value, actual: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    if let (Value::Object(e), Value::Object(a)) = (expected, actual) {
+        let mut ek: Vec<_> = e.keys().collect();
+        let mut ak: Vec<_> = a.keys().collect();
+        ek.sort();
+        ak.sort();
+        assert_eq!(ek, ak, "keys of {path}");
+        for (key, value) in e {
+            same_shape(value, &a[key], &format!("{path}.{key}"));
+        }
+    }
+}
+
+fn check(mode: Mode, expected: &str, output: &str, line: usize) {
+    match mode {
+        Mode::Json => {
+            let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
+            let actual: serde_json::Value = serde_json::from_str(output)
+                .unwrap_or_else(|e| panic!("README line {line}: not JSON ({e}): {output}"));
+            assert_eq!(actual, expected, "README line {line}");
+        }
+        Mode::Shape => {
+            let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
+            let actual: serde_json::Value = serde_json::from_str(output)
+                .unwrap_or_else(|e| panic!("README line {line}: not JSON ({e}): {output}"));
+            same_shape(&expected, &actual, "$");
+        }
+        Mode::Lines => {
+            let mut printed = output.lines().map(normalise);
+            for wanted in expected.lines().filter(|l| l.trim() != "...") {
+                let wanted = normalise(wanted);
+                assert!(
+                    printed.any(|line| line == wanted),
+                    "README line {line}: the output lacks {wanted:?} (in this order); it was:\n{output}"
+                );
+            }
+        }
+    }
+}
+
+/// A scratch folder holding links to the checkout's rules and build.
+fn scratch(root: &Path) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quiesce-readme-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["rules", "target"] {
+        std::os::unix::fs::symlink(root.join(name), dir.join(name)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn markers_are_read_and_numbers_compare_as_any_number() {
+    let readme = "text\n<!-- readme: skip starts a server -->\n```sh\nmake run\n```\n\
+                  ```sh\ncurl x\n```\nprose\n<!-- readme: output json -->\n```json\n{}\n```\n";
+    let kinds: Vec<_> = blocks(readme).into_iter().map(|b| b.kind).collect();
+    assert_eq!(kinds, [Kind::Skip, Kind::Run, Kind::Output(Mode::Json)]);
+    assert_eq!(normalise("a  12 of 3.5"), normalise("a 7 of  10.25"));
+    assert_ne!(normalise("12 rules"), normalise("12 rule"));
+}
+
+#[test]
+#[ignore = "needs a running make run: scripts/smoke-make-run.sh runs it"]
+fn every_readme_command_runs_as_printed() {
+    let api = std::env::var("README_API").expect("README_API: the make run instance's base URL");
+    let database =
+        std::env::var("README_DATABASE_URL").expect("README_DATABASE_URL: its database URL");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let dir = scratch(&root);
+    let mut last: Option<(usize, String)> = None;
+    let mut ran = 0;
+    for block in blocks(&readme) {
+        match block.kind {
+            Kind::Run => {
+                let script = block
+                    .text
+                    .replace("http://127.0.0.1:8080", &api)
+                    .replace("postgres://postgres@127.0.0.1:5432/quiesce", &database);
+                eprintln!("README line {}:\n{script}", block.line);
+                let started = Instant::now();
+                let output = Command::new("timeout")
+                    .args(["300", "bash", "-euo", "pipefail", "-c", &script])
+                    .current_dir(&dir)
+                    .output()
+                    .expect("bash");
+                let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+                assert!(
+                    output.status.success(),
+                    "README line {}: {} after {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+                    block.line,
+                    output.status,
+                    started.elapsed(),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                ran += 1;
+                last = Some((block.line, stdout));
+            }
+            Kind::Output(mode) => {
+                let (line, stdout) = last
+                    .take()
+                    .unwrap_or_else(|| panic!("README line {}: output of no command", block.line));
+                check(mode, &block.text, &stdout, line);
+            }
+            Kind::Skip | Kind::Other => {}
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(ran >= 5, "only {ran} README blocks ran");
+}
