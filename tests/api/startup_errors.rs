@@ -231,4 +231,9 @@ async fn migrations_are_not_cut_short_by_the_statement_timeout() {
         .await
         .unwrap();
     assert_eq!(timeout, "1ms");
+    // The database is this test's own, not spawn_app's: it leaves with the test.
+    pool.close().await;
+    <sqlx::Postgres as sqlx::migrate::MigrateDatabase>::drop_database(&url)
+        .await
+        .unwrap();
 }
