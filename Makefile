@@ -1,6 +1,6 @@
 # quiesce: the two commands of the quick start are `make run` and `make test`.
 # Both use QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL when set (and stop if they do not answer),
-# else the default local ports, else private servers under .local/ (scripts/services.sh).
+# else the default local ports, else private servers under .local/ (scripts/dev/services.sh).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -18,14 +18,14 @@ build:
 	$(CARGO) build --bins --examples
 
 services:
-	@scripts/services.sh
+	@scripts/dev/services.sh
 
 ## run: build ./target/debug/quiesce and quiesce-loadgen, start Redis/Postgres if needed, apply
 ## migrations, serve on http://127.0.0.1:8080 with rules/default.toml
 run: build
-	@services=$$(scripts/services.sh) && eval "$$services" && \
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && \
 	./target/debug/quiesce migrate && \
-	scripts/example-request.sh && \
+	scripts/dev/example-request.sh && \
 	exec ./target/debug/quiesce serve --insecure-dev
 
 ## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke with
@@ -35,96 +35,96 @@ run: build
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
-	services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
-	scripts/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
+	services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && \
+	scripts/dev/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
-	scripts/smoke-make-run.sh && \
+	scripts/dev/smoke-make-run.sh && \
 	$(CARGO) test --test secrets_in_logs -- --ignored && \
-	scripts/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
+	scripts/dev/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
 
 ## clean-data: drop make run's database and delete its Redis keys (stop make run first); the
 ## ones of QUIESCE_DATABASE_URL and QUIESCE_REDIS_PREFIX when set
 clean-data:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/clean-data.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/dev/clean-data.sh
 
 ## console: the moderator console in a real browser (tests/console/): Debian's chromium and
 ## chromium-driver (installed when missing, as root), driven over WebDriver against a real
 ## quiesce; writes the screenshots in docs/console/
 console:
-	@scripts/chromium.sh && \
-	services=$$(scripts/services.sh) && eval "$$services" && \
+	@scripts/dev/chromium.sh && \
+	services=$$(scripts/dev/services.sh) && eval "$$services" && \
 	$(CARGO) test --test console -- --ignored --test-threads 2
 
 ## console-bench: the console's Review page with 100k actions in a scratch database: first,
 ## middle, last and filtered pages timed over HTTP (BENCHMARKS.md)
 console-bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/console-bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/console-bench.sh
 
 ## backtest-bench: a backtest over a week-sized run (200k entities' evaluations, 5M events)
 ## loaded into a scratch database: time and peak RSS of quiesce rules backtest (BENCHMARKS.md)
 backtest-bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/backtest-bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/backtest-bench.sh
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
-## cluster: a fresh private Redis Cluster (3 masters, 3 replicas; scripts/redis-cluster.sh): the API
+## cluster: a fresh private Redis Cluster (3 masters, 3 replicas; scripts/dev/redis-cluster.sh): the API
 ## suite's schedule tests against it, then the cluster suite (a master SIGKILLed under load, slots
 ## resharded under load, the shard count changed under load, 2 serve + 3 worker processes);
 ## the cluster is stopped afterwards
 cluster:
-	@services=$$(scripts/services.sh) && eval "$$services" && \
-	scripts/redis-cluster.sh stop && cluster=$$(scripts/redis-cluster.sh start) && eval "$$cluster" && \
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && \
+	scripts/dev/redis-cluster.sh stop && cluster=$$(scripts/dev/redis-cluster.sh start) && eval "$$cluster" && \
 	QUIESCE_REDIS_URL="$$QUIESCE_CLUSTER_URL" $(CARGO) test --test api -- --test-threads $(TEST_THREADS) $(CLUSTER_API_TESTS) && \
 	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
-	status=$$?; scripts/redis-cluster.sh stop; exit $$status
+	status=$$?; scripts/dev/redis-cluster.sh stop; exit $$status
 
 ## observability: a real Prometheus scrapes a live quiesce under load; checks every dashboard
 ## panel and alert in grafana/ (installs Debian's prometheus package if needed and allowed)
 observability:
-	@scripts/prometheus.sh && \
-	services=$$(scripts/services.sh) && eval "$$services" && \
+	@scripts/dev/prometheus.sh && \
+	services=$$(scripts/dev/services.sh) && eval "$$services" && \
 	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
 
 ## bench: quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and
 ## the events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them): the targets table
 ## with hot entities and WAL per event (BENCHMARKS.md)
 bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/bench.sh
 
 ## bench-cluster: the batched burst on a private Redis Cluster (3 masters, 3 replicas, from
 ## QUIESCE_CLUSTER_PORT, default 7101) and on a private single node: keys and commands/s per
 ## master, max/min, fire delay, Redis bytes per pending entity (SCALING.md)
 bench-cluster:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/bench-cluster.sh
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && scripts/bench-cluster.sh
 
 ## idle-cost: Redis commands per second of 3 idle worker processes with 1,000 shards, on the
 ## same private node and cluster (SCALING.md)
 idle-cost:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/idle-cost.sh
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && scripts/idle-cost.sh
 
 ## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
 ceilings:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/ceilings.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/ceilings.sh
 
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/soak.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/soak.sh
 
 ## retention-run: sustained load with a retention of minutes (test_short_retention); the events
 ## table's size over time, events in and out, a re-sent id inside the window (SCALING.md)
 retention-run:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/retention-run.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/retention-run.sh
 
 ## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
 slow-clients:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/slow-clients.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/slow-clients.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/api-fuzz.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/dev/api-fuzz.sh
 
 fmt:
 	$(CARGO) fmt --all
@@ -135,16 +135,16 @@ check:
 	$(CARGO) clippy --all-targets -- -D warnings
 
 ## sqlx-check: .sqlx/ (the query data builds check the SQL against, offline) matches the statements
-## and the migrations, checked against a scratch database (scripts/sqlx-check.sh)
+## and the migrations, checked against a scratch database (scripts/dev/sqlx-check.sh)
 sqlx-check:
-	@scripts/sqlx-check.sh
+	@scripts/dev/sqlx-check.sh
 
 ## sqlx-prepare: regenerate .sqlx/ after changing a statement or a migration; commit the result
 sqlx-prepare:
-	@scripts/sqlx-check.sh --prepare
+	@scripts/dev/sqlx-check.sh --prepare
 
-## clean-local: stop private instances started by scripts/services.sh and delete their data
+## clean-local: stop private instances started by scripts/dev/services.sh and delete their data
 clean-local:
 	-@[ -f .local/redis/redis.pid ] && kill "$$(cat .local/redis/redis.pid)" || true
-	-@[ -f .local/postgres/postmaster.pid ] && scripts/private-postgres.sh stop .local/postgres || true
+	-@[ -f .local/postgres/postmaster.pid ] && scripts/dev/private-postgres.sh stop .local/postgres || true
 	rm -rf .local

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-cluster`: the batched burst of `make bench` (100k events over 10k entities, 100
 # events a request, 64 connections, a 2 s window) on a private Redis Cluster of 3 masters and 3
-# replicas (scripts/redis-cluster.sh) and on a private single node, then its paced fire-delay
+# replicas (scripts/dev/redis-cluster.sh) and on a private single node, then its paced fire-delay
 # run (10k entities over 5 s), then 100k entities left pending on each; prints per master the
 # keys, the commands of the burst (INFO commandstats, which counts the commands run inside Lua
 # scripts), commands per second and CPU, the max/min across masters, events/s, evaluations per

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make idle-cost`: what idle workers cost Redis. 3 `quiesce worker` processes with 1,000
 # shards and nothing due, on a private single node and on a private Redis Cluster of 3 masters
-# and 3 replicas (scripts/redis-cluster.sh); INFO commandstats of every node before and after
+# and 3 replicas (scripts/dev/redis-cluster.sh); INFO commandstats of every node before and after
 # 60 s (after a warm-up), printed as commands per second per node and per worker process, by
 # command (bench/cluster/report.py idle). Figures in bench/results/idle/. Release build;
 # Postgres as for `make test`.
