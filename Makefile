@@ -58,12 +58,12 @@ console:
 ## console-bench: the console's Review page with 100k actions in a scratch database: first,
 ## middle, last and filtered pages timed over HTTP (BENCHMARKS.md)
 console-bench:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/console-bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/console/run.sh
 
 ## backtest-bench: a backtest over a week-sized run (200k entities' evaluations, 5M events)
 ## loaded into a scratch database: time and peak RSS of quiesce rules backtest (BENCHMARKS.md)
 backtest-bench:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/backtest-bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/backtest/run.sh
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
@@ -92,35 +92,35 @@ observability:
 ## the events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them): the targets table
 ## with hot entities and WAL per event (BENCHMARKS.md)
 bench:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/bench.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/ingest/run.sh
 
 ## bench-cluster: the batched burst on a private Redis Cluster (3 masters, 3 replicas, from
 ## QUIESCE_CLUSTER_PORT, default 7101) and on a private single node: keys and commands/s per
 ## master, max/min, fire delay, Redis bytes per pending entity (SCALING.md)
 bench-cluster:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && scripts/bench-cluster.sh
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && bench/cluster/run.sh
 
 ## idle-cost: Redis commands per second of 3 idle worker processes with 1,000 shards, on the
 ## same private node and cluster (SCALING.md)
 idle-cost:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && scripts/idle-cost.sh
+	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/dev/services.sh) && eval "$$services" && bench/idle-cost/run.sh
 
 ## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
 ceilings:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/ceilings.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/ceilings/run.sh
 
 ## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
 soak:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/soak.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/soak/run.sh
 
 ## retention-run: sustained load with a retention of minutes (test_short_retention); the events
 ## table's size over time, events in and out, a re-sent id inside the window (SCALING.md)
 retention-run:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/retention-run.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/retention-run/run.sh
 
 ## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
 slow-clients:
-	@services=$$(scripts/dev/services.sh) && eval "$$services" && scripts/slow-clients.sh
+	@services=$$(scripts/dev/services.sh) && eval "$$services" && bench/slow-clients/run.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build

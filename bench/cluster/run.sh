@@ -13,7 +13,7 @@
 #   BENCH_NODE_PORT       the single node's port (default: the one after the cluster's)
 #   BENCH_EVENTS, BENCH_ENTITIES, BENCH_SHARDS (default 100000, 10000, 120)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=bench/results/cluster
@@ -22,8 +22,8 @@ events=${BENCH_EVENTS:-100000}
 entities=${BENCH_ENTITIES:-10000}
 shards=${BENCH_SHARDS:-120}
 pending=100000
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 metrics_port=$((port + 1))
 trap 'cleanup; stop_private_servers' EXIT
 

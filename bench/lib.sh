@@ -137,7 +137,7 @@ ingest_only() {
   drop_runs
 }
 
-# The ceiling builds (bench/ceilings/NAME.patch, see scripts/ceilings.sh): a copy of the working
+# The ceiling builds (bench/ceilings/NAME.patch, see bench/ceilings/run.sh): a copy of the working
 # tree's tracked files with the patch applied, built under .local/ceilings/ (whose target
 # directory starts as a copy of target/release, so that only quiesce itself is compiled) into
 # .local/ceilings/bin/quiesce-NAME. They break correctness on purpose: only ever measured. A
@@ -177,8 +177,8 @@ peer_deps() {
   fi
 }
 
-# The private Redis servers of the cluster bench and the idle cost (scripts/bench-cluster.sh,
-# scripts/idle-cost.sh): a Redis Cluster of 3 masters and 3 replicas (scripts/dev/redis-cluster.sh,
+# The private Redis servers of the cluster bench and the idle cost (bench/cluster/run.sh,
+# bench/idle-cost/run.sh): a Redis Cluster of 3 masters and 3 replicas (scripts/dev/redis-cluster.sh,
 # from QUIESCE_CLUSTER_PORT, default 7101) and a single node on the port after the cluster's,
 # set as the cluster's nodes are (AOF every second, no RDB) so that the figures compare. Neither
 # is the shared Redis: INFO counts only what the bench sends. Each is stopped on exit if this
