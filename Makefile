@@ -1,6 +1,8 @@
-# quiesce: the two commands of the quick start are `make run` and `make test`.
-# Both use QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL when set (and stop if they do not answer),
-# else the default local ports, else private servers under .local/ (scripts/services.sh).
+# quiesce: the two commands of the quick start are `make run` and `make test`; `make help` lists
+# every target. Both use QUIESCE_REDIS_URL / QUIESCE_DATABASE_URL when set (and stop if they do
+# not answer), else the default local ports, else private servers under .local/
+# (scripts/dev/services.sh). Setup and check scripts are in scripts/dev/; each measurement is in
+# bench/<name>/, its runner (run.sh) beside its report.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -12,139 +14,165 @@ TEST_THREADS ?= 4
 # against a Redis Cluster as well as by make test against one node.
 CLUSTER_API_TESTS ?= debounce:: crash:: concurrency:: version_fence:: stale_writer:: ingest:: dead_letters:: repair:: shard_change:: wakeups::
 
-.PHONY: run test clean-data console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+# The services' environment (QUIESCE_REDIS_URL, QUIESCE_DATABASE_URL), found or started by
+# scripts/dev/services.sh, for the commands that follow in the same recipe line:
+# `@$(WITH_SERVICES) command`. WITH_SERVICES_AND_REDIS_SERVER also makes sure the redis-server
+# binary is installed, for the tests and benches that start Redis servers of their own.
+services_env = services=$$($(1)scripts/dev/services.sh) && eval "$$services" &&
+WITH_SERVICES = $(call services_env,)
+WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1 )
 
+CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
+
+.PHONY: help run test clean-data console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+
+## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
 	$(CARGO) build --bins --examples
 
-services:
-	@scripts/services.sh
+## help: list every target with its one-line description (the `## target:` lines of this file)
+help:
+	@awk 'match($$0, /^## [a-z-]+: /) { printf "  %-15s %s\n", substr($$0, 4, RLENGTH - 5), substr($$0, RLENGTH + 1) }' $(firstword $(MAKEFILE_LIST))
 
-## run: build ./target/debug/quiesce and quiesce-loadgen, start Redis/Postgres if needed, apply
-## migrations, serve on http://127.0.0.1:8080 with rules/default.toml
+## services: find or start Redis and Postgres; print their environment as export lines
+services:
+	@scripts/dev/services.sh
+
+## run: build, start Redis/Postgres if needed, migrate, serve on http://127.0.0.1:8080
+# Builds ./target/debug/quiesce and quiesce-loadgen, applies the migrations, prints an example
+# request and serves with rules/default.toml.
 run: build
-	@services=$$(scripts/services.sh) && eval "$$services" && \
+	@$(WITH_SERVICES) \
 	./target/debug/quiesce migrate && \
-	scripts/example-request.sh && \
+	scripts/dev/example-request.sh && \
 	exec ./target/debug/quiesce serve --insecure-dev
 
-## test: the whole suite (unit, integration against real Redis and Postgres, `make run` smoke with
-## every README command), then the checks that no secret appears in the run's logs
-## (target/test-logs/) and that no test database or key was left behind; a few tests start Redis
-## servers of their own, so the redis-server binary is needed (installed if missing)
+## test: the whole suite and the make run smoke, then the secrets-in-logs and leftovers checks
+# Unit and integration tests against real Redis and Postgres, the `make run` smoke with every
+# README command, then the checks that no secret appears in the run's logs (target/test-logs/)
+# and that no test database or key was left behind; a few tests start Redis servers of their own,
+# so the redis-server binary is needed (installed if missing).
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
-	services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
-	scripts/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
+	$(WITH_SERVICES_AND_REDIS_SERVER) \
+	scripts/dev/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
 	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
-	scripts/smoke-make-run.sh && \
+	scripts/dev/smoke-make-run.sh && \
 	$(CARGO) test --test secrets_in_logs -- --ignored && \
-	scripts/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
+	scripts/dev/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
 
-## clean-data: drop make run's database and delete its Redis keys (stop make run first); the
-## ones of QUIESCE_DATABASE_URL and QUIESCE_REDIS_PREFIX when set
+## clean-data: drop make run's database and delete its Redis keys (stop make run first)
+# The ones of QUIESCE_DATABASE_URL and QUIESCE_REDIS_PREFIX when set.
 clean-data:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/clean-data.sh
+	@$(WITH_SERVICES) scripts/dev/clean-data.sh
 
-## console: the moderator console in a real browser (tests/console/): Debian's chromium and
-## chromium-driver (installed when missing, as root), driven over WebDriver against a real
-## quiesce; writes the screenshots in docs/console/
+## console: the moderator console in a real browser over WebDriver (tests/console/)
+# Debian's chromium and chromium-driver (installed when missing, as root) against a real quiesce;
+# writes the screenshots in docs/console/.
 console:
-	@scripts/chromium.sh && \
-	services=$$(scripts/services.sh) && eval "$$services" && \
+	@scripts/dev/chromium.sh && \
+	$(WITH_SERVICES) \
 	$(CARGO) test --test console -- --ignored --test-threads 2
 
-## console-bench: the console's Review page with 100k actions in a scratch database: first,
-## middle, last and filtered pages timed over HTTP (BENCHMARKS.md)
+## console-bench: the console's Review page timed with 100k actions (bench/console/, BENCHMARKS.md)
+# 100k actions in a scratch database: first, middle, last and filtered pages timed over HTTP.
 console-bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/console-bench.sh
+	@$(WITH_SERVICES) bench/console/run.sh
 
-## backtest-bench: a backtest over a week-sized run (200k entities' evaluations, 5M events)
-## loaded into a scratch database: time and peak RSS of quiesce rules backtest (BENCHMARKS.md)
+## backtest-bench: time and peak RSS of a week-sized backtest (bench/backtest/, BENCHMARKS.md)
+# 200k entities' evaluations and 5M events loaded into a scratch database, then quiesce rules
+# backtest over them.
 backtest-bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/backtest-bench.sh
+	@$(WITH_SERVICES) bench/backtest/run.sh
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && \
+	@$(WITH_SERVICES_AND_REDIS_SERVER) \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
-## cluster: a fresh private Redis Cluster (3 masters, 3 replicas; scripts/redis-cluster.sh): the API
-## suite's schedule tests against it, then the cluster suite (a master SIGKILLed under load, slots
-## resharded under load, the shard count changed under load, 2 serve + 3 worker processes);
-## the cluster is stopped afterwards
+## cluster: the schedule's API tests and the cluster suite on a fresh private Redis Cluster
+# 3 masters and 3 replicas (scripts/dev/redis-cluster.sh); the cluster suite SIGKILLs a master,
+# reshards slots and changes the shard count under load, with 2 serve + 3 worker processes; the
+# cluster is stopped afterwards.
 cluster:
-	@services=$$(scripts/services.sh) && eval "$$services" && \
-	scripts/redis-cluster.sh stop && cluster=$$(scripts/redis-cluster.sh start) && eval "$$cluster" && \
+	@$(WITH_SERVICES) \
+	scripts/dev/redis-cluster.sh stop && cluster=$$(scripts/dev/redis-cluster.sh start) && eval "$$cluster" && \
 	QUIESCE_REDIS_URL="$$QUIESCE_CLUSTER_URL" $(CARGO) test --test api -- --test-threads $(TEST_THREADS) $(CLUSTER_API_TESTS) && \
 	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
-	status=$$?; scripts/redis-cluster.sh stop; exit $$status
+	status=$$?; scripts/dev/redis-cluster.sh stop; exit $$status
 
-## observability: a real Prometheus scrapes a live quiesce under load; checks every dashboard
-## panel and alert in grafana/ (installs Debian's prometheus package if needed and allowed)
+## observability: a real Prometheus scrapes a live quiesce; checks every panel and alert in grafana/
+# Under load; installs Debian's prometheus package if needed and allowed.
 observability:
-	@scripts/prometheus.sh && \
-	services=$$(scripts/services.sh) && eval "$$services" && \
+	@scripts/dev/prometheus.sh && \
+	$(WITH_SERVICES) \
 	$(CARGO) test --test observability -- --ignored --test-threads 1 --nocapture
 
-## bench: quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and
-## the events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them): the targets table
-## with hot entities and WAL per event (BENCHMARKS.md)
+## bench: the ingest targets table: quiesce vs its peers and ceilings (bench/ingest/, BENCHMARKS.md)
+# quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and the
+# events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them), with hot entities and
+# WAL per event.
 bench:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/bench.sh
+	@$(WITH_SERVICES) bench/ingest/run.sh
 
-## bench-cluster: the batched burst on a private Redis Cluster (3 masters, 3 replicas, from
-## QUIESCE_CLUSTER_PORT, default 7101) and on a private single node: keys and commands/s per
-## master, max/min, fire delay, Redis bytes per pending entity (SCALING.md)
+## bench-cluster: the batched burst on a private Redis Cluster and one node (bench/cluster/, SCALING.md)
+# 3 masters and 3 replicas from QUIESCE_CLUSTER_PORT (default 7101), and a private single node:
+# keys and commands/s per master, max/min, fire delay, Redis bytes per pending entity.
 bench-cluster:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/bench-cluster.sh
+	@$(WITH_SERVICES_AND_REDIS_SERVER) bench/cluster/run.sh
 
-## idle-cost: Redis commands per second of 3 idle worker processes with 1,000 shards, on the
-## same private node and cluster (SCALING.md)
+## idle-cost: Redis commands/s of 3 idle workers with 1,000 shards (bench/idle-cost/, SCALING.md)
+# On the same private node and cluster as bench-cluster.
 idle-cost:
-	@services=$$(QUIESCE_NEED_REDIS_SERVER=1 scripts/services.sh) && eval "$$services" && scripts/idle-cost.sh
+	@$(WITH_SERVICES_AND_REDIS_SERVER) bench/idle-cost/run.sh
 
-## ceilings: ingest rates with parts of the work patched out (bench/ceilings/), for BENCHMARKS.md
+## ceilings: ingest rates with parts of the work patched out (bench/ceilings/, BENCHMARKS.md)
 ceilings:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/ceilings.sh
+	@$(WITH_SERVICES) bench/ceilings/run.sh
 
-## soak: steady load with nobody scraping /metrics; RSS of serve and worker (RELIABILITY.md)
+## soak: RSS of serve and worker under steady load, /metrics unscraped (bench/soak/, RELIABILITY.md)
 soak:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/soak.sh
+	@$(WITH_SERVICES) bench/soak/run.sh
 
-## retention-run: sustained load with a retention of minutes (test_short_retention); the events
-## table's size over time, events in and out, a re-sent id inside the window (SCALING.md)
+## retention-run: sustained load with a retention of minutes (bench/retention-run/, SCALING.md)
+# test_short_retention: the events table's size over time, events in and out, a re-sent id inside
+# the window.
 retention-run:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/retention-run.sh
+	@$(WITH_SERVICES) bench/retention-run/run.sh
 
-## slow-clients: 600 slow unauthenticated connections beside one signed sender (SECURITY.md)
+## slow-clients: 600 slow unauthenticated connections and one signed sender (bench/slow-clients/, SECURITY.md)
 slow-clients:
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/slow-clients.sh
+	@$(WITH_SERVICES) bench/slow-clients/run.sh
 
 ## api-fuzz: schemathesis (PyPI, in .local/) against /openapi.json of a live server
 api-fuzz: build
-	@services=$$(scripts/services.sh) && eval "$$services" && scripts/api-fuzz.sh
+	@$(WITH_SERVICES) scripts/dev/api-fuzz.sh
 
+## fmt: format every Rust file in place
 fmt:
 	$(CARGO) fmt --all
 
-## check: what CI checks besides the tests
+## check: what CI checks besides the tests: formatting, then clippy
 check:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CLIPPY)
 
-## sqlx-check: .sqlx/ (the query data builds check the SQL against, offline) matches the statements
-## and the migrations, checked against a scratch database (scripts/sqlx-check.sh)
+## clippy: the lints over every target, every warning an error (make check runs them too)
+clippy:
+	$(CLIPPY)
+
+## sqlx-check: .sqlx/ matches the statements and the migrations (checked on a scratch database)
+# .sqlx/ is the query data builds check the SQL against, offline (scripts/dev/sqlx-check.sh).
 sqlx-check:
-	@scripts/sqlx-check.sh
+	@scripts/dev/sqlx-check.sh
 
 ## sqlx-prepare: regenerate .sqlx/ after changing a statement or a migration; commit the result
 sqlx-prepare:
-	@scripts/sqlx-check.sh --prepare
+	@scripts/dev/sqlx-check.sh --prepare
 
-## clean-local: stop private instances started by scripts/services.sh and delete their data
+## clean-local: stop the private servers started by scripts/dev/services.sh and delete their data
 clean-local:
 	-@[ -f .local/redis/redis.pid ] && kill "$$(cat .local/redis/redis.pid)" || true
-	-@[ -f .local/postgres/postmaster.pid ] && scripts/private-postgres.sh stop .local/postgres || true
+	-@[ -f .local/postgres/postmaster.pid ] && scripts/dev/private-postgres.sh stop .local/postgres || true
 	rm -rf .local

@@ -1,5 +1,5 @@
 //! The README's commands, run as printed, in order, against a running `make run`
-//! (`scripts/smoke-make-run.sh` starts it and runs this test, so `make test` and CI run it).
+//! (`scripts/dev/smoke-make-run.sh` starts it and runs this test, so `make test` and CI run it).
 //!
 //! Every ```` ```sh ```` block of README.md runs with `bash -euo pipefail`, unless the line
 //! before it is `<!-- readme: skip REASON -->`. A block whose line before it is
@@ -167,7 +167,7 @@ fn markers_are_read_and_numbers_compare_as_any_number() {
 }
 
 #[test]
-#[ignore = "needs a running make run: scripts/smoke-make-run.sh runs it"]
+#[ignore = "needs a running make run: scripts/dev/smoke-make-run.sh runs it"]
 fn every_readme_command_runs_as_printed() {
     let api = std::env::var("README_API").expect("README_API: the make run instance's base URL");
     let database =

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tables of `make bench-cluster` and `make idle-cost` (scripts/bench-cluster.sh,
-scripts/idle-cost.sh), from what they wrote: INFO ALL of every node before and after each run
+"""Tables of `make bench-cluster` and `make idle-cost` (bench/cluster/run.sh,
+bench/idle-cost/run.sh), from what they wrote: INFO ALL of every node before and after each run
 (info/<label>-<host:port>.txt), the load generator's JSON, the prefix's keys per primary
 (info/<label>-keys.txt) and the server's /metrics around the burst. Standard library only.
 

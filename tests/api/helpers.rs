@@ -202,7 +202,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         .unwrap_or_else(database_base_url);
     let mut admin = PgConnection::connect(&format!("{database_base}/postgres"))
         .await
-        .expect("Postgres reachable (see scripts/services.sh)");
+        .expect("Postgres reachable (see scripts/dev/services.sh)");
     sqlx::query(&format!("CREATE DATABASE {db_name}"))
         .execute(&mut admin)
         .await

@@ -99,18 +99,21 @@ async fn an_api_address_in_use_names_quiesce_listen() {
     assert!(stderr.contains(&address), "{stderr}");
 }
 
-/// `scripts/services.sh` (what `make run` and `make test` start with) with these variables.
+/// `scripts/dev/services.sh` (what `make run` and `make test` start with) with these variables.
 async fn services(environment: &[(&str, String)]) -> (bool, String, String, Duration) {
     let started = Instant::now();
     let output = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services.sh"))
-            .env_remove("QUIESCE_REDIS_URL")
-            .env_remove("QUIESCE_DATABASE_URL")
-            .env_remove("QUIESCE_NEED_REDIS_SERVER")
-            .envs(environment.iter().map(|(k, v)| (*k, v.as_str())))
-            .kill_on_drop(true)
-            .output(),
+        tokio::process::Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/dev/services.sh"
+        ))
+        .env_remove("QUIESCE_REDIS_URL")
+        .env_remove("QUIESCE_DATABASE_URL")
+        .env_remove("QUIESCE_NEED_REDIS_SERVER")
+        .envs(environment.iter().map(|(k, v)| (*k, v.as_str())))
+        .kill_on_drop(true)
+        .output(),
     )
     .await
     .expect("services.sh exits")

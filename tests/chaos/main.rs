@@ -118,7 +118,7 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
     );
 }
 
-/// A Postgres server of this test's own (scripts/private-postgres.sh), which it may crash and
+/// A Postgres server of this test's own (scripts/dev/private-postgres.sh), which it may crash and
 /// restart.
 struct PrivatePostgres {
     port: u16,
@@ -127,7 +127,7 @@ struct PrivatePostgres {
 
 impl PrivatePostgres {
     fn script() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/private-postgres.sh")
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dev/private-postgres.sh")
     }
 
     async fn start() -> Self {

@@ -1,5 +1,5 @@
 //! Cluster suite (`make cluster`): quiesce on a real Redis Cluster of 3 masters and 3 replicas
-//! (scripts/redis-cluster.sh). A master SIGKILLed under load fails over to its replica, slots
+//! (scripts/dev/redis-cluster.sh). A master SIGKILLed under load fails over to its replica, slots
 //! move between masters under load, a shard count changes under load, and serve and worker
 //! processes share the cluster; afterwards Postgres accounts for every event (tests/support/load.rs).
 //! Each test prints its figures on a `cluster ...:` line.
@@ -31,14 +31,15 @@ fn cluster_url() -> String {
         .expect("QUIESCE_CLUSTER_URL names the cluster: run the suite with make cluster")
 }
 
-/// The first of the cluster's six ports (scripts/redis-cluster.sh).
+/// The first of the cluster's six ports (scripts/dev/redis-cluster.sh).
 fn first_port() -> u16 {
     std::env::var("QUIESCE_CLUSTER_PORT").map_or(7101, |p| p.parse().expect("a port"))
 }
 
-/// Runs scripts/redis-cluster.sh with `args`; its standard output.
+/// Runs scripts/dev/redis-cluster.sh with `args`; its standard output.
 async fn cluster(args: &[&str]) -> String {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/redis-cluster.sh");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dev/redis-cluster.sh");
     let output = tokio::process::Command::new("bash")
         .arg(script)
         .args(args)
@@ -300,7 +301,7 @@ async fn slots_moved_between_masters_under_load_lose_and_duplicate_nothing() {
                 tokio::process::Command::new("bash")
                     .arg(
                         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                            .join("scripts/redis-cluster.sh"),
+                            .join("scripts/dev/redis-cluster.sh"),
                     )
                     .arg("check")
                     .status()

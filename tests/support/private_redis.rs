@@ -53,7 +53,7 @@ impl PrivateRedis {
             .stdout(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("redis-server on PATH (scripts/services.sh installs it)");
+            .expect("redis-server on PATH (scripts/dev/services.sh installs it)");
         self.process = Some(process);
         let url = self.url();
         wait_for(

@@ -2,21 +2,21 @@
 # `make bench`: quiesce, the BullMQ debounce peer (same Redis) and the Graphile Worker durable
 # debounce peer (same Postgres) on the same workload, plus a naive per-event baseline and the
 # ingest-only runs of the events-only and http-only ceiling builds (bench/ceilings/; skipped with
-# BENCH_CEILINGS=0), in one go. Prints the targets table (bench/report.py) and writes
+# BENCH_CEILINGS=0), in one go. Prints the targets table (bench/ingest/report.py) and writes
 # bench/results/ (JSON of every run, table.md, plot.png). Each quiesce run and the Graphile peer
 # have a database of their own and each Redis user a prefix, dropped afterwards. Every quiesce
 # run records the Postgres WAL it caused per accepted event. Release build; services as for
 # `make test`.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=bench/results
 rm -rf "$out" && mkdir -p "$out"
 events=${BENCH_EVENTS:-100000}
 entities=${BENCH_ENTITIES:-10000}
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "bench: building (release)" >&2
@@ -30,7 +30,7 @@ peer_deps bullmq
 peer_deps graphile
 if [ ! -x .local/bench-venv/bin/python ]; then
   python3 -m venv .local/bench-venv
-  .local/bench-venv/bin/pip install -q -r bench/requirements.txt
+  .local/bench-venv/bin/pip install -q -r bench/ingest/requirements.txt
 fi
 
 # 1. quiesce, debounced: a 2 s window, max wait well above the run.
@@ -115,4 +115,4 @@ graphile graphile-paced --mode single --events "$entities" --rate $((entities / 
   echo " \"node\": \"$(node --version)\", \"rustc\": \"$(rustc --version)\","
   echo " \"load_average\": [\"$load_start\", \"$(cut -d' ' -f1-3 /proc/loadavg)\"]}"
 } >"$out/environment.json"
-.local/bench-venv/bin/python bench/report.py "$out"
+.local/bench-venv/bin/python bench/ingest/report.py "$out"

@@ -2,13 +2,13 @@
 # Checks that .sqlx/ (the query data every build type-checks the SQL against, offline) matches
 # the statements in the code and the schema the migrations make; with --prepare, regenerates it.
 #
-# Creates a uniquely named scratch database on the Postgres that scripts/services.sh finds,
+# Creates a uniquely named scratch database on the Postgres that scripts/dev/services.sh finds,
 # applies the migrations, runs `cargo sqlx prepare [--check] -- --all-targets` against it and
 # drops the database on exit. Installs sqlx-cli first if `cargo sqlx` is missing.
 # `make sqlx-check` runs the check (CI does too); `make sqlx-prepare` the regeneration.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 mode=check
@@ -25,7 +25,7 @@ if ! cargo sqlx --version >/dev/null 2>&1; then
   cargo install sqlx-cli --version 0.8.6 --locked --no-default-features --features postgres,rustls
 fi
 
-eval "$(scripts/services.sh)"
+eval "$(scripts/dev/services.sh)"
 
 # The server of QUIESCE_DATABASE_URL: its database name is replaced, its parameters are kept.
 server_url=${QUIESCE_DATABASE_URL%%\?*}

@@ -9,7 +9,7 @@
 # Prints `export ...` lines for the caller to eval; progress goes to stderr.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 local_dir="$root/.local"
 redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
 database_url=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
@@ -130,7 +130,7 @@ else
   else
     say "starting the private postgres on 127.0.0.1:$private_pg_port (data in .local/postgres)"
     mkdir -p "$local_dir"
-    "$root/scripts/private-postgres.sh" start "$local_dir/postgres" "$private_pg_port"
+    "$root/scripts/dev/private-postgres.sh" start "$local_dir/postgres" "$private_pg_port"
   fi
 fi
 

@@ -2,7 +2,7 @@
 # Prints the README's example request (the block between the example-request markers), with
 # the address quiesce will listen on.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 listen=${QUIESCE_LISTEN:-127.0.0.1:8080}
 example=$(sed -n '/<!-- example-request:start -->/,/<!-- example-request:end -->/p' "$root/README.md" |
   sed -e '/^<!--/d' -e '/^```/d' -e "s#http://127.0.0.1:8080#http://$listen#g")

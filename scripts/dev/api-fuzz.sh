@@ -5,7 +5,7 @@
 # run sends the admin token; auth checks send none or a bad one) and a named source whose
 # secret the run does not know, on its own database, Redis prefix and port.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 examples=${API_FUZZ_EXAMPLES:-100}
@@ -13,7 +13,7 @@ seed=${API_FUZZ_SEED:-20261130}
 venv=.local/schemathesis
 if [ ! -x "$venv/bin/schemathesis" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r scripts/api-fuzz-requirements.txt
+  "$venv/bin/pip" install -q -r scripts/dev/api-fuzz-requirements.txt
 fi
 
 port=$((20000 + RANDOM % 20000))

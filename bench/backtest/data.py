@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A week of evaluations for make backtest-bench, written as CSV for psql's \\copy.
 
-usage: backtest-bench-data.py ENTITIES OUT_DIR
+usage: bench/backtest/data.py ENTITIES OUT_DIR
 
 Each entity (a post) is evaluated 1 to 8 times over the last 7 days (2.5 on average), its
 flags, upvotes and reports growing between evaluations; 70% are benign, 20% contested, 10%

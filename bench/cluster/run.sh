@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-cluster`: the batched burst of `make bench` (100k events over 10k entities, 100
 # events a request, 64 connections, a 2 s window) on a private Redis Cluster of 3 masters and 3
-# replicas (scripts/redis-cluster.sh) and on a private single node, then its paced fire-delay
+# replicas (scripts/dev/redis-cluster.sh) and on a private single node, then its paced fire-delay
 # run (10k entities over 5 s), then 100k entities left pending on each; prints per master the
 # keys, the commands of the burst (INFO commandstats, which counts the commands run inside Lua
 # scripts), commands per second and CPU, the max/min across masters, events/s, evaluations per
@@ -13,7 +13,7 @@
 #   BENCH_NODE_PORT       the single node's port (default: the one after the cluster's)
 #   BENCH_EVENTS, BENCH_ENTITIES, BENCH_SHARDS (default 100000, 10000, 120)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=bench/results/cluster
@@ -22,8 +22,8 @@ events=${BENCH_EVENTS:-100000}
 entities=${BENCH_ENTITIES:-10000}
 shards=${BENCH_SHARDS:-120}
 pending=100000
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 metrics_port=$((port + 1))
 trap 'cleanup; stop_private_servers' EXIT
 

@@ -18,7 +18,7 @@
 # Exits non-zero if a probe inside the window was accepted again, or if the size grew by more
 # than a fifth over the warm part of the run. Figures for SCALING.md; services as for make test.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=.local/retention-run
@@ -28,8 +28,8 @@ rate=${RETENTION_RUN_RATE:-20000}
 retention=${RETENTION_RUN_RETENTION:-2m}
 partitions=${RETENTION_RUN_PARTITIONS:-4}
 sample=${RETENTION_RUN_SAMPLE:-15}
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 # Ports the kernel has free now (the bench's random pick may meet another run's ports).
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 port=$(free_port)

@@ -6,10 +6,10 @@
 # and the last page of the keyset paging, and filtered first pages; then prints Postgres' plan of
 # the first page. The database and the Redis prefix are dropped on exit.
 #
-# quiesce_bin=target/debug/quiesce scripts/console-bench.sh times a debug build instead of the
+# quiesce_bin=target/debug/quiesce bench/console/run.sh times a debug build instead of the
 # release build it makes by default. RUNS (default 200) requests per figure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 runs=${RUNS:-200}
 actions=100000

@@ -4,13 +4,13 @@
 # closes them, against a release `quiesce serve` with default HTTP settings, tokens and an inbound
 # secret; one signed, authenticated sender posts beside them. Figures for SECURITY.md.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=.local/slow-clients
 rm -rf "$out" && mkdir -p "$out"
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 ulimit -n 8192 2>/dev/null || true
 
 echo "slow-clients: building (release)" >&2
@@ -33,4 +33,4 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 SLOW=${SLOW:-600} SECONDS_RUN=${SECONDS_RUN:-60} \
-  python3 bench/edge/slow_clients.py 127.0.0.1 "$port" "$token" "$secret" | tee "$out/report.json"
+  python3 bench/slow-clients/slow_clients.py 127.0.0.1 "$port" "$token" "$secret" | tee "$out/report.json"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make idle-cost`: what idle workers cost Redis. 3 `quiesce worker` processes with 1,000
 # shards and nothing due, on a private single node and on a private Redis Cluster of 3 masters
-# and 3 replicas (scripts/redis-cluster.sh); INFO commandstats of every node before and after
+# and 3 replicas (scripts/dev/redis-cluster.sh); INFO commandstats of every node before and after
 # 60 s (after a warm-up), printed as commands per second per node and per worker process, by
 # command (bench/cluster/report.py idle). Figures in bench/results/idle/. Release build;
 # Postgres as for `make test`.
@@ -10,7 +10,7 @@
 #   BENCH_NODE_PORT       the single node's port (default: the one after the cluster's)
 #   IDLE_WORKERS, IDLE_SHARDS, IDLE_SECONDS, IDLE_WARMUP (default 3, 1000, 60, 15)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=bench/results/idle
@@ -19,8 +19,8 @@ workers=${IDLE_WORKERS:-3}
 shards=${IDLE_SHARDS:-1000}
 seconds=${IDLE_SECONDS:-60}
 warmup=${IDLE_WARMUP:-15}
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 pids=()
 stop_workers() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done

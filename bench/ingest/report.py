@@ -1,6 +1,6 @@
-"""The table and plot of `make bench`, from the JSON files scripts/bench.sh wrote.
+"""The table and plot of `make bench`, from the JSON files bench/ingest/run.sh wrote.
 
-    python bench/report.py bench/results
+    python bench/ingest/report.py bench/results
 
 Prints the figures beside the targets of issue 17 (met or not) with BullMQ, Graphile Worker and
 the ceiling builds of the same run, then the Postgres WAL per accepted event of every ingest run,

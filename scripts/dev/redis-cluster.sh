@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # A private Redis Cluster for the cluster suite and bench: 3 masters and 3 replicas of the
 # machine's redis-server on loopback ports, under .local/redis-cluster/ (installed with apt-get
-# when missing and allowed, as scripts/services.sh does).
+# when missing and allowed, as scripts/dev/services.sh does).
 #
-#   scripts/redis-cluster.sh start        start (or reuse) the cluster; prints
-#                                         export QUIESCE_CLUSTER_URL=redis+cluster://...
-#   scripts/redis-cluster.sh stop         stop every node and delete the folder
-#   scripts/redis-cluster.sh kill PORT    SIGKILL one node
-#   scripts/redis-cluster.sh restart PORT start a killed node again (it rejoins)
-#   scripts/redis-cluster.sh role PORT    master or slave, as the node says
-#   scripts/redis-cluster.sh wait-ok      until every slot is served (cluster_state:ok)
-#   scripts/redis-cluster.sh wait-synced  until every replica is in sync with its master
-#   scripts/redis-cluster.sh check        whether every node agrees on the slots and all are served
-#   scripts/redis-cluster.sh heal         until check passes, fixing what a test left behind
+#   scripts/dev/redis-cluster.sh start        start (or reuse) the cluster; prints
+#                                             export QUIESCE_CLUSTER_URL=redis+cluster://...
+#   scripts/dev/redis-cluster.sh stop         stop every node and delete the folder
+#   scripts/dev/redis-cluster.sh kill PORT    SIGKILL one node
+#   scripts/dev/redis-cluster.sh restart PORT start a killed node again (it rejoins)
+#   scripts/dev/redis-cluster.sh role PORT    master or slave, as the node says
+#   scripts/dev/redis-cluster.sh wait-ok      until every slot is served (cluster_state:ok)
+#   scripts/dev/redis-cluster.sh wait-synced  until every replica is in sync with its master
+#   scripts/dev/redis-cluster.sh check        whether every node agrees on the slots and all are served
+#   scripts/dev/redis-cluster.sh heal         until check passes, fixing what a test left behind
 #
 # QUIESCE_CLUSTER_PORT (default 7101) is the first of the six ports. cluster-node-timeout is
 # 1000 ms, so a killed master's replica is promoted within a few seconds.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 dir="$root/.local/redis-cluster"
 first=${QUIESCE_CLUSTER_PORT:-7101}
 ports=()

@@ -137,7 +137,7 @@ ingest_only() {
   drop_runs
 }
 
-# The ceiling builds (bench/ceilings/NAME.patch, see scripts/ceilings.sh): a copy of the working
+# The ceiling builds (bench/ceilings/NAME.patch, see bench/ceilings/run.sh): a copy of the working
 # tree's tracked files with the patch applied, built under .local/ceilings/ (whose target
 # directory starts as a copy of target/release, so that only quiesce itself is compiled) into
 # .local/ceilings/bin/quiesce-NAME. They break correctness on purpose: only ever measured. A
@@ -177,8 +177,8 @@ peer_deps() {
   fi
 }
 
-# The private Redis servers of the cluster bench and the idle cost (scripts/bench-cluster.sh,
-# scripts/idle-cost.sh): a Redis Cluster of 3 masters and 3 replicas (scripts/redis-cluster.sh,
+# The private Redis servers of the cluster bench and the idle cost (bench/cluster/run.sh,
+# bench/idle-cost/run.sh): a Redis Cluster of 3 masters and 3 replicas (scripts/dev/redis-cluster.sh,
 # from QUIESCE_CLUSTER_PORT, default 7101) and a single node on the port after the cluster's,
 # set as the cluster's nodes are (AOF every second, no RDB) so that the figures compare. Neither
 # is the shared Redis: INFO counts only what the bench sends. Each is stopped on exit if this
@@ -191,7 +191,7 @@ started_node=
 
 start_private_servers() {
   if ! redis-cli -p "$cluster_first" ping >/dev/null 2>&1; then started_cluster=1; fi
-  eval "$(QUIESCE_CLUSTER_PORT=$cluster_first scripts/redis-cluster.sh start)"
+  eval "$(QUIESCE_CLUSTER_PORT=$cluster_first scripts/dev/redis-cluster.sh start)"
   cluster_url=$QUIESCE_CLUSTER_URL
   if [ -f "$node_dir/redis.pid" ] && kill -0 "$(cat "$node_dir/redis.pid")" 2>/dev/null; then
     kill "$(cat "$node_dir/redis.pid")"   # ours, left by an interrupted run
@@ -216,7 +216,7 @@ stop_private_servers() {
     for _ in $(seq 50); do redis-cli -p "$node_port" ping >/dev/null 2>&1 || break; sleep 0.1; done
     rm -rf "$node_dir"
   fi
-  if [ -n "$started_cluster" ]; then QUIESCE_CLUSTER_PORT=$cluster_first scripts/redis-cluster.sh stop; fi
+  if [ -n "$started_cluster" ]; then QUIESCE_CLUSTER_PORT=$cluster_first scripts/dev/redis-cluster.sh stop; fi
 }
 
 # every_node URL: every node of a Redis URL as host:port lines: the node, or every master and

@@ -6,15 +6,15 @@
 # recorded samples are folded by the recorder's upkeep, not kept for a scrape that never comes.
 # Figures for RELIABILITY.md; release build; services as for `make test`.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 out=.local/soak
 rm -rf "$out" && mkdir -p "$out"
 seconds=${SOAK_SECONDS:-240}
 rate=${SOAK_RATE:-5000}
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 echo "soak: building (release)" >&2
 cargo build --release --quiet --bin quiesce --bin quiesce-loadgen

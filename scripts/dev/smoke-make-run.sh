@@ -3,7 +3,7 @@
 # as printed, in order, against it (tests/readme.rs), and `make clean-data` removes what it left.
 # Uses its own database, Redis prefix and ports (the README's addresses are rewritten to them).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
 port=${SMOKE_PORT:-$((20000 + RANDOM % 20000))}

@@ -7,11 +7,11 @@
 # runs of `make bench` (ingest only: a 60 s window, so no evaluation competes), ROUNDS times
 # in alternating order; BullMQ's add rate from the same machine is printed for the ratios.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-# shellcheck source=scripts/bench-lib.sh
-source scripts/bench-lib.sh
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 work=$ceilings_work
 out=$work/results
 rm -rf "$out" && mkdir -p "$out" "$work/bin"

@@ -3,15 +3,15 @@
 # of data into a scratch database, the fastest way there is (no quiesce process, no HTTP):
 # time partitions of the retention's width for the past 8 days, then ENTITIES entities
 # (default 200,000) with their evaluations, actions and moderators' reversals written by
-# scripts/backtest-bench-data.py as CSV and loaded with psql's \copy, and EVENTS events (default
+# bench/backtest/data.py as CSV and loaded with psql's \copy, and EVENTS events (default
 # 5,000,000) made by generate_series in Postgres. Then it times `quiesce rules backtest` (release
 # build) twice with GNU time: the default rules (the identity check: nothing added or removed)
 # and the default rules with a hide threshold of 12 instead of 8.3; prints each report, the wall
 # time and the peak RSS, the row counts and the table sizes. The database is dropped on exit.
 #
-# quiesce_bin=target/debug/quiesce scripts/backtest-bench.sh times a debug build instead.
+# quiesce_bin=target/debug/quiesce bench/backtest/run.sh times a debug build instead.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 entities=${ENTITIES:-200000}
 events=${EVENTS:-5000000}
@@ -41,7 +41,7 @@ export QUIESCE_DATABASE_URL="$database_url" RUST_LOG=warn
 
 say "generating $entities entities' evaluations"
 start=$(date +%s.%N)
-python3 scripts/backtest-bench-data.py "$entities" "$work"
+python3 bench/backtest/data.py "$entities" "$work"
 say "loading them and $events events into $db"
 psql "$database_url" -q -v ON_ERROR_STOP=1 -v events="$events" -v n="$entities" >/dev/null <<SQL
 -- Partitions 42 hours wide (the default retention's) back to 8 days ago, below the first one.
