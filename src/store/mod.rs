@@ -2,6 +2,7 @@
 //! the outbox. All SQL of the service lives here, one file per concern.
 
 mod backtest;
+mod batched;
 mod console;
 mod dead_letters;
 mod deliveries;
@@ -34,7 +35,7 @@ pub use self::{
     dead_letters::{
         DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync, MovedDeadLetters, ShardWalk,
     },
-    evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
+    evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},

@@ -27,11 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use self::breaker::Breaker;
-pub use self::{
-    batches::{EvaluationBatches, FinishedEvaluation},
-    lease::LeaseEstimator,
-    pipeline::Outcome,
-};
+pub use self::{batches::EvaluationBatches, lease::LeaseEstimator, pipeline::Outcome};
 use crate::{
     domain::Snapshot,
     queue::{Claim, FailingShards, IndexKind, Queue, QueueError, Settle, Wakeups},

@@ -15,11 +15,11 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::{Worker, batches::FinishedEvaluation, lease::renew_while_running};
+use super::{Worker, lease::renew_while_running};
 use crate::{
     domain::Priority,
     queue::{Claim, Failed},
-    store::{Completion, StoreError},
+    store::{Completion, FencedEvaluation, StoreError},
     telemetry::names,
 };
 
@@ -306,7 +306,7 @@ impl Worker {
         let collapsed = (snapshot.event_count - snapshot.previously_evaluated).max(0);
         let completion = self
             .batches
-            .complete(FinishedEvaluation {
+            .complete(FencedEvaluation {
                 snapshot,
                 verdict,
                 decision: decision.clone(),

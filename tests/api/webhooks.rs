@@ -210,12 +210,14 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
         app.backends
             .store
             .complete_evaluation(
-                &snapshot,
-                &verdict,
-                stale.as_ref(),
                 "stale",
-                chrono::Utc::now(),
-                None,
+                &quiesce::store::FencedEvaluation {
+                    snapshot: snapshot.clone(),
+                    verdict: verdict.clone(),
+                    decision: stale.clone(),
+                    started_at: chrono::Utc::now(),
+                    due_at: None,
+                },
             )
             .await
             .is_err()
