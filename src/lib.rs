@@ -10,6 +10,7 @@ pub mod backtest;
 pub mod coalesce;
 pub mod console;
 pub mod credentials;
+pub mod dead_letters;
 pub mod domain;
 pub mod http;
 pub mod ingest;

@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 
 use super::Maintenance;
 use crate::{
+    dead_letters::{self, DeadLetterError, ShardWalk},
     domain::EntityId,
     queue::QueueError,
-    store::{DeadLetterError, ShardWalk, Store, StoreError, SweepCursor},
+    store::{Store, StoreError, SweepCursor},
     telemetry::{Timed, names},
 };
 
@@ -72,7 +73,7 @@ impl Maintenance {
             from: self.dead_letter_shard.load(Ordering::Relaxed),
             count: DEAD_LETTER_SHARDS_PER_PASS,
         };
-        let dead = self.store.sync_dead_letters(&self.queue, walk).await?;
+        let dead = dead_letters::sync(&self.store, &self.queue, walk).await?;
         self.dead_letter_shard
             .store(dead.next_shard, Ordering::Relaxed);
         if dead.recorded + dead.restored > 0 {

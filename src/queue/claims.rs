@@ -3,10 +3,11 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use super::{
-    DeadLetter, FailureRecord, IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS,
+use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
+use crate::{
+    domain::{DeadLetter, EntityId, FailureRecord},
+    telemetry::Timed,
 };
-use crate::{domain::EntityId, telemetry::Timed};
 
 /// One claimed entity: only the holder of `token` may renew, ack or retry it.
 #[derive(Debug, Clone)]

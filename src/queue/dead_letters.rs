@@ -6,33 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Queue, Result, scripts::SCRIPTS};
-use crate::domain::EntityId;
-
-/// The failure history an entity carries while retried, and into the dead letters.
-#[derive(
-    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-pub struct FailureRecord {
-    /// `fatal` or `attempts_exhausted`, for dead letters.
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub last_error: String,
-    #[serde(default)]
-    pub attempts: u32,
-    #[serde(default)]
-    pub first_failure_ms: i64,
-    #[serde(default)]
-    pub last_failure_ms: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct DeadLetter {
-    pub entity: String,
-    pub dead_lettered_at_ms: i64,
-    #[serde(flatten)]
-    pub record: FailureRecord,
-}
+use crate::domain::{DeadLetter, EntityId, FailureRecord};
 
 /// Position in a dead-letter listing: a shard and an offset in its set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
