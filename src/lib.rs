@@ -16,6 +16,7 @@ pub mod http;
 pub mod ingest;
 pub mod loadgen;
 pub mod maintenance;
+pub mod moderation;
 pub mod outbox;
 pub mod queue;
 pub mod rules;

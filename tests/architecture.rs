@@ -23,18 +23,19 @@ const LOWER: [&str; 10] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 8] = [
+const UPPER: [&str; 9] = [
     "http",
     "console",
     "startup",
     "worker",
     "maintenance",
     "ingest",
+    "moderation",
     "dead_letters",
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 2] = ["ingest", "dead_letters"];
+const USE_CASES: [&str; 3] = ["ingest", "moderation", "dead_letters"];
 /// The edges, which translate a request or a form into a use-case call: no use case imports
 /// one.
 const EDGES: [&str; 3] = ["http", "console", "startup"];
