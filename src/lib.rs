@@ -6,6 +6,7 @@
 //! version-checked action. README.md states the guarantees; docs/state-machine.md follows an
 //! entity through the Redis sets.
 
+pub mod actions;
 pub mod backtest;
 pub mod coalesce;
 pub mod console;
@@ -17,7 +18,6 @@ pub mod ingest;
 pub mod loadgen;
 pub mod maintenance;
 pub mod moderation;
-pub mod outbox;
 pub mod queue;
 pub mod rules;
 pub mod settings;

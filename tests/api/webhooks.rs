@@ -19,8 +19,8 @@ use axum::{
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use quiesce::{
+    actions::{DeliverySettings, Dispatcher},
     credentials::WebhookSecret,
-    outbox::{DeliverySettings, Dispatcher},
 };
 use serde_json::{Value, json};
 use sha2::Sha256;
