@@ -27,7 +27,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use self::breaker::Breaker;
-pub use self::{batches::EvaluationBatches, lease::LeaseEstimator, pipeline::Outcome};
+pub use self::{
+    batches::EvaluationBatches,
+    lease::LeaseEstimator,
+    pipeline::{EvaluationError, Failure, Outcome},
+};
 use crate::{
     domain::Snapshot,
     queue::{Claim, FailingShards, IndexKind, Queue, QueueError, Settle, Wakeups},
