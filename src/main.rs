@@ -338,7 +338,7 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                 println!(
                     "{}\t{}\tattempts={}\tlast_failure={}\t{}",
                     dead.entity,
-                    dead.record.reason.as_deref().unwrap_or("-"),
+                    dead.record.reason.map_or("-", |r| r.as_str()),
                     dead.record.attempts,
                     at,
                     dead.record.last_error

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     dead_letters::{self, DeadLetterError},
-    domain::EntityId,
+    domain::{DeadReason, EntityId},
     queue::ShardDepth,
     store::DeadLetterKey,
 };
@@ -163,8 +163,8 @@ pub async fn page(
                         tbody {
                             @for entry in &dead.entries {
                                 tr data-entity=(entry.entity) {
-                                    td data-label="Entity" { (layout::entity_link(&entry.entity)) br; span.muted { "dead since " (millis(entry.dead_lettered_at_ms)) } }
-                                    td.reason data-label="Reason" { (entry.record.reason.as_deref().unwrap_or("attempts_exhausted")) }
+                                    td data-label="Entity" { (layout::entity_link(entry.entity.as_str())) br; span.muted { "dead since " (millis(entry.dead_lettered_at_ms)) } }
+                                    td.reason data-label="Reason" { (entry.record.reason.map_or("attempts_exhausted", DeadReason::as_str)) }
                                     td.num data-label="Attempts" { (entry.record.attempts) }
                                     td data-label="Failures" { (millis(entry.record.first_failure_ms)) " to " (millis(entry.record.last_failure_ms)) }
                                     td.error data-label="Last error" { code { (entry.record.last_error) } }

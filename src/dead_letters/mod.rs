@@ -65,16 +65,11 @@ pub async fn redrive_all(
     let mut redriven = 0;
     loop {
         let page = store.mark_page_redriven(reason, by, PAGE).await?;
-        let entities = &page.value;
-        if entities.is_empty() {
+        let count = page.value.marked;
+        if count == 0 {
             return Ok(redriven);
         }
-        let count = entities.len();
-        let parsed: Vec<EntityId> = entities
-            .iter()
-            .filter_map(|e| EntityId::parse(e).ok())
-            .collect();
-        queue.redrive(&parsed).await?;
+        queue.redrive(&page.value.entities).await?;
         page.commit().await?;
         redriven += count;
         if count < PAGE {

@@ -80,10 +80,9 @@ pub async fn sync(store: &Store, queue: &Queue, shards: ShardWalk) -> Result<Dea
         // cannot be undone by this restore.
         let page = store.lock_live_dead_letters(after, PAGE).await?;
         let (dead, next) = &page.value;
-        if dead.is_empty() {
-            break;
+        if !dead.is_empty() {
+            report.restored += queue.restore_dead_letters(dead).await?;
         }
-        report.restored += queue.restore_dead_letters(dead).await?;
         let next = *next;
         page.commit().await?;
         match next {
@@ -128,19 +127,11 @@ pub async fn move_draining(store: &Store, queue: &Queue) -> Result<MovedDeadLett
         }
         let entities: Vec<&str> = found.iter().map(|d| d.entity.as_str()).collect();
         let live = store.lock_live_dead_letters_of(&entities).await?;
-        let parsed: Vec<(EntityId, &DeadLetter)> = live
-            .value
-            .iter()
-            .filter_map(|d| EntityId::parse(&d.entity).ok().map(|e| (e, d)))
-            .collect();
-        report.moved += queue.restore_in_current_layout(&parsed).await?;
+        let live_letters: Vec<&DeadLetter> = live.value.iter().collect();
+        report.moved += queue.restore_in_current_layout(&live_letters).await?;
         let read: Vec<(EntityId, i64)> = found
             .iter()
-            .filter_map(|d| {
-                EntityId::parse(&d.entity)
-                    .ok()
-                    .map(|e| (e, d.dead_lettered_at_ms))
-            })
+            .map(|d| (d.entity.clone(), d.dead_lettered_at_ms))
             .collect();
         let forgotten = queue.forget_draining_dead_letters(&read).await?;
         live.commit().await?;

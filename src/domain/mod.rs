@@ -10,7 +10,7 @@ mod status;
 
 pub use self::{
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
-    failure::{DeadLetter, FailureRecord},
+    failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},

@@ -101,7 +101,14 @@ impl Maintenance {
         .await?;
         let entities: Vec<EntityId> = owed
             .iter()
-            .filter_map(|(_, entity)| EntityId::parse(entity).ok())
+            .filter_map(|(_, raw)| match EntityId::parse(raw) {
+                Ok(entity) => Some(entity),
+                Err(error) => {
+                    // Every row is written from an entity id: one that is none is reported.
+                    tracing::error!(entity = %raw, %error, "an entity owed an evaluation has no entity id; not re-scheduled");
+                    None
+                }
+            })
             .collect();
         let repaired = self.queue.repair(&entities).await?;
         tx.commit().await.map_err(StoreError::from)?;

@@ -264,7 +264,7 @@ impl Queue {
             2 => {
                 let record = record()?;
                 Failed::DeadLettered(DeadLetter {
-                    entity: claim.entity.to_string(),
+                    entity: claim.entity.clone(),
                     dead_lettered_at_ms: record.last_failure_ms,
                     record,
                 })

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{Queue, Result, Shard, scripts::SCRIPTS};
+use super::{Queue, Result, Shard, dead_letters::entity_of_member, scripts::SCRIPTS};
 use crate::domain::{DeadLetter, EntityId, FailureRecord};
 
 /// Dead letters read from one draining shard at a time.
@@ -93,7 +93,10 @@ impl Queue {
                 .arg(dead.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>())
                 .query_async(&mut redis)
                 .await?;
-            for ((entity, at), info) in dead.into_iter().zip(infos) {
+            for ((member, at), info) in dead.into_iter().zip(infos) {
+                let Some(entity) = entity_of_member(&member, shard.index) else {
+                    continue;
+                };
                 let record: FailureRecord = info
                     .and_then(|raw| serde_json::from_str(&raw).ok())
                     .unwrap_or_default();

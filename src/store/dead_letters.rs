@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, Uncommitted};
-use crate::domain::{DeadLetter, EntityId, FailureRecord};
+use crate::domain::{DeadLetter, DeadReason, EntityId, FailureRecord};
 
 /// Position in the listing of dead letters: after this (dead-lettered at, id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +51,32 @@ fn at(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-fn reason_of(record: &FailureRecord) -> &str {
-    record.reason.as_deref().unwrap_or("attempts_exhausted")
+fn reason_of(record: &FailureRecord) -> &'static str {
+    record
+        .reason
+        .unwrap_or(DeadReason::AttemptsExhausted)
+        .as_str()
+}
+
+/// The entity a stored id names; one that is none is reported and passed over (every row is
+/// written from an entity id, so one is a sign of a foreign write).
+fn entity_or_report(raw: &str, what: &str) -> Option<EntityId> {
+    match EntityId::parse(raw) {
+        Ok(entity) => Some(entity),
+        Err(error) => {
+            tracing::error!(entity = %raw, %error, "{what} holds no entity id; passed over");
+            None
+        }
+    }
+}
+
+/// Dead letters marked redriven together.
+#[derive(Debug, Default)]
+pub struct MarkedPage {
+    /// How many rows were marked.
+    pub marked: usize,
+    /// Their entities, to make due again.
+    pub entities: Vec<EntityId>,
 }
 
 /// A dead letter as stored, with its place in the listing.
@@ -68,19 +92,29 @@ struct Row {
     dead_lettered_at: DateTime<Utc>,
 }
 
-impl From<Row> for DeadLetter {
-    fn from(row: Row) -> Self {
-        DeadLetter {
-            entity: row.entity,
-            dead_lettered_at_ms: row.dead_lettered_at.timestamp_millis(),
+impl Row {
+    /// The dead letter the row holds; a row whose entity or reason does not parse is reported
+    /// and passed over.
+    fn dead_letter(self) -> Option<DeadLetter> {
+        let entity = entity_or_report(&self.entity, "a dead-letter row")?;
+        let reason = match DeadReason::parse(&self.reason) {
+            Ok(reason) => reason,
+            Err(error) => {
+                tracing::error!(id = self.id, reason = %self.reason, %error, "a dead-letter row holds no known reason; passed over");
+                return None;
+            }
+        };
+        Some(DeadLetter {
+            entity,
+            dead_lettered_at_ms: self.dead_lettered_at.timestamp_millis(),
             record: FailureRecord {
-                reason: Some(row.reason),
-                last_error: row.last_error,
-                attempts: row.attempts.max(0) as u32,
-                first_failure_ms: row.first_failure_at.timestamp_millis(),
-                last_failure_ms: row.last_failure_at.timestamp_millis(),
+                reason: Some(reason),
+                last_error: self.last_error,
+                attempts: self.attempts.max(0) as u32,
+                first_failure_ms: self.first_failure_at.timestamp_millis(),
+                last_failure_ms: self.last_failure_at.timestamp_millis(),
             },
-        }
+        })
     }
 }
 
@@ -151,7 +185,7 @@ impl Store {
               WHERE NOT EXISTS (SELECT 1 FROM dead_letters
                                  WHERE entity = $1 AND dead_lettered_at >= $7)
              ON CONFLICT (entity) WHERE redriven_at IS NULL DO NOTHING",
-            dead.entity,
+            dead.entity.as_str(),
             reason_of(&dead.record),
             dead.record.attempts as i32,
             at(dead.record.first_failure_ms),
@@ -169,8 +203,11 @@ impl Store {
     pub async fn record_failures(&self, records: &[(String, FailureRecord)]) -> Result<()> {
         for (entity, record) in records {
             if record.reason.is_some() {
+                let Some(entity) = entity_or_report(entity, "a reaped dead letter") else {
+                    continue;
+                };
                 self.record_dead_letter(&DeadLetter {
-                    entity: entity.clone(),
+                    entity,
                     dead_lettered_at_ms: record.last_failure_ms,
                     record: record.clone(),
                 })
@@ -205,14 +242,15 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let mut page = DeadLetterRows::default();
+        let taken = rows.len().min(limit);
         for row in rows.into_iter().take(limit) {
             page.next = Some(DeadLetterKey {
                 at_micros: row.at_micros,
                 id: row.id,
             });
-            page.entries.push(row.into());
+            page.entries.extend(row.dead_letter());
         }
-        if page.entries.len() < limit {
+        if taken < limit {
             page.next = None;
         }
         Ok(page)
@@ -242,7 +280,7 @@ impl Store {
         reason: Option<&str>,
         by: &str,
         limit: usize,
-    ) -> Result<Uncommitted<Vec<String>>> {
+    ) -> Result<Uncommitted<MarkedPage>> {
         let mut tx = self.pool.begin().await?;
         let entities = sqlx::query_scalar!(
             "UPDATE dead_letters SET redriven_at = now(), redriven_by = $3
@@ -259,7 +297,14 @@ impl Store {
         if !entities.is_empty() {
             forget_failures(&mut tx, &entities).await?;
         }
-        Ok(Uncommitted::new(tx, entities))
+        let page = MarkedPage {
+            marked: entities.len(),
+            entities: entities
+                .iter()
+                .filter_map(|raw| entity_or_report(raw, "a redriven dead letter"))
+                .collect(),
+        };
+        Ok(Uncommitted::new(tx, page))
     }
 
     /// Up to `limit` dead letters that are not redriven, after the row `after`, locked for
@@ -289,7 +334,7 @@ impl Store {
         let next = (rows.len() == limit)
             .then(|| rows.last().map(|row| row.id))
             .flatten();
-        let dead = rows.into_iter().map(DeadLetter::from).collect();
+        let dead = rows.into_iter().filter_map(Row::dead_letter).collect();
         Ok(Uncommitted::new(tx, (dead, next)))
     }
 
@@ -313,7 +358,7 @@ impl Store {
         )
         .fetch_all(&mut *tx)
         .await?;
-        let live = rows.into_iter().map(DeadLetter::from).collect();
+        let live = rows.into_iter().filter_map(Row::dead_letter).collect();
         Ok(Uncommitted::new(tx, live))
     }
 

@@ -32,7 +32,7 @@ pub use self::{
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },
-    dead_letters::{DeadLetterKey, DeadLetterRows},
+    dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,
     outbox::OutboxRow,
