@@ -41,15 +41,9 @@ pub enum SweepError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Queue(#[from] QueueError),
-}
-
-impl From<DeadLetterError> for SweepError {
-    fn from(error: DeadLetterError) -> Self {
-        match error {
-            DeadLetterError::Store(error) => SweepError::Store(error),
-            DeadLetterError::Queue(error) => SweepError::Queue(error),
-        }
-    }
+    /// The dead letters' reconciliation, which runs first.
+    #[error(transparent)]
+    DeadLetters(#[from] DeadLetterError),
 }
 
 impl Maintenance {

@@ -44,12 +44,14 @@ pub enum Outcome {
 /// its message alone is what the failure record keeps as the last error.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Failure {
-    /// The entity's lock was busy and re-scheduling it failed: the lease expires.
-    #[error("lock busy, and re-scheduling failed")]
-    LockBusy(#[source] Arc<QueueError>),
-    /// Taking the entity's lock failed.
-    #[error("lock")]
-    Lock(#[source] Arc<QueueError>),
+    /// Taking the entity's lock failed, or (`busy`) it was held elsewhere and re-scheduling
+    /// the entity failed: then the lease expires and the reaper returns it.
+    #[error("{}", if *busy { "lock busy, and re-scheduling failed" } else { "lock" })]
+    Lock {
+        busy: bool,
+        #[source]
+        source: Arc<QueueError>,
+    },
     /// Another writer moved the entity on since the snapshot.
     #[error("moderation version moved past {read}")]
     VersionMoved { read: i64 },
@@ -155,13 +157,20 @@ impl Worker {
                 return match self.queue.retry(claim, delay).await {
                     Ok(_) => Outcome::Snooze(delay),
                     // The lease will expire and the reaper returns the entity.
-                    Err(error) => Outcome::Retry(Failure::LockBusy(Arc::new(error))),
+                    Err(error) => Outcome::Retry(Failure::Lock {
+                        busy: true,
+                        source: Arc::new(error),
+                    }),
                 };
             }
             Err(error) => {
                 // The SET may have taken effect with its reply lost: release it if it is ours.
                 let _ = self.queue.unlock(claim).await;
-                return self.give_back(claim, Failure::Lock(Arc::new(error))).await;
+                let failure = Failure::Lock {
+                    busy: false,
+                    source: Arc::new(error),
+                };
+                return self.give_back(claim, failure).await;
             }
         }
 
