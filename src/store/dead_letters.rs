@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::{Result, Store, Uncommitted};
+use super::{Result, Store, Uncommitted, entity_or_report};
 use crate::domain::{DeadLetter, DeadReason, EntityId, FailureRecord};
 
 /// Position in the listing of dead letters: after this (dead-lettered at, id).
@@ -56,18 +56,6 @@ fn reason_of(record: &FailureRecord) -> &'static str {
         .reason
         .unwrap_or(DeadReason::AttemptsExhausted)
         .as_str()
-}
-
-/// The entity a stored id names; one that is none is reported and passed over (every row is
-/// written from an entity id, so one is a sign of a foreign write).
-fn entity_or_report(raw: &str, what: &str) -> Option<EntityId> {
-    match EntityId::parse(raw) {
-        Ok(entity) => Some(entity),
-        Err(error) => {
-            tracing::error!(entity = %raw, %error, "{what} holds no entity id; passed over");
-            None
-        }
-    }
 }
 
 /// Dead letters marked redriven together.

@@ -25,7 +25,10 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions, types::PgInterval},
 };
 
-use crate::{domain::Invalid, settings::Database};
+use crate::{
+    domain::{EntityId, Invalid},
+    settings::Database,
+};
 
 pub use self::{
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
@@ -275,6 +278,18 @@ impl<T: std::fmt::Debug> std::fmt::Debug for Uncommitted<T> {
         f.debug_struct("Uncommitted")
             .field("value", &self.value)
             .finish_non_exhaustive()
+    }
+}
+
+/// The entity a stored id names; one that is none is reported and passed over (every row is
+/// written from an entity id, so one is a sign of a foreign write).
+pub(super) fn entity_or_report(raw: &str, what: &str) -> Option<EntityId> {
+    match EntityId::parse(raw) {
+        Ok(entity) => Some(entity),
+        Err(error) => {
+            tracing::error!(entity = %raw, %error, "{what} holds no entity id; passed over");
+            None
+        }
     }
 }
 
