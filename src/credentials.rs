@@ -1,6 +1,7 @@
-//! Credentials as values that parse once: API tokens with their roles, and Standard Webhooks
-//! secrets. A leaf: settings, the HTTP layer and the webhook dispatcher all read them from here,
-//! and nothing here knows about any of them.
+//! Credentials as values that parse once: API tokens with their roles, the set of tokens a
+//! process accepts, and Standard Webhooks secrets. A leaf: settings, the HTTP layer, the
+//! console and the webhook dispatcher all read them from here, and nothing here knows about
+//! any of them.
 //!
 //! Tokens are configured as `role:<sha256 hex of the token>`, so the tokens themselves are
 //! never stored; a presented bearer token is hashed and compared in constant time.
@@ -274,6 +275,50 @@ fn redact_password_parameters(text: &str) -> String {
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// The configured tokens; with `enforce` off (`--insecure-dev`) every request passes.
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    tokens: Vec<ApiToken>,
+    enforce: bool,
+}
+
+impl Auth {
+    pub fn new(tokens: Vec<ApiToken>, enforce: bool) -> Self {
+        Self { tokens, enforce }
+    }
+
+    /// The role of a bearer token, if it is one of ours.
+    #[cfg(test)]
+    pub(crate) fn role_of(&self, token: &str) -> Option<Role> {
+        self.token_of(token).map(|t| t.role)
+    }
+
+    fn token_of(&self, token: &str) -> Option<&ApiToken> {
+        self.tokens.iter().find(|t| t.matches(token))
+    }
+
+    /// Whether tokens are required: false only with `--insecure-dev` and none configured.
+    pub fn enforced(&self) -> bool {
+        self.enforce
+    }
+
+    /// The configured token `presented` is, if it is one (compared by hash, in constant time
+    /// per token); what the console's sign-in checks.
+    pub fn identify(&self, presented: &str) -> Option<&ApiToken> {
+        self.token_of(presented.trim())
+    }
+
+    /// Whether a token of this role and label (`token:<8 hex digits>`) is still configured: a
+    /// console session signed in with a token that was since removed ends with it.
+    pub fn still_configured(&self, role: Role, label: &str) -> bool {
+        !self.enforce
+            || self
+                .tokens
+                .iter()
+                .any(|t| t.role == role && t.label() == label)
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The moderator console: server-rendered pages under `/console`, on the API's listener, for the
 //! people who review what automation did. It adds no logic of its own to moderation: it calls
-//! the same store reads and moderator functions as the JSON API (`http::moderation`,
-//! `store::read`, `store::moderation`, `store::dead_letters`) and the same token check
-//! (`http::auth`), and shows their results.
+//! the same use cases and store reads as the JSON API (`moderation`, `dead_letters`,
+//! `store::read`) and the same tokens (`credentials::Auth`), and shows their results. It does
+//! not import the HTTP layer: the API's state lends it what it uses ([`ConsoleApp`]).
 //!
 //! - [`signin`]: sign in with a moderator or admin token (an ingest token is refused), sign out;
 //! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
@@ -50,7 +50,7 @@ use self::{
     errors::PageError,
     session::{Session, SignedIn},
 };
-use crate::http::{AppState, limits};
+use crate::{backtest::Gate, credentials::Auth, queue::Queue, rules::Rules, store::Store};
 
 /// The console's Content-Security-Policy: its own stylesheet and images, no script, no
 /// framing, forms only to itself.
@@ -58,17 +58,38 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'none'
      style-src 'self'; img-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 
-/// What the console's handlers share: the API's state and the session signer.
+/// What the console's pages use of the process: the same stores, rules, tokens and backtest
+/// gate as the API.
+#[derive(Clone)]
+pub struct App {
+    pub store: Store,
+    pub queue: Queue,
+    pub rules: Arc<Rules>,
+    /// The API's tokens, which moderators sign in with.
+    pub auth: Arc<Auth>,
+    /// One backtest at a time in this process (the API's and the console's).
+    pub backtests: Arc<Gate>,
+    /// How long the override implied by a reversal lasts.
+    pub override_after_reversal: std::time::Duration,
+}
+
+/// The state of the process the console is mounted in (the API's): what it lends the console.
+pub trait ConsoleApp: Clone + Send + Sync + 'static {
+    fn console_app(&self) -> App;
+}
+
+/// What the console's handlers share: what the pages use and the session signer.
 #[derive(Clone)]
 pub struct ConsoleState {
-    app: AppState,
+    app: App,
     sessions: Arc<Sessions>,
 }
 
-/// The console's routes, to mount beside the API (`http::router_with`).
-pub fn router(app: AppState, sessions: Sessions) -> Router<AppState> {
+/// The console's routes, to mount beside the API (`http::router_with`, which also bounds
+/// their time as it does the API's).
+pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
     let state = ConsoleState {
-        app: app.clone(),
+        app: app.console_app(),
         sessions: Arc::new(sessions),
     };
     let pages = Router::new()
@@ -114,7 +135,6 @@ pub fn router(app: AppState, sessions: Sessions) -> Router<AppState> {
             get(|| async { Redirect::to("/console/review") }),
         )
         .nest("/console", pages)
-        .layer(middleware::from_fn_with_state(app, limits::request_timeout))
 }
 
 /// Every console response: the CSP and its companions; pages are never cached (they show a

@@ -1,7 +1,8 @@
 //! Signing in and out. A moderator signs in with their name (recorded with each decision they
-//! take) and an API token of the moderator or admin role, checked as the API checks it
-//! (`http::auth`); an ingest token is refused. The sign-in form carries the CSRF token of an
-//! anonymous session, so another site cannot sign a browser in under its own token either.
+//! take) and an API token of the moderator or admin role, checked against the tokens the API
+//! takes (`credentials::Auth`); an ingest token is refused. The sign-in form carries the CSRF
+//! token of an anonymous session, so another site cannot sign a browser in under its own token
+//! either.
 
 use axum::{
     body::Bytes,

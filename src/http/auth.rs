@@ -9,7 +9,9 @@ use axum::{
 };
 
 use super::{ApiError, AppState};
-use crate::credentials::{ApiToken, Role};
+// Built by startup beside the rest of the HTTP state.
+pub use crate::credentials::Auth;
+use crate::credentials::Role;
 
 /// The role a route needs; `None`: no token (health, readiness, the API description, and
 /// named sources, whose requests are authenticated by their signature).
@@ -29,90 +31,46 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
     }
 }
 
-/// The configured tokens; with `enforce` off (`--insecure-dev`) every request passes.
-#[derive(Debug, Clone, Default)]
-pub struct Auth {
-    tokens: Vec<ApiToken>,
-    enforce: bool,
-}
-
-impl Auth {
-    pub fn new(tokens: Vec<ApiToken>, enforce: bool) -> Self {
-        Self { tokens, enforce }
+/// The caller, if the request carries a token of the required role; `Ok(None)` when
+/// tokens are not enforced and none was sent.
+fn authorize(
+    auth: &Auth,
+    authorization: Option<&str>,
+    required: Role,
+) -> Result<Option<Caller>, ApiError> {
+    if !auth.enforced() {
+        return Ok(None);
     }
-
-    /// The role of a bearer token, if it is one of ours.
-    #[cfg(test)]
-    fn role_of(&self, token: &str) -> Option<Role> {
-        self.token_of(token).map(|t| t.role)
-    }
-
-    fn token_of(&self, token: &str) -> Option<&ApiToken> {
-        self.tokens.iter().find(|t| t.matches(token))
-    }
-
-    /// Whether tokens are required: false only with `--insecure-dev` and none configured.
-    pub fn enforced(&self) -> bool {
-        self.enforce
-    }
-
-    /// The configured token `presented` is, if it is one (compared by hash, in constant time
-    /// per token); what the console's sign-in checks.
-    pub fn identify(&self, presented: &str) -> Option<&ApiToken> {
-        self.token_of(presented.trim())
-    }
-
-    /// Whether a token of this role and label (`token:<8 hex digits>`) is still configured: a
-    /// console session signed in with a token that was since removed ends with it.
-    pub fn still_configured(&self, role: Role, label: &str) -> bool {
-        !self.enforce
-            || self
-                .tokens
-                .iter()
-                .any(|t| t.role == role && t.label() == label)
-    }
-
-    /// The caller, if the request carries a token of the required role; `Ok(None)` when
-    /// tokens are not enforced and none was sent.
-    fn authorize(
-        &self,
-        authorization: Option<&str>,
-        required: Role,
-    ) -> Result<Option<Caller>, ApiError> {
-        if !self.enforce {
-            return Ok(None);
-        }
-        let token = authorization.and_then(bearer_token).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "send an API token: Authorization: Bearer <token>",
-            )
-        })?;
-        let known = self.token_of(token.trim()).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "the API token is not valid",
-            )
-        })?;
-        let role = known.role;
-        if role.allows(required) {
-            Ok(Some(Caller {
-                role,
-                client: known.label(),
-            }))
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!(
-                    "a {} token cannot do this; it needs {}",
-                    role.as_str(),
-                    required.as_str()
-                ),
-            ))
-        }
+    let token = authorization.and_then(bearer_token).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send an API token: Authorization: Bearer <token>",
+        )
+    })?;
+    let known = auth.identify(token).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the API token is not valid",
+        )
+    })?;
+    let role = known.role;
+    if role.allows(required) {
+        Ok(Some(Caller {
+            role,
+            client: known.label(),
+        }))
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "a {} token cannot do this; it needs {}",
+                role.as_str(),
+                required.as_str()
+            ),
+        ))
     }
 }
 
@@ -147,7 +105,7 @@ pub async fn require_role(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        match state.auth.authorize(authorization, required) {
+        match authorize(&state.auth, authorization, required) {
             Ok(Some(caller)) => {
                 request.extensions_mut().insert(caller);
             }
@@ -161,6 +119,7 @@ pub async fn require_role(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credentials::ApiToken;
 
     #[test]
     fn tokens_are_matched_by_hash_and_roles_by_route() {
@@ -215,7 +174,7 @@ mod tests {
             "BEARER in-token",
             "bEaReR in-token",
         ] {
-            let caller = auth.authorize(Some(value), Role::Ingest).unwrap();
+            let caller = authorize(&auth, Some(value), Role::Ingest).unwrap();
             assert_eq!(caller.map(|c| c.role), Some(Role::Ingest), "{value}");
         }
         for value in [
@@ -225,7 +184,7 @@ mod tests {
             "in-token",
             "Bearer wrong",
         ] {
-            let error = auth.authorize(Some(value), Role::Ingest).unwrap_err();
+            let error = authorize(&auth, Some(value), Role::Ingest).unwrap_err();
             assert_eq!(error.status, StatusCode::UNAUTHORIZED, "{value}");
         }
     }

@@ -84,6 +84,20 @@ pub struct Shared {
     pub backtests: Arc<crate::backtest::Gate>,
 }
 
+/// What the console's pages use of the API's state.
+impl crate::console::ConsoleApp for AppState {
+    fn console_app(&self) -> crate::console::App {
+        crate::console::App {
+            store: self.store.clone(),
+            queue: self.queue.clone(),
+            rules: Arc::clone(&self.rules),
+            auth: Arc::clone(&self.auth),
+            backtests: Arc::clone(&self.backtests),
+            override_after_reversal: self.limits.override_after_reversal,
+        }
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     router_with(state, Router::new())
 }
@@ -124,6 +138,11 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             state.clone(),
             limits::request_timeout,
         ));
+    // The console's pages are bounded in time as the API's routes are.
+    let pages = pages.layer(middleware::from_fn_with_state(
+        state.clone(),
+        limits::request_timeout,
+    ));
     Router::new()
         .merge(api)
         .merge(pages)

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use sqlx::types::Json;
 
-use super::{Result, Store, StoreError};
+use super::{Result, Store, StoreError, entity_or_report};
 use crate::domain::{EntityId, SignalStats, Snapshot, Status};
 
 /// Where the next page of [`Store::replay_page`] starts: after this evaluation, in the order
@@ -97,7 +97,10 @@ impl StoredSnapshot {
             signals: self.signals,
             taken_at: self.taken_at,
             override_cap: self.override_cap,
-            author: self.author.as_deref().and_then(|a| EntityId::parse(a).ok()),
+            author: self
+                .author
+                .as_deref()
+                .and_then(|a| entity_or_report(a, "a recorded snapshot's author")),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! the outbox. All SQL of the service lives here, one file per concern.
 
 mod backtest;
+mod batched;
 mod console;
 mod dead_letters;
 mod deliveries;
@@ -24,17 +25,18 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions, types::PgInterval},
 };
 
-use crate::{domain::Invalid, settings::Database};
+use crate::{
+    domain::{EntityId, Invalid},
+    settings::Database,
+};
 
 pub use self::{
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },
-    dead_letters::{
-        DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync, MovedDeadLetters, ShardWalk,
-    },
-    evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
+    dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
+    evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
@@ -249,6 +251,45 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query!("SELECT 1 AS ok").fetch_one(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// Statements made in a transaction that is not committed yet: what they read or marked waits
+/// in `value` while the caller does its other half (a Redis write), then commits. Dropped
+/// without [`Uncommitted::commit`], everything rolls back.
+pub struct Uncommitted<T> {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pub value: T,
+}
+
+impl<T> Uncommitted<T> {
+    fn new(tx: sqlx::Transaction<'static, sqlx::Postgres>, value: T) -> Self {
+        Self { tx, value }
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Uncommitted<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uncommitted")
+            .field("value", &self.value)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The entity a stored id names; one that is none is reported and passed over (every row is
+/// written from an entity id, so one is a sign of a foreign write).
+pub(super) fn entity_or_report(raw: &str, what: &str) -> Option<EntityId> {
+    match EntityId::parse(raw) {
+        Ok(entity) => Some(entity),
+        Err(error) => {
+            tracing::error!(entity = %raw, %error, "{what} holds no entity id; passed over");
+            None
+        }
     }
 }
 

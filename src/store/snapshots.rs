@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::types::Json;
 
-use super::{Result, Store, StoreError};
+use super::{Result, Store, StoreError, entity_or_report};
 use crate::domain::{EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
 
 /// An entity as the read API shows it.
@@ -82,7 +82,7 @@ impl Store {
                     author: record
                         .author
                         .as_deref()
-                        .and_then(|a| EntityId::parse(a).ok()),
+                        .and_then(|a| entity_or_report(a, "an entity's author")),
                     taken_at: record.read_at,
                 };
                 Ok((record.entity, snapshot))
