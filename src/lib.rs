@@ -6,16 +6,18 @@
 //! version-checked action. README.md states the guarantees; docs/state-machine.md follows an
 //! entity through the Redis sets.
 
+pub mod actions;
 pub mod backtest;
 pub mod coalesce;
 pub mod console;
 pub mod credentials;
+pub mod dead_letters;
 pub mod domain;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;
 pub mod maintenance;
-pub mod outbox;
+pub mod moderation;
 pub mod queue;
 pub mod rules;
 pub mod settings;

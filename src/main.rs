@@ -3,6 +3,7 @@ use std::{path::PathBuf, process::ExitCode, sync::Arc};
 use clap::{Parser, Subcommand};
 use quiesce::{
     backtest::{self, DEFAULT_SAMPLE, MAX_SAMPLE},
+    dead_letters,
     domain::EntityId,
     queue::Queue,
     rules::RuleSet,
@@ -340,7 +341,7 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                 println!(
                     "{}\t{}\tattempts={}\tlast_failure={}\t{}",
                     dead.entity,
-                    dead.record.reason.as_deref().unwrap_or("-"),
+                    dead.record.reason.map_or("-", |r| r.as_str()),
                     dead.record.attempts,
                     at,
                     dead.record.last_error
@@ -355,13 +356,9 @@ async fn dead_letters(command: DeadLettersCommand) -> anyhow::Result<()> {
                 Some(raw) => {
                     let entity = EntityId::parse(&raw)
                         .map_err(|e| anyhow::anyhow!("invalid --entity {raw:?}: {e}"))?;
-                    usize::from(store.redrive_dead_letter(&queue, &entity, "cli").await?)
+                    usize::from(dead_letters::redrive(&store, &queue, &entity, "cli").await?)
                 }
-                None => {
-                    store
-                        .redrive_dead_letters(&queue, reason.as_deref(), "cli")
-                        .await?
-                }
+                None => dead_letters::redrive_all(&store, &queue, reason.as_deref(), "cli").await?,
             };
             println!("redriven: {redriven}");
         }
@@ -377,7 +374,7 @@ async fn shards(settings: &Settings, move_dead_letters: bool) -> anyhow::Result<
     );
     if move_dead_letters {
         let store = Store::new(startup::connect_postgres(settings).await?);
-        let moved = store.move_draining_dead_letters(&queue).await?;
+        let moved = dead_letters::move_draining(&store, &queue).await?;
         println!(
             "dead letters moved to the current layout: {} ({} recorded in Postgres first; {} left the draining layout)",
             moved.moved, moved.recorded, moved.forgotten

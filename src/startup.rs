@@ -14,12 +14,12 @@ use tokio::{net::TcpListener, sync::Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    actions::{DeliverySettings, Dispatcher},
     console,
     credentials::redact_passwords,
     http::{self, AppState, Limits, signature::InboundSecrets},
     ingest::Ingestor,
     maintenance::Maintenance,
-    outbox::{DeliverySettings, Dispatcher},
     queue::{self, Keyspace, Queue, RedisConnection, Wakeups},
     rules::{RuleSet, Rules},
     settings::Settings,

@@ -22,6 +22,7 @@ use super::{
 };
 use crate::{
     domain::{EntityId, SignalStats, Status, WINDOWS},
+    moderation::{self, OverrideRequest},
     rules::Verdict,
     store::{EvaluationRecord, Override},
 };
@@ -410,19 +411,21 @@ pub async fn override_status(
     )?;
     let entity = parse_entity(path)?;
     let status = fields.status("status")?;
-    let now = Utc::now();
-    let until = match fields.optional("until") {
-        None => now + state.app.limits.override_after_reversal,
-        Some(raw) => {
-            parse_until(raw, now).map_err(|problem| PageError::bad_field("until", &problem))?
-        }
-    };
+    let until = fields
+        .optional("until")
+        .map(|raw| parse_until(raw, Utc::now()))
+        .transpose()
+        .map_err(|problem| PageError::bad_field("until", &problem))?;
     let reason = fields.text("reason")?;
-    state
-        .app
-        .store
-        .override_entity(&entity, &visit.user.name, status, until, &reason)
-        .await?;
+    let request = OverrideRequest {
+        entity: &entity,
+        moderator: &visit.user.name,
+        status,
+        until,
+        reason: &reason,
+    };
+    let app = &state.app;
+    moderation::override_status(&app.store, request, app.limits.override_after_reversal).await?;
     tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use super::{csrf, errors::PageError, session::Session};
 use crate::{
     domain::Status,
-    http::moderation::{TEXT_RULE, acceptable_text},
+    moderation::{TEXT_RULE, acceptable_text},
 };
 
 /// The largest form body the console reads.

@@ -19,9 +19,10 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    domain::EntityId,
+    dead_letters::{self, DeadLetterError},
+    domain::{DeadReason, EntityId},
     queue::ShardDepth,
-    store::{DeadLetterError, DeadLetterKey},
+    store::DeadLetterKey,
 };
 
 /// Dead letters per page.
@@ -93,7 +94,7 @@ pub async fn page(
     let (pace, backlog, dead) = tokio::try_join!(
         app.store.evaluation_pace(),
         app.store.outbox_backlog(),
-        app.store.dead_letters(after, PAGE),
+        dead_letters::list(&app.store, after, PAGE),
     )?;
     let figure = |label: &str, id: &str, value: String| {
         html! { li { span.muted { (label) } strong id=(id) { (value) } } }
@@ -162,8 +163,8 @@ pub async fn page(
                         tbody {
                             @for entry in &dead.entries {
                                 tr data-entity=(entry.entity) {
-                                    td data-label="Entity" { (layout::entity_link(&entry.entity)) br; span.muted { "dead since " (millis(entry.dead_lettered_at_ms)) } }
-                                    td.reason data-label="Reason" { (entry.record.reason.as_deref().unwrap_or("attempts_exhausted")) }
+                                    td data-label="Entity" { (layout::entity_link(entry.entity.as_str())) br; span.muted { "dead since " (millis(entry.dead_lettered_at_ms)) } }
+                                    td.reason data-label="Reason" { (entry.record.reason.map_or("attempts_exhausted", DeadReason::as_str)) }
                                     td.num data-label="Attempts" { (entry.record.attempts) }
                                     td data-label="Failures" { (millis(entry.record.first_failure_ms)) " to " (millis(entry.record.last_failure_ms)) }
                                     td.error data-label="Last error" { code { (entry.record.last_error) } }
@@ -212,9 +213,7 @@ pub async fn redrive_one(
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
     let app = &state.app;
-    let done = app
-        .store
-        .redrive_dead_letter(&app.queue, &entity, &visit.user.name)
+    let done = dead_letters::redrive(&app.store, &app.queue, &entity, &visit.user.name)
         .await
         .map_err(redrive_error)?;
     if !done {
@@ -244,9 +243,7 @@ pub async fn redrive_many(
         ));
     }
     let app = &state.app;
-    let count = app
-        .store
-        .redrive_dead_letters(&app.queue, reason, &visit.user.name)
+    let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &visit.user.name)
         .await
         .map_err(redrive_error)?;
     tracing::info!(count, reason, token = %visit.user.token, "console redrive");

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     domain::SignalStats,
-    http::moderation::reverse_action,
+    moderation,
     store::{ActionFilter, ActionRecord},
 };
 
@@ -376,7 +376,17 @@ pub async fn reverse(
     let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
     let id = action_id(path)?;
     let reason = fields.text("reason")?;
-    reverse_action(&state.app, id, &visit.user.name, &reason).await?;
+    let app = &state.app;
+    let override_for = app.limits.override_after_reversal;
+    moderation::reverse(
+        &app.store,
+        &app.queue,
+        id,
+        &visit.user.name,
+        &reason,
+        override_for,
+    )
+    .await?;
     tracing::info!(action = id, token = %visit.user.token, "console reversal");
     Ok(Redirect::to(&format!("/console/actions/{id}?done=reversed")).into_response())
 }

@@ -2,6 +2,7 @@
 //! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
 
 mod event;
+mod failure;
 mod ids;
 mod introspect;
 mod snapshot;
@@ -9,6 +10,7 @@ mod status;
 
 pub use self::{
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
+    failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},

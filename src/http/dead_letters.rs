@@ -1,5 +1,5 @@
-//! Dead letters: list them, and redrive one, all, or those of one reason. All from the
-//! durable record in Postgres (`store::dead_letters`); a redrive also makes the entities due in
+//! Dead letters: list them, and redrive one, all, or those of one reason (the `dead_letters`
+//! use case). All from the durable record in Postgres; a redrive also makes the entities due in
 //! Redis.
 
 use std::collections::HashMap;
@@ -18,7 +18,10 @@ use super::{
     error::{ApiError, store_error},
     params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
-use crate::store::{DeadLetterError, DeadLetterKey};
+use crate::{
+    dead_letters::{self, DeadLetterError},
+    store::DeadLetterKey,
+};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
@@ -79,9 +82,7 @@ pub async fn list(
             )
         })?),
     };
-    let page = state
-        .store
-        .dead_letters(cursor, limit)
+    let page = dead_letters::list(&state.store, cursor, limit)
         .await
         .map_err(store_error)?;
     Ok(Json(json!({
@@ -113,9 +114,7 @@ pub async fn redrive_one(
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let redriven = state
-        .store
-        .redrive_dead_letter(&state.queue, &entity, &redriven_by(caller))
+    let redriven = dead_letters::redrive(&state.store, &state.queue, &entity, &redriven_by(caller))
         .await
         .map_err(redrive_error)?;
     if !redriven {
@@ -183,10 +182,13 @@ pub async fn redrive_many(
             }
         }
     };
-    let redriven = state
-        .store
-        .redrive_dead_letters(&state.queue, reason.as_deref(), &redriven_by(caller))
-        .await
-        .map_err(redrive_error)?;
+    let redriven = dead_letters::redrive_all(
+        &state.store,
+        &state.queue,
+        reason.as_deref(),
+        &redriven_by(caller),
+    )
+    .await
+    .map_err(redrive_error)?;
     Ok((StatusCode::OK, Json(json!({ "redriven": redriven }))))
 }

@@ -13,7 +13,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{store::StoreError, telemetry::Chain};
+use crate::{ingest::SubmitError, store::StoreError, telemetry::Chain};
 
 /// The longest `field` an error names, in characters (then `…`).
 pub const MAX_FIELD_CHARS: usize = 64;
@@ -156,6 +156,27 @@ pub async fn log_server_errors(request: Request, next: Next) -> Response {
         }
     }
     response
+}
+
+/// How ingest's refusals reach a client: a sender over its rate is 429 with Retry-After; a
+/// group commit's failure is a 503 whose cause its committer logged, once for the group.
+impl From<SubmitError> for ApiError {
+    fn from(error: SubmitError) -> Self {
+        match error {
+            SubmitError::RateLimited(limited) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                limited.to_string(),
+            )
+            .with_retry_after(limited.retry_after),
+            SubmitError::GroupFailed(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "storage is unavailable; retry later",
+            ),
+            SubmitError::Unavailable(cause) => ApiError::unavailable(cause),
+        }
+    }
 }
 
 /// How a store error reaches a client: an outage is 503, a missing or conflicting record its

@@ -17,12 +17,13 @@ use super::{
     auth::Caller,
     body::read_body,
     error::ApiError,
-    limits::{RateKey, take_ingest_slot},
+    limits::take_ingest_slot,
     params::path_param,
+    signature::{InboundSecrets, github_delivery},
 };
 use crate::{
     domain::{Event, EventBody, FieldError},
-    ingest::IngestOutcome,
+    ingest::{Delivery, IngestOutcome, RateKey, Submission},
     telemetry::names,
 };
 
@@ -133,7 +134,7 @@ async fn accept(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
-    signing: Option<&super::signature::InboundSecrets>,
+    signing: Option<&InboundSecrets>,
     rate_key: RateKey<'_>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     if !is_json(headers) {
@@ -173,9 +174,16 @@ async fn accept(
         None => take_ingest_slot(state)?,
     };
     let events = parse_events(&body, state.limits.max_batch)?;
-    // The sender's rate is checked there, after a replayed GitHub delivery is told apart.
-    let outcome =
-        super::signature::submit_once(state, headers, &body, signing, rate_key, events).await?;
+    // Ingest checks the sender's rate, after a replayed GitHub delivery is told apart.
+    let submission = Submission {
+        sender: rate_key,
+        delivery: github_delivery(headers, signing).map(|id| Delivery { id, body: &body }),
+        events,
+    };
+    let outcome = state
+        .ingestor
+        .submit(&state.rate_limits, submission)
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(outcome)))
 }
 

@@ -16,11 +16,14 @@ use super::{
     error::{ApiError, store_error},
     params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
-use crate::{domain::Status, store::ActionFilter};
+use crate::{
+    domain::Status,
+    moderation::{self, Overridden, OverrideRequest, TEXT_RULE, acceptable_text},
+    store::ActionFilter,
+};
 
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
 const MAX_ACTIONS_LIMIT: i64 = 500;
-const MAX_TEXT: usize = 1000;
 const MAX_RULE_NAME: usize = 200;
 /// Longest reversal-rate window.
 const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
@@ -146,17 +149,6 @@ pub(super) fn invalid(field: Option<&str>, message: &str) -> ApiError {
     }
 }
 
-/// Whether a moderator's free text (a name, a reason) may be recorded: 1-1000 characters
-/// without control characters, not only spaces. The console holds its forms to the same rule.
-pub fn acceptable_text(text: &str) -> bool {
-    text.chars().any(|c| c != ' ')
-        && !text.chars().any(char::is_control)
-        && text.chars().count() <= MAX_TEXT
-}
-
-/// What [`acceptable_text`] asks, for an error message.
-pub const TEXT_RULE: &str = "must be 1-1000 characters without control characters, not only spaces";
-
 fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
     match object.get(field) {
         Some(Value::String(text)) if acceptable_text(text) => Ok(text),
@@ -195,38 +187,18 @@ pub async fn reverse(
     let object = json_object(&body, &["moderator", "reason"])?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
-    let reversal = reverse_action(&state, id, moderator, reason)
-        .await
-        .map_err(store_error)?;
+    let override_for = state.limits.override_after_reversal;
+    let reversal = moderation::reverse(
+        &state.store,
+        &state.queue,
+        id,
+        moderator,
+        reason,
+        override_for,
+    )
+    .await
+    .map_err(store_error)?;
     Ok(Json(json!(reversal)))
-}
-
-/// A moderator's reversal, as the API and the console take it: recorded (with the implied
-/// override of `override_after_reversal`), counted, and the author's compensated signal
-/// scheduled.
-pub async fn reverse_action(
-    state: &AppState,
-    id: i64,
-    moderator: &str,
-    reason: &str,
-) -> Result<crate::store::Reversal, crate::store::StoreError> {
-    let reversal = state
-        .store
-        .reverse_action(id, moderator, reason, state.limits.override_after_reversal)
-        .await?;
-    metrics::counter!(crate::telemetry::names::REVERSALS, "rule" => reversal.action.rule.clone())
-        .increment(1);
-    if let Some(author) = &reversal.author {
-        // The compensation is committed; if this schedule is lost the repair sweep finds it.
-        if let Err(error) = state
-            .queue
-            .schedule(&[(author.clone(), crate::domain::Priority::Normal)])
-            .await
-        {
-            tracing::warn!(error = %crate::telemetry::Chain(&error), %author, "could not schedule the author after a reversal");
-        }
-    }
-    Ok(reversal)
 }
 
 /// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?, "reason"}`.
@@ -269,7 +241,7 @@ pub async fn override_entity(
         Some(_) => return Err(invalid(Some("status"), "must be a string")),
     };
     let until = match object.get("until") {
-        None | Some(Value::Null) => Utc::now() + state.limits.override_after_reversal,
+        None | Some(Value::Null) => None,
         Some(Value::String(raw)) => {
             let until = DateTime::parse_from_rfc3339(raw)
                 .map_err(|e| {
@@ -282,7 +254,7 @@ pub async fn override_entity(
             if until <= Utc::now() {
                 return Err(invalid(Some("until"), "must be in the future"));
             }
-            until
+            Some(until)
         }
         Some(_) => {
             return Err(invalid(
@@ -291,15 +263,23 @@ pub async fn override_entity(
             ));
         }
     };
-    let version = state
-        .store
-        .override_entity(&entity, moderator, status, until, reason)
+    let request = OverrideRequest {
+        entity: &entity,
+        moderator,
+        status,
+        until,
+        reason,
+    };
+    let Overridden {
+        moderation_version,
+        until,
+    } = moderation::override_status(&state.store, request, state.limits.override_after_reversal)
         .await
         .map_err(store_error)?;
     Ok(Json(json!({
         "entity": entity,
         "status": status,
-        "moderation_version": version,
+        "moderation_version": moderation_version,
         "override": { "status": status, "until": until, "by": moderator, "reason": reason },
     })))
 }

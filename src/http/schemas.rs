@@ -198,7 +198,7 @@ pub struct BacktestRequest {
 
 #[derive(ToSchema)]
 pub struct DeadLettersPage {
-    dead_letters: Vec<crate::queue::DeadLetter>,
+    dead_letters: Vec<crate::domain::DeadLetter>,
     next_cursor: Option<String>,
 }
 

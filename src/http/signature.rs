@@ -5,8 +5,7 @@
 //! are constant time over the whole MAC (a truncated or empty signature never matches).
 //!
 //! The GitHub style signs the body alone, with no timestamp, so a captured request verifies
-//! forever: [`submit_once`] remembers every accepted GitHub-signed request (its delivery id and
-//! the SHA-256 of its body, per source, for good) and answers a replay as a duplicate.
+//! forever: ingest takes each delivery once ([`github_delivery`] names it).
 
 use std::time::Duration;
 
@@ -14,23 +13,15 @@ use axum::http::HeaderMap;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use secrecy::{ExposeSecret, SecretString};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
-use super::{AppState, error::ApiError, limits::RateKey};
-use crate::{
-    credentials::{WebhookSecret, decode_hex},
-    domain::Event,
-    ingest::{IngestError, IngestOutcome},
-    telemetry::names,
-};
+use crate::credentials::{WebhookSecret, decode_hex};
 
 /// The delivery id header GitHub sends with each delivery (a GUID); required on GitHub-signed
 /// requests.
 const DELIVERY: &str = "x-github-delivery";
 /// The longest delivery id taken (GitHub's are 36 characters).
 const MAX_DELIVERY_ID: usize = 128;
-/// What the deliveries table calls the secrets of `POST /v1/events` (no source name has a `/`).
-const EVENTS_ENDPOINT: &str = "/v1/events";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
@@ -186,72 +177,16 @@ fn delivery_id(headers: &HeaderMap) -> Result<&str, SignatureError> {
     Ok(id)
 }
 
-/// Hands a verified request's events to the group committer, once per GitHub delivery.
-///
-/// A GitHub-signed request (`signing` configured and the request verified by it) whose
-/// delivery id or body its source accepted before is a replay: it is answered as a duplicate of
-/// every event in it and nothing is written or scheduled. Otherwise its events are submitted and
-/// the delivery is remembered only once they are durable and scheduled, so a request that
-/// fails (503) does not use up its delivery id and the sender's retry goes through. Two copies
-/// of a request racing each other both pass the check; the second then finds its event ids
-/// recorded by the first, as for any duplicate. A failure to remember an accepted delivery
-/// answers 503: the events are durable, and the retry is a duplicate that remembers it.
-pub async fn submit_once(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: &[u8],
+/// The delivery id of a request that `signing` verifies in the GitHub style, which ingest
+/// takes once; `None` for any other request.
+pub fn github_delivery<'h>(
+    headers: &'h HeaderMap,
     signing: Option<&InboundSecrets>,
-    rate_key: RateKey<'_>,
-    events: Vec<Event>,
-) -> Result<IngestOutcome, ApiError> {
-    let delivery = match signing {
+) -> Option<&'h str> {
+    match signing {
         Some(_) if is_github(headers) => delivery_id(headers).ok(),
         _ => None,
-    };
-    let Some(delivery) = delivery else {
-        state.rate_limits.check(rate_key, events.len())?;
-        return state
-            .ingestor
-            .submit(events)
-            .await
-            .map_err(ApiError::unavailable);
-    };
-    let source = match rate_key {
-        RateKey::Source(name) => name,
-        RateKey::Client(_) => EVENTS_ENDPOINT,
-    };
-    let digest: [u8; 32] = Sha256::digest(body).into();
-    if state
-        .store
-        .github_delivery_seen(source, delivery, &digest)
-        .await
-        .map_err(|error| ApiError::unavailable(IngestError::from(error)))?
-    {
-        tracing::debug!(
-            source,
-            delivery,
-            "a GitHub delivery seen before: a duplicate"
-        );
-        metrics::counter!(names::EVENTS_DUPLICATE).increment(events.len() as u64);
-        return Ok(IngestOutcome {
-            accepted: 0,
-            duplicates: events.len(),
-        });
     }
-    // Only a delivery not seen before spends the source's rate: replaying a captured one cannot
-    // drain the budget of the real sender.
-    state.rate_limits.check(rate_key, events.len())?;
-    let outcome = state
-        .ingestor
-        .submit(events)
-        .await
-        .map_err(ApiError::unavailable)?;
-    state
-        .store
-        .remember_github_delivery(source, delivery, &digest)
-        .await
-        .map_err(|error| ApiError::unavailable(IngestError::from(error)))?;
-    Ok(outcome)
 }
 
 #[cfg(test)]

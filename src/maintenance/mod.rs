@@ -15,6 +15,7 @@ use std::{
 };
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use self::sweeper::{SweepError, SweepReport};
 use crate::{
@@ -97,8 +98,8 @@ impl Maintenance {
     }
 }
 
-/// Runs `pass` every `period` (the first at once) until `shutdown`; a failed pass is logged
-/// and the next one runs on time.
+/// Runs `pass` every `period` (the first at once) until `shutdown`, each in a span named by
+/// `what`; a failed pass is logged and the next one runs on time.
 async fn every<T, E, F, Fut>(period: Duration, shutdown: &CancellationToken, what: &str, pass: F)
 where
     E: std::error::Error + 'static,
@@ -111,8 +112,11 @@ where
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = ticker.tick() => {
-                if let Err(error) = pass().await {
-                    tracing::warn!(error = %crate::telemetry::Chain(&error), "{what} failed");
+                let span = tracing::info_span!("maintenance", pass = what);
+                if let Err(error) = pass().instrument(span.clone()).await {
+                    span.in_scope(|| {
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "{what} failed");
+                    });
                 }
             }
         }

@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 
 use super::Maintenance;
 use crate::{
+    dead_letters::{self, DeadLetterError, ShardWalk},
     domain::EntityId,
     queue::QueueError,
-    store::{DeadLetterError, ShardWalk, Store, StoreError, SweepCursor},
+    store::{Store, StoreError, SweepCursor},
     telemetry::{Timed, names},
 };
 
@@ -72,7 +73,7 @@ impl Maintenance {
             from: self.dead_letter_shard.load(Ordering::Relaxed),
             count: DEAD_LETTER_SHARDS_PER_PASS,
         };
-        let dead = self.store.sync_dead_letters(&self.queue, walk).await?;
+        let dead = dead_letters::sync(&self.store, &self.queue, walk).await?;
         self.dead_letter_shard
             .store(dead.next_shard, Ordering::Relaxed);
         if dead.recorded + dead.restored > 0 {
@@ -100,7 +101,14 @@ impl Maintenance {
         .await?;
         let entities: Vec<EntityId> = owed
             .iter()
-            .filter_map(|(_, entity)| EntityId::parse(entity).ok())
+            .filter_map(|(_, raw)| match EntityId::parse(raw) {
+                Ok(entity) => Some(entity),
+                Err(error) => {
+                    // Every row is written from an entity id: one that is none is reported.
+                    tracing::error!(entity = %raw, %error, "an entity owed an evaluation has no entity id; not re-scheduled");
+                    None
+                }
+            })
             .collect();
         let repaired = self.queue.repair(&entities).await?;
         tx.commit().await.map_err(StoreError::from)?;

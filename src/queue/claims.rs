@@ -3,10 +3,11 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use super::{
-    DeadLetter, FailureRecord, IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS,
+use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
+use crate::{
+    domain::{DeadLetter, EntityId, FailureRecord},
+    telemetry::Timed,
 };
-use crate::{domain::EntityId, telemetry::Timed};
 
 /// One claimed entity: only the holder of `token` may renew, ack or retry it.
 #[derive(Debug, Clone)]
@@ -263,7 +264,7 @@ impl Queue {
             2 => {
                 let record = record()?;
                 Failed::DeadLettered(DeadLetter {
-                    entity: claim.entity.to_string(),
+                    entity: claim.entity.clone(),
                     dead_lettered_at_ms: record.last_failure_ms,
                     record,
                 })

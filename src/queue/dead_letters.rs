@@ -6,33 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{Queue, Result, scripts::SCRIPTS};
-use crate::domain::EntityId;
-
-/// The failure history an entity carries while retried, and into the dead letters.
-#[derive(
-    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
-pub struct FailureRecord {
-    /// `fatal` or `attempts_exhausted`, for dead letters.
-    #[serde(default)]
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub last_error: String,
-    #[serde(default)]
-    pub attempts: u32,
-    #[serde(default)]
-    pub first_failure_ms: i64,
-    #[serde(default)]
-    pub last_failure_ms: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct DeadLetter {
-    pub entity: String,
-    pub dead_lettered_at_ms: i64,
-    #[serde(flatten)]
-    pub record: FailureRecord,
-}
+use crate::domain::{DeadLetter, EntityId, FailureRecord};
 
 /// Position in a dead-letter listing: a shard and an offset in its set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,6 +26,18 @@ impl DeadLetterCursor {
 
     pub fn encode(&self) -> String {
         format!("{}.{}", self.shard, self.offset)
+    }
+}
+
+/// The entity a dead set's member names; a member that is none is reported and passed over
+/// (every member is written from an entity id, so one is a sign of a foreign write).
+pub(super) fn entity_of_member(member: &str, shard: u16) -> Option<EntityId> {
+    match EntityId::parse(member) {
+        Ok(entity) => Some(entity),
+        Err(error) => {
+            tracing::error!(%member, shard, %error, "a dead set holds a member that is not an entity id; passed over");
+            None
+        }
     }
 }
 
@@ -103,12 +89,15 @@ impl Queue {
                     .arg(members.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>())
                     .query_async(&mut redis)
                     .await?;
-                for ((entity, at), info) in members.iter().zip(infos) {
+                for ((member, at), info) in members.iter().zip(infos) {
+                    let Some(entity) = entity_of_member(member, shard) else {
+                        continue;
+                    };
                     let record: FailureRecord = info
                         .and_then(|raw| serde_json::from_str(&raw).ok())
                         .unwrap_or_default();
                     page.entries.push(DeadLetter {
-                        entity: entity.clone(),
+                        entity,
                         dead_lettered_at_ms: *at as i64,
                         record,
                     });
@@ -158,30 +147,23 @@ impl Queue {
     /// scheduling) and takes them out of the due set, one atomic transaction per shard; an
     /// entry Redis still holds is left as it is. Returns how many were missing.
     pub async fn restore_dead_letters(&self, dead: &[DeadLetter]) -> Result<usize> {
-        let parsed: Vec<(EntityId, &DeadLetter)> = dead
-            .iter()
-            .filter_map(|d| EntityId::parse(&d.entity).ok().map(|e| (e, d)))
-            .collect();
         // During a shard count change, one the draining layout holds stays there (processes
         // of the old count look nowhere else).
         let draining = self
-            .dead_in_draining_layout(parsed.iter().map(|(e, _)| e))
+            .dead_in_draining_layout(dead.iter().map(|d| &d.entity))
             .await?;
-        let parsed: Vec<(EntityId, &DeadLetter)> = parsed
-            .into_iter()
-            .filter(|(e, _)| !draining.contains(e.as_str()))
+        let current: Vec<&DeadLetter> = dead
+            .iter()
+            .filter(|d| !draining.contains(d.entity.as_str()))
             .collect();
-        self.restore_in_current_layout(&parsed).await
+        self.restore_in_current_layout(&current).await
     }
 
     /// Puts dead letters in the current layout's dead set (an entry it holds stays as it is)
     /// and out of its due set, one atomic transaction per shard; returns how many were missing.
-    pub async fn restore_in_current_layout(
-        &self,
-        parsed: &[(EntityId, &DeadLetter)],
-    ) -> Result<usize> {
+    pub async fn restore_in_current_layout(&self, dead: &[&DeadLetter]) -> Result<usize> {
         let mut restored = 0;
-        for (keys, members) in self.group(parsed.iter().map(|(e, d)| (e, *d)), |e| {
+        for (keys, members) in self.group(dead.iter().map(|d| (&d.entity, *d)), |e| {
             self.keys.shard_of(e)
         }) {
             let mut pipe = redis::pipe();

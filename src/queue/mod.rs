@@ -20,7 +20,7 @@ use self::scripts::SCRIPTS;
 pub use self::{
     claims::{Claim, ClaimBatch, Failed, Reaped},
     connection::{Cluster, RedisConnection, cluster_nodes},
-    dead_letters::{DeadLetter, DeadLetterCursor, DeadLetterPage, FailureRecord},
+    dead_letters::{DeadLetterCursor, DeadLetterPage},
     index::{FailingShards, IndexRead, RESCAN_MAX_SHARDS_PER_STEP, RESCAN_STEP, ReadShard, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
     keys::{IndexKind, Keyspace, Shard, ShardKeys},

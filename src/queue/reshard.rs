@@ -2,13 +2,13 @@
 //! previous layout drains in place (its entities stay there, max-wait anchors included, until
 //! evaluated). Its dead letters stay there too while processes of the old count may run (they
 //! look nowhere else); a redrive clears them in both layouts, and once every process runs the
-//! new count `quiesce shards --move-dead-letters` moves them (`store::dead_letters`).
+//! new count `quiesce shards --move-dead-letters` moves them (`dead_letters`).
 //! `quiesce shards` reads what each layout still holds.
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::{DeadLetter, FailureRecord, Queue, Result, Shard, scripts::SCRIPTS};
-use crate::domain::EntityId;
+use super::{Queue, Result, Shard, dead_letters::entity_of_member, scripts::SCRIPTS};
+use crate::domain::{DeadLetter, EntityId, FailureRecord};
 
 /// Dead letters read from one draining shard at a time.
 const DEAD_READ_PER_SHARD: usize = 1000;
@@ -93,7 +93,10 @@ impl Queue {
                 .arg(dead.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>())
                 .query_async(&mut redis)
                 .await?;
-            for ((entity, at), info) in dead.into_iter().zip(infos) {
+            for ((member, at), info) in dead.into_iter().zip(infos) {
+                let Some(entity) = entity_of_member(&member, shard.index) else {
+                    continue;
+                };
                 let record: FailureRecord = info
                     .and_then(|raw| serde_json::from_str(&raw).ok())
                     .unwrap_or_default();

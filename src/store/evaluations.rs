@@ -33,23 +33,31 @@ pub enum Completion {
 
 /// What the fenced completion does with an entity row another transaction holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockedRows {
+pub(super) enum LockedRows {
     /// Wait for it (up to `statement_timeout`).
     Wait,
     /// Leave the entity out, as if fenced; the caller finds out which it was.
     Skip,
 }
 
-/// One evaluation to record behind the version fence: what the rules saw and decided, and the
-/// action to apply, if any.
-#[derive(Debug, Clone, Copy)]
-pub struct FencedEvaluation<'a> {
-    pub snapshot: &'a Snapshot,
-    pub verdict: &'a Verdict,
-    pub decision: Option<&'a Decision>,
-    pub worker: &'a str,
+/// One finished evaluation to record behind the version fence: what the rules saw and
+/// decided, and the action to apply, if any. The worker hands it to the store as it is.
+#[derive(Debug, Clone)]
+pub struct FencedEvaluation {
+    pub snapshot: Snapshot,
+    pub verdict: Verdict,
+    pub decision: Option<Decision>,
     pub started_at: DateTime<Utc>,
+    /// When the claim was due, for the queue lag of the evaluation record.
     pub due_at: Option<DateTime<Utc>>,
+}
+
+impl FencedEvaluation {
+    /// The completion of this evaluation from what the fenced statement recorded for it
+    /// (`None`: the version had moved and nothing was written).
+    pub fn completion(&self, recorded: Option<&Recorded>) -> Result<Completion> {
+        completion_of(&self.snapshot, self.decision.as_ref(), recorded)
+    }
 }
 
 /// What [`Store::record_fenced_evaluations`] wrote for one entity that passed the fence.
@@ -61,8 +69,19 @@ pub struct Recorded {
 
 impl Store {
     /// The fence, the actions, their outbox rows, the entities' bookkeeping and the evaluation
-    /// records of several evaluations in one statement (atomic on its own, one round trip;
-    /// with [`LockedRows::Wait`] the rows are locked first, in the same transaction).
+    /// records of several evaluations in one statement (atomic on its own, one round trip),
+    /// written by `worker`; rows held elsewhere are waited for. See [`Store::record_locked`].
+    pub async fn record_fenced_evaluations(
+        &self,
+        worker: &str,
+        evaluations: &[FencedEvaluation],
+    ) -> Result<HashMap<String, Recorded>> {
+        let evaluations: Vec<&FencedEvaluation> = evaluations.iter().collect();
+        Self::record_locked(&self.pool, worker, &evaluations, LockedRows::Wait).await
+    }
+
+    /// The fenced statement of several evaluations (with [`LockedRows::Wait`] the rows are
+    /// locked first, in the same transaction).
     /// Returns, by entity, what was recorded for those that passed the fence; an entity whose
     /// version moved is left out and nothing of its evaluation is written.
     ///
@@ -75,9 +94,10 @@ impl Store {
     /// locked elsewhere is left out as well (the caller retries it with [`LockedRows::Wait`] to
     /// learn which), so one held row cannot hold up the others. The author's derived signal is
     /// not written here (see [`Store::complete_evaluation`]).
-    pub async fn record_fenced_evaluations<'c>(
+    pub(super) async fn record_locked<'c>(
         connection: impl Acquire<'c, Database = Postgres>,
-        evaluations: &[FencedEvaluation<'_>],
+        worker: &str,
+        evaluations: &[&FencedEvaluation],
         locked_rows: LockedRows,
     ) -> Result<HashMap<String, Recorded>> {
         let distinct: HashSet<&str> = evaluations
@@ -94,7 +114,7 @@ impl Store {
         match locked_rows {
             LockedRows::Skip => {
                 let mut connection = connection.acquire().await?;
-                record_fenced(&mut connection, evaluations).await
+                record_fenced(&mut connection, worker, evaluations).await
             }
             LockedRows::Wait => {
                 // One statement, skipping held rows, serves both ways: SKIP LOCKED never skips a
@@ -107,58 +127,43 @@ impl Store {
                     .map(|e| e.snapshot.entity.as_str())
                     .collect();
                 lock_in_order(&mut tx, &entities).await?;
-                let recorded = record_fenced(&mut tx, evaluations).await?;
+                let recorded = record_fenced(&mut tx, worker, evaluations).await?;
                 tx.commit().await?;
                 Ok(recorded)
             }
         }
     }
 
-    /// Records a completed evaluation and applies its decision, in one transaction, fenced by
-    /// the moderation version read in the snapshot.
+    /// Records a completed evaluation, written by `worker`, and applies its decision, in one
+    /// transaction, fenced by the moderation version read in the snapshot.
     ///
     /// The action row's unique dedup key is the authority that an action takes effect once;
     /// the status is set, never incremented. If the version moved, nothing is written and
     /// [`StoreError::VersionConflict`] is returned.
     pub async fn complete_evaluation(
         &self,
-        snapshot: &Snapshot,
-        verdict: &Verdict,
-        decision: Option<&Decision>,
         worker: &str,
-        started_at: DateTime<Utc>,
-        due_at: Option<DateTime<Utc>>,
+        evaluation: &FencedEvaluation,
     ) -> Result<Completion> {
         // The records and the derived event go into time partitions: a partition turnover is
         // repaired and the completion retried (nothing of a failed attempt was committed).
-        self.with_turnover(|| {
-            self.complete_once(snapshot, verdict, decision, worker, started_at, due_at)
-        })
-        .await
+        self.with_turnover(|| self.complete_once(worker, evaluation))
+            .await
     }
 
     async fn complete_once(
         &self,
-        snapshot: &Snapshot,
-        verdict: &Verdict,
-        decision: Option<&Decision>,
         worker: &str,
-        started_at: DateTime<Utc>,
-        due_at: Option<DateTime<Utc>>,
+        evaluation: &FencedEvaluation,
     ) -> Result<Completion> {
-        let fenced = [FencedEvaluation {
-            snapshot,
-            verdict,
-            decision,
-            worker,
-            started_at,
-            due_at,
-        }];
+        let fenced = &[evaluation];
+        let snapshot = &evaluation.snapshot;
+        let decision = evaluation.decision.as_ref();
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
             let recorded =
-                Self::record_fenced_evaluations(&self.pool, &fenced, LockedRows::Wait).await?;
-            return completion_of(snapshot, decision, recorded.get(snapshot.entity.as_str()));
+                Self::record_locked(&self.pool, worker, fenced, LockedRows::Wait).await?;
+            return evaluation.completion(recorded.get(snapshot.entity.as_str()));
         };
         // An action on an authored entity feeds back: the author's entity gets a derived
         // signal, once per action (its id is the action's dedup key), in the same transaction.
@@ -166,12 +171,8 @@ impl Store {
         // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
         let mut tx = self.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
-        let recorded = record_fenced(&mut tx, &fenced).await?;
-        let mut completion = completion_of(
-            snapshot,
-            Some(decision),
-            recorded.get(snapshot.entity.as_str()),
-        )?;
+        let recorded = record_fenced(&mut tx, worker, fenced).await?;
+        let mut completion = evaluation.completion(recorded.get(snapshot.entity.as_str()))?;
         if let Completion::Applied {
             author: to_schedule,
             ..
@@ -191,20 +192,21 @@ impl Store {
     }
 }
 
-/// The fenced statement of [`Store::record_fenced_evaluations`] for the evaluations (each
-/// entity once) on this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`]
-/// locks them in its own transaction first, which the statement never skips.
+/// The fenced statement of [`Store::record_locked`] for the evaluations (each entity once) on
+/// this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`] locks them in
+/// its own transaction first, which the statement never skips.
 async fn record_fenced(
     connection: &mut PgConnection,
-    evaluations: &[FencedEvaluation<'_>],
+    worker: &str,
+    evaluations: &[&FencedEvaluation],
 ) -> Result<HashMap<String, Recorded>> {
     // A text column of the UNNEST input, borrowed from the evaluations (no copies); the casts
     // below name the types bound to the arrays, which the macro would otherwise want owned.
     fn strings<'a>(
-        evaluations: &'a [FencedEvaluation<'a>],
-        field: impl Fn(&'a FencedEvaluation<'a>) -> Option<&'a str>,
+        evaluations: &[&'a FencedEvaluation],
+        field: impl Fn(&'a FencedEvaluation) -> Option<&'a str>,
     ) -> Vec<Option<&'a str>> {
-        evaluations.iter().map(field).collect()
+        evaluations.iter().map(|e| field(e)).collect()
     }
     let versions: Vec<i64> = evaluations
         .iter()
@@ -212,14 +214,14 @@ async fn record_fenced(
         .collect();
     let event_counts: Vec<i64> = evaluations.iter().map(|e| e.snapshot.event_count).collect();
     let started: Vec<DateTime<Utc>> = evaluations.iter().map(|e| e.started_at).collect();
-    let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(e.verdict)).collect();
+    let decisions: Vec<Json<&Verdict>> = evaluations.iter().map(|e| Json(&e.verdict)).collect();
     // Every evaluation keeps the snapshot it decided on (about 340 bytes with the default rules;
     // BENCHMARKS.md), so that a backtest can replay any of them; an action keeps it too.
-    let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(e.snapshot)).collect();
+    let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(&e.snapshot)).collect();
     let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
     let dedup_keys: Vec<Option<String>> = evaluations
         .iter()
-        .map(|e| e.decision.map(|d| e.snapshot.dedup_key(&d.rule)))
+        .map(|e| e.decision.as_ref().map(|d| e.snapshot.dedup_key(&d.rule)))
         .collect();
     let rows = sqlx::query!(
         r#"WITH input AS (
@@ -284,17 +286,27 @@ async fn record_fenced(
         &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
         &versions,
         &event_counts,
-        &strings(evaluations, |e| Some(e.worker)) as &[Option<&str>],
+        &strings(evaluations, |_| Some(worker)) as &[Option<&str>],
         &started,
         &decisions as &[Json<&Verdict>],
         &snapshots as &[Json<&Snapshot>],
         &due as &[Option<DateTime<Utc>>],
         &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e.decision.map(|d| d.action.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e.decision.map(|d| d.rule.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e.decision.map(|d| d.reason.as_str())) as &[Option<&str>],
         &strings(evaluations, |e| e
             .decision
+            .as_ref()
+            .map(|d| d.action.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e
+            .decision
+            .as_ref()
+            .map(|d| d.rule.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e
+            .decision
+            .as_ref()
+            .map(|d| d.reason.as_str())) as &[Option<&str>],
+        &strings(evaluations, |e| e
+            .decision
+            .as_ref()
             .map(|d| d.action.status().as_str())) as &[Option<&str>],
         &dedup_keys as &[Option<String>],
     )
@@ -341,7 +353,7 @@ pub(super) fn derived_event(
 
 /// The completion of one evaluation from what the fenced statement recorded for it (`None`:
 /// the version had moved and nothing was written).
-pub fn completion_of(
+fn completion_of(
     snapshot: &Snapshot,
     decision: Option<&Decision>,
     recorded: Option<&Recorded>,

@@ -2,6 +2,7 @@
 //! the outbox. All SQL of the service lives here, one file per concern.
 
 mod backtest;
+mod batched;
 mod console;
 mod dead_letters;
 mod deliveries;
@@ -31,10 +32,8 @@ pub use self::{
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },
-    dead_letters::{
-        DeadLetterError, DeadLetterKey, DeadLetterRows, DeadLetterSync, MovedDeadLetters, ShardWalk,
-    },
-    evaluations::{Completion, FencedEvaluation, LockedRows, Recorded, completion_of},
+    dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
+    evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
@@ -249,6 +248,33 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query!("SELECT 1 AS ok").fetch_one(&self.pool).await?;
         Ok(())
+    }
+}
+
+/// Statements made in a transaction that is not committed yet: what they read or marked waits
+/// in `value` while the caller does its other half (a Redis write), then commits. Dropped
+/// without [`Uncommitted::commit`], everything rolls back.
+pub struct Uncommitted<T> {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    pub value: T,
+}
+
+impl<T> Uncommitted<T> {
+    fn new(tx: sqlx::Transaction<'static, sqlx::Postgres>, value: T) -> Self {
+        Self { tx, value }
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Uncommitted<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uncommitted")
+            .field("value", &self.value)
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,23 +1,16 @@
 //! The two Postgres calls every evaluation makes, coalesced across concurrent evaluations:
 //! snapshot reads share one statement, and completions (with their actions and outbox rows)
 //! share one fenced statement, so one commit. Each evaluation still has its own lock, fence
-//! and outcome; only the round trips are shared. A batch that fails for a reason other than an
-//! outage is retried one entity at a time, so that one entity's bad data cannot fail the
+//! and outcome; only the round trips are shared. The store answers each entity of a shared
+//! statement on its own (`store/batched.rs`), so that one entity's bad data cannot fail the
 //! others.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-};
-
-use chrono::{DateTime, Utc};
-use futures::future::join_all;
+use std::{collections::HashMap, sync::Arc};
 
 use crate::{
     coalesce::{Batching, Coalescer},
     domain::{EntityId, Snapshot},
-    rules::{Decision, Verdict},
-    store::{Completion, FencedEvaluation, LockedRows, Recorded, Store, StoreError, completion_of},
+    store::{Completion, FencedEvaluation, Store, StoreError},
     telemetry::Timed,
 };
 
@@ -47,20 +40,10 @@ struct SnapshotRequest {
     with_windows: bool,
 }
 
-/// A finished evaluation to record behind the version fence, with the action it decided on.
-#[derive(Debug, Clone)]
-pub struct FinishedEvaluation {
-    pub snapshot: Snapshot,
-    pub verdict: Verdict,
-    pub decision: Option<Decision>,
-    pub started_at: DateTime<Utc>,
-    pub due_at: Option<DateTime<Utc>>,
-}
-
 #[derive(Clone)]
 pub struct EvaluationBatches {
     snapshots: Coalescer<SnapshotRequest, Result<Option<Snapshot>>>,
-    completions: Coalescer<FinishedEvaluation, Result<Completion>>,
+    completions: Coalescer<FencedEvaluation, Result<Completion>>,
     store: Store,
     worker: Arc<str>,
 }
@@ -77,7 +60,7 @@ impl EvaluationBatches {
         let (writer, name) = (store.clone(), Arc::clone(&worker));
         let completions = Coalescer::start(batching("completion"), move |requests| {
             let (store, worker) = (writer.clone(), Arc::clone(&name));
-            async move { record_completions(&store, &worker, requests).await }
+            async move { store.complete_many(&worker, &requests).await }
         });
         Self {
             snapshots,
@@ -108,18 +91,11 @@ impl EvaluationBatches {
     /// Records the evaluation and applies its action, if any, as [`Store::complete_evaluation`]
     /// does, sharing its statement with concurrent evaluations. An action on an entity with an
     /// author is completed on its own: the author's derived signal needs a transaction.
-    pub async fn complete(&self, evaluation: FinishedEvaluation) -> Result<Completion> {
+    pub async fn complete(&self, evaluation: FencedEvaluation) -> Result<Completion> {
         if evaluation.decision.is_some() && evaluation.snapshot.author.is_some() {
             return self
                 .store
-                .complete_evaluation(
-                    &evaluation.snapshot,
-                    &evaluation.verdict,
-                    evaluation.decision.as_ref(),
-                    &self.worker,
-                    evaluation.started_at,
-                    evaluation.due_at,
-                )
+                .complete_evaluation(&self.worker, &evaluation)
                 .timed_query("complete_evaluation")
                 .await;
         }
@@ -173,125 +149,13 @@ async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<
             .iter()
             .map(|&i| requests[i].entity.as_str())
             .collect();
-        let read = store
-            .snapshots(&ids, with_actors, with_windows)
-            .timed_query("snapshot")
-            .await;
-        match read {
-            Ok(found) => {
-                for &i in &members {
-                    answers[i] = Some(Ok(found.get(requests[i].entity.as_str()).cloned()));
-                }
-            }
-            Err(error) if members.len() > 1 && !error.is_unavailable() => {
-                tracing::warn!(error = %crate::telemetry::Chain(&error), entities = members.len(), "snapshot batch failed; reading one by one");
-                each_on_its_own(members, &mut answers, |i| async move {
-                    let one = [requests[i].entity.as_str()];
-                    let read = store.snapshots(&one, with_actors, with_windows).await;
-                    read.map(|mut found| found.remove(one[0]))
-                })
-                .await;
-            }
-            Err(error) => share_error(error, &members, &mut answers),
+        let read = store.snapshots_each(&ids, with_actors, with_windows).await;
+        for (&i, answer) in members.iter().zip(read) {
+            answers[i] = Some(answer);
         }
     }
     answers
         .into_iter()
         .map(|answer| answer.expect("every request is in a group"))
         .collect()
-}
-
-fn fenced<'a>(evaluation: &'a FinishedEvaluation, worker: &'a str) -> FencedEvaluation<'a> {
-    FencedEvaluation {
-        snapshot: &evaluation.snapshot,
-        verdict: &evaluation.verdict,
-        decision: evaluation.decision.as_ref(),
-        worker,
-        started_at: evaluation.started_at,
-        due_at: evaluation.due_at,
-    }
-}
-
-/// Records the evaluations in one fenced statement. An entity appears once per statement, so a
-/// second evaluation of the same entity in the batch (a stale claim) is recorded on its own.
-async fn record_completions(
-    store: &Store,
-    worker: &str,
-    requests: Vec<FinishedEvaluation>,
-) -> Vec<Result<Completion>> {
-    let answer = |request: &FinishedEvaluation, recorded: Option<&Recorded>| {
-        completion_of(&request.snapshot, request.decision.as_ref(), recorded)
-    };
-    let mut answers: Vec<Option<Result<Completion>>> = requests.iter().map(|_| None).collect();
-    let mut seen = HashSet::new();
-    let (first, repeated): (Vec<usize>, Vec<usize>) =
-        (0..requests.len()).partition(|&i| seen.insert(requests[i].snapshot.entity.as_str()));
-    let batch: Vec<FencedEvaluation> = first
-        .iter()
-        .map(|&i| fenced(&requests[i], worker))
-        .collect();
-    // The shared statement skips rows held elsewhere, so that one held row does not hold up
-    // the batch; those (and the fenced out, which look the same) are tried again on their own.
-    let recorded = Store::record_fenced_evaluations(store.pool(), &batch, LockedRows::Skip)
-        .timed_query("complete_evaluation")
-        .await;
-    let mut one_by_one = repeated;
-    match recorded {
-        Ok(recorded) => {
-            for &i in &first {
-                let entity = requests[i].snapshot.entity.as_str();
-                match recorded.get(entity) {
-                    Some(done) => answers[i] = Some(answer(&requests[i], Some(done))),
-                    None => one_by_one.push(i),
-                }
-            }
-        }
-        Err(error) if first.len() > 1 && !error.is_unavailable() => {
-            tracing::warn!(error = %crate::telemetry::Chain(&error), entities = first.len(), "completion batch failed; recording one by one");
-            one_by_one.extend(first);
-        }
-        Err(error) => share_error(error, &first, &mut answers),
-    }
-    let requests = &requests;
-    each_on_its_own(one_by_one, &mut answers, |i| async move {
-        let request = &requests[i];
-        let recorded = Store::record_fenced_evaluations(
-            store.pool(),
-            &[fenced(request, worker)],
-            LockedRows::Wait,
-        )
-        .await;
-        let entity = request.snapshot.entity.as_str();
-        recorded.and_then(|r| answer(request, r.get(entity)))
-    })
-    .await;
-    answers
-        .into_iter()
-        .map(|answer| answer.expect("every request is answered"))
-        .collect()
-}
-
-/// Answers each member with a call of its own, concurrently: an entity that fails again (or
-/// waits on a row held elsewhere) must not hold up the others.
-async fn each_on_its_own<T, F, Fut>(members: Vec<usize>, answers: &mut [Option<Result<T>>], call: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let calls = members.into_iter().map(|i| {
-        let answer = call(i);
-        async move { (i, answer.await) }
-    });
-    for (i, answer) in join_all(calls).await {
-        answers[i] = Some(answer);
-    }
-}
-
-/// Gives every member of a failed batch the same error (an outage: each evaluation gives its
-/// claim back).
-fn share_error<T>(error: StoreError, members: &[usize], answers: &mut [Option<Result<T>>]) {
-    let shared = Arc::new(error);
-    for &i in members {
-        answers[i] = Some(Err(StoreError::Shared(Arc::clone(&shared))));
-    }
 }

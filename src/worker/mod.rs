@@ -28,9 +28,9 @@ use tracing::Instrument;
 
 use self::breaker::Breaker;
 pub use self::{
-    batches::{EvaluationBatches, FinishedEvaluation},
+    batches::EvaluationBatches,
     lease::LeaseEstimator,
-    pipeline::Outcome,
+    pipeline::{EvaluationError, Failure, Outcome},
 };
 use crate::{
     domain::Snapshot,

@@ -15,16 +15,16 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::{Worker, batches::FinishedEvaluation, lease::renew_while_running};
+use super::{Worker, lease::renew_while_running};
 use crate::{
     domain::Priority,
-    queue::{Claim, Failed},
-    store::{Completion, StoreError},
-    telemetry::names,
+    queue::{Claim, Failed, QueueError},
+    store::{Completion, FencedEvaluation, StoreError},
+    telemetry::{Chain, names},
 };
 
 /// How one evaluation ended.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Outcome {
     /// Evaluated and recorded (with or without an action).
     Done(Completion),
@@ -32,12 +32,39 @@ pub enum Outcome {
     Snooze(Duration),
     /// A transient failure that is not the entity's fault (version conflict, Postgres or Redis
     /// unreachable): re-scheduled after a short jittered delay, no attempt used.
-    Retry(String),
+    Retry(Failure),
     /// A failed attempt (error, panic, timeout): re-scheduled after an exponential backoff with
     /// full jitter.
-    Failed(String),
+    Failed(Failure),
     /// Moved to the dead-letter set: a fatal failure, or the last allowed attempt failed.
-    DeadLettered(String),
+    DeadLettered(Failure),
+}
+
+/// Why an evaluation was given back or failed, with its cause: logged with the whole chain;
+/// its message alone is what the failure record keeps as the last error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Failure {
+    /// The entity's lock was busy and re-scheduling it failed: the lease expires.
+    #[error("lock busy, and re-scheduling failed")]
+    LockBusy(#[source] Arc<QueueError>),
+    /// Taking the entity's lock failed.
+    #[error("lock")]
+    Lock(#[source] Arc<QueueError>),
+    /// Another writer moved the entity on since the snapshot.
+    #[error("moderation version moved past {read}")]
+    VersionMoved { read: i64 },
+    /// The evaluation itself failed: the entity, the rules, the store or the time limit.
+    #[error(transparent)]
+    Evaluation(Arc<EvaluationError>),
+    /// The evaluation panicked.
+    #[error("panic: {0}")]
+    Panic(String),
+}
+
+impl From<EvaluationError> for Failure {
+    fn from(error: EvaluationError) -> Self {
+        Failure::Evaluation(Arc::new(error))
+    }
 }
 
 impl Outcome {
@@ -52,8 +79,9 @@ impl Outcome {
     }
 }
 
+/// Why one evaluation did not complete.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum EvaluationError {
+pub enum EvaluationError {
     #[error("entity is scheduled but has no record in Postgres")]
     UnknownEntity,
     #[error("the rules cannot evaluate this entity: {0}")]
@@ -89,7 +117,7 @@ impl Worker {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "(no message)".to_owned());
-                let outcome = self.fail(&claim, format!("panic: {message}"), false).await;
+                let outcome = self.fail(&claim, Failure::Panic(message), false).await;
                 let _ = self.queue.unlock(&claim).await;
                 outcome
             }
@@ -97,11 +125,15 @@ impl Worker {
         metrics::counter!(names::EVALUATIONS, "outcome" => outcome.label()).increment(1);
         metrics::histogram!(names::EVALUATION_SECONDS).record(started.elapsed().as_secs_f64());
         match &outcome {
-            Outcome::Retry(reason) => tracing::info!(%reason, "evaluation will be retried"),
-            Outcome::Failed(error) => {
-                tracing::warn!(%error, "evaluation failed; retrying with backoff")
+            Outcome::Retry(reason) => {
+                tracing::info!(reason = %Chain(reason), "evaluation will be retried")
             }
-            Outcome::DeadLettered(error) => tracing::error!(%error, "entity dead-lettered"),
+            Outcome::Failed(error) => {
+                tracing::warn!(error = %Chain(error), "evaluation failed; retrying with backoff")
+            }
+            Outcome::DeadLettered(error) => {
+                tracing::error!(error = %Chain(error), "entity dead-lettered")
+            }
             _ => {}
         }
         outcome
@@ -123,15 +155,13 @@ impl Worker {
                 return match self.queue.retry(claim, delay).await {
                     Ok(_) => Outcome::Snooze(delay),
                     // The lease will expire and the reaper returns the entity.
-                    Err(error) => {
-                        Outcome::Retry(format!("lock busy, and re-scheduling failed: {error}"))
-                    }
+                    Err(error) => Outcome::Retry(Failure::LockBusy(Arc::new(error))),
                 };
             }
             Err(error) => {
                 // The SET may have taken effect with its reply lost: release it if it is ours.
                 let _ = self.queue.unlock(claim).await;
-                return self.give_back(claim, format!("lock: {error}")).await;
+                return self.give_back(claim, Failure::Lock(Arc::new(error))).await;
             }
         }
 
@@ -162,23 +192,23 @@ impl Worker {
                 Outcome::Done(completion)
             }
             Err(error @ (EvaluationError::UnknownEntity | EvaluationError::Rules(_))) => {
-                self.fail(claim, error.to_string(), true).await
+                self.fail(claim, error.into(), true).await
             }
             Err(EvaluationError::Store(StoreError::VersionConflict { read })) => {
                 metrics::counter!(names::VERSION_CONFLICTS).increment(1);
                 self.stats.fenced.fetch_add(1, Ordering::Relaxed);
-                self.give_back(claim, format!("moderation version moved past {read}"))
-                    .await
+                self.give_back(claim, Failure::VersionMoved { read }).await
             }
             // A deadlock or serialization failure: try again, nobody's fault.
             Err(EvaluationError::Store(error)) if error.is_conflict() => {
-                self.give_back(claim, error.to_string()).await
+                self.give_back(claim, EvaluationError::Store(error).into())
+                    .await
             }
             // A timeout is the entity's fault only if Postgres answers: a black-holed network
             // must not use up attempts.
             Err(error @ EvaluationError::TimedOut(_)) if !self.postgres_answers().await => {
                 self.breaker.trip(self.settings.poll_interval);
-                self.give_back(claim, error.to_string()).await
+                self.give_back(claim, error.into()).await
             }
             // An outage is not the entity's fault: it must not use up its attempts, and
             // claiming pauses until Postgres answers again.
@@ -187,9 +217,10 @@ impl Worker {
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "Postgres unreachable; pausing claims");
                 }
                 self.breaker.trip(self.settings.poll_interval);
-                self.give_back(claim, error.to_string()).await
+                self.give_back(claim, EvaluationError::Store(error).into())
+                    .await
             }
-            Err(error) => self.fail(claim, error.to_string(), false).await,
+            Err(error) => self.fail(claim, error.into(), false).await,
         };
         if lost.load(Ordering::Relaxed) {
             tracing::warn!("lease or lock was lost during the evaluation");
@@ -209,7 +240,7 @@ impl Worker {
     }
 
     /// Re-schedules after a short jittered delay without using an attempt.
-    async fn give_back(&self, claim: &Claim, reason: String) -> Outcome {
+    async fn give_back(&self, claim: &Claim, reason: Failure) -> Outcome {
         if let Err(error) = self
             .queue
             .retry(claim, self.jittered(self.settings.retry_delay))
@@ -224,7 +255,7 @@ impl Worker {
     /// Redis decides (counting from the greater of its count and the one Postgres holds, so a
     /// Redis that lost its copy does not start over), then the outcome is written to Postgres;
     /// a dead letter whose write fails is copied there from Redis by the repair sweep.
-    async fn fail(&self, claim: &Claim, error: String, fatal: bool) -> Outcome {
+    async fn fail(&self, claim: &Claim, error: Failure, fatal: bool) -> Outcome {
         let entity = claim.entity.to_string();
         let floor = match self
             .store
@@ -237,7 +268,12 @@ impl Worker {
                 None
             }
         };
-        match self.queue.fail(claim, &error, fatal, floor.as_ref()).await {
+        let last_error = error.to_string();
+        match self
+            .queue
+            .fail(claim, &last_error, fatal, floor.as_ref())
+            .await
+        {
             Ok(Failed::DeadLettered(dead)) => {
                 let reason = if fatal { "fatal" } else { "attempts_exhausted" };
                 metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(1);
@@ -254,7 +290,7 @@ impl Worker {
             }
             Ok(Failed::TakenOver) => Outcome::Failed(error),
             Err(redis_error) => {
-                tracing::warn!(%redis_error, "recording the failure failed; the lease expires and the reaper counts it");
+                tracing::warn!(redis_error = %Chain(&redis_error), "recording the failure failed; the lease expires and the reaper counts it");
                 Outcome::Failed(error)
             }
         }
@@ -306,7 +342,7 @@ impl Worker {
         let collapsed = (snapshot.event_count - snapshot.previously_evaluated).max(0);
         let completion = self
             .batches
-            .complete(FinishedEvaluation {
+            .complete(FencedEvaluation {
                 snapshot,
                 verdict,
                 decision: decision.clone(),

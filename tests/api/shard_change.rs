@@ -131,8 +131,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
 
     // Redrive finds the dead letter where it moved and makes it due again.
     assert!(
-        new.store
-            .redrive_dead_letter(&new.queue, &ghost, "test")
+        quiesce::dead_letters::redrive(&new.store, &new.queue, &ghost, "test")
             .await
             .unwrap()
     );
@@ -157,8 +156,7 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
     assert_eq!((depths[0].dead, depths[1].dead), (0, 1));
     // A redrive by a new process takes it out of the old layout and makes it due in the new.
     assert!(
-        new.store
-            .redrive_dead_letter(&new.queue, &ghost, "test")
+        quiesce::dead_letters::redrive(&new.store, &new.queue, &ghost, "test")
             .await
             .unwrap()
     );

@@ -18,14 +18,27 @@ use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
 /// One fenced statement for these evaluations, waiting on rows held elsewhere.
 async fn record_waiting(
     app: &TestApp,
-    evaluations: &[quiesce::store::FencedEvaluation<'_>],
+    evaluations: &[quiesce::store::FencedEvaluation],
 ) -> Result<HashMap<String, quiesce::store::Recorded>, quiesce::store::StoreError> {
-    quiesce::store::Store::record_fenced_evaluations(
-        &app.pool,
-        evaluations,
-        quiesce::store::LockedRows::Wait,
-    )
-    .await
+    app.backends
+        .store
+        .record_fenced_evaluations("test", evaluations)
+        .await
+}
+
+/// What a worker hands the store for one evaluation of this snapshot.
+fn fenced(
+    snapshot: &quiesce::domain::Snapshot,
+    verdict: &quiesce::rules::Verdict,
+    decision: Option<&quiesce::rules::Decision>,
+) -> quiesce::store::FencedEvaluation {
+    quiesce::store::FencedEvaluation {
+        snapshot: snapshot.clone(),
+        verdict: verdict.clone(),
+        decision: decision.cloned(),
+        started_at: chrono::Utc::now(),
+        due_at: None,
+    }
 }
 
 /// Sends one upvote for each entity.
@@ -129,14 +142,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         .unwrap();
 
     let result = store
-        .complete_evaluation(
-            &snapshot,
-            &verdict,
-            decision.as_ref(),
-            "test",
-            chrono::Utc::now(),
-            None,
-        )
+        .complete_evaluation("test", &fenced(&snapshot, &verdict, decision.as_ref()))
         .await;
     assert!(
         matches!(
@@ -153,28 +159,14 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     // The same decision on a fresh snapshot applies, once.
     let fresh = store.snapshot(&entity, false).await.unwrap().unwrap();
     let done = store
-        .complete_evaluation(
-            &fresh,
-            &verdict,
-            decision.as_ref(),
-            "test",
-            chrono::Utc::now(),
-            None,
-        )
+        .complete_evaluation("test", &fenced(&fresh, &verdict, decision.as_ref()))
         .await
         .unwrap();
     assert!(matches!(done, quiesce::store::Completion::Applied { .. }));
     // Replaying the same decision on the same snapshot (a retry after a crash) writes nothing:
     // the dedup key already exists and the version has moved on.
     let replay = store
-        .complete_evaluation(
-            &fresh,
-            &verdict,
-            decision.as_ref(),
-            "test",
-            chrono::Utc::now(),
-            None,
-        )
+        .complete_evaluation("test", &fenced(&fresh, &verdict, decision.as_ref()))
         .await;
     assert!(
         matches!(
@@ -208,14 +200,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     let batch: Vec<_> = names
         .iter()
         .zip(&verdicts)
-        .map(|(name, verdict)| quiesce::store::FencedEvaluation {
-            snapshot: &snapshots[*name],
-            verdict,
-            decision: None,
-            worker: "test",
-            started_at: chrono::Utc::now(),
-            due_at: None,
-        })
+        .map(|(name, verdict)| fenced(&snapshots[*name], verdict, None))
         .collect();
     let recorded = record_waiting(&app, &batch).await.unwrap();
 
@@ -241,7 +226,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     );
 
     // One entity twice in a batch would pass the fence twice: refused, nothing written.
-    let twice = [batch[0], batch[0]];
+    let twice = [batch[0].clone(), batch[0].clone()];
     let refused = record_waiting(&app, &twice).await;
     assert!(
         matches!(refused, Err(quiesce::store::StoreError::Corrupt(_))),
@@ -267,21 +252,14 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
     .await
     .unwrap();
 
-    let batch = [quiesce::store::FencedEvaluation {
-        snapshot: &snapshot,
-        verdict: &verdict,
-        decision: Some(&decision),
-        worker: "test",
-        started_at: chrono::Utc::now(),
-        due_at: None,
-    }];
+    let batch = [fenced(&snapshot, &verdict, Some(&decision))];
     let recorded = record_waiting(&app, &batch).await.unwrap();
     assert_eq!(
         recorded.get("post:dedup"),
         Some(&quiesce::store::Recorded { action_id: None })
     );
     assert!(matches!(
-        quiesce::store::completion_of(&snapshot, Some(&decision), recorded.get("post:dedup")),
+        batch[0].completion(recorded.get("post:dedup")),
         Ok(quiesce::store::Completion::AlreadyApplied)
     ));
     assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
@@ -338,7 +316,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
             let verdict = rules.evaluate(&snapshot);
             let decision = verdict.to_apply(snapshot.status, None).cloned();
             let completion = batches
-                .complete(quiesce::worker::FinishedEvaluation {
+                .complete(quiesce::store::FencedEvaluation {
                     snapshot,
                     verdict,
                     decision,
@@ -433,7 +411,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
             let (batches, verdict) = (batches.clone(), rules.evaluate(&snapshot));
             tokio::spawn(async move {
                 batches
-                    .complete(quiesce::worker::FinishedEvaluation {
+                    .complete(quiesce::store::FencedEvaluation {
                         snapshot,
                         verdict,
                         decision: None,

@@ -19,8 +19,8 @@ use axum::{
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
 use quiesce::{
+    actions::{DeliverySettings, Dispatcher},
     credentials::WebhookSecret,
-    outbox::{DeliverySettings, Dispatcher},
 };
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -210,12 +210,14 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
         app.backends
             .store
             .complete_evaluation(
-                &snapshot,
-                &verdict,
-                stale.as_ref(),
                 "stale",
-                chrono::Utc::now(),
-                None,
+                &quiesce::store::FencedEvaluation {
+                    snapshot: snapshot.clone(),
+                    verdict: verdict.clone(),
+                    decision: stale.clone(),
+                    started_at: chrono::Utc::now(),
+                    due_at: None,
+                },
             )
             .await
             .is_err()

@@ -27,7 +27,7 @@ use std::{
 
 use axum::{Router, extract::State, http::StatusCode, routing::post};
 use quiesce::{
-    outbox::{DeliverySettings, Dispatcher},
+    actions::{DeliverySettings, Dispatcher},
     rules::RuleSet,
     worker::BeforeApplyHook,
 };

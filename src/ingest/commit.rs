@@ -1,6 +1,7 @@
 //! Group commit of accepted events: concurrent requests hand their validated events to a
 //! coalescer whose committers each write everything queued in one Postgres statement and then
-//! schedule the entities in Redis, before any of those requests is answered.
+//! schedule the entities in Redis, before any of those requests is answered. A group's span
+//! follows from the spans of the requests in it, and its failure is logged once, there.
 
 use std::{
     collections::{HashMap, hash_map::Entry},
@@ -11,6 +12,7 @@ use std::{
 use tokio::sync::Notify;
 use tracing::Instrument;
 
+use super::SubmitError;
 use crate::{
     coalesce::{Batching, Coalescer},
     domain::{EntityId, Event, Priority},
@@ -61,16 +63,27 @@ pub struct IngestOutcome {
 
 type Answer = Result<IngestOutcome, IngestError>;
 
-/// Handle used by the HTTP layer; cheap to clone.
+/// One request's events in a group, with the span of the request that sent them.
+struct Request {
+    events: Vec<Event>,
+    span: tracing::Span,
+}
+
+/// The committers' queue; cheap to clone.
 #[derive(Clone)]
-pub struct Ingestor {
-    groups: Coalescer<Vec<Event>, Answer>,
+pub(super) struct GroupCommit {
+    groups: Coalescer<Request, Answer>,
     timeout: Duration,
 }
 
-impl Ingestor {
+impl GroupCommit {
     /// Starts the committers; they stop when every handle is dropped.
-    pub fn start(store: Store, queue: Queue, wakeup: Arc<Notify>, timeout: Duration) -> Self {
+    pub(super) fn start(
+        store: Store,
+        queue: Queue,
+        wakeup: Arc<Notify>,
+        timeout: Duration,
+    ) -> Self {
         let committer = Arc::new(Committer {
             store,
             queue,
@@ -81,11 +94,11 @@ impl Ingestor {
             name: "ingest",
             flushers: COMMITTERS,
             max_weight: MAX_GROUP_EVENTS,
-            weigh: Vec::len,
+            weigh: |request: &Request| request.events.len(),
             queue: QUEUED_REQUESTS,
             measured: false,
         };
-        let groups = Coalescer::start(batching, move |group: Vec<Vec<Event>>| {
+        let groups = Coalescer::start(batching, move |group: Vec<Request>| {
             let committer = Arc::clone(&committer);
             async move { committer.commit_group(group).await }
         });
@@ -94,13 +107,17 @@ impl Ingestor {
 
     /// Records and schedules a request's events; returns once they are durable and scheduled.
     /// A request given up on while it still waits for its group is never written.
-    pub async fn submit(&self, events: Vec<Event>) -> Answer {
+    pub(super) async fn submit(&self, events: Vec<Event>) -> Result<IngestOutcome, SubmitError> {
+        let request = Request {
+            events,
+            span: tracing::Span::current(),
+        };
         // The committer has its own timeout; this one bounds the wait for a place in line.
         let wait = self.timeout * 3;
-        match tokio::time::timeout(wait, self.groups.call(events)).await {
-            Ok(Some(answer)) => answer,
-            Ok(None) => Err(IngestError::ShuttingDown),
-            Err(_) => Err(IngestError::Timeout(wait)),
+        match tokio::time::timeout(wait, self.groups.call(request)).await {
+            Ok(Some(answer)) => answer.map_err(SubmitError::GroupFailed),
+            Ok(None) => Err(SubmitError::Unavailable(IngestError::ShuttingDown)),
+            Err(_) => Err(SubmitError::Unavailable(IngestError::Timeout(wait))),
         }
     }
 }
@@ -113,10 +130,15 @@ struct Committer {
 }
 
 impl Committer {
-    /// Commits a group, within the timeout, and answers each request of it.
-    async fn commit_group(&self, group: Vec<Vec<Event>>) -> Vec<Answer> {
-        let events: usize = group.iter().map(Vec::len).sum();
+    /// Commits a group, within the timeout, and answers each request of it. A failure is
+    /// logged here, once for the group; its requests answer without logging it again.
+    async fn commit_group(&self, group: Vec<Request>) -> Vec<Answer> {
+        let events: usize = group.iter().map(|request| request.events.len()).sum();
         let span = tracing::info_span!("ingest_group", requests = group.len(), events);
+        for request in &group {
+            span.follows_from(&request.span);
+        }
+        let group: Vec<Vec<Event>> = group.into_iter().map(|request| request.events).collect();
         let started = Instant::now();
         let result = tokio::time::timeout(self.timeout, self.commit(&group))
             .instrument(span.clone())

@@ -2,7 +2,6 @@
 //! the action or reversal they describe) to the platform, signed the Standard Webhooks way.
 //! Delivery is at least once; `webhook-id` is stable per action, so receivers dedupe on it.
 
-use crate::telemetry::Timed;
 use std::{sync::Arc, time::Duration};
 
 use rand::Rng;
@@ -12,7 +11,7 @@ use crate::{
     credentials::WebhookSecret,
     settings::Settings,
     store::{OutboxRow, Store, StoreError},
-    telemetry::names,
+    telemetry::{Timed, names},
 };
 
 #[derive(Clone)]
@@ -90,6 +89,7 @@ impl Dispatcher {
     /// Delivers the rows that are due, concurrently; failures are re-scheduled with an
     /// exponential backoff and full jitter (or the receiver's Retry-After on a 429), and given
     /// up past the horizon.
+    #[tracing::instrument(level = "debug", name = "delivery_pass", skip_all)]
     pub async fn deliver_once(&self) -> Result<DeliveryRound, StoreError> {
         // A claimed row is not taken again until the attempt had time to finish.
         let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
@@ -131,6 +131,7 @@ impl Dispatcher {
         Ok(round)
     }
 
+    #[tracing::instrument(name = "delivery", skip_all, fields(id = row.id, topic = %row.topic, attempts = row.attempts))]
     async fn attempt(&self, row: &OutboxRow) -> Attempt {
         let body = serde_json::to_vec(&serde_json::json!({
             "type": row.topic,

@@ -1,0 +1,93 @@
+//! Moderators' decisions, as the API and the console take them: a reversal of an automated
+//! action (with the override it implies, and the author's compensated signal scheduled) and an
+//! override of an entity's status, whose default length is decided here once.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    domain::{EntityId, Priority, Status},
+    queue::Queue,
+    store::{Reversal, Store, StoreError},
+    telemetry::{Chain, names},
+};
+
+const MAX_TEXT: usize = 1000;
+
+/// What [`acceptable_text`] asks, for an error message.
+pub const TEXT_RULE: &str = "must be 1-1000 characters without control characters, not only spaces";
+
+/// Whether a moderator's free text (a name, a reason) may be recorded: 1-1000 characters
+/// without control characters, not only spaces. The API and the console hold it to the same
+/// rule.
+pub fn acceptable_text(text: &str) -> bool {
+    text.chars().any(|c| c != ' ')
+        && !text.chars().any(char::is_control)
+        && text.chars().count() <= MAX_TEXT
+}
+
+/// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
+/// counted, and the author's compensated signal scheduled.
+#[tracing::instrument(skip_all, fields(action = id))]
+pub async fn reverse(
+    store: &Store,
+    queue: &Queue,
+    id: i64,
+    moderator: &str,
+    reason: &str,
+    override_for: Duration,
+) -> Result<Reversal, StoreError> {
+    let reversal = store
+        .reverse_action(id, moderator, reason, override_for)
+        .await?;
+    metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
+    if let Some(author) = &reversal.author {
+        // The compensation is committed; if this schedule is lost the repair sweep finds it.
+        if let Err(error) = queue.schedule(&[(author.clone(), Priority::Normal)]).await {
+            tracing::warn!(error = %Chain(&error), %author, "could not schedule the author after a reversal");
+        }
+    }
+    Ok(reversal)
+}
+
+/// An override a moderator asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct OverrideRequest<'a> {
+    pub entity: &'a EntityId,
+    pub moderator: &'a str,
+    pub status: Status,
+    /// When automation may go past it again; `None`: after `default_for`.
+    pub until: Option<DateTime<Utc>>,
+    pub reason: &'a str,
+}
+
+/// The override as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overridden {
+    pub moderation_version: i64,
+    pub until: DateTime<Utc>,
+}
+
+/// Sets the entity's status; automation does not go past it until the request's `until`, or
+/// for `default_for` (the length a reversal's override has) when it names none.
+pub async fn override_status(
+    store: &Store,
+    request: OverrideRequest<'_>,
+    default_for: Duration,
+) -> Result<Overridden, StoreError> {
+    let until = request.until.unwrap_or_else(|| Utc::now() + default_for);
+    let moderation_version = store
+        .override_entity(
+            request.entity,
+            request.moderator,
+            request.status,
+            until,
+            request.reason,
+        )
+        .await?;
+    Ok(Overridden {
+        moderation_version,
+        until,
+    })
+}
