@@ -425,7 +425,12 @@ pub async fn override_status(
         reason: &reason,
     };
     let app = &state.app;
-    moderation::override_status(&app.store, request, app.limits.override_after_reversal).await?;
+    moderation::override_status(
+        &app.store,
+        request,
+        app.settings.moderation.override_after_reversal,
+    )
+    .await?;
     tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

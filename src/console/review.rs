@@ -341,7 +341,7 @@ pub async fn action(
                 p {
                     "The entity goes back to " (layout::status(&action.previous_status))
                     " and automation is held back from redoing this for "
-                    (humantime::format_duration(state.app.limits.override_after_reversal))
+                    (humantime::format_duration(state.app.settings.moderation.override_after_reversal))
                     ". Your name and reason are recorded."
                 }
                 form.stack method="post" action={ "/console/actions/" (action.id) "/reverse" } {
@@ -377,7 +377,7 @@ pub async fn reverse(
     let id = action_id(path)?;
     let reason = fields.text("reason")?;
     let app = &state.app;
-    let override_for = app.limits.override_after_reversal;
+    let override_for = app.settings.moderation.override_after_reversal;
     moderation::reverse(
         &app.store,
         &app.queue,

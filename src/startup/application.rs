@@ -9,8 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::backends::Backends;
 use crate::{
     console,
-    http::{self, AppState, Limits, signature::InboundSecrets},
-    ingest::Ingestor,
+    http::{self, AppState, server::ConnectionLimits},
     maintenance::Maintenance,
     settings::Settings,
     telemetry,
@@ -32,7 +31,6 @@ pub struct Application {
     state: AppState,
     /// Signs the moderator console's sessions.
     sessions: console::Sessions,
-    connection_limits: http::server::ConnectionLimits,
     workers: Option<(Worker, Maintenance)>,
 }
 
@@ -60,73 +58,19 @@ impl Application {
             }
             None => None,
         };
-        let ingestor = Ingestor::start(
+        let state = AppState::new(
+            settings,
             backends.store.clone(),
             backends.queue.clone(),
+            Arc::clone(&backends.rules),
             Arc::clone(&backends.wakeup),
-            settings.database.backend_timeout,
         );
-        let security = &settings.security;
-        let state = AppState::new(http::Shared {
-            store: backends.store.clone(),
-            queue: backends.queue.clone(),
-            ingestor,
-            rules: Arc::clone(&backends.rules),
-            // --insecure-dev waives what is missing; whatever is configured is enforced.
-            auth: Arc::new(http::auth::Auth::new(
-                security.api_tokens.clone(),
-                !security.insecure_dev || !security.api_tokens.is_empty(),
-            )),
-            inbound: Arc::new(InboundSecrets::new(
-                &security.inbound_secrets,
-                &security.inbound_github_secrets,
-                security.signature_tolerance,
-            )),
-            sources: Arc::new(
-                security
-                    .sources
-                    .iter()
-                    .map(|source| {
-                        let secrets = InboundSecrets::new(
-                            &source.secrets,
-                            &source.github_secrets,
-                            security.signature_tolerance,
-                        );
-                        (source.name.clone(), secrets)
-                    })
-                    .collect(),
-            ),
-            rate_limits: Arc::new(http::limits::RateLimits::new(
-                &settings.http,
-                &security.sources,
-            )),
-            ingest_slots: Arc::new(tokio::sync::Semaphore::new(
-                settings.http.max_concurrent_ingest,
-            )),
-            backtests: Arc::new(crate::backtest::Gate::default()),
-            limits: Arc::new(Limits {
-                body_limit: settings.http.body_limit,
-                max_batch: settings.http.max_batch,
-                backend_timeout: settings.database.backend_timeout,
-                override_after_reversal: settings.moderation.override_after_reversal,
-                request_timeout: settings.http.request_timeout,
-                body_pace: http::body::BodyPace {
-                    min_rate: settings.http.body_min_rate,
-                    grace: settings.http.body_grace,
-                },
-            }),
-        });
         Ok(Self {
             listener,
             address,
             metrics,
             state,
             sessions: console::Sessions::new(&settings.console),
-            connection_limits: http::server::ConnectionLimits {
-                header_read_timeout: settings.http.header_read_timeout,
-                max_connections: settings.http.max_connections,
-                drain_timeout: settings.http.request_timeout,
-            },
             workers: worker.map(|worker| (worker, backends.maintenance(settings))),
         })
     }
@@ -152,15 +96,16 @@ impl Application {
                 self.state.store.clone(),
                 Arc::clone(&self.state.rules),
                 telemetry::metrics_handle(),
-                self.state.limits.backend_timeout,
+                self.state.settings.database.backend_timeout,
             );
             serve_metrics(listener, router, shutdown.clone())
         });
+        let connection_limits = ConnectionLimits::from(&self.state.settings.http);
         let pages = console::router(self.state.clone(), self.sessions);
         http::server::serve(
             self.listener,
             http::router_with(self.state, pages),
-            self.connection_limits,
+            connection_limits,
             shutdown.clone(),
         )
         .await;
