@@ -39,7 +39,9 @@ pub fn redis_url() -> String {
 /// rows written before the migrations).
 pub struct TestOptions {
     /// The app's settings, with the test defaults of [`TestOptions::default`]; `spawn_app` adds
-    /// the test's own database, Redis prefix and listeners.
+    /// the test's own database and Redis prefix (behind proxies if asked), turns
+    /// test_short_retention on for a retention below 1h, and runs as with --insecure-dev when
+    /// no API token is set.
     pub settings: Settings,
     /// Runs the evaluation loop in the app; [`TestOptions::idle`] does not.
     pub worker_loop: bool,
@@ -62,8 +64,8 @@ pub struct TestOptions {
 impl Default for TestOptions {
     /// Millisecond windows and polls, a small lease, 4 workers; the shared Redis (a test may
     /// name another, e.g. a private instance a chaos test can flush or restart) with 4 shards.
-    /// Without API tokens the app runs as with --insecure-dev; a retention below 1h turns
-    /// test_short_retention on.
+    /// Rates out of the way; no API token, inbound secret, named source or console session key
+    /// (the settings' defaults). Everything else as `Settings::default()`.
     fn default() -> Self {
         let mut settings = Settings::default();
         settings.database.db_max_connections = 8;
@@ -96,11 +98,6 @@ impl Default for TestOptions {
         worker.worker_id = "in-process".to_owned();
         settings.maintenance.sweep_interval = Duration::from_secs(30);
         settings.maintenance.sweep_grace = Duration::from_secs(10);
-        settings.security.sources = Vec::new();
-        settings.security.api_tokens = Vec::new();
-        settings.security.inbound_secrets = Vec::new();
-        settings.security.inbound_github_secrets = Vec::new();
-        settings.console.console_session_key = None;
         Self {
             settings,
             worker_loop: true,
