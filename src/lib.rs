@@ -8,6 +8,7 @@
 
 pub mod actions;
 pub mod backtest;
+pub mod cli;
 pub mod coalesce;
 pub mod console;
 pub mod credentials;

@@ -22,7 +22,8 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 10] = [
+const UPPER: [&str; 11] = [
+    "cli",
     "http",
     "console",
     "startup",
@@ -36,9 +37,9 @@ const UPPER: [&str; 10] = [
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
 const USE_CASES: [&str; 4] = ["ingest", "moderation", "dead_letters", "actions"];
-/// The edges, which translate a request or a form into a use-case call: no use case imports
+/// The edges, which translate a command, a request or a form into a use-case call: no use case imports
 /// one.
-const EDGES: [&str; 3] = ["http", "console", "startup"];
+const EDGES: [&str; 4] = ["cli", "http", "console", "startup"];
 
 fn source_files(dir: &Path, files: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

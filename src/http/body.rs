@@ -12,12 +12,23 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use crate::settings::Http;
 
 /// The slowest upload accepted: `min_rate` bytes per second on average, after `grace`.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyPace {
     pub min_rate: u32,
     pub grace: Duration,
+}
+
+/// The pace the settings ask for.
+impl From<&Http> for BodyPace {
+    fn from(http: &Http) -> Self {
+        Self {
+            min_rate: http.body_min_rate,
+            grace: http.body_grace,
+        }
+    }
 }
 
 impl BodyPace {

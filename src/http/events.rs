@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{
     AppState,
     auth::Caller,
-    body::read_body,
+    body::{BodyPace, read_body},
     error::ApiError,
     limits::take_ingest_slot,
     params::path_param,
@@ -144,19 +144,19 @@ async fn accept(
             "send the events as Content-Type: application/json",
         ));
     }
-    let limits = &state.limits;
+    let http = &state.settings.http;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limits.body_limit as u64) {
-        return Err(ApiError::payload_too_large(limits.body_limit));
+    if declared.is_some_and(|length| length > http.body_limit as u64) {
+        return Err(ApiError::payload_too_large(http.body_limit));
     }
     // A token is a secret, a source's name is not: a request to a named source takes its slot
     // only once its signature holds, and until then costs a connection and a paced body read.
     let token_checked = matches!(rate_key, RateKey::Client(_));
     let early_slot = token_checked.then(|| take_ingest_slot(state)).transpose()?;
-    let body: Bytes = read_body(body, limits.body_limit, limits.body_pace).await?;
+    let body: Bytes = read_body(body, http.body_limit, BodyPace::from(http)).await?;
     // Signatures are checked on the raw bytes, after the size limit and before any parsing.
     if let Some(secrets) = signing {
         secrets
@@ -173,7 +173,7 @@ async fn accept(
         Some(slot) => slot,
         None => take_ingest_slot(state)?,
     };
-    let events = parse_events(&body, state.limits.max_batch)?;
+    let events = parse_events(&body, state.settings.http.max_batch)?;
     // Ingest checks the sender's rate, after a replayed GitHub delivery is told apart.
     let submission = Submission {
         sender: rate_key,

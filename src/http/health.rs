@@ -32,7 +32,7 @@ pub async fn healthz() -> impl IntoResponse {
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let timeout = state.limits.backend_timeout;
+    let timeout = state.settings.database.backend_timeout;
     let (redis, postgres) = tokio::join!(
         tokio::time::timeout(timeout, state.queue.ping()),
         tokio::time::timeout(timeout, state.store.ping()),

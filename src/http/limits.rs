@@ -44,7 +44,7 @@ pub async fn request_timeout(
     request: Request,
     next: Next,
 ) -> Response {
-    let limit = state.limits.request_timeout;
+    let limit = state.settings.http.request_timeout;
     match tokio::time::timeout(limit, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::new(

@@ -18,8 +18,9 @@ mod rules;
 pub mod schemas;
 pub mod server;
 pub mod signature;
+mod state;
 
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     Router,
@@ -31,58 +32,13 @@ use axum::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
 
-pub use self::{backtest::backtest_error, error::ApiError, events::parse_events};
-use crate::{ingest::Ingestor, queue::Queue, store::Store, telemetry::names};
-
-/// Request limits from the settings.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub body_limit: usize,
-    pub max_batch: usize,
-    pub backend_timeout: std::time::Duration,
-    /// How long the override implied by a reversal lasts.
-    pub override_after_reversal: std::time::Duration,
-    pub request_timeout: std::time::Duration,
-    /// The slowest ingest body upload accepted.
-    pub body_pace: body::BodyPace,
-}
-
-/// What every handler shares. Axum clones the state for each request (and each layer that
-/// holds it), so it is one `Arc`: a clone is one atomic increment, not a copy of every handle.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl AppState {
-    pub fn new(shared: Shared) -> Self {
-        Self(Arc::new(shared))
-    }
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-pub struct Shared {
-    pub store: Store,
-    pub rules: Arc<crate::rules::Rules>,
-    /// API tokens and their roles.
-    pub auth: Arc<auth::Auth>,
-    /// Secrets inbound events must be signed with (none configured: not checked).
-    pub inbound: Arc<signature::InboundSecrets>,
-    /// Named sources and the secrets each signs with.
-    pub sources: Arc<HashMap<String, signature::InboundSecrets>>,
-    pub rate_limits: Arc<limits::RateLimits>,
-    pub ingest_slots: limits::IngestSlots,
-    pub queue: Queue,
-    pub ingestor: Ingestor,
-    pub limits: Arc<Limits>,
-    /// One backtest at a time in this process (the API's and the console's).
-    pub backtests: Arc<crate::backtest::Gate>,
-}
+pub use self::{
+    backtest::backtest_error,
+    error::ApiError,
+    events::parse_events,
+    state::{AppState, Shared},
+};
+use crate::{queue::Queue, store::Store, telemetry::names};
 
 /// What the console's pages use of the API's state.
 impl crate::console::ConsoleApp for AppState {
@@ -93,7 +49,7 @@ impl crate::console::ConsoleApp for AppState {
             rules: Arc::clone(&self.rules),
             auth: Arc::clone(&self.auth),
             backtests: Arc::clone(&self.backtests),
-            override_after_reversal: self.limits.override_after_reversal,
+            override_after_reversal: self.settings.moderation.override_after_reversal,
         }
     }
 }
@@ -105,7 +61,7 @@ pub fn router(state: AppState) -> Router {
 /// The API with `pages` (the moderator console) mounted beside it on the same listener,
 /// behind the same request span, metrics and error logging.
 pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
-    let body_limit = state.limits.body_limit;
+    let body_limit = state.settings.http.body_limit;
     let api = Router::new()
         .route("/v1/events", post(events::post_events))
         .route(

@@ -187,7 +187,7 @@ pub async fn reverse(
     let object = json_object(&body, &["moderator", "reason"])?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
-    let override_for = state.limits.override_after_reversal;
+    let override_for = state.settings.moderation.override_after_reversal;
     let reversal = moderation::reverse(
         &state.store,
         &state.queue,
@@ -273,9 +273,13 @@ pub async fn override_entity(
     let Overridden {
         moderation_version,
         until,
-    } = moderation::override_status(&state.store, request, state.limits.override_after_reversal)
-        .await
-        .map_err(store_error)?;
+    } = moderation::override_status(
+        &state.store,
+        request,
+        state.settings.moderation.override_after_reversal,
+    )
+    .await
+    .map_err(store_error)?;
     Ok(Json(json!({
         "entity": entity,
         "status": status,

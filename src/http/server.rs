@@ -17,7 +17,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::names;
+use crate::{settings::Http, telemetry::names};
 
 /// What one connection may take.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +31,17 @@ pub struct ConnectionLimits {
     /// How long a shutdown waits for the requests in progress (no request may take longer):
     /// a client that stops reading its answer does not hold the shutdown up past it.
     pub drain_timeout: Duration,
+}
+
+/// What the settings allow a connection; a shutdown waits as long as a request may take.
+impl From<&Http> for ConnectionLimits {
+    fn from(http: &Http) -> Self {
+        Self {
+            header_read_timeout: http.header_read_timeout,
+            max_connections: http.max_connections,
+            drain_timeout: http.request_timeout,
+        }
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown`: then stops accepting and waits for the

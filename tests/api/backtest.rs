@@ -306,13 +306,14 @@ async fn bad_backtest_requests_name_the_field_and_the_console_links_a_shadow_rul
         "{DEFAULT_RULES}\n[[rule]]\nname = \"trial_two_flags\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"{{count.flag}} flags\"\nshadow = true\n"
     );
     let app = spawn_app(TestOptions {
-        api_tokens: vec![
-            ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
-            ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-        ],
-        console_session_key: Some(CONSOLE_SESSION_KEY.to_owned()),
         rules: Some(RuleSet::from_toml(&rules).unwrap()),
-        ..TestOptions::default()
+        ..TestOptions::default().with(|s| {
+            s.security.api_tokens = crate::helpers::api_tokens(vec![
+                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ]);
+            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+        })
     })
     .await;
     let authed = |path: &str| {

@@ -45,12 +45,10 @@ fn without(field: &str) -> Value {
 
 #[tokio::test]
 async fn every_validation_rule_answers_with_its_status_and_writes_nothing() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        body_limit: 8 * 1024,
-        max_batch: 5,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.http.body_limit = 8 * 1024;
+        s.http.max_batch = 5;
+    }))
     .await;
 
     let raw = |name, content_type, body: &str, status, code| Case {

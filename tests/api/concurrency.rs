@@ -18,11 +18,12 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     // would be seen.
     let hook = Arc::new(|_snapshot| tokio::time::sleep(Duration::from_millis(40)).boxed());
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        max_wait: Duration::from_millis(100),
-        workers: 8,
         before_apply: Some(hook),
-        ..Default::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(10);
+            s.schedule.max_wait = Duration::from_millis(100);
+            s.worker.workers = 8;
+        })
     })
     .await;
     let (mut process, _) = app.spawn_ready_worker_process("second-process").await;

@@ -11,14 +11,13 @@ use crate::{
 };
 
 pub(crate) async fn console_app() -> TestApp {
-    spawn_app(TestOptions {
-        api_tokens: vec![
+    spawn_app(TestOptions::idle().with(|s| {
+        s.security.api_tokens = crate::helpers::api_tokens(vec![
             ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
             ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-        ],
-        console_session_key: Some(CONSOLE_SESSION_KEY.to_owned()),
-        ..TestOptions::idle()
-    })
+        ]);
+        s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+    }))
     .await
 }
 

@@ -17,12 +17,10 @@ use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
 
 #[tokio::test]
 async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(50),
-        lease: Duration::from_secs(1),
-        workers: 0,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(50);
+        s.worker.lease = Duration::from_secs(1);
+    }))
     .await;
     let events: Vec<_> = (0..10)
         .map(|i| event(&format!("f{i}"), "post:crash", "flag"))
@@ -106,12 +104,10 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
 #[tokio::test]
 async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     // The same crash, driven step by step inside one process: claim, then drop the claim.
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        lease: Duration::from_millis(600),
-        workers: 0,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.worker.lease = Duration::from_millis(600);
+    }))
     .await;
     let events: Vec<_> = (0..3)
         .map(|i| event(&format!("f{i}"), "post:dropped", "flag"))
@@ -203,10 +199,11 @@ async fn a_hung_evaluation_is_abandoned_at_the_timeout_and_retried() {
         })
     };
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        evaluation_timeout: Duration::from_millis(500),
         before_apply: Some(hook),
-        ..Default::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(20);
+            s.worker.evaluation_timeout = Duration::from_millis(500);
+        })
     })
     .await;
     let events: Vec<_> = (0..10)

@@ -32,11 +32,12 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
     let poisoned = Arc::new(AtomicBool::new(true));
     let hook = poison_hook("post:poison", Arc::clone(&poisoned));
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(100),
-        max_attempts: 3,
-        workers: 8,
         before_apply: Some(hook),
-        ..Default::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(100);
+            s.schedule.max_attempts = 3;
+            s.worker.workers = 8;
+        })
     })
     .await;
 
@@ -187,10 +188,11 @@ async fn a_fatal_failure_is_dead_lettered_at_once_and_the_cli_lists_and_redrives
 async fn a_postgres_outage_does_not_use_up_attempts() {
     let app = spawn_app(TestOptions {
         through_proxies: true,
-        backend_timeout: Duration::from_secs(1),
-        window: Duration::from_millis(20),
-        max_attempts: 2,
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| {
+            s.database.backend_timeout = Duration::from_secs(1);
+            s.schedule.debounce_window = Duration::from_millis(20);
+            s.schedule.max_attempts = 2;
+        })
     })
     .await;
     let flags: Vec<Value> = (0..10)
@@ -219,12 +221,11 @@ async fn a_postgres_outage_does_not_use_up_attempts() {
 
 #[tokio::test]
 async fn a_worker_that_dies_on_every_attempt_ends_in_the_dead_letters() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        lease: Duration::from_millis(300),
-        max_attempts: 2,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.worker.lease = Duration::from_millis(300);
+        s.schedule.max_attempts = 2;
+    }))
     .await;
     app.send(&event("e1", "post:killer", "flag")).await;
     let worker = app.worker();
@@ -278,11 +279,10 @@ fn poison_hook(
 #[tokio::test]
 async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
     let poisoned = Arc::new(AtomicBool::new(true));
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        max_attempts: 1,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.schedule.max_attempts = 1;
+    }))
     .await;
     app.send(&event("d1", "post:dl", "flag")).await;
     let worker = app
@@ -359,11 +359,10 @@ async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
 #[tokio::test]
 async fn redrive_after_a_redis_loss_evaluates_the_entity_again() {
     let poisoned = Arc::new(AtomicBool::new(true));
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        max_attempts: 1,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.schedule.max_attempts = 1;
+    }))
     .await;
     app.send(&event("l1", "post:lost", "flag")).await;
     let worker = app
@@ -387,11 +386,10 @@ async fn redrive_after_a_redis_loss_evaluates_the_entity_again() {
 
 #[tokio::test]
 async fn attempts_survive_a_redis_loss_mid_retry() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        max_attempts: 3,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.schedule.max_attempts = 3;
+    }))
     .await;
     app.send(&event("r1", "post:retry", "flag")).await;
     let worker = app

@@ -28,11 +28,10 @@ fn sloan_burst(entity: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_left_alone() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(1500),
-        max_wait: Duration::from_secs(30),
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(1500);
+        s.schedule.max_wait = Duration::from_secs(30);
+    }))
     .await;
 
     let burst = sloan_burst("post:sloan");
@@ -74,12 +73,11 @@ async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_lef
 
 #[tokio::test]
 async fn a_burst_over_200_entities_costs_200_evaluations() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_secs(2),
-        max_wait: Duration::from_secs(60),
-        workers: 8,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(2);
+        s.schedule.max_wait = Duration::from_secs(60);
+        s.worker.workers = 8;
+    }))
     .await;
 
     // 50 requests, each carrying one event for each of the 200 entities, all in flight at once.
@@ -122,11 +120,10 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
 async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
     let window = Duration::from_millis(300);
     let max_wait = Duration::from_millis(900);
-    let app = spawn_app(TestOptions {
-        window,
-        max_wait,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = window;
+        s.schedule.max_wait = max_wait;
+    }))
     .await;
 
     let started = Instant::now();
@@ -197,9 +194,8 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
         })
     };
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(100),
         before_apply: Some(hook),
-        ..Default::default()
+        ..TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(100))
     })
     .await;
 
@@ -228,11 +224,10 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
 
 #[tokio::test]
 async fn a_critical_event_skips_the_window() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_secs(60),
-        max_wait: Duration::from_secs(120),
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(60);
+        s.schedule.max_wait = Duration::from_secs(120);
+    }))
     .await;
     app.send(&event("normal", "post:calm", "flag")).await;
     let mut critical = event("urgent", "post:urgent", "report.csam");
@@ -254,11 +249,10 @@ async fn a_critical_event_skips_the_window() {
 
 #[tokio::test]
 async fn anchors_take_six_bytes_and_a_decimal_anchor_from_an_earlier_version_still_caps_max_wait() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_secs(2),
-        max_wait: Duration::from_secs(3),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(2);
+        s.schedule.max_wait = Duration::from_secs(3);
+    }))
     .await;
     let queue = &app.backends.queue;
     let mut redis = queue.connection();

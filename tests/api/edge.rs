@@ -41,16 +41,15 @@ fn stalled_head(address: &str, path: &str) -> String {
 
 #[tokio::test]
 async fn unauthenticated_uploads_hold_no_ingest_slot() {
-    let app = spawn_app(TestOptions {
-        api_tokens: vec![ApiToken::spec_for(
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.api_tokens = crate::helpers::api_tokens(vec![ApiToken::spec_for(
             Role::Ingest,
             crate::secrets::TOKEN_INGEST_A,
-        )],
-        sources: vec![source("shop", &[SHOP_SECRET])],
-        max_concurrent_ingest: 4,
-        body_grace: Duration::from_secs(2),
-        ..TestOptions::idle()
-    })
+        )]);
+        s.security.sources = vec![source("shop", &[SHOP_SECRET])];
+        s.http.max_concurrent_ingest = 4;
+        s.http.body_grace = Duration::from_secs(2);
+    }))
     .await;
     let at = address(&app);
     // Three times the cap of uploads that stall after one body byte: to a source that does not
@@ -98,13 +97,12 @@ async fn unauthenticated_uploads_hold_no_ingest_slot() {
 
 #[tokio::test]
 async fn a_declared_body_above_the_limit_is_refused_before_it_is_sent() {
-    let app = spawn_app(TestOptions {
-        body_limit: 1000,
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.http.body_limit = 1000;
         // Neither the request timeout nor the pace floor could answer within the deadline.
-        request_timeout: Duration::from_secs(120),
-        body_grace: Duration::from_secs(60),
-        ..TestOptions::idle()
-    })
+        s.http.request_timeout = Duration::from_secs(120);
+        s.http.body_grace = Duration::from_secs(60);
+    }))
     .await;
     let at = address(&app);
     let head = format!(
@@ -120,13 +118,12 @@ async fn a_declared_body_above_the_limit_is_refused_before_it_is_sent() {
 
 #[tokio::test]
 async fn a_trickled_body_is_cut_off_at_the_pace_floor() {
-    let app = spawn_app(TestOptions {
+    let app = spawn_app(TestOptions::idle().with(|s| {
         // The whole-request timeout is far away: only the floor can answer in time.
-        request_timeout: Duration::from_secs(120),
-        body_grace: Duration::from_millis(300),
-        body_min_rate: 1000,
-        ..TestOptions::idle()
-    })
+        s.http.request_timeout = Duration::from_secs(120);
+        s.http.body_grace = Duration::from_millis(300);
+        s.http.body_min_rate = 1000;
+    }))
     .await;
     let at = address(&app);
     let mut stream = send_head(&app, &stalled_head(&at, "/v1/events"), b"[").await;
@@ -141,10 +138,9 @@ async fn a_trickled_body_is_cut_off_at_the_pace_floor() {
 
 #[tokio::test]
 async fn connections_that_send_too_little_are_closed() {
-    let app = spawn_app(TestOptions {
-        header_read_timeout: Duration::from_millis(500),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.http.header_read_timeout = Duration::from_millis(500)),
+    )
     .await;
     let at = address(&app);
     // Nothing at all.
@@ -194,10 +190,9 @@ async fn connections_that_send_too_little_are_closed() {
 
 #[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed() {
-    let app = spawn_app(TestOptions {
-        header_read_timeout: Duration::from_millis(500),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.http.header_read_timeout = Duration::from_millis(500)),
+    )
     .await;
     let at = address(&app);
     let mut stream = send_head(
@@ -216,11 +211,10 @@ async fn an_idle_kept_alive_connection_is_closed() {
 
 #[tokio::test]
 async fn open_connections_are_capped() {
-    let app = spawn_app(TestOptions {
-        max_connections: 2,
-        header_read_timeout: Duration::from_secs(60),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.http.max_connections = 2;
+        s.http.header_read_timeout = Duration::from_secs(60);
+    }))
     .await;
     let at = address(&app);
     let first = TcpStream::connect(&at).await.unwrap();

@@ -116,10 +116,11 @@ async fn an_event_committed_during_an_evaluation_is_counted_and_causes_one_more(
     let entered = Arc::new(tokio::sync::Notify::new());
     let resume = Arc::new(tokio::sync::Notify::new());
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(200),
-        max_wait: Duration::from_secs(5),
         before_apply: Some(pausing_hook(Arc::clone(&entered), Arc::clone(&resume))),
-        ..TestOptions::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(200);
+            s.schedule.max_wait = Duration::from_secs(5);
+        })
     })
     .await;
     app.send(&flags("d", "post:during", 4)).await;
@@ -153,13 +154,12 @@ async fn an_event_committed_during_an_evaluation_is_counted_and_causes_one_more(
 
 #[tokio::test]
 async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        window: Duration::from_secs(60),
-        max_wait: Duration::from_secs(120),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.schedule.debounce_window = Duration::from_secs(60);
+        s.schedule.max_wait = Duration::from_secs(120);
+    }))
     .await;
     app.send(&flags("c", "post:crash", 4)).await;
     // A worker folded, then died before its completion; Redis lost the schedule too.
@@ -196,13 +196,12 @@ async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() 
 
 #[tokio::test]
 async fn an_entity_evaluated_before_is_found_again_when_redis_loses_its_next_event() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        window: Duration::from_millis(100),
-        max_wait: Duration::from_secs(5),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.schedule.debounce_window = Duration::from_millis(100);
+        s.schedule.max_wait = Duration::from_secs(5);
+    }))
     .await;
     let worker = app.worker();
     app.send(&flags("x", "post:again", 2)).await;
@@ -320,11 +319,10 @@ async fn the_upgrade_keeps_every_count_and_folds_from_there() {
 
 #[tokio::test]
 async fn an_evaluation_folds_an_entity_that_gathered_many_events_and_reads_a_few() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(200),
-        max_wait: Duration::from_secs(5),
-        ..TestOptions::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(200);
+        s.schedule.max_wait = Duration::from_secs(5);
+    }))
     .await;
     app.send(&flags("few", "post:few", 5)).await;
     app.send(&flags("many", "post:many", 200)).await;

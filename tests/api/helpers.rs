@@ -15,7 +15,7 @@ use quiesce::{
     startup::{self, Application, Backends},
     worker::{BeforeApplyHook, Worker},
 };
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::task::JoinHandle;
@@ -34,114 +34,127 @@ pub fn redis_url() -> String {
     std::env::var("QUIESCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
-/// What a test changes from the defaults: millisecond windows, a small lease, workers or not.
+/// What a test changes from the defaults: the settings themselves (millisecond windows, a
+/// small lease, ...: [`TestOptions::with`]), and what is no setting (the rules, a hook, proxies,
+/// rows written before the migrations).
 pub struct TestOptions {
-    pub window: Duration,
-    pub max_wait: Duration,
-    pub lease: Duration,
-    /// Evaluation concurrency of the in-process workers; 0 runs no worker loop.
-    pub workers: usize,
-    pub body_limit: usize,
-    pub max_batch: usize,
+    /// The app's settings, with the test defaults of [`TestOptions::default`]; `spawn_app` adds
+    /// the test's own database and Redis prefix (behind proxies if asked), turns
+    /// test_short_retention on for a retention below 1h, and runs as with --insecure-dev when
+    /// no API token is set.
+    pub settings: Settings,
+    /// Runs the evaluation loop in the app; [`TestOptions::idle`] does not.
+    pub worker_loop: bool,
     pub before_apply: Option<BeforeApplyHook>,
     pub rules: Option<RuleSet>,
     /// Where the rules came from (what a reload reads).
     pub rules_file: Option<std::path::PathBuf>,
     /// Route Redis and Postgres through proxies the test can cut.
     pub through_proxies: bool,
-    pub backend_timeout: Duration,
-    pub evaluation_timeout: Duration,
-    pub sweep_interval: Duration,
-    pub sweep_grace: Duration,
-    pub max_attempts: u32,
-    /// A Redis other than the shared one (a private instance a chaos test can flush or restart).
-    pub redis_url: Option<String>,
-    /// Queue shards (4 unless a test needs the spread of more).
-    pub shards: u16,
-    /// A Postgres server other than the shared one (`postgres://user@host:port`), likewise.
+    /// A Postgres server other than the shared one (`postgres://user@host:port`): a chaos test
+    /// can stop it.
     pub database_base: Option<String>,
-    /// Standard Webhooks secrets inbound events must be signed with.
-    pub inbound_secrets: Vec<String>,
-    /// GitHub-style inbound secrets.
-    pub inbound_github_secrets: Vec<String>,
-    /// API token specs (`role:<sha256>`); none: the app runs as with --insecure-dev.
-    pub api_tokens: Vec<String>,
-    /// Named sources with their secrets and rates.
-    pub sources: Vec<Source>,
-    pub rate_limit: u32,
-    pub rate_burst: u32,
-    pub request_timeout: Duration,
-    pub max_concurrent_ingest: usize,
-    pub header_read_timeout: Duration,
-    pub max_connections: usize,
-    pub body_min_rate: u32,
-    pub body_grace: Duration,
-    /// Retention (below 1h turns test_short_retention on) and the partitions it is cut into.
-    pub retention: Duration,
-    pub retention_partitions: u32,
-    pub retention_interval: Duration,
     /// SQL run on the database as the migrations before time partitioning left it, before the
     /// rest of them: rows written under the old schema.
     pub before_partitioning: Option<&'static str>,
     /// SQL run on the schema before [`FOLDING_MIGRATION`] (rows an earlier version wrote).
     pub before_folding: Option<&'static str>,
-    /// The console's session signing key; none: a random one per process.
-    pub console_session_key: Option<String>,
 }
 
 impl Default for TestOptions {
+    /// Millisecond windows and polls, a small lease, 4 workers; the shared Redis (a test may
+    /// name another, e.g. a private instance a chaos test can flush or restart) with 4 shards.
+    /// Rates out of the way; no API token, inbound secret, named source or console session key
+    /// (the settings' defaults). Everything else as `Settings::default()`.
     fn default() -> Self {
+        let mut settings = Settings::default();
+        settings.database.db_max_connections = 8;
+        settings.database.backend_timeout = Duration::from_secs(5);
+        settings.redis.redis_url = redis_url().into();
+        settings.redis.shards = 4;
+        let http = &mut settings.http;
+        http.listen = "127.0.0.1:0".parse().unwrap();
+        // Out of the way unless a test is about rates: some send bursts larger than the
+        // default budget.
+        http.rate_limit = 1_000_000;
+        http.rate_burst = 1_000_000;
+        http.request_timeout = Duration::from_secs(30);
+        http.body_limit = 1024 * 1024;
+        http.max_batch = 1000;
+        settings.telemetry.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        let schedule = &mut settings.schedule;
+        schedule.debounce_window = Duration::from_millis(300);
+        schedule.max_wait = Duration::from_secs(10);
+        schedule.max_attempts = 5;
+        schedule.backoff_base = Duration::from_millis(20);
+        schedule.backoff_max = Duration::from_millis(200);
+        let worker = &mut settings.worker;
+        worker.workers = 4;
+        worker.lease = Duration::from_secs(5);
+        worker.poll_interval = Duration::from_millis(20);
+        worker.retry_delay = Duration::from_millis(40);
+        worker.evaluation_timeout = Duration::from_secs(10);
+        worker.shutdown_timeout = Duration::from_secs(5);
+        worker.worker_id = "in-process".to_owned();
+        settings.maintenance.sweep_interval = Duration::from_secs(30);
+        settings.maintenance.sweep_grace = Duration::from_secs(10);
         Self {
-            window: Duration::from_millis(300),
-            max_wait: Duration::from_secs(10),
-            lease: Duration::from_secs(5),
-            workers: 4,
-            body_limit: 1024 * 1024,
-            max_batch: 1000,
+            settings,
+            worker_loop: true,
             before_apply: None,
             rules: None,
             rules_file: None,
             through_proxies: false,
-            backend_timeout: Duration::from_secs(5),
-            evaluation_timeout: Duration::from_secs(10),
-            sweep_interval: Duration::from_secs(30),
-            sweep_grace: Duration::from_secs(10),
-            max_attempts: 5,
-            redis_url: None,
-            shards: 4,
             database_base: None,
-            inbound_secrets: Vec::new(),
-            inbound_github_secrets: Vec::new(),
-            api_tokens: Vec::new(),
-            sources: Vec::new(),
-            // Out of the way unless a test is about rates: some send bursts larger than the
-            // default budget.
-            rate_limit: 1_000_000,
-            rate_burst: 1_000_000,
-            request_timeout: Duration::from_secs(30),
-            max_concurrent_ingest: quiesce::settings::Http::default().max_concurrent_ingest,
-            header_read_timeout: quiesce::settings::Http::default().header_read_timeout,
-            max_connections: quiesce::settings::Http::default().max_connections,
-            body_min_rate: quiesce::settings::Http::default().body_min_rate,
-            body_grace: quiesce::settings::Http::default().body_grace,
-            retention: quiesce::settings::Maintenance::default().retention,
-            retention_partitions: quiesce::settings::Maintenance::default().retention_partitions,
-            retention_interval: quiesce::settings::Maintenance::default().retention_interval,
             before_partitioning: None,
             before_folding: None,
-            console_session_key: None,
         }
     }
 }
 
 impl TestOptions {
-    /// No worker loop: the test drives or inspects the queue itself.
+    /// No worker loop: the test drives or inspects the queue itself (a worker it makes has a
+    /// concurrency of 1).
     pub fn idle() -> Self {
-        Self {
-            workers: 0,
-            ..Self::default()
-        }
+        Self::default().without_workers()
     }
+
+    /// These options without the worker loop.
+    pub fn without_workers(mut self) -> Self {
+        self.worker_loop = false;
+        self.settings.worker.workers = 1;
+        self
+    }
+
+    /// These options with `change` made to the settings.
+    pub fn with(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        change(&mut self.settings);
+        self
+    }
+}
+
+/// API tokens from their specs (`role:<sha256>`).
+pub fn api_tokens(specs: Vec<String>) -> Vec<ApiToken> {
+    specs
+        .iter()
+        .map(|spec| ApiToken::parse(spec).expect("a token spec"))
+        .collect()
+}
+
+/// Standard Webhooks secrets (`whsec_...`).
+pub fn webhook_secrets(secrets: Vec<String>) -> Vec<WebhookSecret> {
+    secrets
+        .iter()
+        .map(|s| WebhookSecret::parse(s).expect("a whsec_ secret"))
+        .collect()
+}
+
+/// GitHub-style secrets.
+pub fn github_secrets(secrets: Vec<String>) -> Vec<SecretString> {
+    secrets
+        .iter()
+        .map(|s| SecretString::from(s.as_str()))
+        .collect()
 }
 
 pub struct TestApp {
@@ -210,7 +223,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
     admin.close().await.ok();
 
     let mut database_url = format!("{database_base}/{db_name}");
-    let mut redis_url = options.redis_url.clone().unwrap_or_else(redis_url);
+    let mut redis_url = options.settings.redis.redis_url.expose_secret().to_owned();
     // The cleanup goes straight to the servers: a test may end with its proxies cut.
     let direct_redis_url = redis_url.clone();
     let (mut redis_proxy, mut postgres_proxy) = (None, None);
@@ -228,68 +241,13 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         database_url = redirect(&database_url, 5432, proxy.address).1;
         postgres_proxy = Some(proxy);
     }
-    let mut settings = Settings::default();
+    let mut settings = options.settings;
     settings.database.database_url = database_url.clone().into();
-    settings.database.db_max_connections = 8;
-    settings.database.backend_timeout = options.backend_timeout;
     settings.redis.redis_url = redis_url.into();
     settings.redis.redis_prefix = format!("test-{id}");
-    settings.redis.shards = options.shards;
-    let http = &mut settings.http;
-    http.listen = "127.0.0.1:0".parse().unwrap();
-    http.rate_limit = options.rate_limit;
-    http.rate_burst = options.rate_burst;
-    http.request_timeout = options.request_timeout;
-    http.max_concurrent_ingest = options.max_concurrent_ingest;
-    http.header_read_timeout = options.header_read_timeout;
-    http.max_connections = options.max_connections;
-    http.body_min_rate = options.body_min_rate;
-    http.body_grace = options.body_grace;
-    http.body_limit = options.body_limit;
-    http.max_batch = options.max_batch;
-    settings.telemetry.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-    let schedule = &mut settings.schedule;
-    schedule.debounce_window = options.window;
-    schedule.max_wait = options.max_wait;
-    schedule.max_attempts = options.max_attempts;
-    schedule.backoff_base = Duration::from_millis(20);
-    schedule.backoff_max = Duration::from_millis(200);
-    let worker = &mut settings.worker;
-    worker.workers = options.workers.max(1);
-    worker.lease = options.lease;
-    worker.poll_interval = Duration::from_millis(20);
-    worker.retry_delay = Duration::from_millis(40);
-    worker.evaluation_timeout = options.evaluation_timeout;
-    worker.shutdown_timeout = Duration::from_secs(5);
-    worker.worker_id = "in-process".to_owned();
-    settings.maintenance.sweep_interval = options.sweep_interval;
-    settings.maintenance.sweep_grace = options.sweep_grace;
-    settings.maintenance.retention = options.retention;
-    settings.maintenance.retention_partitions = options.retention_partitions;
-    settings.maintenance.retention_interval = options.retention_interval;
-    settings.maintenance.test_short_retention = options.retention < Duration::from_secs(3600);
-    let security = &mut settings.security;
-    security.sources = options.sources.clone();
-    security.insecure_dev = options.api_tokens.is_empty();
-    security.api_tokens = options
-        .api_tokens
-        .iter()
-        .map(|spec| ApiToken::parse(spec).expect("a token spec"))
-        .collect();
-    security.inbound_secrets = options
-        .inbound_secrets
-        .iter()
-        .map(|s| WebhookSecret::parse(s).expect("a whsec_ secret"))
-        .collect();
-    security.inbound_github_secrets = options
-        .inbound_github_secrets
-        .iter()
-        .map(|s| SecretString::from(s.as_str()))
-        .collect();
-    settings.console.console_session_key = options
-        .console_session_key
-        .as_deref()
-        .map(SecretString::from);
+    settings.maintenance.test_short_retention =
+        settings.maintenance.retention < Duration::from_secs(3600);
+    settings.security.insecure_dev = settings.security.api_tokens.is_empty();
     settings.validate().expect("valid test settings");
     if let Some(sql) = options.before_partitioning {
         write_before(&database_url, PARTITIONING_MIGRATION, sql).await;
@@ -305,7 +263,7 @@ pub async fn spawn_app(options: TestOptions) -> TestApp {
         options.rules_file.clone(),
     ));
     let backends = Backends::connect(&settings, rules).await.expect("backends");
-    let worker = (options.workers > 0).then(|| {
+    let worker = options.worker_loop.then(|| {
         let worker = backends.worker(&settings);
         match options.before_apply {
             Some(hook) => worker.with_before_apply(hook),

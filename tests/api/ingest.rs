@@ -83,12 +83,10 @@ async fn a_duplicate_still_reschedules_its_entity() {
 
 #[tokio::test]
 async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        window: Duration::from_secs(30),
-        max_wait: Duration::from_secs(60),
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(30);
+        s.schedule.max_wait = Duration::from_secs(60);
+    }))
     .await;
     let events: Vec<_> = (0..300)
         .map(|i| event(&format!("e{i}"), &format!("comment:{}", i % 30), "upvote"))
@@ -172,11 +170,10 @@ async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
 
 #[tokio::test]
 async fn an_id_reused_for_another_entity_is_a_duplicate_and_schedules_only_the_recorded_entity() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_secs(30),
-        max_wait: Duration::from_secs(60),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(30);
+        s.schedule.max_wait = Duration::from_secs(60);
+    }))
     .await;
     app.send(&event("same-id", "post:first", "flag")).await;
     assert_eq!(

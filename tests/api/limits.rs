@@ -26,13 +26,12 @@ fn batch(prefix: &str, n: usize) -> Value {
 
 #[tokio::test]
 async fn each_named_source_is_checked_with_its_own_secrets() {
-    let app = spawn_app(TestOptions {
-        sources: vec![
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.sources = vec![
             source("shop", &[SHOP_SECRET]),
             source("forum", &[FORUM_SECRET]),
-        ],
-        ..TestOptions::idle()
-    })
+        ]
+    }))
     .await;
     let one = event("n1", "post:n", "flag");
     assert_eq!(
@@ -62,17 +61,16 @@ async fn each_named_source_is_checked_with_its_own_secrets() {
 
 #[tokio::test]
 async fn a_flooding_source_gets_429_while_another_keeps_being_served() {
-    let app = spawn_app(TestOptions {
-        sources: vec![
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.sources = vec![
             source("noisy", &[SHOP_SECRET]),
             source("quiet", &[FORUM_SECRET]),
-        ],
+        ];
         // 50 events/s with a burst of 100: the flood spends the burst in two requests.
-        rate_limit: 50,
-        rate_burst: 100,
-        max_batch: 50,
-        ..TestOptions::idle()
-    })
+        s.http.rate_limit = 50;
+        s.http.rate_burst = 100;
+        s.http.max_batch = 50;
+    }))
     .await;
     let mut limited = None;
     for round in 0..20 {
@@ -126,16 +124,15 @@ async fn a_flooding_source_gets_429_while_another_keeps_being_served() {
 #[tokio::test]
 async fn ingest_clients_with_different_tokens_have_separate_budgets() {
     use quiesce::credentials::{ApiToken, Role};
-    let app = spawn_app(TestOptions {
-        api_tokens: vec![
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.api_tokens = crate::helpers::api_tokens(vec![
             ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST_A),
             ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST_B),
-        ],
-        rate_limit: 10,
-        rate_burst: 20,
-        max_batch: 20,
-        ..TestOptions::idle()
-    })
+        ]);
+        s.http.rate_limit = 10;
+        s.http.rate_burst = 20;
+        s.http.max_batch = 20;
+    }))
     .await;
     let post = |token: &'static str, body: Value| {
         app.client
@@ -182,12 +179,11 @@ async fn read_status(stream: &mut TcpStream) -> u16 {
 
 #[tokio::test]
 async fn a_body_that_never_finishes_is_answered_408() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_millis(300),
-        sweep_grace: Duration::from_millis(300),
-        request_timeout: Duration::from_millis(600),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_millis(300);
+        s.maintenance.sweep_grace = Duration::from_millis(300);
+        s.http.request_timeout = Duration::from_millis(600);
+    }))
     .await;
     let mut stream = stalled_upload(&app).await;
     assert_eq!(read_status(&mut stream).await, 408);
@@ -198,11 +194,7 @@ async fn a_body_that_never_finishes_is_answered_408() {
 
 #[tokio::test]
 async fn ingest_requests_beyond_the_cap_are_shed_with_503() {
-    let app = spawn_app(TestOptions {
-        max_concurrent_ingest: 1,
-        ..TestOptions::idle()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle().with(|s| s.http.max_concurrent_ingest = 1)).await;
     // The stalled upload holds the only slot.
     let stream = stalled_upload(&app).await;
     wait_for(

@@ -44,11 +44,10 @@ fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> 
 async fn a_debounced_burst_collapses_to_one_evaluation_per_entity_with_the_right_actions() {
     // The window is wide enough that a slow machine's pauses between one entity's events do
     // not split its burst.
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(1500),
-        max_wait: Duration::from_secs(20),
-        ..TestOptions::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(1500);
+        s.schedule.max_wait = Duration::from_secs(20);
+    }))
     .await;
     let report = loadgen::run(config(&app, Scenario::Burst, 3000, 100))
         .await
@@ -86,11 +85,10 @@ async fn a_debounced_burst_collapses_to_one_evaluation_per_entity_with_the_right
 
 #[tokio::test]
 async fn per_event_evaluation_of_the_sloan_scenario_is_reported_as_wrong() {
-    let naive = spawn_app(TestOptions {
-        window: Duration::from_millis(1),
-        max_wait: Duration::from_millis(1),
-        ..TestOptions::default()
-    })
+    let naive = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(1);
+        s.schedule.max_wait = Duration::from_millis(1);
+    }))
     .await;
     let mut sloan = config(&naive, Scenario::Sloan, 0, 3);
     // One request per event, in order: the flags are evaluated before the upvotes arrive.
@@ -111,11 +109,10 @@ async fn per_event_evaluation_of_the_sloan_scenario_is_reported_as_wrong() {
 
     // A window that outlasts the send's pauses on a loaded machine (at 500 ms, a stalled send
     // split one post's burst in two).
-    let debounced = spawn_app(TestOptions {
-        window: Duration::from_secs(2),
-        max_wait: Duration::from_secs(20),
-        ..TestOptions::default()
-    })
+    let debounced = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(2);
+        s.schedule.max_wait = Duration::from_secs(20);
+    }))
     .await;
     let report = loadgen::run(config(&debounced, Scenario::Sloan, 0, 3))
         .await

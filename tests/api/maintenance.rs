@@ -82,11 +82,7 @@ async fn the_redis_durability_check_reads_the_server_settings() {
     // A Redis of this test's own, whose settings it may change: the check must report what
     // the server is set to, whichever way it is set.
     let redis = PrivateRedis::start().await;
-    let app = spawn_app(TestOptions {
-        redis_url: Some(redis.url()),
-        ..TestOptions::idle()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle().with(|s| s.redis.redis_url = redis.url().into())).await;
     for (appendonly, policy, warned) in [
         ("no", "allkeys-lru", vec!["allkeys-lru", "AOF"]),
         ("yes", "noeviction", vec![]),

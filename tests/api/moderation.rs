@@ -24,10 +24,9 @@ async fn action_ids(app: &TestApp, entity: &str) -> Vec<i64> {
 
 #[tokio::test]
 async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_repeat() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(20)),
+    )
     .await;
     let plain = app.worker();
     flags(&app, "post:r", "a", 10).await;
@@ -114,10 +113,9 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
 
 #[tokio::test]
 async fn an_override_holds_back_the_same_burst_until_it_expires() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(20)),
+    )
     .await;
     let worker = app.worker();
     flags(&app, "post:o", "a", 10).await;
@@ -162,10 +160,9 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
 
 #[tokio::test]
 async fn moderator_requests_are_validated() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(20)),
+    )
     .await;
     flags(&app, "post:v", "a", 10).await;
     let worker = app.worker();
@@ -267,10 +264,9 @@ async fn moderator_requests_are_validated() {
 
 #[tokio::test]
 async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        ..Default::default()
-    })
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(20)),
+    )
     .await;
     // Four posts hidden (10 flags each) and three flagged (3 flags each).
     for i in 0..4 {
@@ -386,10 +382,9 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
 
 #[tokio::test]
 async fn only_the_latest_action_can_be_reversed() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(20)),
+    )
     .await;
     let worker = app.worker();
     flags(&app, "post:l", "a", 3).await;

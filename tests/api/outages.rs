@@ -9,9 +9,10 @@ use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedule() {
     let app = spawn_app(TestOptions {
         through_proxies: true,
-        backend_timeout: Duration::from_secs(1),
-        window: Duration::from_millis(100),
-        ..Default::default()
+        ..TestOptions::default().with(|s| {
+            s.database.backend_timeout = Duration::from_secs(1);
+            s.schedule.debounce_window = Duration::from_millis(100);
+        })
     })
     .await;
     let redis = app.redis_proxy.as_ref().unwrap();
@@ -65,9 +66,7 @@ async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedu
 async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis() {
     let app = spawn_app(TestOptions {
         through_proxies: true,
-        backend_timeout: Duration::from_secs(1),
-        workers: 0,
-        ..Default::default()
+        ..TestOptions::idle().with(|s| s.database.backend_timeout = Duration::from_secs(1))
     })
     .await;
     let postgres = app.postgres_proxy.as_ref().unwrap();
@@ -105,10 +104,11 @@ async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis()
 async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves() {
     let app = spawn_app(TestOptions {
         through_proxies: true,
-        backend_timeout: Duration::from_secs(1),
-        window: Duration::from_millis(20),
-        max_attempts: 2,
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| {
+            s.database.backend_timeout = Duration::from_secs(1);
+            s.schedule.debounce_window = Duration::from_millis(20);
+            s.schedule.max_attempts = 2;
+        })
     })
     .await;
     let events: Vec<_> = (0..50)

@@ -8,12 +8,10 @@ use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 
 #[tokio::test]
 async fn an_entity_shows_its_status_aggregates_and_schedule() {
-    let app = spawn_app(TestOptions {
-        workers: 0,
-        window: Duration::from_secs(30),
-        max_wait: Duration::from_secs(60),
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(30);
+        s.schedule.max_wait = Duration::from_secs(60);
+    }))
     .await;
     app.send(&json!([
         event("a", "post:9842", "flag"),
@@ -50,10 +48,9 @@ async fn an_entity_shows_its_status_aggregates_and_schedule() {
 
 #[tokio::test]
 async fn actions_are_listed_newest_first_and_filtered() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(100),
-        ..Default::default()
-    })
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(100)),
+    )
     .await;
     for (entity, flags) in [("post:1", 10), ("post:2", 3)] {
         let events: Vec<_> = (0..flags)
@@ -96,10 +93,9 @@ async fn actions_are_listed_newest_first_and_filtered() {
 
 #[tokio::test]
 async fn health_readiness_and_metrics_answer() {
-    let mut app = spawn_app(TestOptions {
-        window: Duration::from_millis(50),
-        ..Default::default()
-    })
+    let mut app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(50)),
+    )
     .await;
     assert_eq!(app.get("/healthz").await.0, 200);
     let response = app

@@ -9,13 +9,12 @@ use crate::helpers::{TestOptions, event, spawn_app, wait_for};
 
 #[tokio::test]
 async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(3),
-        window: Duration::from_secs(60),
-        max_wait: Duration::from_secs(120),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(3);
+        s.schedule.debounce_window = Duration::from_secs(60);
+        s.schedule.max_wait = Duration::from_secs(120);
+    }))
     .await;
     let events: Vec<_> = (0..3)
         .map(|i| event(&format!("e{i}"), &format!("post:lost{i}"), "flag"))
@@ -60,14 +59,13 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
 
 #[tokio::test]
 async fn entities_whose_schedule_redis_lost_are_still_evaluated_once() {
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        sweep_interval: Duration::from_millis(200),
-        window: Duration::from_secs(3),
-        max_wait: Duration::from_secs(30),
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.maintenance.sweep_interval = Duration::from_millis(200);
+        s.schedule.debounce_window = Duration::from_secs(3);
+        s.schedule.max_wait = Duration::from_secs(30);
+    }))
     .await;
     let events: Vec<_> = (0..200)
         .map(|i| event(&format!("e{i}"), &format!("post:{}", i % 20), "flag"))

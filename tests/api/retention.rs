@@ -20,12 +20,11 @@ const HOUR: Duration = Duration::from_secs(3600);
 /// Events partitions of 2 s (a retention of a minute cut in 30), made 12 s ahead: boundaries
 /// come by often, and partitions run out unless a write makes them.
 fn short_partitions() -> TestOptions {
-    TestOptions {
-        retention: Duration::from_secs(60),
-        retention_partitions: 30,
-        retention_interval: Duration::from_secs(5),
-        ..TestOptions::idle()
-    }
+    TestOptions::idle().with(|s| {
+        s.maintenance.retention = Duration::from_secs(60);
+        s.maintenance.retention_partitions = 30;
+        s.maintenance.retention_interval = Duration::from_secs(5);
+    })
 }
 
 fn domain_event(id: &str, entity: &str) -> Event {

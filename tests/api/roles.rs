@@ -7,15 +7,14 @@ use crate::helpers::{SHOP_SECRET, TestOptions, event, source, spawn_app};
 
 #[tokio::test]
 async fn every_route_answers_each_role_as_documented() {
-    let app = spawn_app(TestOptions {
-        api_tokens: vec![
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.api_tokens = crate::helpers::api_tokens(vec![
             ApiToken::spec_for(Role::Ingest, crate::secrets::TOKEN_INGEST),
             ApiToken::spec_for(Role::Moderator, crate::secrets::TOKEN_MODERATOR),
             ApiToken::spec_for(Role::Admin, crate::secrets::TOKEN_ADMIN),
-        ],
-        sources: vec![source("shop", &[SHOP_SECRET])],
-        ..TestOptions::idle()
-    })
+        ]);
+        s.security.sources = vec![source("shop", &[SHOP_SECRET])];
+    }))
     .await;
     // (method, path, body, roles allowed). Open routes need nothing.
     let routes: Vec<(&str, &str, serde_json::Value, &[&str])> = vec![

@@ -36,9 +36,8 @@ shadow = true
 #[tokio::test]
 async fn a_shadow_rule_is_recorded_and_counted_but_changes_nothing() {
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
         rules: Some(RuleSet::from_toml(SHADOW).unwrap()),
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10))
     })
     .await;
     flags(&app, "post:s", 3).await;
@@ -79,9 +78,8 @@ action = "flag"
 reason = "{count.flag} flags from {actors.flag} actor"
 "#;
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
         rules: Some(RuleSet::from_toml(rules).unwrap()),
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10))
     })
     .await;
     let events: Vec<Value> = (0..3)
@@ -105,10 +103,9 @@ async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
     let first = "[[rule]]\nname = \"old_rule\"\nwhen = 'count(\"flag\") >= 2'\naction = \"flag\"\nreason = \"x\"\n";
     std::fs::write(&file, first).unwrap();
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
         rules: Some(RuleSet::from_file(&file).unwrap()),
         rules_file: Some(file.clone()),
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10))
     })
     .await;
     let reload = || async {
@@ -161,10 +158,9 @@ async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
 
 #[tokio::test]
 async fn repeated_automated_hides_on_one_authors_posts_suspend_the_author_once() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        ..Default::default()
-    })
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
     .await;
     for post in 0..3 {
         let events: Vec<Value> = (0..10)
@@ -250,10 +246,9 @@ async fn rules_check_names_the_broken_rule_and_the_position() {
 
 #[tokio::test]
 async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        ..Default::default()
-    })
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
     .await;
     let hide_post = |post: usize| {
         let events: Vec<Value> = (0..10)

@@ -19,12 +19,11 @@ use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app};
 
 #[tokio::test]
 async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_letters() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_secs(5),
-        max_wait: Duration::from_secs(30),
-        shards: 4,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(5);
+        s.schedule.max_wait = Duration::from_secs(30);
+        s.redis.shards = 4;
+    }))
     .await;
     let held = EntityId::parse("post:held").unwrap();
     app.send(&json!([event("h1", "post:held", "flag")])).await;
@@ -140,11 +139,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
 
 #[tokio::test]
 async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout() {
-    let app = spawn_app(TestOptions {
-        shards: 4,
-        ..TestOptions::idle()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle().with(|s| s.redis.shards = 4)).await;
     let ghost = dead_lettered_ghost(&app).await;
     let (settings, new) = process_of(&app, 8, 4).await;
     // The repair sweep of a new process leaves it where it is: Postgres' record is in Redis
@@ -173,11 +168,7 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
 
 #[tokio::test]
 async fn an_old_process_leaves_the_new_layouts_shards_in_the_index_until_they_are_empty() {
-    let app = spawn_app(TestOptions {
-        shards: 4,
-        ..TestOptions::idle()
-    })
-    .await;
+    let app = spawn_app(TestOptions::idle().with(|s| s.redis.shards = 4)).await;
     let (settings, new) = process_of(&app, 8, 4).await;
     let index = new.queue.keys().index().times(IndexKind::Due);
     let redis = new.queue.connection();

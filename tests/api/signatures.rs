@@ -11,11 +11,11 @@ use crate::secrets::{GITHUB, INBOUND_NEW as NEW, INBOUND_OLD as OLD};
 
 #[tokio::test]
 async fn only_signed_events_are_accepted_when_secrets_are_configured() {
-    let app = spawn_app(TestOptions {
-        inbound_secrets: vec![OLD.to_owned(), NEW.to_owned()],
-        inbound_github_secrets: vec![GITHUB.to_owned()],
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.inbound_secrets =
+            crate::helpers::webhook_secrets(vec![OLD.to_owned(), NEW.to_owned()]);
+        s.security.inbound_github_secrets = crate::helpers::github_secrets(vec![GITHUB.to_owned()]);
+    }))
     .await;
     let body = r#"{"id":"s1","entity":"post:1","type":"flag"}"#;
     let now = chrono::Utc::now().timestamp();
@@ -167,10 +167,9 @@ async fn secrets_set_in_the_environment_never_show_in_help_or_config_errors() {
 
 #[tokio::test]
 async fn an_empty_webhook_id_is_refused_and_every_signature_line_counts() {
-    let app = spawn_app(TestOptions {
-        inbound_secrets: vec![NEW.to_owned()],
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.inbound_secrets = crate::helpers::webhook_secrets(vec![NEW.to_owned()])
+    }))
     .await;
     let secret = WebhookSecret::parse(NEW).unwrap();
     let wrong = WebhookSecret::parse(crate::secrets::INBOUND_WRONG).unwrap();
@@ -256,11 +255,10 @@ async fn post_github(
 async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() {
     let mut forum = crate::helpers::source("forum", &[]);
     forum.github_secrets = vec![secrecy::SecretString::from(GITHUB)];
-    let app = spawn_app(TestOptions {
-        inbound_github_secrets: vec![GITHUB.to_owned()],
-        sources: vec![forum],
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.inbound_github_secrets = crate::helpers::github_secrets(vec![GITHUB.to_owned()]);
+        s.security.sources = vec![forum];
+    }))
     .await;
     let body = r#"{"id":"g1","entity":"post:1","type":"flag"}"#;
 
@@ -320,10 +318,12 @@ async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() 
 #[tokio::test]
 async fn a_github_delivery_that_fails_is_not_used_up() {
     let app = spawn_app(TestOptions {
-        inbound_github_secrets: vec![GITHUB.to_owned()],
         through_proxies: true,
-        backend_timeout: std::time::Duration::from_secs(1),
-        ..TestOptions::idle()
+        ..TestOptions::idle().with(|s| {
+            s.security.inbound_github_secrets =
+                crate::helpers::github_secrets(vec![GITHUB.to_owned()]);
+            s.database.backend_timeout = std::time::Duration::from_secs(1);
+        })
     })
     .await;
     let body = r#"{"id":"g1","entity":"post:1","type":"flag"}"#;

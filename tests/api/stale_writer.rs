@@ -19,12 +19,11 @@ use quiesce::startup::run_workers;
 
 #[tokio::test]
 async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_action_stands() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        lease: Duration::from_millis(600),
-        evaluation_timeout: Duration::from_secs(30),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.worker.lease = Duration::from_millis(600);
+        s.worker.evaluation_timeout = Duration::from_secs(30);
+    }))
     .await;
     let flags: Vec<_> = (0..10)
         .map(|i| event(&format!("f{i}"), "post:paused", "flag"))
@@ -91,11 +90,10 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
 #[tokio::test]
 async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
     let lease = Duration::from_millis(900);
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(20),
-        lease,
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.worker.lease = lease;
+    }))
     .await;
     let flags: Vec<_> = (0..10)
         .map(|i| event(&format!("f{i}"), "post:slow", "flag"))
@@ -148,11 +146,10 @@ async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
 
 #[tokio::test]
 async fn claims_get_a_lease_derived_from_measured_evaluation_times() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        lease: Duration::from_secs(30),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(10);
+        s.worker.lease = Duration::from_secs(30);
+    }))
     .await;
     let worker = app.worker();
     let events: Vec<_> = (0..25)

@@ -95,9 +95,8 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
         })
     };
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(50),
         before_apply: Some(hook),
-        ..Default::default()
+        ..TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(50))
     })
     .await;
     *database_url.lock().unwrap() =
@@ -372,11 +371,10 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
 async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_statement() {
     // The statement timeout is far beyond the wait below: the free entities must not be waiting
     // for the held row at all.
-    let app = spawn_app(TestOptions {
-        backend_timeout: Duration::from_secs(20),
-        sweep_grace: Duration::from_secs(20),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(20);
+        s.maintenance.sweep_grace = Duration::from_secs(20);
+    }))
     .await;
     let names = ["post:held", "post:free-1", "post:free-2"];
     upvote_each(&app, &names).await;

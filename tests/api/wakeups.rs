@@ -17,10 +17,9 @@ fn event(entity: &str, priority: &str) -> Value {
 
 #[tokio::test]
 async fn a_sleeping_worker_process_is_woken_by_events_another_process_schedules() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(300),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(300)),
+    )
     .await;
     // A poll interval far longer than anything this test waits for: only a wake-up gets the
     // entities claimed in time.

@@ -177,10 +177,9 @@ async fn undelivered(app: &TestApp) -> i64 {
 
 #[tokio::test]
 async fn every_action_and_reversal_is_delivered_signed_through_failures_throttling_and_a_restart() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
     .await;
     for i in 0..5 {
         hide(&app, &format!("post:w{i}")).await;
@@ -280,10 +279,9 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
 
 #[tokio::test]
 async fn deliveries_past_the_horizon_are_listed_and_redriven() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(10),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
     .await;
     hide(&app, "post:gone").await;
     let receiver = Receiver::start(vec![Reply::Fail; 1000]).await;

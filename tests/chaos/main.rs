@@ -30,14 +30,13 @@ use rand::Rng;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos suite: make chaos"]
 async fn sigkilled_worker_processes_lose_nothing_and_duplicate_nothing() {
-    let app = spawn_app(TestOptions {
-        window: Duration::from_millis(200),
-        max_wait: Duration::from_secs(2),
-        lease: Duration::from_secs(2),
-        max_attempts: 1000,
-        sweep_interval: Duration::from_secs(1),
-        ..TestOptions::idle()
-    })
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(200);
+        s.schedule.max_wait = Duration::from_secs(2);
+        s.worker.lease = Duration::from_secs(2);
+        s.schedule.max_attempts = 1000;
+        s.maintenance.sweep_interval = Duration::from_secs(1);
+    }))
     .await;
     let mut workers: Vec<_> = (0..3)
         .map(|i| app.spawn_worker_process(&format!("w{i}-0"), None))
@@ -81,16 +80,15 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
     let mut redis = PrivateRedis::start().await;
     let max_wait = Duration::from_secs(2);
     let sweep = Duration::from_millis(500);
-    let app = spawn_app(TestOptions {
-        redis_url: Some(redis.url()),
-        window: Duration::from_millis(300),
-        max_wait,
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        sweep_interval: sweep,
-        workers: 8,
-        ..Default::default()
-    })
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.redis.redis_url = redis.url().into();
+        s.schedule.debounce_window = Duration::from_millis(300);
+        s.schedule.max_wait = max_wait;
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.maintenance.sweep_interval = sweep;
+        s.worker.workers = 8;
+    }))
     .await;
     let tally = Tally::default();
 
@@ -190,14 +188,15 @@ async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
     let postgres = PrivatePostgres::start().await;
     let app = spawn_app(TestOptions {
         database_base: Some(postgres.base_url()),
-        window: Duration::from_millis(200),
-        max_wait: Duration::from_secs(2),
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        sweep_interval: Duration::from_millis(500),
-        max_attempts: 3,
-        workers: 8,
-        ..Default::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(200);
+            s.schedule.max_wait = Duration::from_secs(2);
+            s.database.backend_timeout = Duration::from_secs(1);
+            s.maintenance.sweep_grace = Duration::from_secs(1);
+            s.maintenance.sweep_interval = Duration::from_millis(500);
+            s.schedule.max_attempts = 3;
+            s.worker.workers = 8;
+        })
     })
     .await;
     let tally = Tally::default();

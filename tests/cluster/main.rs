@@ -126,27 +126,25 @@ async fn cluster_app(options: TestOptions) -> TestApp {
     // Every test starts on a cluster whose nodes agree and serve every slot, whatever the test
     // before it killed or moved.
     cluster(&["heal"]).await;
-    spawn_app(TestOptions {
-        redis_url: Some(cluster_url()),
+    spawn_app(options.with(|s| {
+        s.redis.redis_url = cluster_url().into();
         // The default count, so the schedule spreads over the masters.
-        shards: quiesce::settings::Redis::default().shards,
-        ..options
-    })
+        s.redis.shards = quiesce::settings::Redis::default().shards;
+    }))
     .await
 }
 
 /// Settings for a run under disruption: short windows, a repair sweep every second.
 fn disrupted() -> TestOptions {
-    TestOptions {
-        window: Duration::from_millis(200),
-        max_wait: Duration::from_secs(2),
-        lease: Duration::from_secs(2),
-        max_attempts: 1000,
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        sweep_interval: Duration::from_secs(1),
-        ..TestOptions::idle()
-    }
+    TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(200);
+        s.schedule.max_wait = Duration::from_secs(2);
+        s.worker.lease = Duration::from_secs(2);
+        s.schedule.max_attempts = 1000;
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.maintenance.sweep_interval = Duration::from_secs(1);
+    })
 }
 
 /// What the report lines need, read from Postgres after the run settled.
@@ -171,8 +169,9 @@ async fn report(app: &TestApp, what: &str, recorded: u64, extra: &str) {
 #[ignore = "cluster suite: make cluster"]
 async fn a_master_killed_under_load_fails_over_and_nothing_is_lost_or_applied_twice() {
     let options = disrupted();
-    let max_wait = options.max_wait;
-    let sweep = options.sweep_interval + options.sweep_grace;
+    let max_wait = options.settings.schedule.max_wait;
+    let sweep =
+        options.settings.maintenance.sweep_interval + options.settings.maintenance.sweep_grace;
     let app = cluster_app(options).await;
     let workers: Vec<_> = (0..3)
         .map(|i| app.spawn_worker_process(&format!("failover-{i}"), None))
@@ -372,11 +371,10 @@ fn free_address() -> std::net::SocketAddr {
 #[ignore = "cluster suite: make cluster"]
 async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_generator_finds_no_fault()
  {
-    let app = cluster_app(TestOptions {
-        window: Duration::from_millis(1500),
-        max_wait: Duration::from_secs(20),
-        ..TestOptions::idle()
-    })
+    let app = cluster_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(1500);
+        s.schedule.max_wait = Duration::from_secs(20);
+    }))
     .await;
     let addresses = [free_address(), free_address()];
     let serves: Vec<_> = addresses
@@ -460,12 +458,11 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
 #[ignore = "cluster suite: make cluster"]
 async fn the_shard_count_changes_under_load_with_old_and_new_processes_side_by_side() {
     // A window longer than the steady stream's gaps, so that only max wait fires it.
-    let options = TestOptions {
-        window: Duration::from_secs(1),
-        max_wait: Duration::from_millis(2500),
-        ..disrupted()
-    };
-    let max_wait = options.max_wait;
+    let options = disrupted().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(1);
+        s.schedule.max_wait = Duration::from_millis(2500);
+    });
+    let max_wait = options.settings.schedule.max_wait;
     let app = cluster_app(options).await;
     let old_count = app.settings.redis.shards;
     let new_count = old_count / 2;
@@ -675,10 +672,9 @@ async fn subscribers(port: u16, channel: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "cluster suite: make cluster"]
 async fn wake_ups_come_back_after_the_master_of_the_wake_channel_fails_over() {
-    let app = cluster_app(TestOptions {
-        window: Duration::from_millis(300),
-        ..TestOptions::idle()
-    })
+    let app = cluster_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(300)),
+    )
     .await;
     let channel = app.backends.queue.keys().index().wake_channel();
     let evaluated = |entity: &'static str| {

@@ -46,11 +46,10 @@ fn tokens() -> Vec<String> {
 }
 
 fn options() -> TestOptions {
-    TestOptions {
-        api_tokens: tokens(),
-        console_session_key: Some(CONSOLE_SESSION_KEY.to_owned()),
-        ..TestOptions::default()
-    }
+    TestOptions::default().with(|s| {
+        s.security.api_tokens = crate::helpers::api_tokens(tokens());
+        s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+    })
 }
 
 /// Sends events through the API with the ingest token, as the platform does.
@@ -231,9 +230,8 @@ fn poison_hook(
 async fn an_ingest_token_cannot_sign_in_and_only_an_admin_redrives_dead_letters() {
     let poisoned = Arc::new(AtomicBool::new(true));
     let app = spawn_app(TestOptions {
-        max_attempts: 1,
         before_apply: Some(poison_hook("post:poison", Arc::clone(&poisoned))),
-        ..options()
+        ..options().with(|s| s.schedule.max_attempts = 1)
     })
     .await;
     ingest(&app, flags("post:poison", 10)).await;
@@ -492,9 +490,8 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
     let poisoned = Arc::new(AtomicBool::new(true));
     let app = spawn_app(TestOptions {
         rules: Some(rules_with_a_shadow_rule()),
-        max_attempts: 2,
         before_apply: Some(poison_hook("post:flaky-embed", Arc::clone(&poisoned))),
-        ..options()
+        ..options().with(|s| s.schedule.max_attempts = 2)
     })
     .await;
     let mut events: Vec<Value> = (0..12)

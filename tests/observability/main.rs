@@ -382,18 +382,19 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
         "\n[[rule]]\nname = \"shadow_any_flag\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 1'\naction = \"flag\"\nshadow = true\nreason = \"a flag\"\n",
     );
     let app = spawn_app(TestOptions {
-        window: Duration::from_millis(100),
-        max_wait: Duration::from_secs(1),
-        workers: 4,
-        max_attempts: 2,
         before_apply: Some(hook()),
         rules: Some(RuleSet::from_toml(&rules).unwrap()),
         through_proxies: true,
-        backend_timeout: Duration::from_secs(1),
-        sweep_grace: Duration::from_secs(1),
-        evaluation_timeout: Duration::from_secs(30),
-        lease: Duration::from_secs(5),
-        ..TestOptions::default()
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(100);
+            s.schedule.max_wait = Duration::from_secs(1);
+            s.worker.workers = 4;
+            s.schedule.max_attempts = 2;
+            s.database.backend_timeout = Duration::from_secs(1);
+            s.maintenance.sweep_grace = Duration::from_secs(1);
+            s.worker.evaluation_timeout = Duration::from_secs(30);
+            s.worker.lease = Duration::from_secs(5);
+        })
     })
     .await;
     let failing = Arc::new(AtomicBool::new(false));

@@ -1,0 +1,93 @@
+//! The command line: the commands and their flags (clap), each family of subcommands in a file
+//! of its own; `serve` and `worker` hand over to [`crate::startup`].
+
+mod dead_letters;
+mod deliveries;
+mod rules;
+mod shards;
+
+use clap::{Parser, Subcommand};
+
+use self::{dead_letters::DeadLettersCommand, deliveries::DeliveriesCommand, rules::RulesCommand};
+use crate::{
+    settings::{ConfigArgs, Loaded},
+    startup::{self, load_settings},
+};
+
+/// Moderation debounce scheduler: records every event, waits until an entity is quiet, then
+/// evaluates the rules once on a consistent snapshot and applies at most one action.
+///
+/// Every setting can come from a TOML file (--config), a QUIESCE_* environment variable, or
+/// the flag of the same name; a flag beats its variable, which beats the file. `quiesce config`
+/// prints each setting's value and where it came from.
+#[derive(Parser)]
+#[command(name = "quiesce", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP API and the workers in one process (applies migrations first).
+    Serve(ConfigArgs),
+    /// Run workers only; start as many processes as you like against the same Redis and Postgres.
+    Worker(ConfigArgs),
+    /// Create the database if needed and apply pending migrations, then exit.
+    Migrate(ConfigArgs),
+    /// List or redrive dead-lettered entities.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadLettersCommand,
+    },
+    /// List or redrive webhook deliveries that were given up.
+    Deliveries {
+        #[command(subcommand)]
+        command: DeliveriesCommand,
+    },
+    /// Print the effective settings, each with where it came from (default, file, environment,
+    /// flag); secrets are redacted.
+    Config(ConfigArgs),
+    /// Print what each shard layout of the schedule holds (due, pending, in flight, dead):
+    /// the current one and, during a shard count change, the one draining; says when the
+    /// draining one is empty and previous_shards can go back to 0.
+    Shards {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Move the draining layout's dead letters to the current one first; only once every
+        /// process runs the new shard count (until then, old processes look for them there).
+        #[arg(long)]
+        move_dead_letters: bool,
+    },
+    /// Check a rules file and print its rules, or backtest it against the evaluations of a window.
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
+}
+
+/// Runs the command; its output goes to stdout, its logs to stderr.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => startup::serve(load_settings(&args)?).await,
+        Command::Worker(args) => startup::work(load_settings(&args)?).await,
+        Command::Migrate(args) => {
+            let settings = load_settings(&args)?;
+            startup::prepare_database(&settings).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Config(args) => {
+            let loaded = Loaded::load(&args, &|name| std::env::var(name).ok())?;
+            print!("{}", loaded.report());
+            Ok(())
+        }
+        Command::Shards {
+            config,
+            move_dead_letters,
+        } => shards::run(&load_settings(&config)?, move_dead_letters).await,
+        Command::DeadLetters { command } => dead_letters::run(command).await,
+        Command::Deliveries { command } => deliveries::run(command).await,
+        Command::Rules { command } => rules::run(command).await,
+    }
+}

@@ -1,0 +1,96 @@
+//! `quiesce rules`: check a rules file, or backtest it.
+
+use std::{path::PathBuf, sync::Arc};
+
+use clap::Subcommand;
+
+use crate::{
+    backtest::{self, DEFAULT_SAMPLE, MAX_SAMPLE},
+    rules::RuleSet,
+    settings::ConfigArgs,
+    startup::{connect_postgres, load_settings},
+    store::Store,
+};
+
+// Parsed once per run: the size of the backtest's settings does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+pub(super) enum RulesCommand {
+    /// Validate a rules file; exits non-zero with the rule and the problem if it is invalid.
+    Check {
+        /// The rules file (TOML).
+        file: PathBuf,
+    },
+    /// Replay a candidate rules file over the evaluations of the last --since (each on the
+    /// snapshot the rules saw, in order per entity, with moderators' overrides and reversals as
+    /// they stood) and report, per rule and overall, the actions it would have added and
+    /// removed compared with the rules in force, the reversals it would have saved, its
+    /// expected reversal rate with a 95% interval, the entities whose final status would
+    /// differ, and a sample of the added actions. Reads Postgres only: nothing is written, no
+    /// status changes, no webhook is sent.
+    Backtest {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The candidate rules file (TOML).
+        file: PathBuf,
+        /// How far back: evaluations finished in this last stretch, e.g. 24h, 7d (at most 90 days).
+        #[arg(long, default_value = "7d", value_parser = backtest::parse_window)]
+        since: std::time::Duration,
+        /// Print the report as JSON (the shape POST /v1/rules/backtest answers).
+        #[arg(long)]
+        json: bool,
+        /// Added actions to sample, with their snapshots (0 to 100).
+        #[arg(long, default_value_t = DEFAULT_SAMPLE as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_SAMPLE as u64))]
+        sample: u64,
+    },
+}
+
+pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
+    match command {
+        RulesCommand::Backtest {
+            config,
+            file,
+            since,
+            json,
+            sample,
+        } => {
+            let candidate = RuleSet::from_file(&file)?;
+            let settings = load_settings(&config)?;
+            let store = Store::new(connect_postgres(&settings).await?);
+            let report = backtest::run(
+                &store,
+                &backtest::Gate::default(),
+                Arc::new(candidate),
+                backtest::Options {
+                    window: since,
+                    sample: sample as usize,
+                },
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!(
+                    "{}",
+                    backtest::render_text(&report, &file.display().to_string())
+                );
+            }
+            Ok(())
+        }
+        RulesCommand::Check { file } => {
+            let rules = RuleSet::from_file(&file)?;
+            for rule in rules.rules() {
+                println!(
+                    "{}\t{}{}\tkinds={:?}\twhen: {}",
+                    rule.name,
+                    rule.action.as_str(),
+                    if rule.shadow { " (shadow)" } else { "" },
+                    rule.kinds,
+                    rule.when
+                );
+            }
+            println!("{}: {} rules, valid", file.display(), rules.rules().len());
+            Ok(())
+        }
+    }
+}

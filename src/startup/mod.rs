@@ -1,0 +1,139 @@
+//! Wiring: settings -> connections -> the HTTP server, the workers and maintenance, under one
+//! shutdown token. `quiesce serve` and `quiesce worker` share one boot ([`serve`], [`work`]).
+
+mod application;
+mod backends;
+mod connect;
+mod signals;
+
+use std::{future::Future, sync::Arc};
+
+use tokio_util::sync::CancellationToken;
+
+pub use self::{
+    application::{Application, run_workers, spawn_metrics_listener},
+    backends::Backends,
+    connect::{connect_postgres, connect_redis, keyspace, load_rules, prepare_database},
+    signals::{reload_rules_on_sighup, shutdown_on_signal},
+};
+use crate::{
+    actions::{DeliverySettings, Dispatcher},
+    settings::{ConfigArgs, Settings},
+    telemetry,
+};
+
+/// The settings of a command, and the logs started as they ask (to stderr).
+pub fn load_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
+    let settings = Settings::load(args)?;
+    telemetry::init_tracing(
+        settings.telemetry.log_format,
+        "info,sqlx=warn,tower_http=warn",
+    );
+    if settings.maintenance.test_short_retention {
+        tracing::warn!(
+            retention = %humantime::format_duration(settings.maintenance.retention),
+            "test_short_retention is set: a TEST ONLY setting (retention below 1h); never in production"
+        );
+    }
+    Ok(settings)
+}
+
+/// `quiesce serve`: the HTTP API and the workers in one process, until SIGTERM or ctrl-c.
+pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    settings
+        .security
+        .check_serving()
+        .map_err(anyhow::Error::msg)?;
+    if settings.security.insecure_dev {
+        tracing::warn!("--insecure-dev: the API runs without tokens or inbound signatures");
+    }
+    let booted = boot(&settings).await?;
+    let worker = booted.backends.worker(&settings);
+    let app = Application::build(&settings, &booted.backends, Some(worker)).await?;
+    tracing::info!(
+        address = %app.address(),
+        metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
+        rules = booted.backends.rules.current().rules().len(),
+        "quiesce is serving"
+    );
+    let shutdown = booted.shutdown.clone();
+    booted
+        .run_beside_dispatcher(&settings, app.run_until_stopped(shutdown))
+        .await
+}
+
+/// `quiesce worker`: workers and maintenance only (with a metrics listener if one is set),
+/// until SIGTERM or ctrl-c.
+pub async fn work(settings: Settings) -> anyhow::Result<()> {
+    let booted = boot(&settings).await?;
+    let _ = telemetry::metrics_handle();
+    let metrics =
+        spawn_metrics_listener(&settings, &booted.backends, booted.shutdown.clone()).await?;
+    // The banner once every listener is bound.
+    tracing::info!(workers = settings.worker.workers, "quiesce worker started");
+    let (backends, shutdown) = (&booted.backends, booted.shutdown.clone());
+    let running = async {
+        run_workers(
+            backends.worker(&settings),
+            backends.maintenance(&settings),
+            shutdown,
+        )
+        .await;
+        if let Some(metrics) = metrics {
+            metrics.await?;
+        }
+        Ok(())
+    };
+    booted.run_beside_dispatcher(&settings, running).await
+}
+
+/// What serving and working both start from: the backends connected and checked, the rules
+/// reloaded on SIGHUP, and the shutdown token SIGTERM and ctrl-c cancel.
+struct Booted {
+    backends: Backends,
+    shutdown: CancellationToken,
+}
+
+/// Loads the rules, prepares the database, connects Postgres and Redis and checks them (Redis'
+/// durability, the schedule belonging to the database).
+async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
+    let rules = Arc::new(load_rules(settings)?);
+    prepare_database(settings).await?;
+    let backends = Backends::connect(settings, rules).await?;
+    backends.check_redis_durability().await;
+    backends.check_schedule_matches_database(settings).await?;
+    reload_rules_on_sighup(Arc::clone(&backends.rules));
+    Ok(Booted {
+        backends,
+        shutdown: shutdown_on_signal(),
+    })
+}
+
+impl Booted {
+    /// Runs `work` with the webhook dispatcher beside it (if a webhook URL is configured),
+    /// until both have stopped.
+    async fn run_beside_dispatcher(
+        &self,
+        settings: &Settings,
+        work: impl Future<Output = anyhow::Result<()>>,
+    ) -> anyhow::Result<()> {
+        let dispatcher = spawn_dispatcher(settings, &self.backends, self.shutdown.clone());
+        work.await?;
+        if let Some(dispatcher) = dispatcher {
+            dispatcher.await?;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the webhook dispatcher if a webhook URL is configured.
+pub fn spawn_dispatcher(
+    settings: &Settings,
+    backends: &Backends,
+    shutdown: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let delivery = DeliverySettings::from_settings(settings)?;
+    tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
+    let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
+    Some(tokio::spawn(dispatcher.run(shutdown)))
+}
