@@ -1,7 +1,8 @@
 //! The house's rules, read from the source: no import cycle among the modules of `src/`, none
 //! among the files of one module folder, the lower layers never reach up to the use cases, the
 //! HTTP layer, the wiring or the workers, the use cases never reach up to the edges, the
-//! console never imports the HTTP layer, and the store never drives Redis. References are every `crate::`, `super::` and `self::` path in
+//! console never imports the HTTP layer, the store never drives Redis, and the settings never
+//! import the queue. References are every `crate::`, `super::` and `self::` path in
 //! the code (`use` trees included), resolved to the file that defines the module they name.
 
 use std::{
@@ -261,6 +262,11 @@ fn modules_import_each_other_without_a_cycle_and_only_downwards() {
     assert!(
         !modules["store"].contains("queue"),
         "store imports queue: what spans both belongs to a use case"
+    );
+    // The settings declare values; they know nothing of the Redis schedule that uses some.
+    assert!(
+        !modules["settings"].contains("queue"),
+        "settings imports queue: move the shared value to domain"
     );
     // Modules are known to the rules: a new one must be placed in a layer.
     for module in modules.keys() {

@@ -5,6 +5,7 @@ mod event;
 mod failure;
 mod ids;
 mod introspect;
+mod schedule;
 mod snapshot;
 mod status;
 
@@ -12,6 +13,7 @@ pub use self::{
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},
+    schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},
 };

@@ -8,7 +8,7 @@ use super::{
     declare::{nonzero, section},
     value::Setting,
 };
-use crate::queue::{ScheduleMode, Timing};
+use crate::domain::{ScheduleMode, Timing};
 
 section! {
     /// When an entity is evaluated, and how a failed evaluation is retried.
