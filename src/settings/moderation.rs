@@ -7,7 +7,10 @@ use std::{
 
 use figment::value::Value;
 
-use super::{declare::section, value::Setting};
+use super::{
+    declare::section,
+    value::{Setting, text},
+};
 
 section! {
     /// The rules, and what follows a moderator's decision.
@@ -70,13 +73,10 @@ impl Setting for RulesSource {
     const VALUE_NAME: &'static str = "FILE";
 
     fn read(value: &Value) -> Result<Self, String> {
-        match value {
-            Value::String(_, text) => match text.trim() {
-                "" => Err("must not be empty (built-in for the rules compiled in)".into()),
-                "built-in" => Ok(Self::BuiltIn),
-                path => Ok(Self::File(PathBuf::from(path))),
-            },
-            _ => Err("expected a file path or built-in".into()),
+        match text(value, "a file path or built-in")? {
+            "" => Err("must not be empty (built-in for the rules compiled in)".into()),
+            "built-in" => Ok(Self::BuiltIn),
+            path => Ok(Self::File(PathBuf::from(path))),
         }
     }
 

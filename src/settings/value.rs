@@ -50,7 +50,7 @@ pub trait Setting: Sized {
 }
 
 /// The text of a string value; other kinds are refused as `expected`.
-fn text<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
+pub(super) fn text<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
     match value {
         Value::String(_, text) => Ok(text.trim()),
         _ => Err(format!("expected {expected}")),
