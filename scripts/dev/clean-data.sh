@@ -18,7 +18,9 @@ psql "$admin" -qc "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" >/dev/nul
 
 # SCAN's glob needs *, ?, [, ] and \ escaped.
 escaped=$(sed 's/[][*?\\]/\\&/g' <<<"$prefix")
-keys=$(redis-cli -u "$redis_url" --scan --pattern "{$escaped[:}]*" | wc -l)
-redis-cli -u "$redis_url" --scan --pattern "{$escaped[:}]*" |
-  xargs -r -n 500 redis-cli -u "$redis_url" del >/dev/null
-echo "clean-data: dropped the database $database and deleted $keys keys of the prefix $prefix"
+# One SCAN: the keys it found are the ones deleted and counted.
+keys=$(redis-cli -u "$redis_url" --scan --pattern "{$escaped[:}]*")
+if [ -n "$keys" ]; then
+  xargs -r -n 500 redis-cli -u "$redis_url" del >/dev/null <<<"$keys"
+fi
+echo "clean-data: dropped the database $database and deleted $(grep -c . <<<"$keys") keys of the prefix $prefix"
