@@ -86,12 +86,14 @@ pub fn parse_window(raw: &str) -> Result<Duration, String> {
     Ok(window)
 }
 
-/// Replays `candidate` over the evaluations finished in the last `options.window`; refused
-/// with [`BacktestError::Busy`] while another backtest holds `gate`.
+/// Replays `candidate` over the evaluations finished in the last `options.window`, beside
+/// `in_force` (the rules the report compares it with: each of their rules gets a line);
+/// refused with [`BacktestError::Busy`] while another backtest holds `gate`.
 pub async fn run(
     store: &Store,
     gate: &Gate,
     candidate: Arc<RuleSet>,
+    in_force: &RuleSet,
     options: Options,
 ) -> Result<Report, BacktestError> {
     let _running = gate.0.try_acquire().map_err(|_| BacktestError::Busy)?;
@@ -149,6 +151,7 @@ pub async fn run(
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(Report::new(
         &candidate,
+        in_force,
         tally,
         (since, until),
         pages,

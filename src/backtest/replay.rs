@@ -11,6 +11,10 @@
 //! or an override; nothing else changes a version): the candidate's status becomes the one the
 //! moderator set, which the next snapshot holds. A decision after the entity's last evaluation
 //! sets both final statuses.
+//!
+//! A reversal is saved only when the candidate never takes the reversed action on the entity
+//! between the previous reversal of that action there and this one: a candidate that hides
+//! the same post one evaluation later, or sooner, would have been reversed all the same.
 
 use std::collections::BTreeMap;
 
@@ -63,9 +67,14 @@ pub struct RuleTally {
     pub kept_reversed: u64,
     /// Taken by the candidate only.
     pub added: u64,
-    /// Taken by the rules in force only, and how many of those moderators reversed.
+    /// Taken by the rules in force only; of those, the ones moderators reversed that the
+    /// candidate never took on the entity before the reversal: the reversals it saves.
     pub removed: u64,
     pub removed_reversed: u64,
+    /// Taken by the candidate only, repeating an action of the rules in force (the same action
+    /// on the same entity, sooner or later) before a moderator reversed that one: a reversal
+    /// the candidate does not save, so it counts as reversed in its expected reversal rate.
+    pub repeated_reversed: u64,
     /// Evaluations on which the candidate's rule could not be evaluated.
     pub errors: u64,
 }
@@ -92,6 +101,36 @@ pub struct Tally {
     pub added_sample: Vec<AddedAction>,
     sample_size: usize,
     rng: StdRng,
+}
+
+/// Which side's action one evaluation counted as removed or added, overall and by rule.
+#[derive(Debug, Default)]
+struct Compared {
+    removed_overall: bool,
+    removed_by_rule: bool,
+    added_overall: bool,
+    added_by_rule: bool,
+}
+
+/// An action of the rules in force the candidate did not take there, which a moderator
+/// reversed.
+struct Removed {
+    rule: String,
+    action: Action,
+    reversed_at: DateTime<Utc>,
+    overall: bool,
+    by_rule: bool,
+}
+
+/// An action the candidate took where the rules in force did not.
+struct Added {
+    rule: String,
+    action: Action,
+    at: DateTime<Utc>,
+    overall: bool,
+    by_rule: bool,
+    /// It repeats a reversed action before that action's reversal.
+    repeats: bool,
 }
 
 impl Tally {
@@ -151,6 +190,8 @@ impl Tally {
         let mut candidate_status: Option<Status> = None;
         let mut last_finished = evaluations[0].finished_at;
         let entity = evaluations[0].entity.clone();
+        let mut removed_reversed: Vec<Removed> = Vec::new();
+        let mut added: Vec<Added> = Vec::new();
         for evaluation in evaluations {
             self.evaluations += 1;
             last_finished = last_finished.max(evaluation.finished_at);
@@ -193,7 +234,33 @@ impl Tally {
                 None
             };
             let live = evaluation.applied.as_ref();
-            self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
+            let compared =
+                self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
+            if let Some(l) = live
+                && (compared.removed_overall || compared.removed_by_rule)
+                && l.reversed_within_24h
+                && let Some(reversed_at) = l.reversed_at
+            {
+                removed_reversed.push(Removed {
+                    rule: l.rule.clone(),
+                    action: l.action,
+                    reversed_at,
+                    overall: compared.removed_overall,
+                    by_rule: compared.removed_by_rule,
+                });
+            }
+            if let Some(d) = &decision
+                && (compared.added_overall || compared.added_by_rule)
+            {
+                added.push(Added {
+                    rule: d.rule.clone(),
+                    action: d.action,
+                    at: evaluation.started_at,
+                    overall: compared.added_overall,
+                    by_rule: compared.added_by_rule,
+                    repeats: false,
+                });
+            }
             // The sample is of the actions that change what happened (not a rule swap).
             if let Some(d) = &decision
                 && live.is_none_or(|l| l.action != d.action)
@@ -216,6 +283,7 @@ impl Tally {
             live_status = Some(live.map_or(seen, |l| l.new_status));
             candidate_status = Some(decision.map_or(status, |d| d.action.status()));
         }
+        self.settle_reversals(removed_reversed, &mut added);
         let (Some(mut live_final), Some(mut candidate_final)) = (live_status, candidate_status)
         else {
             return;
@@ -230,17 +298,31 @@ impl Tally {
                 .transitions
                 .entry((live_final, candidate_final))
                 .or_default() += 1;
+            // A uniform sample of them (reservoir sampling), not the first in id order.
+            let diff = EntityDiff {
+                entity,
+                in_force: live_final,
+                backtest: candidate_final,
+            };
             if self.diff_sample.len() < self.sample_size {
-                self.diff_sample.push(EntityDiff {
-                    entity,
-                    in_force: live_final,
-                    backtest: candidate_final,
-                });
+                self.diff_sample.push(diff);
+            } else {
+                let pick = self.rng.random_range(0..self.final_differs) as usize;
+                if pick < self.sample_size {
+                    self.diff_sample[pick] = diff;
+                }
             }
         }
     }
 
-    fn compare(&mut self, live: Option<&AppliedAction>, candidate: Option<(&str, Action)>) {
+    /// Counts one evaluation's actions on both sides; a removed action's reversal is counted
+    /// (as saved or not) once the entity's whole replay is known (`settle_reversals`).
+    fn compare(
+        &mut self,
+        live: Option<&AppliedAction>,
+        candidate: Option<(&str, Action)>,
+    ) -> Compared {
+        let mut compared = Compared::default();
         let overall = &mut self.overall;
         match (live, candidate) {
             (Some(l), Some((_, action))) if l.action == action => {
@@ -256,14 +338,15 @@ impl Tally {
                 if let Some(l) = live {
                     overall.live += 1;
                     overall.removed += 1;
+                    compared.removed_overall = true;
                     if l.reversed_within_24h {
                         overall.live_reversed += 1;
-                        overall.removed_reversed += 1;
                     }
                 }
                 if candidate.is_some() {
                     overall.candidate += 1;
                     overall.added += 1;
+                    compared.added_overall = true;
                 }
             }
         }
@@ -283,16 +366,54 @@ impl Tally {
                     let tally = self.rule(&l.rule);
                     tally.live += 1;
                     tally.removed += 1;
+                    compared.removed_by_rule = true;
                     if l.reversed_within_24h {
                         tally.live_reversed += 1;
-                        tally.removed_reversed += 1;
                     }
                 }
                 if let Some((rule, _)) = candidate {
                     let tally = self.rule(rule);
                     tally.candidate += 1;
                     tally.added += 1;
+                    compared.added_by_rule = true;
                 }
+            }
+        }
+        compared
+    }
+
+    /// Each reversed action the candidate removed is a reversal saved, unless the candidate
+    /// took that action on the entity after the previous reversal of it and before this one:
+    /// then those actions of the candidate count as reversed instead.
+    fn settle_reversals(&mut self, mut removed: Vec<Removed>, added: &mut [Added]) {
+        removed.sort_by_key(|r| r.reversed_at);
+        let mut previous: BTreeMap<Action, DateTime<Utc>> = BTreeMap::new();
+        for r in removed {
+            let from = previous.insert(r.action, r.reversed_at);
+            let mut repeated = false;
+            for a in added.iter_mut().filter(|a| {
+                !a.repeats
+                    && a.action == r.action
+                    && a.at < r.reversed_at
+                    && from.is_none_or(|from| a.at >= from)
+            }) {
+                a.repeats = true;
+                repeated = true;
+                if a.overall {
+                    self.overall.repeated_reversed += 1;
+                }
+                if a.by_rule {
+                    self.rule(&a.rule).repeated_reversed += 1;
+                }
+            }
+            if repeated {
+                continue;
+            }
+            if r.overall {
+                self.overall.removed_reversed += 1;
+            }
+            if r.by_rule {
+                self.rule(&r.rule).removed_reversed += 1;
             }
         }
     }
@@ -349,8 +470,120 @@ mod tests {
                 new_status: action.status(),
                 created_at: at,
                 reversed_within_24h: false,
+                reversed_at: None,
             }),
         }
+    }
+
+    /// The default rules with the flag score that hides at `score`.
+    fn hiding_at(score: &str) -> RuleSet {
+        let text = crate::rules::DEFAULT_RULES.replace(
+            r#"weight("flag") >= 8.3"#,
+            &format!(r#"weight("flag") >= {score}"#),
+        );
+        RuleSet::from_toml(&text).unwrap()
+    }
+
+    /// `evaluation` whose action a moderator reversed at `reversed_at`.
+    fn reversed(mut e: ReplayedEvaluation, reversed_at: DateTime<Utc>) -> ReplayedEvaluation {
+        let applied = e.applied.as_mut().expect("an action");
+        applied.reversed_within_24h = true;
+        applied.reversed_at = Some(reversed_at);
+        e
+    }
+
+    #[test]
+    fn a_candidate_that_hides_one_evaluation_later_saves_no_reversal() {
+        let mut tally = Tally::new(5);
+        // Hidden at 11 flags; a 12th flag is evaluated (nothing to do: hidden); then reversed.
+        let first = evaluation(1, 0, Some(11), Some(("hide_flag_pile_on", Action::Hide)));
+        let second = evaluation(2, 1, Some(12), None);
+        let reversal = second.started_at + Duration::seconds(30);
+        tally.entity(
+            &hiding_at("12"),
+            vec![reversed(first, reversal), second],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.removed, hide.added), (1, 1), "{hide:?}");
+        assert_eq!(
+            (hide.removed_reversed, hide.repeated_reversed),
+            (0, 1),
+            "{hide:?}"
+        );
+        assert_eq!(
+            (
+                tally.overall.removed_reversed,
+                tally.overall.repeated_reversed
+            ),
+            (0, 1)
+        );
+    }
+
+    #[test]
+    fn a_looser_candidate_that_hides_sooner_saves_no_reversal() {
+        let mut tally = Tally::new(5);
+        // Flagged at 6 flags, hidden at 10 and reversed; the candidate hides at 6 already.
+        let first = evaluation(1, 0, Some(6), Some(("review_repeated_flags", Action::Flag)));
+        let second = evaluation(2, 1, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+        let reversal = second.started_at + Duration::seconds(30);
+        tally.entity(
+            &hiding_at("5"),
+            vec![first, reversed(second, reversal)],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.removed, hide.added), (1, 1), "{hide:?}");
+        assert_eq!(
+            (hide.removed_reversed, hide.repeated_reversed),
+            (0, 1),
+            "{hide:?}"
+        );
+        assert_eq!(tally.overall.removed_reversed, 0);
+    }
+
+    #[test]
+    fn a_hide_after_the_reversal_leaves_the_reversal_saved() {
+        let mut tally = Tally::new(5);
+        // Hidden at 10 flags and reversed (version 2); two more flags after the reversal.
+        let first = evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+        let reversal = first.started_at + Duration::seconds(30);
+        let second = evaluation(2, 2, Some(12), None);
+        assert!(second.started_at > reversal);
+        tally.entity(
+            &hiding_at("12"),
+            vec![reversed(first, reversal), second],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!(
+            (hide.removed_reversed, hide.repeated_reversed),
+            (1, 0),
+            "{hide:?}"
+        );
+        assert_eq!(tally.overall.removed_reversed, 1);
+    }
+
+    #[test]
+    fn the_entities_whose_final_status_differs_are_sampled_from_all_of_them() {
+        let rules = hiding_at("5");
+        let mut tally = Tally::new(3);
+        // 60 entities, in id order, each flagged in force and hidden by the candidate.
+        for n in 0..60 {
+            let mut e = evaluation(1, 0, Some(6), Some(("review_repeated_flags", Action::Flag)));
+            e.entity = format!("post:{n:02}");
+            tally.entity(&rules, vec![e], None);
+        }
+        assert_eq!(tally.final_differs, 60);
+        assert_eq!(tally.diff_sample.len(), 3);
+        assert!(
+            tally
+                .diff_sample
+                .iter()
+                .any(|d| d.entity.as_str() > "post:02"),
+            "not the first three in id order: {:?}",
+            tally.diff_sample
+        );
     }
 
     #[test]

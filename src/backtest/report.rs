@@ -64,14 +64,25 @@ pub struct RuleReport {
     pub added: u64,
     /// Taken by the rules in force only.
     pub removed: u64,
-    /// Removed actions that moderators had reversed: the reversals the candidate saves.
+    /// Removed actions that moderators had reversed and that the candidate never took on the
+    /// entity before the reversal: the reversals the candidate saves.
     pub reversals_saved: u64,
+    /// Added actions that repeat a reversed action on the same entity before its reversal
+    /// (sooner or later than the rules in force took it): reversals the candidate does not
+    /// save, counted as reversed in its expected reversal rate.
+    pub reversals_repeated: u64,
     /// Reversed share of the actions in force.
     pub in_force_reversal_rate: Option<f64>,
-    /// The candidate's expected reversal rate: the reversed share of the kept actions (the
-    /// only ones of the candidate with a moderator's verdict), with its 95% interval. It takes
-    /// the added actions to be reversed as often as the kept ones.
+    /// The candidate's expected reversal rate: the reversed share of the actions of the
+    /// candidate that have a moderator's verdict (the kept ones, and the added ones that repeat
+    /// a reversed action), with its 95% interval. It takes the other added actions to be
+    /// reversed as often as those.
     pub expected_reversal_rate: Option<Estimate>,
+    /// Signals this rule of the candidate reads that quiesce records from the actions of the
+    /// rules in force (`auto.hide`, `auto.hide.reversed`, ...). The replay reads them as they
+    /// were recorded: they do not follow the candidate's own actions on other entities.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reads_recorded_actions: Vec<String>,
     /// Evaluations on which the rule failed (a live rule failing dead-letters the entity).
     pub errors: u64,
 }
@@ -88,8 +99,13 @@ impl RuleReport {
             added: t.added,
             removed: t.removed,
             reversals_saved: t.removed_reversed,
+            reversals_repeated: t.repeated_reversed,
             in_force_reversal_rate: (t.live > 0).then(|| t.live_reversed as f64 / t.live as f64),
-            expected_reversal_rate: Estimate::wilson(t.kept_reversed, t.kept),
+            expected_reversal_rate: Estimate::wilson(
+                t.kept_reversed + t.repeated_reversed,
+                t.kept + t.repeated_reversed,
+            ),
+            reads_recorded_actions: Vec::new(),
             errors: t.errors,
         }
     }
@@ -137,8 +153,11 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of `tally`, the candidate's replay; every rule of the candidate and of the
+    /// rules in force has a line, whether or not it acted in the window.
     pub(super) fn new(
         candidate: &RuleSet,
+        in_force: &RuleSet,
         tally: Tally,
         (since, until): (DateTime<Utc>, DateTime<Utc>),
         pages: u64,
@@ -152,7 +171,7 @@ impl Report {
                 .map(|r| if r.shadow { "shadow" } else { "live" }.to_owned())
         };
         let mut by_rule = tally.by_rule.clone();
-        for rule in candidate.rules() {
+        for rule in candidate.rules().iter().chain(in_force.rules()) {
             by_rule.entry(rule.name.clone()).or_default();
         }
         let mut all = tally.overall.clone();
@@ -179,6 +198,25 @@ impl Report {
                 tally.without_actors
             ));
         }
+        let changed = all.added + all.removed;
+        let recorded: Vec<(&str, Vec<String>)> = candidate
+            .rules()
+            .iter()
+            .map(|rule| (rule.name.as_str(), recorded_actions_read(&rule.when)))
+            .filter(|(_, signals)| !signals.is_empty())
+            .collect();
+        if changed > 0 {
+            for (rule, signals) in &recorded {
+                warnings.push(format!(
+                    "{rule} reads {}, which quiesce recorded from the actions of the rules in force: the replay \
+                     reads them as recorded, so this rule's figures do not follow the candidate's {} added and \
+                     {} removed actions",
+                    signals.join(", "),
+                    all.added,
+                    all.removed
+                ));
+            }
+        }
         if all.errors > 0 {
             warnings.push(format!(
                 "candidate rules failed {} times (see errors per rule); live, each failure would dead-letter the entity",
@@ -200,7 +238,13 @@ impl Report {
             overall: RuleReport::from_tally("(all rules)".into(), None, &all),
             rules: by_rule
                 .iter()
-                .map(|(name, t)| RuleReport::from_tally(name.clone(), mode(name), t))
+                .map(|(name, t)| {
+                    let mut line = RuleReport::from_tally(name.clone(), mode(name), t);
+                    if let Some((_, signals)) = recorded.iter().find(|(rule, _)| rule == name) {
+                        line.reads_recorded_actions = signals.clone();
+                    }
+                    line
+                })
                 .collect(),
             final_status_differs: tally.final_differs,
             final_status_transitions: tally
@@ -212,7 +256,11 @@ impl Report {
                     entities,
                 })
                 .collect(),
-            final_status_sample: tally.diff_sample,
+            final_status_sample: {
+                let mut sample = tally.diff_sample;
+                sample.sort_by(|a, b| a.entity.cmp(&b.entity));
+                sample
+            },
             added_sample,
             warnings,
             elapsed_ms,
@@ -220,9 +268,67 @@ impl Report {
     }
 }
 
+/// The signals recorded from actions (`auto.<action>` and `auto.<action>.reversed`, as
+/// `store/evaluations.rs` and `store/moderation.rs` record them) that a condition names, in the
+/// order it names them.
+fn recorded_actions_read(when: &str) -> Vec<String> {
+    let mut signals: Vec<String> = Vec::new();
+    for quote in ['"', '\''] {
+        for literal in when.split(quote).skip(1).step_by(2) {
+            if literal.starts_with("auto.") && !signals.iter().any(|s| s == literal) {
+                signals.push(literal.to_owned());
+            }
+        }
+    }
+    signals
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_signals_recorded_from_actions_are_found_in_a_condition() {
+        assert_eq!(
+            recorded_actions_read(
+                r#"count("auto.hide") - count('auto.hide.reversed') >= 3 && count("flag") > 1"#
+            ),
+            ["auto.hide", "auto.hide.reversed"]
+        );
+        assert!(recorded_actions_read(r#"count("flag") >= 3"#).is_empty());
+    }
+
+    #[test]
+    fn every_rule_in_force_has_a_line_even_one_the_candidate_drops() {
+        let in_force = RuleSet::default_rules();
+        let candidate = RuleSet::from_toml(&crate::rules::DEFAULT_RULES.replace(
+            "name = \"remove_reported\"",
+            "name = \"remove_reported_v2\"",
+        ))
+        .unwrap();
+        let now = Utc::now();
+        let report = Report::new(&candidate, &in_force, Tally::new(5), (now, now), 1, 0);
+        let line = |name: &str| report.rules.iter().find(|r| r.rule == name);
+        assert_eq!(line("remove_reported").unwrap().candidate_mode, None);
+        assert_eq!(
+            line("remove_reported_v2")
+                .unwrap()
+                .candidate_mode
+                .as_deref(),
+            Some("live")
+        );
+        assert_eq!(
+            line("suspend_repeat_offender")
+                .unwrap()
+                .reads_recorded_actions,
+            ["auto.hide", "auto.hide.reversed"]
+        );
+        assert!(
+            report.warnings.is_empty(),
+            "nothing changed: {:?}",
+            report.warnings
+        );
+    }
 
     #[test]
     fn the_wilson_interval_is_the_textbook_one() {

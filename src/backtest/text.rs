@@ -45,6 +45,7 @@ fn row(r: &RuleReport) -> Vec<String> {
         r.added.to_string(),
         r.removed.to_string(),
         r.reversals_saved.to_string(),
+        r.reversals_repeated.to_string(),
         estimate(r.expected_reversal_rate),
     ]
 }
@@ -80,7 +81,8 @@ pub fn render_text(report: &Report, label: &str) -> String {
         "added",
         "removed",
         "saved",
-        "expected reversal rate [95% CI] of kept",
+        "repeated",
+        "expected reversal rate [95% CI] of kept and repeated",
     ]
     .iter()
     .map(|s| (*s).to_owned())

@@ -8,7 +8,7 @@ use crate::{
     backtest::{self, DEFAULT_SAMPLE, MAX_SAMPLE},
     rules::RuleSet,
     settings::ConfigArgs,
-    startup::{connect_postgres, load_settings},
+    startup::{connect_postgres, load_rules, load_settings},
     store::Store,
 };
 
@@ -56,11 +56,13 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let candidate = RuleSet::from_file(&file)?;
             let settings = load_settings(&config)?;
+            let in_force = load_rules(&settings)?.current();
             let store = Store::new(connect_postgres(&settings).await?);
             let report = backtest::run(
                 &store,
                 &backtest::Gate::default(),
                 Arc::new(candidate),
+                &in_force,
                 backtest::Options {
                     window: since,
                     sample: sample as usize,

@@ -22,13 +22,15 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    backtest::{self, BacktestError, DEFAULT_SAMPLE, Estimate, Options, Report, RuleReport},
+    backtest::{
+        self, BacktestError, DEFAULT_SAMPLE, Estimate, MAX_SAMPLE, Options, Report, RuleReport,
+    },
     domain::SignalStats,
     rules::RuleSet,
 };
 
-/// The windows a moderator may choose (evaluation records are kept for `retention`, 7 days by
-/// default: a longer window holds what is left).
+/// Windows offered as suggestions; any duration up to 90 days is taken (evaluation records
+/// are kept for `retention`, 7 days by default: a longer window holds what is left).
 const WINDOWS: [(&str, &str); 4] = [
     ("24h", "last 24 hours"),
     ("7days", "last 7 days"),
@@ -36,16 +38,28 @@ const WINDOWS: [(&str, &str); 4] = [
     ("90days", "last 90 days"),
 ];
 
-fn window_of(name: &str) -> Result<Duration, PageError> {
-    WINDOWS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(n, _)| backtest::parse_window(n).expect("a listed window"))
-        .ok_or_else(|| PageError::bad_field("window", "must be 24h, 7days, 30days or 90days"))
+fn window_of(raw: &str) -> Result<Duration, PageError> {
+    backtest::parse_window(raw).map_err(|problem| PageError::bad_field("window", &problem))
+}
+
+/// The number of added actions (and of differing entities) to sample: 0 to [`MAX_SAMPLE`].
+fn sample_of(raw: Option<&str>) -> Result<usize, PageError> {
+    let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Ok(DEFAULT_SAMPLE);
+    };
+    raw.parse::<usize>()
+        .ok()
+        .filter(|n| *n <= MAX_SAMPLE)
+        .ok_or_else(|| {
+            PageError::bad_field(
+                "sample",
+                &format!("must be a whole number from 0 to {MAX_SAMPLE}"),
+            )
+        })
 }
 
 /// The candidate's form, filled with `rules`.
-fn form(visit: &Visit, rules: &str, window: &str, promote: Option<&str>) -> Markup {
+fn form(visit: &Visit, rules: &str, window: &str, sample: usize, promote: Option<&str>) -> Markup {
     html! {
         section.card aria-labelledby="candidate-title" {
             h2 #candidate-title { "Candidate rules" }
@@ -62,10 +76,15 @@ fn form(visit: &Visit, rules: &str, window: &str, promote: Option<&str>) -> Mark
                     textarea.code #backtest-rules name="rules" required spellcheck="false" { (rules) }
                 }
                 div.field {
-                    label for="backtest-window" { "Window" }
-                    select #backtest-window name="window" {
-                        @for (name, label) in WINDOWS { option value=(name) selected[name == window] { (label) } }
+                    label for="backtest-window" { "Window (up to 90 days: 24h, 7days, 36h...)" }
+                    input #backtest-window type="text" name="window" value=(window) list="backtest-windows" required;
+                    datalist #backtest-windows {
+                        @for (name, label) in WINDOWS { option value=(name) { (label) } }
                     }
+                }
+                div.field {
+                    label for="backtest-sample" { "Sample size (added actions and differing entities shown)" }
+                    input #backtest-sample type="number" name="sample" min="0" max=(MAX_SAMPLE) value=(sample);
                 }
                 div { button type="submit" { "Run backtest" } }
             }
@@ -82,10 +101,11 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
     query
-        .only(&["promote", "window"])
+        .only(&["promote", "window", "sample"])
         .map_err(PageError::bad_query)?;
     let window = query.optional("window").unwrap_or("7days");
     window_of(window).map_err(PageError::bad_query)?;
+    let sample = sample_of(query.optional("sample")).map_err(PageError::bad_query)?;
     let rules = state.app.rules.current();
     let promote = query.optional("promote");
     let candidate = match promote {
@@ -102,7 +122,7 @@ pub async fn page(
         @if let Some(name) = promote {
             p #promoting { "The rules in force, with the shadow rule " code { (name) } " turned live: what promoting it would have done." }
         }
-        (form(&visit, &candidate.to_toml(), window, promote))
+        (form(&visit, &candidate.to_toml(), window, sample, promote))
     };
     Ok(layout::page(&visit, Section::Quality, "Backtest", body))
 }
@@ -119,7 +139,7 @@ pub async fn run(
         &headers,
         &body,
         &visit.session,
-        &["rules", "window", "promote"],
+        &["rules", "window", "sample", "promote"],
     )?;
     let text = fields
         .optional("rules")
@@ -128,15 +148,14 @@ pub async fn run(
         .map_err(|error| PageError::bad_field("rules", &format!("do not load: {error}")))?;
     let window_name = fields.optional("window").unwrap_or("7days");
     let window = window_of(window_name)?;
+    let sample = sample_of(fields.optional("sample"))?;
     let promote = fields.optional("promote");
     let report = backtest::run(
         &state.app.store,
         &state.app.backtests,
         Arc::new(candidate),
-        Options {
-            window,
-            sample: DEFAULT_SAMPLE,
-        },
+        &state.app.rules.current(),
+        Options { window, sample },
     )
     .await
     .map_err(|error| match error {
@@ -164,7 +183,7 @@ pub async fn run(
     let body = html! {
         h1 { "Backtest" }
         (report_view(&report, shadow_hits))
-        (form(&visit, text, window_name, promote))
+        (form(&visit, text, window_name, sample, promote))
     };
     Ok(layout::page(&visit, Section::Quality, "Backtest", body))
 }
@@ -200,6 +219,7 @@ fn rule_row(r: &RuleReport, overall: bool) -> Markup {
             td.num.added data-label="Added" { (r.added) }
             td.num.removed data-label="Removed" { (r.removed) }
             td.num.saved data-label="Reversals saved" { (r.reversals_saved) }
+            td.num.repeated data-label="Reversals repeated" { (r.reversals_repeated) }
             td data-label="Expected reversal rate" { (estimate(r.expected_reversal_rate)) }
         }
     }
@@ -227,9 +247,11 @@ fn report_view(report: &Report, shadow_hits: Option<(&str, i64)>) -> Markup {
                 }
             }
             p.muted {
-                "Kept: taken by both on the same evaluation by the same rule. Reversals saved: removed actions moderators had reversed within 24h. "
-                "The expected reversal rate is the reversed share of the kept actions, the only ones of the candidate a moderator has judged, "
-                "with its 95% interval; it takes the added actions to be reversed as often."
+                "Kept: taken by both on the same evaluation by the same rule. Reversals saved: removed actions moderators had reversed within 24h, "
+                "which the candidate never takes on that entity before the reversal. Reversals repeated: added actions that take a reversed action "
+                "again before its reversal (sooner or later than the rules in force did). "
+                "The expected reversal rate is the reversed share of the kept and repeated actions, the ones of the candidate a moderator has judged, "
+                "with its 95% interval; it takes the other added actions to be reversed as often."
             }
             div.table-wrap {
                 table.cards #backtest-rules-table {
@@ -243,6 +265,7 @@ fn report_view(report: &Report, shadow_hits: Option<(&str, i64)>) -> Markup {
                             th.num scope="col" { "Added" }
                             th.num scope="col" { "Removed" }
                             th.num scope="col" { "Reversals saved" }
+                            th.num scope="col" { "Reversals repeated" }
                             th scope="col" { "Expected reversal rate" }
                         }
                     }

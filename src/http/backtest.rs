@@ -93,6 +93,7 @@ pub async fn backtest(
         &state.store,
         &state.backtests,
         Arc::new(candidate),
+        &state.rules.current(),
         Options { window, sample },
     )
     .await

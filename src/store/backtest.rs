@@ -41,6 +41,8 @@ pub struct AppliedAction {
     pub created_at: DateTime<Utc>,
     /// A moderator reversed it within 24h of its being applied (the reversal rate's measure).
     pub reversed_within_24h: bool,
+    /// When a moderator reversed it, if one did.
+    pub reversed_at: Option<DateTime<Utc>>,
 }
 
 /// One recorded evaluation, as a backtest replays it.
@@ -118,6 +120,7 @@ struct ReplayRow {
     new_status: Option<String>,
     applied_at: Option<DateTime<Utc>>,
     reversed_within_24h: Option<bool>,
+    reversed_at: Option<DateTime<Utc>>,
 }
 
 impl Store {
@@ -151,7 +154,8 @@ impl Store {
                       a.id AS "action_id?", a.action AS "action?", a.rule AS "rule?",
                       a.new_status AS "new_status?", a.created_at AS "applied_at?",
                       (a.reversed_at IS NOT NULL
-                       AND a.reversed_at <= a.created_at + interval '24 hours') AS "reversed_within_24h?"
+                       AND a.reversed_at <= a.created_at + interval '24 hours') AS "reversed_within_24h?",
+                      a.reversed_at AS "reversed_at?"
                FROM evaluations e
                LEFT JOIN actions a ON a.id = e.action_id
                WHERE e.finished_at >= $1 AND e.finished_at < $2
@@ -230,6 +234,7 @@ fn replayed_from(row: ReplayRow) -> Result<ReplayedEvaluation> {
             rule,
             created_at: row.applied_at.unwrap_or(row.finished_at),
             reversed_within_24h: row.reversed_within_24h.unwrap_or(false),
+            reversed_at: row.reversed_at,
         }),
         _ => None,
     };
