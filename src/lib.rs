@@ -7,6 +7,7 @@
 //! entity through the Redis sets.
 
 pub mod actions;
+pub mod audit;
 pub mod backtest;
 pub mod cli;
 pub mod coalesce;

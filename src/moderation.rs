@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::{
-    domain::{EntityId, Priority, Status},
+    domain::{Actor, EntityId, Priority, Status},
     queue::Queue,
     store::{Reversal, Store, StoreError},
     telemetry::{Chain, names},
@@ -34,13 +34,11 @@ pub async fn reverse(
     store: &Store,
     queue: &Queue,
     id: i64,
-    moderator: &str,
+    by: &Actor,
     reason: &str,
     override_for: Duration,
 ) -> Result<Reversal, StoreError> {
-    let reversal = store
-        .reverse_action(id, moderator, reason, override_for)
-        .await?;
+    let reversal = store.reverse_action(id, by, reason, override_for).await?;
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
     if let Some(author) = &reversal.author {
         // The compensation is committed; if this schedule is lost the repair sweep finds it.
@@ -55,7 +53,8 @@ pub async fn reverse(
 #[derive(Debug, Clone, Copy)]
 pub struct OverrideRequest<'a> {
     pub entity: &'a EntityId,
-    pub moderator: &'a str,
+    /// The moderator (their name, credential and address).
+    pub by: &'a Actor,
     pub status: Status,
     /// When automation may go past it again; `None`: after `default_for`.
     pub until: Option<DateTime<Utc>>,
@@ -80,7 +79,7 @@ pub async fn override_status(
     let moderation_version = store
         .override_entity(
             request.entity,
-            request.moderator,
+            request.by,
             request.status,
             until,
             request.reason,

@@ -55,6 +55,7 @@ pub mod names {
     pub const HTTP_REQUESTS: &str = "quiesce_http_requests_total";
     pub const HTTP_SECONDS: &str = "quiesce_http_request_duration_seconds";
     pub const HTTP_CONNECTIONS: &str = "quiesce_http_connections";
+    pub const AUDIT_FAILURES: &str = "quiesce_audit_failures_total";
 }
 
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.

@@ -23,7 +23,8 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 11] = [
+const UPPER: [&str; 12] = [
+    "audit",
     "cli",
     "http",
     "console",
@@ -37,7 +38,7 @@ const UPPER: [&str; 11] = [
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 4] = ["ingest", "moderation", "dead_letters", "actions"];
+const USE_CASES: [&str; 5] = ["ingest", "moderation", "dead_letters", "actions", "audit"];
 /// The edges, which translate a command, a request or a form into a use-case call: no use case imports
 /// one.
 const EDGES: [&str; 4] = ["cli", "http", "console", "startup"];

@@ -3,7 +3,7 @@
 use clap::Subcommand;
 
 use crate::{
-    dead_letters,
+    audit, dead_letters,
     domain::EntityId,
     queue::Queue,
     settings::ConfigArgs,
@@ -81,9 +81,15 @@ pub(super) async fn run(command: DeadLettersCommand) -> anyhow::Result<()> {
                 Some(raw) => {
                     let entity = EntityId::parse(&raw)
                         .map_err(|e| anyhow::anyhow!("invalid --entity {raw:?}: {e}"))?;
-                    usize::from(dead_letters::redrive(&store, &queue, &entity, "cli").await?)
+                    usize::from(
+                        dead_letters::redrive(&store, &queue, &entity, &audit::command_line())
+                            .await?,
+                    )
                 }
-                None => dead_letters::redrive_all(&store, &queue, reason.as_deref(), "cli").await?,
+                None => {
+                    let by = audit::command_line();
+                    dead_letters::redrive_all(&store, &queue, reason.as_deref(), &by).await?
+                }
             };
             println!("redriven: {redriven}");
         }

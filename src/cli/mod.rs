@@ -1,6 +1,7 @@
 //! The command line: the commands and their flags (clap), each family of subcommands in a file
 //! of its own; `serve` and `worker` hand over to [`crate::startup`].
 
+mod audit;
 mod dead_letters;
 mod deliveries;
 mod rules;
@@ -59,6 +60,10 @@ enum Command {
         #[arg(long)]
         move_dead_letters: bool,
     },
+    /// Print the audit trail (reversals, overrides, redrives, rules reloads, shard moves,
+    /// console sign-ins and sign-outs: who, from where, before and after), newest first: a
+    /// table, or one JSON object per line with --json.
+    Audit(audit::AuditArgs),
     /// Check a rules file and print its rules, or backtest it against the evaluations of a window.
     Rules {
         #[command(subcommand)]
@@ -89,5 +94,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DeadLetters { command } => dead_letters::run(command).await,
         Command::Deliveries { command } => deliveries::run(command).await,
         Command::Rules { command } => rules::run(command).await,
+        Command::Audit(args) => audit::run(args).await,
     }
 }

@@ -2,7 +2,8 @@
 //! layout's dead letters.
 
 use crate::{
-    dead_letters,
+    audit, dead_letters,
+    domain::{AuditAction, AuditEntry},
     queue::Queue,
     settings::Settings,
     startup::{connect_postgres, connect_redis, keyspace},
@@ -18,6 +19,17 @@ pub(super) async fn run(settings: &Settings, move_dead_letters: bool) -> anyhow:
     if move_dead_letters {
         let store = Store::new(connect_postgres(settings).await?);
         let moved = dead_letters::move_draining(&store, &queue).await?;
+        let entry = AuditEntry {
+            action: AuditAction::ShardsMove,
+            subject: "shards".into(),
+            before: None,
+            after: Some(serde_json::json!({
+                "moved": moved.moved,
+                "recorded": moved.recorded,
+                "forgotten": moved.forgotten,
+            })),
+        };
+        audit::record(&store, &audit::command_line(), entry).await;
         println!(
             "dead letters moved to the current layout: {} ({} recorded in Postgres first; {} left the draining layout)",
             moved.moved, moved.recorded, moved.forgotten

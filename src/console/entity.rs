@@ -417,9 +417,10 @@ pub async fn override_status(
         .transpose()
         .map_err(|problem| PageError::bad_field("until", &problem))?;
     let reason = fields.text("reason")?;
+    let by = visit.actor();
     let request = OverrideRequest {
         entity: &entity,
-        moderator: &visit.user.name,
+        by: &by,
         status,
         until,
         reason: &reason,

@@ -21,6 +21,7 @@
 //! images, and no script at all (the console has none).
 
 mod assets;
+mod audit;
 mod backtest;
 mod charts;
 mod csrf;
@@ -50,7 +51,10 @@ use self::{
     errors::PageError,
     session::{Session, SignedIn},
 };
-use crate::{backtest::Gate, credentials::Auth, queue::Queue, rules::Rules, store::Store};
+use crate::{
+    audit::Origin, backtest::Gate, credentials::Auth, domain::Actor, queue::Queue, rules::Rules,
+    store::Store,
+};
 
 /// The console's Content-Security-Policy: its own stylesheet and images, no script, no
 /// framing, forms only to itself.
@@ -104,6 +108,7 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/quality", get(quality::page))
         .route("/backtest", get(backtest::page).post(backtest::run))
         .route("/operations", get(operations::page))
+        .route("/audit", get(audit::page))
         .route("/dead-letters/redrive", post(operations::redrive_many))
         .route(
             "/dead-letters/{entity}/redrive",
@@ -162,6 +167,19 @@ async fn security_headers(request: Request, next: Next) -> Response {
 pub struct Visit {
     pub session: Session,
     pub user: SignedIn,
+    /// Where the request came from, for the audit trail.
+    pub origin: Origin,
+}
+
+impl Visit {
+    /// The signed-in moderator as the audit trail records them.
+    pub fn actor(&self) -> Actor {
+        self.origin.actor(
+            &self.user.name,
+            Some(&self.user.token),
+            Some(self.user.role.as_str()),
+        )
+    }
 }
 
 impl FromRequestParts<ConsoleState> for Visit {
@@ -177,7 +195,11 @@ impl FromRequestParts<ConsoleState> for Visit {
             // A session of a token that is no longer configured has ended.
             && state.app.auth.still_configured(user.role, &user.token)
         {
-            return Ok(Visit { session, user });
+            return Ok(Visit {
+                session,
+                user,
+                origin: Origin::of(&parts.headers, &parts.extensions),
+            });
         }
         if parts.method == Method::GET {
             // The path as the browser asked for it (inside the nest, `uri` lost `/console`).

@@ -102,6 +102,7 @@ pub async fn page(
     let body = html! {
         (layout::done_notice(done.as_deref()))
         h1 { "Operations" }
+        p { a #audit-link href="/console/audit" { "Audit trail" } ": every decision, who made it and from where." }
         section aria-labelledby="schedule-title" {
             h2 #schedule-title { "Schedule" }
             @match &depths {
@@ -213,7 +214,7 @@ pub async fn redrive_one(
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
     let app = &state.app;
-    let done = dead_letters::redrive(&app.store, &app.queue, &entity, &visit.user.name)
+    let done = dead_letters::redrive(&app.store, &app.queue, &entity, &visit.actor())
         .await
         .map_err(redrive_error)?;
     if !done {
@@ -243,7 +244,7 @@ pub async fn redrive_many(
         ));
     }
     let app = &state.app;
-    let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &visit.user.name)
+    let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &visit.actor())
         .await
         .map_err(redrive_error)?;
     tracing::info!(count, reason, token = %visit.user.token, "console redrive");

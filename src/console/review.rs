@@ -382,7 +382,7 @@ pub async fn reverse(
         &app.store,
         &app.queue,
         id,
-        &visit.user.name,
+        &visit.actor(),
         &reason,
         override_for,
     )

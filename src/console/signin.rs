@@ -19,7 +19,11 @@ use super::{
     layout,
     session::{INSECURE_DEV, Session, SignedIn},
 };
-use crate::credentials::Role;
+use crate::{
+    audit::{self, Origin},
+    credentials::Role,
+    domain::{AuditAction, AuditEntry},
+};
 
 /// Where a sign-in goes when it names nowhere (or somewhere outside the console).
 const HOME: &str = "/console/review";
@@ -113,6 +117,7 @@ pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMa
 /// `POST /console/login` with `csrf`, `name`, `token` and `next`.
 pub async fn sign_in(
     State(state): State<ConsoleState>,
+    origin: Origin,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
@@ -157,6 +162,13 @@ pub async fn sign_in(
         }
     };
     tracing::info!(role = user.role.as_str(), token = %user.token, "console sign-in");
+    let actor = origin.actor(&user.name, Some(&user.token), Some(user.role.as_str()));
+    audit::record(
+        &state.app.store,
+        &actor,
+        session_entry(AuditAction::SignIn, &user),
+    )
+    .await;
     let signed_in = state.sessions.signed_in(user);
     Ok((
         [(
@@ -172,6 +184,7 @@ pub async fn sign_in(
 /// verifies until it expires or the key changes; see SECURITY.md).
 pub async fn sign_out(
     State(state): State<ConsoleState>,
+    origin: Origin,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
@@ -181,11 +194,31 @@ pub async fn sign_out(
         .ok_or_else(PageError::signed_out)?;
     let fields = Fields::from_form(&headers, &body)?;
     csrf::check(&session, fields.get(csrf::FIELD))?;
+    if let Some(user) = &session.user {
+        let actor = origin.actor(&user.name, Some(&user.token), Some(user.role.as_str()));
+        audit::record(
+            &state.app.store,
+            &actor,
+            session_entry(AuditAction::SignOut, user),
+        )
+        .await;
+    }
     Ok((
         [(header::SET_COOKIE, state.sessions.clear_cookie(&headers))],
         Redirect::to("/console/login?signed_out=1"),
     )
         .into_response())
+}
+
+/// A sign-in or sign-out as the audit trail records it: the subject is the token's label
+/// (never the token), the name the moderator gave is the actor.
+fn session_entry(action: AuditAction, user: &SignedIn) -> AuditEntry {
+    AuditEntry {
+        action,
+        subject: user.token.clone(),
+        before: None,
+        after: Some(serde_json::json!({ "role": user.role.as_str() })),
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ mod sync;
 
 pub use self::sync::{DeadLetterSync, MovedDeadLetters, ShardWalk, move_draining, sync};
 use crate::{
-    domain::EntityId,
+    audit,
+    domain::{Actor, AuditAction, AuditEntry, EntityId},
     queue::{Queue, QueueError},
     store::{DeadLetterKey, DeadLetterRows, Store, StoreError},
 };
@@ -41,39 +42,60 @@ pub async fn list(
 /// Redrives one entity: marks its dead letter redriven by `by` and makes it due in Redis with
 /// fresh attempts. An entity Postgres does not record as dead-lettered is redriven if Redis
 /// holds it as such (its Postgres write failed and the sweep has not copied it yet). Returns
-/// false if neither does.
-#[tracing::instrument(skip_all, fields(%entity, by))]
-pub async fn redrive(store: &Store, queue: &Queue, entity: &EntityId, by: &str) -> Result<bool> {
-    let marked = store.mark_redriven(entity, by).await?;
+/// false if neither does. A redrive is recorded in the audit trail.
+#[tracing::instrument(skip_all, fields(%entity, by = %by.name))]
+pub async fn redrive(store: &Store, queue: &Queue, entity: &EntityId, by: &Actor) -> Result<bool> {
+    let marked = store.mark_redriven(entity, &by.name).await?;
     if !marked.value && !queue.is_dead_lettered(entity).await? {
         return Ok(false);
     }
     queue.redrive(std::slice::from_ref(entity)).await?;
     marked.commit().await?;
+    let entry = AuditEntry {
+        action: AuditAction::Redrive,
+        subject: entity.to_string(),
+        before: Some(serde_json::json!({ "dead_lettered": true })),
+        after: Some(serde_json::json!({ "dead_lettered": false, "redriven": 1 })),
+    };
+    audit::record(store, by, entry).await;
     Ok(true)
 }
 
 /// Redrives every dead letter (of `reason`, if given), a page at a time, each page marked and
 /// made due as [`redrive`] does. Returns how many.
-#[tracing::instrument(skip_all, fields(reason, by))]
+#[tracing::instrument(skip_all, fields(reason, by = %by.name))]
 pub async fn redrive_all(
     store: &Store,
     queue: &Queue,
     reason: Option<&str>,
-    by: &str,
+    by: &Actor,
 ) -> Result<usize> {
     let mut redriven = 0;
-    loop {
-        let page = store.mark_page_redriven(reason, by, PAGE).await?;
-        let count = page.value.marked;
-        if count == 0 {
-            return Ok(redriven);
-        }
-        queue.redrive(&page.value.entities).await?;
-        page.commit().await?;
-        redriven += count;
-        if count < PAGE {
-            return Ok(redriven);
+    let outcome = async {
+        loop {
+            let page = store.mark_page_redriven(reason, &by.name, PAGE).await?;
+            let count = page.value.marked;
+            if count == 0 {
+                return Ok(());
+            }
+            queue.redrive(&page.value.entities).await?;
+            page.commit().await?;
+            redriven += count;
+            if count < PAGE {
+                return Ok(());
+            }
         }
     }
+    .await;
+    // The pages redriven before a failure took effect: they are recorded either way.
+    if redriven > 0 {
+        let entry = AuditEntry {
+            action: AuditAction::Redrive,
+            subject: "dead_letters".into(),
+            before: Some(serde_json::json!({ "reason": reason })),
+            after: Some(serde_json::json!({ "redriven": redriven })),
+        };
+        audit::record(store, by, entry).await;
+    }
+    outcome.map(|()| redriven)
 }

@@ -1,6 +1,7 @@
 //! Domain values that parse at the edge, so an invalid one cannot exist past it: identifiers,
 //! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
 
+mod audit;
 mod event;
 mod failure;
 mod ids;
@@ -10,6 +11,7 @@ mod snapshot;
 mod status;
 
 pub use self::{
+    audit::{Actor, AuditAction, AuditEntry},
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},

@@ -2,8 +2,8 @@
 //! bearer token has it. Tokens and roles themselves are [`crate::credentials`].
 
 use axum::{
-    extract::{MatchedPath, Request, State},
-    http::{Method, StatusCode, header},
+    extract::{FromRequestParts, MatchedPath, Request, State},
+    http::{Method, StatusCode, header, request::Parts},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -11,7 +11,7 @@ use axum::{
 use super::{ApiError, AppState};
 // Built by startup beside the rest of the HTTP state.
 pub use crate::credentials::Auth;
-use crate::credentials::Role;
+use crate::{audit::Origin, credentials::Role, domain::Actor};
 
 /// The role a route needs; `None`: no token (health, readiness, the API description, and
 /// named sources, whose requests are authenticated by their signature).
@@ -87,6 +87,45 @@ pub struct Caller {
     pub role: Role,
     /// `token:<first 8 hex digits of the token's sha256>`.
     pub client: String,
+}
+
+/// Who sent a request, for the audit trail: the checked token (none where no token is
+/// configured) and where the request came from.
+#[derive(Debug, Clone)]
+pub struct Requester {
+    pub caller: Option<Caller>,
+    pub origin: Origin,
+}
+
+impl Requester {
+    /// The actor named `name` (the moderator the body names, or the token's label).
+    pub fn actor(&self, name: &str) -> Actor {
+        self.origin.actor(
+            name,
+            self.caller.as_ref().map(|c| c.client.as_str()),
+            self.caller.as_ref().map(|c| c.role.as_str()),
+        )
+    }
+
+    /// The actor for a request that names nobody: the token's label, or `api`.
+    pub fn token_actor(&self) -> Actor {
+        let name = self
+            .caller
+            .as_ref()
+            .map_or_else(|| "api".to_owned(), |c| c.client.clone());
+        self.actor(&name)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Requester {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self {
+            caller: parts.extensions.get::<Caller>().cloned(),
+            origin: Origin::of(&parts.headers, &parts.extensions),
+        })
+    }
 }
 
 /// Route middleware: checks the token against the role the matched route needs.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use axum::{
-    Extension, Json,
+    Json,
     body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{
     AppState,
-    auth::Caller,
+    auth::Requester,
     error::{ApiError, store_error},
     params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
@@ -32,11 +32,6 @@ fn redrive_error(error: DeadLetterError) -> ApiError {
         DeadLetterError::Store(error) => store_error(error),
         DeadLetterError::Queue(error) => ApiError::unavailable(error),
     }
-}
-
-/// Who redrove, for the dead letter's audit trail: the caller's token id, or `api`.
-fn redriven_by(caller: Option<Extension<Caller>>) -> String {
-    caller.map_or_else(|| "api".to_owned(), |Extension(c)| c.client)
 }
 
 #[utoipa::path(
@@ -109,12 +104,13 @@ pub async fn list(
 )]
 pub async fn redrive_one(
     State(state): State<AppState>,
-    caller: Option<Extension<Caller>>,
+    requester: Requester,
     path: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let redriven = dead_letters::redrive(&state.store, &state.queue, &entity, &redriven_by(caller))
+    let by = requester.token_actor();
+    let redriven = dead_letters::redrive(&state.store, &state.queue, &entity, &by)
         .await
         .map_err(redrive_error)?;
     if !redriven {
@@ -142,7 +138,7 @@ pub async fn redrive_one(
 )]
 pub async fn redrive_many(
     State(state): State<AppState>,
-    caller: Option<Extension<Caller>>,
+    requester: Requester,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
@@ -186,7 +182,7 @@ pub async fn redrive_many(
         &state.store,
         &state.queue,
         reason.as_deref(),
-        &redriven_by(caller),
+        &requester.token_actor(),
     )
     .await
     .map_err(redrive_error)?;

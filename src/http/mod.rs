@@ -2,6 +2,7 @@
 //! request timeout and the role check; the ingest routes also the concurrency cap. Metrics are
 //! served on a listener of their own ([`metrics_router`]).
 
+mod audit;
 pub mod auth;
 mod backtest;
 pub mod body;
@@ -80,6 +81,7 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
         .route("/v1/rules/reload", post(rules::reload))
         .route("/v1/rules/backtest", post(backtest::backtest))
         .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/audit", get(audit::list))
         .route("/v1/dead-letters/redrive", post(dead_letters::redrive_many))
         .route(
             "/v1/dead-letters/{entity}/redrive",

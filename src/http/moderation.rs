@@ -13,8 +13,9 @@ use serde_json::{Map, Value, json};
 
 use super::{
     AppState,
+    auth::Requester,
     error::{ApiError, store_error},
-    params::{bad_query, parse_entity, path_param, unknown_parameters},
+    params::{bad_query, page_cursor, page_limit, parse_entity, path_param, unknown_parameters},
 };
 use crate::{
     domain::Status,
@@ -95,26 +96,8 @@ pub async fn list_actions(
             _ => return Err(bad_query("reversed", "reversed must be true or false")),
         });
     }
-    if let Some(raw) = params.get("limit") {
-        filter.limit = raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=MAX_ACTIONS_LIMIT).contains(n))
-            .ok_or_else(|| {
-                bad_query(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_ACTIONS_LIMIT}"),
-                )
-            })?;
-    }
-    if let Some(raw) = params.get("cursor") {
-        filter.before = Some(raw.parse::<i64>().map_err(|_| {
-            bad_query(
-                "cursor",
-                "cursor must be a next_cursor from an earlier page",
-            )
-        })?);
-    }
+    filter.limit = page_limit(&params, DEFAULT_ACTIONS_LIMIT, MAX_ACTIONS_LIMIT)?;
+    filter.before = page_cursor(&params)?;
     let actions = state.store.actions(&filter).await.map_err(store_error)?;
     let next_cursor = (actions.len() as i64 == filter.limit)
         .then(|| actions.last().map(|a| a.id.to_string()))
@@ -177,6 +160,7 @@ fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a 
 )]
 pub async fn reverse(
     State(state): State<AppState>,
+    requester: Requester,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -192,7 +176,7 @@ pub async fn reverse(
         &state.store,
         &state.queue,
         id,
-        moderator,
+        &requester.actor(moderator),
         reason,
         override_for,
     )
@@ -222,6 +206,7 @@ pub async fn reverse(
 )]
 pub async fn override_entity(
     State(state): State<AppState>,
+    requester: Requester,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -263,9 +248,10 @@ pub async fn override_entity(
             ));
         }
     };
+    let by = requester.actor(moderator);
     let request = OverrideRequest {
         entity: &entity,
-        moderator,
+        by: &by,
         status,
         until,
         reason,

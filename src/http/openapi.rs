@@ -42,6 +42,7 @@ impl Modify for Security {
         super::dead_letters::list,
         super::dead_letters::redrive_many,
         super::dead_letters::redrive_one,
+        super::audit::list,
         super::health::healthz,
         super::health::readyz,
         openapi_json,

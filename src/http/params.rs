@@ -42,3 +42,40 @@ pub(super) fn path_param(
         .with_field(name)
     })
 }
+
+/// The `limit` query parameter: `default` when absent, else a whole number from 1 to `max`.
+pub(super) fn page_limit(
+    params: &std::collections::HashMap<String, String>,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    let Some(raw) = params.get("limit") else {
+        return Ok(default);
+    };
+    raw.parse::<i64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            bad_query(
+                "limit",
+                format!("limit must be a whole number from 1 to {max}"),
+            )
+        })
+}
+
+/// The `cursor` query parameter of an id-keyed page: the `next_cursor` of the page before.
+pub(super) fn page_cursor(
+    params: &std::collections::HashMap<String, String>,
+) -> Result<Option<i64>, ApiError> {
+    params
+        .get("cursor")
+        .map(|raw| {
+            raw.parse::<i64>().map_err(|_| {
+                bad_query(
+                    "cursor",
+                    "cursor must be a next_cursor from an earlier page",
+                )
+            })
+        })
+        .transpose()
+}

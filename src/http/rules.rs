@@ -7,8 +7,10 @@ use serde_json::{Value, json};
 
 use super::{
     AppState,
+    auth::Requester,
     error::{ApiError, store_error},
 };
+use crate::audit;
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -63,10 +65,16 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     ),
     security(("bearer" = []))
 )]
-pub async fn reload(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn reload(
+    State(state): State<AppState>,
+    requester: Requester,
+) -> Result<Json<Value>, ApiError> {
+    let before = state.rules.current().rules().len();
     match state.rules.reload() {
         Ok(count) => {
             tracing::info!(rules = count, "rules reloaded");
+            let entry = audit::rules_reloaded(before, count);
+            audit::record(&state.store, &requester.token_actor(), entry).await;
             Ok(Json(json!({ "rules": count })))
         }
         Err(error) => Err(ApiError::new(

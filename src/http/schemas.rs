@@ -84,6 +84,13 @@ pub struct EntityView {
 }
 
 #[derive(ToSchema)]
+pub struct AuditPage {
+    entries: Vec<crate::store::AuditRecord>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+#[derive(ToSchema)]
 pub struct ActionsPage {
     actions: Vec<crate::store::ActionRecord>,
     /// Pass as `cursor` for the next page; null on the last.

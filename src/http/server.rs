@@ -4,7 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use axum::Router;
+use axum::{Router, extract::ConnectInfo};
 use hyper::server::conn::http1;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
@@ -16,6 +16,7 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore},
 };
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::{settings::Http, telemetry::names};
 
@@ -69,7 +70,7 @@ pub async fn serve(
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) if is_connection_error(&error) => continue,
                 Err(error) => {
                     // Out of file descriptors and the like: pause rather than spin.
@@ -79,12 +80,18 @@ pub async fn serve(
                 }
             },
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
         let open = Open::new(slot);
-        let connection = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
+        // The peer address on every request of the connection (the audit trail's address).
+        let service = router.clone().map_request(
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
         );
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             // An error here is the client's doing (a timeout, a reset, a malformed request):

@@ -30,6 +30,16 @@ impl Maintenance {
             metrics::counter!(names::EVENTS_PURGED).increment(events);
             tracing::info!(events, "events left with their partitions");
         }
+        let audit = self
+            .store
+            .expire_audit(self.settings.audit_retention)
+            .await?;
+        if audit > 0 {
+            tracing::info!(
+                rows = audit,
+                "audit trail entries past audit_retention removed"
+            );
+        }
         if purged.outbox > 0 {
             tracing::info!(
                 rows = purged.outbox,

@@ -27,6 +27,9 @@ section! {
         retention_interval: Duration = Duration::from_secs(600), check nonzero;
         /// Most delivered outbox rows one delete statement removes (a pass runs at most 10).
         retention_batch: usize = 10_000, check nonzero;
+        /// How long the audit trail keeps a decision (GET /v1/audit); the retention pass
+        /// removes older ones; at least 1 day.
+        audit_retention: Duration = Duration::from_secs(400 * 24 * 3600), check nonzero;
         /// How often the repair sweep looks in Postgres for entities owed an evaluation that
         /// Redis lost.
         sweep_interval: Duration = Duration::from_secs(30), check nonzero;

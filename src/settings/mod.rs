@@ -273,6 +273,9 @@ impl Settings {
                 },
             );
         }
+        if maintenance.audit_retention < std::time::Duration::from_secs(24 * 3600) {
+            return fail("audit_retention", "must be at least 1 day");
+        }
         if self.maintenance.sweep_grace < backend_timeout {
             return fail(
                 "sweep_grace",

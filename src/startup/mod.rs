@@ -102,7 +102,7 @@ async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
     let backends = Backends::connect(settings, rules).await?;
     backends.check_redis_durability().await;
     backends.check_schedule_matches_database(settings).await?;
-    reload_rules_on_sighup(Arc::clone(&backends.rules));
+    reload_rules_on_sighup(Arc::clone(&backends.rules), backends.store.clone());
     Ok(Booted {
         backends,
         shutdown: shutdown_on_signal(),

@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::rules::Rules;
+use crate::{audit, domain::Actor, rules::Rules, store::Store};
 
-/// Reloads the rules on SIGHUP; an invalid file is refused and the rules in force stay.
-pub fn reload_rules_on_sighup(rules: Arc<Rules>) {
+/// Reloads the rules on SIGHUP; an invalid file is refused and the rules in force stay. A
+/// reload is recorded in the audit trail as `signal:SIGHUP`.
+pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
     #[cfg(unix)]
     tokio::spawn(async move {
         let Ok(mut hangups) =
@@ -16,8 +17,13 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>) {
             return;
         };
         while hangups.recv().await.is_some() {
+            let before = rules.current().rules().len();
             match rules.reload() {
-                Ok(count) => tracing::info!(rules = count, "rules reloaded"),
+                Ok(count) => {
+                    tracing::info!(rules = count, "rules reloaded");
+                    let actor = Actor::named("signal:SIGHUP", None);
+                    audit::record(&store, &actor, audit::rules_reloaded(before, count)).await;
+                }
                 Err(error) => {
                     tracing::error!(%error, "rules reload refused; the rules in force stay")
                 }

@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod audit;
 mod backtest;
 mod batched;
 mod console;
@@ -31,6 +32,7 @@ use crate::{
 };
 
 pub use self::{
+    audit::{AuditFilter, AuditRecord},
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,

@@ -7,11 +7,12 @@ use sqlx::{Postgres, Transaction};
 
 use super::{
     ActionRecord, Result, Store, StoreError,
+    audit::record_audit_in,
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
     interval,
 };
-use crate::domain::{EntityId, Status};
+use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, Status};
 
 /// A reversal as recorded: the action, and the entity's state after it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -29,27 +30,29 @@ impl Store {
     /// A moderator reverses an automated action: the entity's status goes back to what it
     /// was before the action, its version is bumped (an evaluation in flight then writes
     /// nothing), and an override keeps automation from redoing it for `override_for`. The
-    /// reversal is recorded (who, when, why) and an outbox row tells the platform.
+    /// reversal is recorded (who, when, why, in the audit trail too) and an outbox row tells
+    /// the platform.
     pub async fn reverse_action(
         &self,
         id: i64,
-        moderator: &str,
+        by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
     ) -> Result<Reversal> {
         // The compensation is an event: a partition turnover is repaired and the whole
         // reversal retried.
-        self.with_turnover(|| self.reverse_once(id, moderator, reason, override_for))
+        self.with_turnover(|| self.reverse_once(id, by, reason, override_for))
             .await
     }
 
     async fn reverse_once(
         &self,
         id: i64,
-        moderator: &str,
+        by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
     ) -> Result<Reversal> {
+        let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
         let action = sqlx::query_as!(
             ActionRecord,
@@ -153,6 +156,28 @@ impl Store {
             Some(override_until),
         )
         .await?;
+        record_audit_in(
+            &mut tx,
+            by,
+            &AuditEntry {
+                action: AuditAction::Reverse,
+                subject: format!("action:{id}"),
+                before: Some(serde_json::json!({
+                    "entity": action.entity,
+                    "action": action.action,
+                    "rule": action.rule,
+                    "status": action.new_status,
+                })),
+                after: Some(serde_json::json!({
+                    "entity": action.entity,
+                    "status": action.previous_status,
+                    "override_until": override_until,
+                    "reason": reason,
+                    "moderation_version": new_version,
+                })),
+            },
+        )
+        .await?;
         sqlx::query!(
             "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
             format!("reversal:{}", action.dedup_key),
@@ -186,12 +211,20 @@ impl Store {
     pub async fn override_entity(
         &self,
         entity: &EntityId,
-        moderator: &str,
+        by: &Actor,
         status: Status,
         until: DateTime<Utc>,
         reason: &str,
     ) -> Result<i64> {
+        let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
+        let before = sqlx::query!(
+            "SELECT status, moderation_version, override_status, override_until FROM entities
+             WHERE entity = $1 FOR UPDATE",
+            entity.as_str(),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
         let version = sqlx::query_scalar!(
             "UPDATE entities SET
                  status = $2,
@@ -213,6 +246,30 @@ impl Store {
         .ok_or_else(|| {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
         })?;
+        record_audit_in(
+            &mut tx,
+            by,
+            &AuditEntry {
+                action: AuditAction::Override,
+                subject: entity.to_string(),
+                before: before.map(|b| {
+                    serde_json::json!({
+                        "status": b.status,
+                        "moderation_version": b.moderation_version,
+                        "override_status": b.override_status,
+                        "override_until": b.override_until,
+                    })
+                }),
+                after: Some(serde_json::json!({
+                    "status": status,
+                    "moderation_version": version,
+                    "override_status": status,
+                    "override_until": until,
+                    "reason": reason,
+                })),
+            },
+        )
+        .await?;
         record_decision(
             &mut tx,
             entity.as_str(),

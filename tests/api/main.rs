@@ -9,6 +9,7 @@ mod proxy;
 #[path = "../support/secrets.rs"]
 mod secrets;
 
+mod audit;
 mod backtest;
 mod bad_input;
 mod concurrency;

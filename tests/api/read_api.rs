@@ -197,6 +197,7 @@ async fn the_openapi_document_describes_every_route() {
         ("get", "/v1/dead-letters"),
         ("post", "/v1/dead-letters/redrive"),
         ("post", "/v1/dead-letters/{entity}/redrive"),
+        ("get", "/v1/audit"),
         ("get", "/healthz"),
         ("get", "/readyz"),
         ("get", "/openapi.json"),

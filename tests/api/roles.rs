@@ -58,6 +58,7 @@ async fn every_route_answers_each_role_as_documented() {
         ),
         ("POST", "/v1/rules/reload", json!(null), &["admin"]),
         ("GET", "/v1/dead-letters", json!(null), &["admin"]),
+        ("GET", "/v1/audit", json!(null), &["admin"]),
         ("POST", "/v1/dead-letters/redrive", json!(null), &["admin"]),
         (
             "POST",

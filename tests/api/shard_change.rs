@@ -130,9 +130,14 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
 
     // Redrive finds the dead letter where it moved and makes it due again.
     assert!(
-        quiesce::dead_letters::redrive(&new.store, &new.queue, &ghost, "test")
-            .await
-            .unwrap()
+        quiesce::dead_letters::redrive(
+            &new.store,
+            &new.queue,
+            &ghost,
+            &quiesce::domain::Actor::named("test", None),
+        )
+        .await
+        .unwrap()
     );
     assert!(is_due(&new.queue, &ghost).await);
 }
@@ -151,9 +156,14 @@ async fn a_redrive_during_a_change_takes_the_dead_letter_out_of_the_old_layout()
     assert_eq!((depths[0].dead, depths[1].dead), (0, 1));
     // A redrive by a new process takes it out of the old layout and makes it due in the new.
     assert!(
-        quiesce::dead_letters::redrive(&new.store, &new.queue, &ghost, "test")
-            .await
-            .unwrap()
+        quiesce::dead_letters::redrive(
+            &new.store,
+            &new.queue,
+            &ghost,
+            &quiesce::domain::Actor::named("test", None),
+        )
+        .await
+        .unwrap()
     );
     let depths = new.queue.layout_depths().await.unwrap();
     assert_eq!((depths[0].dead, depths[1].dead), (0, 0));

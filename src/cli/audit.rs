@@ -1,0 +1,80 @@
+//! `quiesce audit`: the audit trail of a window, newest first, as a table or JSON lines.
+
+use clap::Args;
+
+use crate::{
+    audit::parse_since,
+    domain::AuditAction,
+    settings::ConfigArgs,
+    startup::{connect_postgres, load_settings},
+    store::{AuditFilter, Store},
+};
+
+/// Entries read per statement.
+const PAGE: i64 = 1000;
+
+#[derive(Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// How far back: a duration (7d, 24h) or an RFC 3339 time.
+    #[arg(long, default_value = "7d", value_parser = |raw: &str| parse_since(raw, chrono::Utc::now()))]
+    since: chrono::DateTime<chrono::Utc>,
+    /// Only this actor's decisions (the name recorded).
+    #[arg(long)]
+    actor: Option<String>,
+    /// Only this kind of decision: action.reverse, entity.override, dead_letter.redrive,
+    /// rules.reload, shards.move, console.sign_in, console.sign_out.
+    #[arg(long, value_parser = |raw: &str| AuditAction::parse(raw).ok_or_else(|| "not a kind of decision the audit trail records".to_owned()))]
+    action: Option<AuditAction>,
+    /// Only decisions on this subject (an entity, action:<id>, rules, shards, dead_letters).
+    #[arg(long)]
+    subject: Option<String>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
+    let settings = load_settings(&args.config)?;
+    let store = Store::new(connect_postgres(&settings).await?);
+    let mut filter = AuditFilter {
+        actor: args.actor,
+        action: args.action.map(|a| a.as_str().to_owned()),
+        subject: args.subject,
+        since: Some(args.since),
+        before: None,
+        limit: PAGE,
+    };
+    let mut printed = 0;
+    'pages: loop {
+        let page = store.audit_page(&filter).await?;
+        for entry in &page {
+            if printed == args.limit {
+                break 'pages;
+            }
+            if args.json {
+                println!("{}", serde_json::to_string(entry)?);
+            } else {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    entry.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    entry.action,
+                    entry.subject,
+                    entry.actor,
+                    entry.credential.as_deref().unwrap_or("-"),
+                    entry.address.as_deref().unwrap_or("-"),
+                );
+            }
+            printed += 1;
+        }
+        match page.last() {
+            Some(last) if page.len() as i64 == PAGE => filter.before = Some(last.id),
+            _ => break,
+        }
+    }
+    Ok(())
+}
