@@ -16,6 +16,7 @@
 
 mod replay;
 mod report;
+pub mod sweep;
 mod text;
 
 use std::{
@@ -29,7 +30,7 @@ use tokio::sync::Semaphore;
 pub use self::{
     replay::{AddedAction, EntityDiff, RuleTally, Tally},
     report::{Coverage, Estimate, Report, RuleReport, Transition},
-    text::render_text,
+    text::{render_sweep, render_text},
 };
 use crate::{
     rules::RuleSet,
@@ -96,6 +97,20 @@ pub async fn run(
     in_force: &RuleSet,
     options: Options,
 ) -> Result<Report, BacktestError> {
+    let mut reports = run_many(store, gate, vec![candidate], in_force, options).await?;
+    Ok(reports.remove(0))
+}
+
+/// [`run`] for several candidates at once, in one read of the window: each page is replayed
+/// under every candidate, so ten candidates cost ten replays and one read. The reports are in
+/// the candidates' order.
+pub async fn run_many(
+    store: &Store,
+    gate: &Gate,
+    candidates: Vec<Arc<RuleSet>>,
+    in_force: &RuleSet,
+    options: Options,
+) -> Result<Vec<Report>, BacktestError> {
     let _running = gate.0.try_acquire().map_err(|_| BacktestError::Busy)?;
     let started = Instant::now();
     let until = store.now().await?;
@@ -107,8 +122,10 @@ pub async fn run(
         async move { store.replay_page(since, until, &cursor, PAGE).await }
     };
     let mut replayer = Replayer {
-        candidate: Arc::clone(&candidate),
-        tally: Tally::new(options.sample.min(MAX_SAMPLE)),
+        candidates: candidates
+            .iter()
+            .map(|c| (Arc::clone(c), Tally::new(options.sample.min(MAX_SAMPLE))))
+            .collect(),
         pending: Vec::new(),
         previous: HashMap::new(),
         current: HashMap::new(),
@@ -145,25 +162,30 @@ pub async fn run(
             None => break,
         }
     }
-    let tally = tokio::task::spawn_blocking(move || replayer.finish())
+    let tallies = tokio::task::spawn_blocking(move || replayer.finish())
         .await
         .map_err(|e| BacktestError::Replay(e.to_string()))?;
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(Report::new(
-        &candidate,
-        in_force,
-        tally,
-        (since, until),
-        pages,
-        elapsed_ms,
-    ))
+    Ok(tallies
+        .into_iter()
+        .map(|(candidate, tally)| {
+            Report::new(
+                &candidate,
+                in_force,
+                tally,
+                (since, until),
+                pages,
+                elapsed_ms,
+            )
+        })
+        .collect())
 }
 
 /// The replay between pages: the evaluations of the entity a page ended in, and the moderator
 /// decisions of the last two pages (an entity's rows may start in the one before).
 struct Replayer {
-    candidate: Arc<RuleSet>,
-    tally: Tally,
+    /// Each candidate with its tally so far.
+    candidates: Vec<(Arc<RuleSet>, Tally)>,
     pending: Vec<ReplayedEvaluation>,
     previous: HashMap<String, LatestDecision>,
     current: HashMap<String, LatestDecision>,
@@ -194,12 +216,18 @@ impl Replayer {
             .get(&first.entity)
             .or_else(|| self.previous.get(&first.entity))
             .copied();
-        self.tally.entity(&self.candidate, evaluations, decision);
+        let Some(((last, last_tally), others)) = self.candidates.split_last_mut() else {
+            return;
+        };
+        for (candidate, tally) in others {
+            tally.entity(candidate, evaluations.clone(), decision);
+        }
+        last_tally.entity(last, evaluations, decision);
     }
 
-    fn finish(mut self) -> Tally {
+    fn finish(mut self) -> Vec<(Arc<RuleSet>, Tally)> {
         self.flush();
-        self.tally
+        self.candidates
     }
 }
 

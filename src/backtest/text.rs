@@ -90,17 +90,7 @@ pub fn render_text(report: &Report, label: &str) -> String {
     let mut rows = vec![header];
     rows.extend(report.rules.iter().map(row));
     rows.push(row(&report.overall));
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
+    table(&mut out, &rows);
     out.push('\n');
     let _ = writeln!(
         out,
@@ -178,4 +168,66 @@ pub fn render_text(report: &Report, label: &str) -> String {
         }
     }
     out
+}
+
+/// A sweep as the CLI prints it: a line per value.
+pub fn render_sweep(report: &super::sweep::SweepReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "sweep of {} (literal {}: {}) over {} evaluations, {:.1} s",
+        report.rule,
+        report.literal,
+        report.literal_value,
+        report.evaluations,
+        report.elapsed_ms as f64 / 1000.0
+    );
+    let _ = writeln!(out, "when: {}", report.when);
+    out.push('\n');
+    let mut rows = vec![
+        [
+            "value",
+            "actions",
+            "kept",
+            "added",
+            "removed",
+            "saved",
+            "repeated",
+            "expected reversal rate [95% CI] of kept and repeated",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for r in &report.rows {
+        rows.push(vec![
+            r.value.to_string(),
+            r.actions.to_string(),
+            r.kept.to_string(),
+            r.added.to_string(),
+            r.removed.to_string(),
+            r.reversals_saved.to_string(),
+            r.reversals_repeated.to_string(),
+            estimate(r.expected_reversal_rate),
+        ]);
+    }
+    table(&mut out, &rows);
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// Rows as left-aligned columns two spaces apart.
+fn table(out: &mut String, rows: &[Vec<String>]) {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
 }

@@ -43,6 +43,32 @@ pub(super) enum RulesCommand {
         #[arg(long, default_value_t = DEFAULT_SAMPLE as u64, value_parser = clap::value_parser!(u64).range(0..=MAX_SAMPLE as u64))]
         sample: u64,
     },
+    /// Pick a threshold from the reversals: replay the rules file with one numeric literal of
+    /// one rule's condition moved over a range of values (by default 10 values from half to one
+    /// and a half times it, its own among them), all in one read of the window, and print per
+    /// value the rule's actions, the actions it keeps, adds and removes, the reversals it saves
+    /// and its expected reversal rate with a 95% interval. Reads Postgres only.
+    Sweep {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The rules file (TOML) whose rule is swept.
+        file: PathBuf,
+        /// The rule whose condition is swept.
+        #[arg(long)]
+        rule: String,
+        /// Which numeric literal of its condition, counted from 0 in the order written.
+        #[arg(long, default_value_t = 0)]
+        literal: usize,
+        /// The values to try, comma-separated (at most 50); default: 10 around the literal.
+        #[arg(long, value_delimiter = ',')]
+        values: Vec<f64>,
+        /// How far back, as for backtest.
+        #[arg(long, default_value = "7d", value_parser = backtest::parse_window)]
+        since: std::time::Duration,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
@@ -76,6 +102,40 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
                     "{}",
                     backtest::render_text(&report, &file.display().to_string())
                 );
+            }
+            Ok(())
+        }
+        RulesCommand::Sweep {
+            config,
+            file,
+            rule,
+            literal,
+            values,
+            since,
+            json,
+        } => {
+            let rules = RuleSet::from_file(&file)?;
+            let settings = load_settings(&config)?;
+            let in_force = load_rules(&settings)?.current();
+            let store = Store::new(connect_postgres(&settings).await?);
+            let report = backtest::sweep::sweep(
+                &store,
+                &backtest::Gate::default(),
+                &rules,
+                &in_force,
+                &rule,
+                literal,
+                &values,
+                backtest::Options {
+                    window: since,
+                    sample: 0,
+                },
+            )
+            .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", backtest::render_sweep(&report));
             }
             Ok(())
         }

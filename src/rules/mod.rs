@@ -172,6 +172,21 @@ impl RuleSet {
         Some(Self::from_specs(specs).expect("rules that compiled once compile again"))
     }
 
+    /// The same rules with the condition of rule `name` replaced by `when` (checked as a rule
+    /// file's is): what changing it would do.
+    pub fn with_condition(&self, name: &str, when: &str) -> Result<Self, RulesError> {
+        let mut specs = self.specs();
+        let spec = specs
+            .iter_mut()
+            .find(|s| s.name == name)
+            .ok_or_else(|| RulesError::Rule {
+                rule: name.to_owned(),
+                message: "there is no rule of that name".into(),
+            })?;
+        spec.when = when.to_owned();
+        Self::from_specs(specs)
+    }
+
     /// Whether any rule reads distinct actors (a count over the entity's retained events,
     /// so the snapshot reads them only when needed).
     pub fn uses_actors(&self) -> bool {

@@ -611,3 +611,108 @@ async fn a_candidate_that_hides_one_evaluation_later_saves_no_reversal_and_its_j
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
     assert_eq!(cli["overall"], report["overall"]);
 }
+
+#[tokio::test]
+async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_backtest_at_each_other()
+ {
+    let app = spawn_app(TestOptions::default()).await;
+    for (entity, flags) in [
+        ("post:s1", 1),
+        ("post:s3", 3),
+        ("post:s6", 6),
+        ("post:s9", 9),
+        ("post:s12", 12),
+        ("post:s20", 20),
+    ] {
+        signals(&app, entity, "a", "flag", flags).await;
+    }
+    app.wait_settled(SETTLE).await;
+    // A moderator reverses the hide of the 9-flag post.
+    let hide: i64 = app
+        .scalar("SELECT id FROM actions WHERE entity = 'post:s9' AND action = 'hide'")
+        .await;
+    reverse(&app, hide).await;
+
+    let file = std::env::temp_dir().join(format!("sweep-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&file, DEFAULT_RULES).unwrap();
+    let out = app
+        .run_cli(&[
+            "rules",
+            "sweep",
+            file.to_str().unwrap(),
+            "--rule",
+            "hide_flag_pile_on",
+            "--values",
+            "5,8.3,10,15",
+            "--since",
+            "1h",
+            "--json",
+        ])
+        .await;
+    let text = app
+        .run_cli(&[
+            "rules",
+            "sweep",
+            file.to_str().unwrap(),
+            "--rule",
+            "hide_flag_pile_on",
+            "--since",
+            "1h",
+        ])
+        .await;
+    std::fs::remove_file(&file).unwrap();
+    let sweep: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(sweep["literal_value"], 8.3, "{sweep}");
+    let rows = sweep["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    // The rule's own value is the identity: every action kept, none added or removed.
+    let own = &rows[1];
+    assert_eq!(own["value"], 8.3);
+    assert_eq!(own["actions"], 3, "9, 12 and 20 flags: {sweep}");
+    assert_eq!(
+        (own["added"].as_u64(), own["removed"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (
+            own["overall_added"].as_u64(),
+            own["overall_removed"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    // Every other value reports exactly what a backtest of a file with that value reports.
+    for row in rows {
+        let value = row["value"].as_f64().unwrap();
+        let candidate = if value == 8.3 {
+            DEFAULT_RULES.to_owned()
+        } else {
+            hide_threshold(&format!("{value:?}"))
+        };
+        let report = backtest(&app, &candidate).await;
+        let line = rule(&report, "hide_flag_pile_on");
+        for (field, of_line) in [
+            ("actions", "backtest_actions"),
+            ("kept", "kept"),
+            ("added", "added"),
+            ("removed", "removed"),
+            ("reversals_saved", "reversals_saved"),
+            ("reversals_repeated", "reversals_repeated"),
+            ("expected_reversal_rate", "expected_reversal_rate"),
+        ] {
+            assert_eq!(row[field], line[of_line], "{value}: {field}");
+        }
+        assert_eq!(row["overall_added"], report["overall"]["added"], "{value}");
+        assert_eq!(
+            row["overall_removed"], report["overall"]["removed"],
+            "{value}"
+        );
+    }
+    // Moving the threshold to 10 removes the reversed hide of post:s9: a reversal saved.
+    assert_eq!(rows[2]["reversals_saved"], 1, "{sweep}");
+    // The text lists the default range around the literal, its own value among them.
+    assert!(
+        text.contains("sweep of hide_flag_pile_on (literal 0: 8.3)"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("8.3 ")), "{text}");
+}
