@@ -123,6 +123,7 @@ pub async fn page(
             p #promoting { "The rules in force, with the shadow rule " code { (name) } " turned live: what promoting it would have done." }
         }
         (form(&visit, &candidate.to_toml(), window, sample, promote))
+        (super::sweep::form(&visit, &super::sweep::sweepable(&rules), window))
     };
     Ok(layout::page(&visit, Section::Quality, "Backtest", body))
 }
@@ -192,7 +193,7 @@ fn percent(rate: f64) -> String {
     format!("{:.1}%", 100.0 * rate)
 }
 
-fn estimate(e: Option<Estimate>) -> Markup {
+pub(super) fn estimate(e: Option<Estimate>) -> Markup {
     html! {
         @match e {
             Some(e) => { (percent(e.rate)) " " span.muted { "(95%: " (percent(e.low)) "–" (percent(e.high)) ", of " (e.basis) ")" } }

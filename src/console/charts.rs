@@ -8,7 +8,10 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use maud::{Markup, PreEscaped, html};
 use plotters::prelude::*;
 
-use crate::store::{DailyReversals, MinuteCount};
+use crate::{
+    backtest::{Estimate, sweep::SweepRow},
+    store::{DailyReversals, MinuteCount},
+};
 
 const WIDTH: u32 = 760;
 const HEIGHT: u32 = 280;
@@ -210,6 +213,50 @@ pub fn reversal_rate_per_day(
             p.muted #reversal-chart-empty { "No automated actions in this window." }
         } @else {
             (figure("Reversal rate per day, overall and per rule", caption, &lines, svg))
+        }
+    }
+}
+
+/// A sweep's expected reversal rate per value, with its 95% interval.
+pub fn sweep_reversal_rate(rows: &[SweepRow]) -> Markup {
+    let judged: Vec<(usize, Estimate)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.expected_reversal_rate.map(|e| (i, e)))
+        .collect();
+    let line = |name: &str, pick: fn(&Estimate) -> f64| Line {
+        name: name.to_owned(),
+        points: judged
+            .iter()
+            .map(|(i, e)| (*i as i64, 100.0 * pick(e)))
+            .collect(),
+    };
+    let lines = [
+        line("expected reversal rate", |e| e.rate),
+        line("95% interval, low", |e| e.low),
+        line("95% interval, high", |e| e.high),
+    ];
+    let values: Vec<f64> = rows.iter().map(|r| r.value).collect();
+    let x_label = |x: &i64| {
+        values
+            .get(*x as usize)
+            .map_or_else(String::new, |v| v.to_string())
+    };
+    let y_label = |y: &f64| format!("{y:.0}%");
+    let svg = draw(
+        &lines,
+        rows.len().saturating_sub(1) as i64,
+        100.0,
+        &x_label,
+        &y_label,
+        true,
+    );
+    let caption = "The candidate's expected reversal rate at each value (the reversed share of its actions a moderator has judged), with its 95% interval; a value with no judged action has no point.";
+    html! {
+        @if judged.is_empty() {
+            p.muted #sweep-chart-empty { "No value has an action a moderator judged: there is no rate to draw." }
+        } @else {
+            (figure("Expected reversal rate per value", caption, &lines, svg))
         }
     }
 }

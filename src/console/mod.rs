@@ -34,6 +34,7 @@ mod quality;
 mod review;
 mod session;
 mod signin;
+mod sweep;
 
 use std::sync::Arc;
 
@@ -107,6 +108,7 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/entities/{entity}/override", post(entity::override_status))
         .route("/quality", get(quality::page))
         .route("/backtest", get(backtest::page).post(backtest::run))
+        .route("/backtest/sweep", post(sweep::run))
         .route("/operations", get(operations::page))
         .route("/audit", get(audit::page))
         .route("/dead-letters/redrive", post(operations::redrive_many))

@@ -535,6 +535,50 @@ async fn bad_backtest_requests_name_the_field_and_the_console_links_a_shadow_rul
             .unwrap()
             .contains(r#"<code id="error-field">sample</code>"#)
     );
+    // The page's sweep form: each value of a rule's number backtested, in a table and a chart.
+    assert!(
+        form.contains(r#"action="/console/backtest/sweep""#),
+        "{form}"
+    );
+    let sweep = |fields: Vec<(&'static str, String)>| {
+        app.client
+            .post(format!("{}/console/backtest/sweep", app.base))
+            .header(header::COOKIE, &cookie)
+            .form(&fields)
+            .send()
+    };
+    let swept = sweep(vec![
+        ("csrf", csrf.clone()),
+        ("rule", "hide_flag_pile_on".into()),
+        ("literal", "0".into()),
+        ("values", "5, 8.3".into()),
+        ("window", "24h".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(swept.status(), StatusCode::OK);
+    let swept = swept.text().await.unwrap();
+    assert!(swept.contains(r#"id="sweep-table""#), "{swept}");
+    assert!(
+        swept.contains(r#"data-value="5""#) && swept.contains(r#"data-value="8.3""#),
+        "{swept}"
+    );
+    let bad_literal = sweep(vec![
+        ("csrf", csrf.clone()),
+        ("rule", "hide_flag_pile_on".into()),
+        ("literal", "9".into()),
+        ("window", "24h".into()),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(bad_literal.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        bad_literal
+            .text()
+            .await
+            .unwrap()
+            .contains(r#"<code id="error-field">literal</code>"#)
+    );
 
     assert_eq!(fingerprint(&app).await, before);
 }
