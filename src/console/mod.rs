@@ -31,6 +31,7 @@ mod layout;
 mod operations;
 mod quality;
 mod review;
+mod saw;
 mod session;
 mod signin;
 

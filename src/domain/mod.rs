@@ -1,6 +1,7 @@
 //! Domain values that parse at the edge, so an invalid one cannot exist past it: identifiers,
 //! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
 
+mod attributes;
 mod event;
 mod failure;
 mod ids;
@@ -10,6 +11,11 @@ mod snapshot;
 mod status;
 
 pub use self::{
+    attributes::{
+        AttributeError, AttributeLimits, AttributeReads, AttributeStats, AttributeType, Attributes,
+        AuthorContext, Declarations, Declared, Scalar, Scope, SnapshotAttributes,
+        attributes_from_json,
+    },
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},

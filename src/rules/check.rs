@@ -63,14 +63,18 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
     for function in program.references().functions() {
         let operator =
             function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
-        if !operator && !QUIESCE_FUNCTIONS.contains(&function) && !CEL_FUNCTIONS.contains(&function)
+        if !operator
+            && !QUIESCE_FUNCTIONS.contains(&function)
+            && !super::attributes::FUNCTIONS.contains(&function)
+            && !CEL_FUNCTIONS.contains(&function)
         {
             let at = source
                 .find(function)
                 .map_or_else(String::new, |o| format!(" at {}", position(source, o)));
             return Err(format!(
-                "unknown function {function}(){at}; quiesce offers {}",
-                QUIESCE_FUNCTIONS.join(", ")
+                "unknown function {function}(){at}; quiesce offers {}, {}",
+                QUIESCE_FUNCTIONS.join(", "),
+                super::attributes::FUNCTIONS.join(", ")
             ));
         }
     }

@@ -37,12 +37,10 @@ impl Rule {
         signals: &Signals,
     ) -> Result<bool, String> {
         let mut context = Context::with_env(Arc::clone(env));
-        let s = Arc::clone(signals);
-        context
-            .add_function("count", move |signal: Arc<String>| {
-                s.get(signal.as_str()).map_or(0, |t| t.count)
-            })
-            .map_err(|e| e.to_string())?;
+        // `count` (with its filter and author forms) and the attribute functions.
+        let attributes = Arc::new(snapshot.attributes.clone());
+        super::attributes::register(&mut context, signals, &attributes)?;
+        context.add_variable_from_value("author", super::attributes::author_value(&attributes));
         let s = Arc::clone(signals);
         context
             .add_function("weight", move |signal: Arc<String>| {

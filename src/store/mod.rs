@@ -4,6 +4,7 @@
 mod backtest;
 mod batched;
 mod console;
+mod context;
 mod dead_letters;
 mod deliveries;
 mod evaluations;
@@ -35,6 +36,7 @@ pub use self::{
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },
+    context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,

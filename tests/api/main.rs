@@ -9,6 +9,8 @@ mod proxy;
 #[path = "../support/secrets.rs"]
 mod secrets;
 
+mod attribute_rules;
+mod attributes;
 mod backtest;
 mod bad_input;
 mod concurrency;

@@ -1,0 +1,570 @@
+//! Rules over attributes: the functions a condition calls on the attribute aggregates of an
+//! entity's events (`count` with a filter, `max`, `latest`, `distinct`) and on context (`attr`,
+//! `has_attr`, on the entity or, as member calls, on `author`), and the check at load that
+//! every attribute a rule names is declared, of a type the function takes.
+//!
+//! An attribute, a signal and a filter are written as literals, so the check sees them all.
+//! `attr` takes a default (`attr("account_age_days", 0)`): an attribute the platform never set
+//! reads as it, so a missing value is never an error that fails an evaluation.
+
+use std::{collections::HashMap, sync::Arc};
+
+use cel::{
+    Context, ExecutionError, FunctionContext, IdedExpr, Program, Value,
+    common::ast::{CallExpr, EntryExpr, Expr, LiteralValue},
+    extractors::Arguments,
+    objects::{Key, Map},
+};
+
+use super::condition::Signals;
+use crate::domain::{
+    AttributeReads, AttributeStats, AttributeType, Attributes, Declarations, Scalar, Scope,
+    SnapshotAttributes,
+};
+
+/// The functions of this module besides `count` (whose filter form is here too); `max` is
+/// among CEL's names already.
+pub(super) const FUNCTIONS: [&str; 4] = ["latest", "distinct", "attr", "has_attr"];
+
+/// Checks what a condition reads of attributes against the declarations; returns which figures
+/// the snapshot must read for it.
+pub(super) fn check(program: &Program, declared: &Declarations) -> Result<AttributeReads, String> {
+    let mut reads = AttributeReads::default();
+    visit(program.expression(), &mut |expr| {
+        match &expr.expr {
+            Expr::Ident(name) if name == "author" => reads.context = true,
+            Expr::Call(call) => check_call(call, declared, &mut reads)?,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(reads)
+}
+
+/// Calls `f` on every expression of the tree.
+fn visit(
+    expr: &IdedExpr,
+    f: &mut impl FnMut(&IdedExpr) -> Result<(), String>,
+) -> Result<(), String> {
+    f(expr)?;
+    match &expr.expr {
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                visit(target, f)?;
+            }
+            call.args.iter().try_for_each(|arg| visit(arg, f))
+        }
+        Expr::Comprehension(c) => [
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ]
+        .into_iter()
+        .try_for_each(|e| visit(e, f)),
+        Expr::List(list) => list.elements.iter().try_for_each(|e| visit(e, f)),
+        Expr::Map(map) => map.entries.iter().try_for_each(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => visit(&e.key, f).and_then(|()| visit(&e.value, f)),
+            EntryExpr::StructField(e) => visit(&e.value, f),
+        }),
+        Expr::Struct(s) => s.entries.iter().try_for_each(|entry| match &entry.expr {
+            EntryExpr::MapEntry(e) => visit(&e.key, f).and_then(|()| visit(&e.value, f)),
+            EntryExpr::StructField(e) => visit(&e.value, f),
+        }),
+        Expr::Select(select) => visit(&select.operand, f),
+        _ => Ok(()),
+    }
+}
+
+fn literal(expr: &IdedExpr) -> Option<&LiteralValue> {
+    match &expr.expr {
+        Expr::Literal(value) => Some(value),
+        _ => None,
+    }
+}
+
+fn string_literal(expr: &IdedExpr) -> Option<&str> {
+    match literal(expr)? {
+        LiteralValue::String(s) => Some(s.inner()),
+        _ => None,
+    }
+}
+
+/// The declared type of an attribute named by a literal, or why it cannot be read.
+fn declared_type(
+    function: &str,
+    arg: Option<&IdedExpr>,
+    scope: Scope,
+    declared: &Declarations,
+) -> Result<(String, AttributeType), String> {
+    let name = arg.and_then(string_literal).ok_or_else(|| {
+        format!("{function}() names its attribute with a string literal, e.g. \"score\"")
+    })?;
+    let declaration = declared.of(scope).get(name).ok_or_else(|| {
+        format!(
+            "{function}() reads the attribute {name:?}, which is not declared under [attributes.{}]",
+            scope.as_str()
+        )
+    })?;
+    Ok((name.to_owned(), declaration.kind))
+}
+
+fn check_call(
+    call: &CallExpr,
+    declared: &Declarations,
+    reads: &mut AttributeReads,
+) -> Result<(), String> {
+    let name = call.func_name.as_str();
+    let arity = |n: usize| {
+        if call.args.len() == n {
+            Ok(())
+        } else {
+            Err(format!("{name}() takes {n} arguments"))
+        }
+    };
+    let signal_literal = || {
+        call.args
+            .first()
+            .and_then(string_literal)
+            .map(|_| ())
+            .ok_or_else(|| {
+                format!("{name}() names its signal with a string literal, e.g. \"flag\"")
+            })
+    };
+    match name {
+        "count" if call.target.is_some() => {
+            reads.context = true;
+            arity(1)
+        }
+        "count" if call.args.len() == 2 => {
+            signal_literal()?;
+            reads.events = true;
+            let Some(Expr::Map(filter)) = call.args.get(1).map(|a| &a.expr) else {
+                return Err(
+                    "count()'s filter is a map literal, e.g. {\"reason\": \"spam\"}".into(),
+                );
+            };
+            let [entry] = filter.entries.as_slice() else {
+                return Err("count()'s filter names exactly one attribute".into());
+            };
+            let EntryExpr::MapEntry(entry) = &entry.expr else {
+                return Err("count()'s filter is a map literal".into());
+            };
+            let (attribute, kind) =
+                declared_type("count", Some(&entry.key), Scope::Event, declared)?;
+            match (kind, literal(&entry.value)) {
+                (AttributeType::String, Some(LiteralValue::String(value))) => {
+                    let values = &declared.event[&attribute].values;
+                    if let Some(values) = values
+                        && !values.iter().any(|v| v == value.inner())
+                    {
+                        return Err(format!(
+                            "count() filters {attribute:?} on {:?}, which is not among its values ({})",
+                            value.inner(),
+                            values.join(", ")
+                        ));
+                    }
+                    Ok(())
+                }
+                (AttributeType::Boolean, Some(LiteralValue::Boolean(_))) => Ok(()),
+                (AttributeType::Number, _) => Err(format!(
+                    "count() filters on a string or boolean attribute; {attribute:?} is a number (use max or latest)"
+                )),
+                (kind, _) => Err(format!(
+                    "count() filters {attribute:?} on a {} literal",
+                    kind.as_str()
+                )),
+            }
+        }
+        "max" | "latest" | "distinct" => {
+            arity(2)?;
+            signal_literal()?;
+            reads.events = true;
+            let (attribute, kind) = declared_type(name, call.args.get(1), Scope::Event, declared)?;
+            let numeric = name != "distinct";
+            match (numeric, kind) {
+                (true, AttributeType::Number) => Ok(()),
+                (false, AttributeType::String | AttributeType::Boolean) => Ok(()),
+                (true, kind) => Err(format!(
+                    "{name}() reads a number attribute; {attribute:?} is a {}",
+                    kind.as_str()
+                )),
+                (false, kind) => Err(format!(
+                    "distinct() reads a string or boolean attribute; {attribute:?} is a {}",
+                    kind.as_str()
+                )),
+            }
+        }
+        "attr" => {
+            reads.context = true;
+            if call.args.len() != 2 {
+                return Err(
+                    "attr() takes the attribute and a default, the value it reads as when unset, e.g. attr(\"account_age_days\", 0)"
+                        .into(),
+                );
+            }
+            let (attribute, kind) =
+                declared_type(name, call.args.first(), Scope::Entity, declared)?;
+            let default = literal(&call.args[1]);
+            let fits = matches!(
+                (kind, default),
+                (AttributeType::String, Some(LiteralValue::String(_)))
+                    | (AttributeType::Boolean, Some(LiteralValue::Boolean(_)))
+                    | (
+                        AttributeType::Number,
+                        Some(
+                            LiteralValue::Int(_) | LiteralValue::Double(_) | LiteralValue::UInt(_)
+                        )
+                    )
+            );
+            if fits {
+                Ok(())
+            } else {
+                Err(format!(
+                    "attr({attribute:?}, ...)'s default is a {} literal",
+                    kind.as_str()
+                ))
+            }
+        }
+        "has_attr" => {
+            reads.context = true;
+            arity(1)?;
+            declared_type(name, call.args.first(), Scope::Entity, declared).map(|_| ())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A scalar as CEL sees it.
+fn cel_value(value: &Scalar) -> Value {
+    match value {
+        Scalar::Bool(b) => Value::Bool(*b),
+        Scalar::Num(n) => Value::Float(*n),
+        Scalar::Str(s) => Value::String(Arc::new(s.clone())),
+    }
+}
+
+/// A map key or literal as an attribute value's key (`spam`, `true`).
+fn value_key(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn text(ftx: &FunctionContext, args: &[Value], index: usize) -> Result<String, ExecutionError> {
+    match args.get(index) {
+        Some(Value::String(s)) => Ok(s.to_string()),
+        _ => Err(ftx.error(format!("argument {} must be a string", index + 1))),
+    }
+}
+
+/// The `author` variable: `id` and `status` (both "" when the entity has no author).
+pub(super) fn author_value(attributes: &SnapshotAttributes) -> Value {
+    let (id, status) = attributes
+        .author
+        .as_ref()
+        .map_or(("", ""), |a| (a.id.as_str(), a.status.as_str()));
+    let map: HashMap<Key, Value> = [
+        (
+            Key::from("id".to_owned()),
+            Value::String(Arc::new(id.to_owned())),
+        ),
+        (
+            Key::from("status".to_owned()),
+            Value::String(Arc::new(status.to_owned())),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    Value::Map(Map { map: Arc::new(map) })
+}
+
+/// Registers `count` (plain, with a filter, on `author`), `max`, `latest`, `distinct`, `attr`
+/// and `has_attr` on a condition's context.
+pub(super) fn register(
+    context: &mut Context<'_, '_>,
+    signals: &Signals,
+    attributes: &Arc<SnapshotAttributes>,
+) -> Result<(), String> {
+    let (s, a) = (Arc::clone(signals), Arc::clone(attributes));
+    context
+        .add_function(
+            "count",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let signal = text(ftx, &args, 0)?;
+                if ftx.this.is_some() {
+                    let count = a
+                        .author
+                        .as_ref()
+                        .and_then(|author| author.counts.get(&signal));
+                    return Ok(Value::Int(count.copied().unwrap_or(0)));
+                }
+                let Some(filter) = args.get(1) else {
+                    return Ok(Value::Int(s.get(&signal).map_or(0, |t| t.count)));
+                };
+                let Value::Map(filter) = filter else {
+                    return Err(ftx.error("the filter must be a map"));
+                };
+                let Some((Key::String(attribute), value)) = filter.map.iter().next() else {
+                    return Err(ftx.error("the filter names one attribute"));
+                };
+                let key = value_key(value)
+                    .ok_or_else(|| ftx.error("a filter value is a string or a boolean"))?;
+                let count = a
+                    .events
+                    .get(&signal)
+                    .and_then(|by| by.get(attribute.as_str()))
+                    .and_then(|stats| stats.values.get(&key));
+                Ok(Value::Int(count.copied().unwrap_or(0)))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    fn max(stats: &AttributeStats) -> Option<f64> {
+        stats.max
+    }
+    fn latest(stats: &AttributeStats) -> Option<f64> {
+        stats.latest
+    }
+    for (name, pick) in [
+        ("max", max as fn(&AttributeStats) -> Option<f64>),
+        ("latest", latest),
+    ] {
+        let a = Arc::clone(attributes);
+        context
+            .add_function(
+                name,
+                move |ftx: &FunctionContext,
+                      Arguments(args): Arguments|
+                      -> Result<Value, ExecutionError> {
+                    let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                    let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
+                    Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
+                },
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
+            "distinct",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
+                let distinct = stats.map_or(0, |s| s.values.values().filter(|n| **n > 0).count());
+                Ok(Value::Int(distinct as i64))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
+            "attr",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let name = text(ftx, &args, 0)?;
+                let default = args.get(1).cloned().unwrap_or(Value::Null);
+                Ok(context_of(ftx, &a)
+                    .and_then(|context| context.get(&name))
+                    .map_or(default, cel_value))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
+            "has_attr",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let name = text(ftx, &args, 0)?;
+                Ok(Value::Bool(
+                    context_of(ftx, &a).is_some_and(|context| context.contains_key(&name)),
+                ))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The context a call reads: the author's for a member call (`author.attr(...)`), else the
+/// entity's own.
+fn context_of<'a>(
+    ftx: &FunctionContext,
+    attributes: &'a SnapshotAttributes,
+) -> Option<&'a Attributes> {
+    if ftx.this.is_some() {
+        attributes.author.as_ref().map(|author| &author.attributes)
+    } else {
+        Some(&attributes.context)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::{
+        domain::{AttributeStats, AuthorContext, Scalar, Snapshot, SnapshotAttributes, Status},
+        rules::RuleSet,
+    };
+
+    const DECLARED: &str = r#"
+[attributes.event.reason]
+type = "string"
+values = ["spam", "abuse"]
+[attributes.event.score]
+type = "number"
+[attributes.event.trusted]
+type = "boolean"
+[attributes.entity.account_age_days]
+type = "number"
+[attributes.entity.role]
+type = "string"
+"#;
+
+    fn rule(when: &str) -> Result<RuleSet, String> {
+        RuleSet::from_toml(&format!(
+            "{DECLARED}\n[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
+        ))
+        .map_err(|e| e.to_string())
+    }
+
+    /// Flags with reasons (3 spam, 1 abuse) and scores (max 0.95, latest 0.4); the entity's
+    /// context and its author's.
+    fn snapshot() -> Snapshot {
+        let mut snapshot = Snapshot::with_counts(
+            crate::domain::EntityId::parse("post:1").unwrap(),
+            [("flag", 4)],
+        );
+        let mut flag = BTreeMap::new();
+        flag.insert(
+            "reason".to_owned(),
+            AttributeStats {
+                values: [("spam".to_owned(), 3), ("abuse".to_owned(), 1)].into(),
+                ..Default::default()
+            },
+        );
+        flag.insert(
+            "score".to_owned(),
+            AttributeStats {
+                max: Some(0.95),
+                latest: Some(0.4),
+                ..Default::default()
+            },
+        );
+        flag.insert(
+            "trusted".to_owned(),
+            AttributeStats {
+                values: [("true".to_owned(), 2)].into(),
+                ..Default::default()
+            },
+        );
+        snapshot.attributes = SnapshotAttributes {
+            events: [("flag".to_owned(), flag)].into(),
+            context: [("role".to_owned(), Scalar::Str("staff".into()))].into(),
+            author: Some(AuthorContext {
+                id: "user:7".into(),
+                status: Status::Flagged,
+                attributes: [("account_age_days".to_owned(), Scalar::Num(3.0))].into(),
+                counts: [("auto.hide".to_owned(), 2)].into(),
+            }),
+        };
+        snapshot
+    }
+
+    #[test]
+    fn each_function_reads_the_snapshot() {
+        let cases = [
+            (r#"count("flag") == 4"#, true),
+            (r#"count("flag", {"reason": "spam"}) == 3"#, true),
+            (r#"count("flag", {"reason": "abuse"}) == 1"#, true),
+            (r#"count("flag", {"trusted": true}) == 2"#, true),
+            (r#"count("report", {"reason": "spam"}) == 0"#, true),
+            (r#"max("flag", "score") > 0.9"#, true),
+            (r#"latest("flag", "score") == 0.4"#, true),
+            (r#"max("report", "score") == 0.0"#, true),
+            (r#"distinct("flag", "reason") == 2"#, true),
+            (r#"attr("role", "member") == "staff""#, true),
+            (r#"attr("account_age_days", -1) == -1"#, true),
+            (r#"has_attr("role") && !has_attr("account_age_days")"#, true),
+            (r#"author.attr("account_age_days", 9999) < 7"#, true),
+            (r#"author.has_attr("role")"#, false),
+            (
+                r#"author.status == "flagged" && author.id == "user:7""#,
+                true,
+            ),
+            (r#"author.count("auto.hide") == 2"#, true),
+        ];
+        for (when, expected) in cases {
+            let verdict = rule(when).unwrap().evaluate(&snapshot());
+            assert!(verdict.errors.is_empty(), "{when}: {verdict:?}");
+            assert_eq!(!verdict.matched.is_empty(), expected, "{when}: {verdict:?}");
+        }
+        // Without an author, its status and id are "" and its attributes read as the default.
+        let mut alone = snapshot();
+        alone.attributes.author = None;
+        let verdict = rule(r#"author.status == "" && author.attr("account_age_days", 5) == 5 && author.count("auto.hide") == 0"#)
+            .unwrap()
+            .evaluate(&alone);
+        assert_eq!(verdict.matched.len(), 1, "{verdict:?}");
+    }
+
+    #[test]
+    fn a_rule_that_reads_an_undeclared_attribute_is_refused_naming_it() {
+        for (when, wanted) in [
+            (r#"count("flag", {"colour": "red"}) > 1"#, "colour"),
+            (r#"max("flag", "toxicity") > 0.5"#, "toxicity"),
+            (r#"false && latest("flag", "toxicity") > 0.5"#, "toxicity"),
+            (r#"distinct("flag", "score") > 1"#, "number"),
+            (r#"max("flag", "reason") > 1.0"#, "string"),
+            (r#"count("flag", {"reason": "spma"}) > 1"#, "spma"),
+            (
+                r#"count("flag", {"reason": "spam", "trusted": true}) > 1"#,
+                "exactly one",
+            ),
+            (r#"count("flag", {"score": 1}) > 1"#, "number"),
+            (r#"attr("account_age_days") < 7"#, "default"),
+            (r#"attr("account_age_days", "x") < 7"#, "number literal"),
+            (r#"author.attr("verified", false)"#, "verified"),
+            (r#"attr("reason", "spam") == "spam""#, "reason"),
+            (r#"has_attr("verified")"#, "verified"),
+        ] {
+            let error = rule(when).err().unwrap_or_else(|| panic!("{when} loaded"));
+            assert!(error.contains("\"r\""), "{when}: {error}");
+            assert!(error.contains(wanted), "{when}: {error}");
+        }
+        let error =
+            RuleSet::from_toml("[attributes.event.score]\ntype = \"number\"\nvalues = [\"1\"]\n")
+                .err()
+                .unwrap()
+                .to_string();
+        assert!(error.contains("attributes.event.score"), "{error}");
+    }
+
+    #[test]
+    fn only_rules_that_read_attributes_make_the_snapshot_read_them() {
+        let plain = rule(r#"count("flag") > 1"#).unwrap().attribute_reads();
+        assert!(!plain.events && !plain.context);
+        let events = rule(r#"max("flag", "score") > 0.5"#)
+            .unwrap()
+            .attribute_reads();
+        assert!(events.events && !events.context);
+        let context = rule(r#"author.status == "visible""#)
+            .unwrap()
+            .attribute_reads();
+        assert!(!context.events && context.context);
+        // The declarations travel with the rules: a round trip through TOML keeps them.
+        let set = rule(r#"attr("role", "") == "staff""#).unwrap();
+        let again = RuleSet::from_toml(&set.to_toml()).unwrap();
+        assert_eq!(again.declarations(), set.declarations());
+        assert!(again.attribute_reads().context);
+    }
+}
