@@ -7,7 +7,10 @@
 //! `attr` takes a default (`attr("account_age_days", 0)`): an attribute the platform never set
 //! reads as it, so a missing value is never an error that fails an evaluation.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use cel::{
     Context, ExecutionError, FunctionContext, IdedExpr, Program, Value,
@@ -16,10 +19,9 @@ use cel::{
     objects::{Key, Map},
 };
 
-use super::condition::Signals;
 use crate::domain::{
     AttributeReads, AttributeStats, AttributeType, Attributes, Declarations, Scalar, Scope,
-    SnapshotAttributes,
+    SignalStats, SnapshotAttributes,
 };
 
 /// The functions of this module besides `count` (whose filter form is here too); `max` is
@@ -286,7 +288,7 @@ pub(super) fn author_value(attributes: &SnapshotAttributes) -> Value {
 /// and `has_attr` on a condition's context.
 pub(super) fn register(
     context: &mut Context<'_, '_>,
-    signals: &Signals,
+    signals: &Arc<BTreeMap<String, SignalStats>>,
     attributes: &Arc<SnapshotAttributes>,
 ) -> Result<(), String> {
     let (s, a) = (Arc::clone(signals), Arc::clone(attributes));
