@@ -19,6 +19,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod edge;
+mod examples;
 mod fold;
 mod ingest;
 mod limits;
