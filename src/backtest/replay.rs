@@ -81,6 +81,10 @@ pub struct Tally {
     /// in force used none), which a candidate that uses them would see as 0.
     pub without_windows: u64,
     pub without_actors: u64,
+    /// Replayed snapshots read without the attribute aggregates, or without context (the rules
+    /// in force read none), which a candidate that reads them would see as absent.
+    pub without_attributes: u64,
+    pub without_context: u64,
     pub entities: u64,
     pub by_rule: BTreeMap<String, RuleTally>,
     /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
@@ -102,6 +106,8 @@ impl Tally {
             without_snapshot: 0,
             without_windows: 0,
             without_actors: 0,
+            without_attributes: 0,
+            without_context: 0,
             entities: 0,
             by_rule: BTreeMap::new(),
             overall: RuleTally::default(),
@@ -176,6 +182,8 @@ impl Tally {
             if signals.clone().any(|s| s.actors.is_none()) {
                 self.without_actors += 1;
             }
+            self.without_attributes += u64::from(!snapshot.attributes.read.events);
+            self.without_context += u64::from(!snapshot.attributes.read.context);
             let seen = snapshot.status;
             let status = match candidate_status {
                 Some(status) if !moderator_moved => status,

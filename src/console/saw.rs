@@ -28,7 +28,7 @@ pub fn attributes_seen(snapshot: Option<&serde_json::Value>) -> Markup {
         .and_then(|s| s.get("attributes"))
         .and_then(|a| serde_json::from_value(a.clone()).ok())
         .unwrap_or_default();
-    if seen.is_empty() {
+    if seen.events.is_empty() && seen.context.is_empty() && seen.author.is_none() {
         return html! {};
     }
     html! {

@@ -284,12 +284,17 @@ impl Declarations {
     }
 }
 
-/// Which attribute figures a snapshot reads: the rules in force decide (`RuleSet::reads`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// Which attribute figures a snapshot reads: the rules in force decide
+/// (`RuleSet::attribute_reads`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 pub struct AttributeReads {
     /// The aggregates of the entity's event attributes.
+    #[serde(default)]
     pub events: bool,
     /// The entity's context, and its author's (status, context, counts).
+    #[serde(default)]
     pub context: bool,
 }
 
@@ -333,6 +338,10 @@ pub struct AuthorContext {
 /// evaluation keeps them so that a backtest replays the same.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SnapshotAttributes {
+    /// What was read (a backtest tells a snapshot read without aggregates or context from one
+    /// where there were none).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub read: AttributeReads,
     /// Aggregates of the events' attributes, by signal, then attribute.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub events: BTreeMap<String, BTreeMap<String, AttributeStats>>,
@@ -344,9 +353,17 @@ pub struct SnapshotAttributes {
     pub author: Option<AuthorContext>,
 }
 
+fn is_default(reads: &AttributeReads) -> bool {
+    *reads == AttributeReads::default()
+}
+
 impl SnapshotAttributes {
+    /// Nothing read, nothing found.
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.context.is_empty() && self.author.is_none()
+        is_default(&self.read)
+            && self.events.is_empty()
+            && self.context.is_empty()
+            && self.author.is_none()
     }
 }
 

@@ -470,6 +470,7 @@ type = "string"
             },
         );
         snapshot.attributes = SnapshotAttributes {
+            read: crate::domain::AttributeReads::ALL,
             events: [("flag".to_owned(), flag)].into(),
             context: [("role".to_owned(), Scalar::Str("staff".into()))].into(),
             author: Some(AuthorContext {

@@ -213,7 +213,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|row| entity_record_from(row, with_windows))
+            .map(|row| entity_record_from(row, with_windows, attributes))
             .collect()
     }
 }
@@ -299,12 +299,14 @@ fn signal_stats_from(
 
 /// The attribute figures of an entity row, as far as they were read.
 fn attributes_from(
+    read: AttributeReads,
     values: Option<Json<AttributeValues>>,
     numbers: Option<Json<AttributeNumbers>>,
     context: Option<Json<Attributes>>,
     author: Option<Json<AuthorContext>>,
 ) -> SnapshotAttributes {
     let mut attributes = SnapshotAttributes {
+        read,
         context: context.map(|Json(c)| c).unwrap_or_default(),
         author: author.map(|Json(a)| a),
         ..Default::default()
@@ -327,9 +329,14 @@ fn attributes_from(
 }
 
 /// An entity row as read by [`Store::entity_records`].
-fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord> {
+fn entity_record_from(
+    row: EntityRow,
+    with_windows: bool,
+    reads: AttributeReads,
+) -> Result<EntityRecord> {
     let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
     let attributes = attributes_from(
+        reads,
         row.attribute_values,
         row.attribute_numbers,
         row.context,

@@ -261,4 +261,9 @@ async fn context_is_validated_kept_with_its_history_and_read_through_the_author(
         (Some(0), Some(0)),
         "{report}"
     );
+    assert_eq!(
+        report["warnings"],
+        json!([]),
+        "every snapshot read what the rules read"
+    );
 }
