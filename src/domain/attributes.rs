@@ -296,6 +296,9 @@ pub struct AttributeReads {
     /// The entity's context, and its author's (status, context, counts).
     #[serde(default)]
     pub context: bool,
+    /// The aggregates over the trailing windows (`count_in` with a filter, `max_in`).
+    #[serde(default)]
+    pub windows: bool,
 }
 
 impl AttributeReads {
@@ -303,7 +306,19 @@ impl AttributeReads {
     pub const ALL: Self = Self {
         events: true,
         context: true,
+        windows: true,
     };
+}
+
+/// One attribute over one trailing window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WindowStats {
+    /// Events per value, for a string or boolean attribute.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub values: BTreeMap<String, i64>,
+    /// The largest value, for a number attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
 }
 
 /// What a snapshot knows of one attribute over one signal's events.
@@ -318,6 +333,9 @@ pub struct AttributeStats {
     /// The value of the latest event (received last) that carried it, for a number attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest: Option<f64>,
+    /// Per trailing window (`1m` to `24h`), when the rules read windows of attributes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, WindowStats>,
 }
 
 /// An entity's author as a snapshot saw it.

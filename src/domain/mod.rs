@@ -13,7 +13,7 @@ mod status;
 pub use self::{
     attributes::{
         AttributeError, AttributeLimits, AttributeReads, AttributeStats, AttributeType, Attributes,
-        AuthorContext, Declarations, Declared, Scalar, Scope, SnapshotAttributes,
+        AuthorContext, Declarations, Declared, Scalar, Scope, SnapshotAttributes, WindowStats,
         attributes_from_json,
     },
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},

@@ -21,12 +21,19 @@ use cel::{
 
 use crate::domain::{
     AttributeReads, AttributeStats, AttributeType, Attributes, Declarations, Scalar, Scope,
-    SignalStats, SnapshotAttributes,
+    SignalStats, SnapshotAttributes, WINDOWS,
 };
 
 /// The functions of this module besides `count` (whose filter form is here too); `max` is
 /// among CEL's names already.
-pub(super) const FUNCTIONS: [&str; 4] = ["latest", "distinct", "attr", "has_attr"];
+pub(super) const FUNCTIONS: [&str; 5] = ["latest", "distinct", "max_in", "attr", "has_attr"];
+
+/// The windows an attribute aggregate may name: the minute windows (its buckets are kept 25 h).
+fn attribute_window(name: &str) -> bool {
+    WINDOWS
+        .iter()
+        .any(|(window, seconds)| *window == name && *seconds <= 86_400)
+}
 
 /// Checks what a condition reads of attributes against the declarations; returns which figures
 /// the snapshot must read for it.
@@ -142,41 +149,29 @@ fn check_call(
         "count" if call.args.len() == 2 => {
             signal_literal()?;
             reads.events = true;
-            let Some(Expr::Map(filter)) = call.args.get(1).map(|a| &a.expr) else {
-                return Err(
-                    "count()'s filter is a map literal, e.g. {\"reason\": \"spam\"}".into(),
-                );
-            };
-            let [entry] = filter.entries.as_slice() else {
-                return Err("count()'s filter names exactly one attribute".into());
-            };
-            let EntryExpr::MapEntry(entry) = &entry.expr else {
-                return Err("count()'s filter is a map literal".into());
-            };
-            let (attribute, kind) =
-                declared_type("count", Some(&entry.key), Scope::Event, declared)?;
-            match (kind, literal(&entry.value)) {
-                (AttributeType::String, Some(LiteralValue::String(value))) => {
-                    let values = &declared.event[&attribute].values;
-                    if let Some(values) = values
-                        && !values.iter().any(|v| v == value.inner())
-                    {
-                        return Err(format!(
-                            "count() filters {attribute:?} on {:?}, which is not among its values ({})",
-                            value.inner(),
-                            values.join(", ")
-                        ));
-                    }
-                    Ok(())
-                }
-                (AttributeType::Boolean, Some(LiteralValue::Boolean(_))) => Ok(()),
-                (AttributeType::Number, _) => Err(format!(
-                    "count() filters on a string or boolean attribute; {attribute:?} is a number (use max or latest)"
-                )),
-                (kind, _) => Err(format!(
-                    "count() filters {attribute:?} on a {} literal",
+            check_filter(name, call.args.get(1), declared)
+        }
+        "count_in" if call.args.len() == 3 && matches!(call.args[1].expr, Expr::Map(_)) => {
+            signal_literal()?;
+            reads.events = true;
+            reads.windows = true;
+            check_window(name, call.args.get(2))?;
+            check_filter(name, call.args.get(1), declared)
+        }
+        "max_in" => {
+            arity(3)?;
+            signal_literal()?;
+            reads.events = true;
+            reads.windows = true;
+            check_window(name, call.args.get(2))?;
+            let (attribute, kind) = declared_type(name, call.args.get(1), Scope::Event, declared)?;
+            if kind == AttributeType::Number {
+                Ok(())
+            } else {
+                Err(format!(
+                    "max_in() reads a number attribute; {attribute:?} is a {}",
                     kind.as_str()
-                )),
+                ))
             }
         }
         "max" | "latest" | "distinct" => {
@@ -238,6 +233,66 @@ fn check_call(
     }
 }
 
+/// A filter of `count` or `count_in`: a map literal naming one declared string or boolean
+/// attribute and a literal value of its type (among its `values`).
+fn check_filter(
+    name: &str,
+    filter: Option<&IdedExpr>,
+    declared: &Declarations,
+) -> Result<(), String> {
+    let Some(Expr::Map(filter)) = filter.map(|a| &a.expr) else {
+        return Err(format!(
+            "{name}()'s filter is a map literal, e.g. {{\"reason\": \"spam\"}}"
+        ));
+    };
+    let [entry] = filter.entries.as_slice() else {
+        return Err(format!("{name}()'s filter names exactly one attribute"));
+    };
+    let EntryExpr::MapEntry(entry) = &entry.expr else {
+        return Err(format!("{name}()'s filter is a map literal"));
+    };
+    let (attribute, kind) = declared_type(name, Some(&entry.key), Scope::Event, declared)?;
+    match (kind, literal(&entry.value)) {
+        (AttributeType::String, Some(LiteralValue::String(value))) => {
+            let values = &declared.event[&attribute].values;
+            if let Some(values) = values
+                && !values.iter().any(|v| v == value.inner())
+            {
+                return Err(format!(
+                    "{name}() filters {attribute:?} on {:?}, which is not among its values ({})",
+                    value.inner(),
+                    values.join(", ")
+                ));
+            }
+            Ok(())
+        }
+        (AttributeType::Boolean, Some(LiteralValue::Boolean(_))) => Ok(()),
+        (AttributeType::Number, _) => Err(format!(
+            "{name}() filters on a string or boolean attribute; {attribute:?} is a number (use max or latest)"
+        )),
+        (kind, _) => Err(format!(
+            "{name}() filters {attribute:?} on a {} literal",
+            kind.as_str()
+        )),
+    }
+}
+
+/// A window an attribute aggregate names: a literal among the minute windows.
+fn check_window(name: &str, window: Option<&IdedExpr>) -> Result<(), String> {
+    match window.and_then(string_literal) {
+        Some(window) if attribute_window(window) => Ok(()),
+        _ => Err(format!(
+            "{name}() names its window with a literal among {}",
+            WINDOWS
+                .iter()
+                .filter(|(w, _)| attribute_window(w))
+                .map(|(w, _)| *w)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
 /// A scalar as CEL sees it.
 fn cel_value(value: &Scalar) -> Value {
     match value {
@@ -284,6 +339,51 @@ pub(super) fn author_value(attributes: &SnapshotAttributes) -> Value {
     Value::Map(Map { map: Arc::new(map) })
 }
 
+/// The attribute and value key of a filter (`{"reason": "spam"}`).
+fn filter_of(ftx: &FunctionContext, filter: &Value) -> Result<(String, String), ExecutionError> {
+    let Value::Map(filter) = filter else {
+        return Err(ftx.error("the filter must be a map"));
+    };
+    let Some((Key::String(attribute), value)) = filter.map.iter().next() else {
+        return Err(ftx.error("the filter names one attribute"));
+    };
+    let key =
+        value_key(value).ok_or_else(|| ftx.error("a filter value is a string or a boolean"))?;
+    Ok((attribute.to_string(), key))
+}
+
+/// The window of an attribute aggregate's call (its last argument).
+fn window_of<'a>(
+    ftx: &FunctionContext,
+    attributes: &'a SnapshotAttributes,
+    signal: &str,
+    attribute: &str,
+    window: &str,
+) -> Result<Option<&'a crate::domain::WindowStats>, ExecutionError> {
+    if !attribute_window(window) {
+        return Err(ftx.error(format!("unknown window {window:?}")));
+    }
+    Ok(attributes
+        .events
+        .get(signal)
+        .and_then(|by| by.get(attribute))
+        .and_then(|stats| stats.windows.get(window)))
+}
+
+/// `count_in("flag", {"reason": "spam"}, "1h")`: events of the signal with that value over the
+/// window (called by `count_in`, whose two-argument form counts the signal's events).
+pub(super) fn count_in(
+    ftx: &FunctionContext,
+    args: &[Value],
+    attributes: &SnapshotAttributes,
+) -> Result<Value, ExecutionError> {
+    let (signal, window) = (text(ftx, args, 0)?, text(ftx, args, 2)?);
+    let (attribute, key) = filter_of(ftx, &args[1])?;
+    let stats = window_of(ftx, attributes, &signal, &attribute, &window)?;
+    let count = stats.and_then(|w| w.values.get(&key)).copied();
+    Ok(Value::Int(count.unwrap_or(0)))
+}
+
 /// Registers `count` (plain, with a filter, on `author`), `max`, `latest`, `distinct`, `attr`
 /// and `has_attr` on a condition's context.
 pub(super) fn register(
@@ -309,18 +409,11 @@ pub(super) fn register(
                 let Some(filter) = args.get(1) else {
                     return Ok(Value::Int(s.get(&signal).map_or(0, |t| t.count)));
                 };
-                let Value::Map(filter) = filter else {
-                    return Err(ftx.error("the filter must be a map"));
-                };
-                let Some((Key::String(attribute), value)) = filter.map.iter().next() else {
-                    return Err(ftx.error("the filter names one attribute"));
-                };
-                let key = value_key(value)
-                    .ok_or_else(|| ftx.error("a filter value is a string or a boolean"))?;
+                let (attribute, key) = filter_of(ftx, filter)?;
                 let count = a
                     .events
                     .get(&signal)
-                    .and_then(|by| by.get(attribute.as_str()))
+                    .and_then(|by| by.get(&attribute))
                     .and_then(|stats| stats.values.get(&key));
                 Ok(Value::Int(count.copied().unwrap_or(0)))
             },
@@ -350,6 +443,20 @@ pub(super) fn register(
             )
             .map_err(|e| e.to_string())?;
     }
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
+            "max_in",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                let window = text(ftx, &args, 2)?;
+                let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
+                Ok(Value::Float(stats.and_then(|w| w.max).unwrap_or(0.0)))
+            },
+        )
+        .map_err(|e| e.to_string())?;
     let a = Arc::clone(attributes);
     context
         .add_function(
@@ -454,14 +561,25 @@ type = "string"
                 ..Default::default()
             },
         );
+        let window = |values: &[(&str, i64)], max: Option<f64>| crate::domain::WindowStats {
+            values: values.iter().map(|(v, n)| (v.to_string(), *n)).collect(),
+            max,
+        };
         flag.insert(
             "score".to_owned(),
             AttributeStats {
                 max: Some(0.95),
                 latest: Some(0.4),
+                windows: [
+                    ("5m".to_owned(), window(&[], Some(0.5))),
+                    ("24h".to_owned(), window(&[], Some(0.95))),
+                ]
+                .into(),
                 ..Default::default()
             },
         );
+        flag.get_mut("reason").unwrap().windows =
+            [("1h".to_owned(), window(&[("spam", 2)], None))].into();
         flag.insert(
             "trusted".to_owned(),
             AttributeStats {
@@ -505,6 +623,12 @@ type = "string"
                 true,
             ),
             (r#"author.count("auto.hide") == 2"#, true),
+            (r#"count_in("flag", {"reason": "spam"}, "1h") == 2"#, true),
+            (r#"count_in("flag", {"reason": "spam"}, "5m") == 0"#, true),
+            (r#"count_in("flag", "1h") == 0"#, true),
+            (r#"max_in("flag", "score", "5m") == 0.5"#, true),
+            (r#"max_in("flag", "score", "24h") > 0.9"#, true),
+            (r#"max_in("flag", "score", "1m") == 0.0"#, true),
         ];
         for (when, expected) in cases {
             let verdict = rule(when).unwrap().evaluate(&snapshot());
@@ -539,6 +663,13 @@ type = "string"
             (r#"author.attr("verified", false)"#, "verified"),
             (r#"attr("reason", "spam") == "spam""#, "reason"),
             (r#"has_attr("verified")"#, "verified"),
+            (
+                r#"count_in("flag", {"reason": "spam"}, "2h") > 1"#,
+                "window",
+            ),
+            (r#"count_in("flag", {"colour": "red"}, "1h") > 1"#, "colour"),
+            (r#"max_in("flag", "reason", "1h") > 1.0"#, "string"),
+            (r#"max_in("flag", "score") > 1.0"#, "3 arguments"),
         ] {
             let error = rule(when).err().unwrap_or_else(|| panic!("{when} loaded"));
             assert!(error.contains("\"r\""), "{when}: {error}");
@@ -563,7 +694,15 @@ type = "string"
         let context = rule(r#"author.status == "visible""#)
             .unwrap()
             .attribute_reads();
-        assert!(!context.events && context.context);
+        assert!(!context.events && context.context && !context.windows);
+        let windows = rule(r#"count_in("flag", {"reason": "spam"}, "1h") > 1"#)
+            .unwrap()
+            .attribute_reads();
+        assert!(windows.events && windows.windows && !windows.context);
+        let plain_window = rule(r#"count_in("flag", "1h") > 1"#)
+            .unwrap()
+            .attribute_reads();
+        assert!(!plain_window.windows);
         // The declarations travel with the rules: a round trip through TOML keeps them.
         let set = rule(r#"attr("role", "") == "staff""#).unwrap();
         let again = RuleSet::from_toml(&set.to_toml()).unwrap();

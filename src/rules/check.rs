@@ -83,6 +83,15 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
         while let Some(found) = source[from..].find(call) {
             let start = from + found;
             from = start + call.len();
+            // A filter second (`count_in("flag", {"reason": "spam"}, "1h")`): checked with the
+            // attribute functions (rules/attributes.rs).
+            if source[from..]
+                .split(',')
+                .nth(1)
+                .is_some_and(|arg| arg.trim_start().starts_with('{'))
+            {
+                continue;
+            }
             let window = source[from..].split(',').nth(1).map(|w| {
                 w.split(')')
                     .next()

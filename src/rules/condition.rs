@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, Env, ExecutionError};
+use cel::{Context, Env, ExecutionError, FunctionContext, Value, extractors::Arguments};
 
 use super::Rule;
 use crate::domain::{SignalStats, SignalTotals, Snapshot, WINDOWS};
@@ -68,12 +68,21 @@ impl Rule {
                 count(&signal) / count(&other).max(1.0)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
+        let (s, a) = (Arc::clone(signals), Arc::clone(&attributes));
         context
             .add_function(
                 "count_in",
-                move |signal: Arc<String>, window: Arc<String>| {
-                    window_totals(&s, &signal, &window).map(|t| t.count)
+                move |ftx: &FunctionContext, Arguments(args): Arguments| {
+                    // With a filter: count_in("flag", {"reason": "spam"}, "1h").
+                    if args.len() == 3 {
+                        return super::attributes::count_in(ftx, &args, &a);
+                    }
+                    let (Some(Value::String(signal)), Some(Value::String(window))) =
+                        (args.first(), args.get(1))
+                    else {
+                        return Err(ftx.error("takes a signal and a window"));
+                    };
+                    window_totals(&s, signal, window).map(|t| Value::Int(t.count))
                 },
             )
             .map_err(|e| e.to_string())?;

@@ -122,6 +122,7 @@ impl RuleSet {
                 .map_err(|e| fail(format!("`when`: {e}")))?;
             reads.events |= read.events;
             reads.context |= read.context;
+            reads.windows |= read.windows;
             let rule = Rule {
                 name: spec.name.clone(),
                 kinds: spec.kinds,

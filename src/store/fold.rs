@@ -74,7 +74,8 @@ impl Store {
                        -- Attributes (NULL on most events: nothing to unnest). Strings and
                        -- booleans count per value; numbers keep their largest and latest.
                        attributes AS MATERIALIZED (
-                           SELECT f.entity, f.signal, a.key AS attribute, a.value, f.xid, f.id
+                           SELECT f.entity, f.signal, a.key AS attribute, a.value, f.xid, f.id,
+                                  f.received_at
                            FROM fresh f CROSS JOIN LATERAL jsonb_each(f.attributes) a
                            WHERE f.attributes IS NOT NULL
                        ),
@@ -95,6 +96,24 @@ impl Store {
                            ON CONFLICT (entity, signal, attribute) DO UPDATE SET
                                max = greatest(attribute_numbers.max, EXCLUDED.max),
                                latest = EXCLUDED.latest
+                       ),
+                       -- The same per receive minute, for the windows (number: value '').
+                       attribute_minutes AS (
+                           INSERT INTO attribute_buckets (entity, signal, attribute, value,
+                                                          bucket_start, count, max)
+                           SELECT entity, signal, attribute,
+                                  CASE WHEN jsonb_typeof(value) = 'number' THEN ''
+                                       ELSE value #>> '{}' END,
+                                  date_trunc('minute', received_at), count(*),
+                                  max(CASE WHEN jsonb_typeof(value) = 'number'
+                                           THEN value::float8 END)
+                           FROM attributes
+                           WHERE received_at >= now() - $2::interval
+                           GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+                           ON CONFLICT (entity, signal, attribute, value, bucket_start)
+                           DO UPDATE SET
+                               count = attribute_buckets.count + EXCLUDED.count,
+                               max = greatest(attribute_buckets.max, EXCLUDED.max)
                        ),
                        per_entity AS (
                            SELECT entity, count(*) AS n, min(received_at) AS first_at,

@@ -175,6 +175,34 @@ impl Store {
                                    AND jsonb_typeof(a.value) = 'number') x
                            GROUP BY 1, 2) n)
                     END AS "attribute_numbers?: Json<AttributeNumbers>",
+                    -- The same per trailing window (the minute windows only), from the folded
+                    -- minute buckets plus the events not folded yet.
+                    CASE WHEN $8 THEN
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.attribute, w.value, w.name,
+                                                               w.count, w.max)), '[]')
+                     FROM (SELECT x.signal, x.attribute, x.value, win.name,
+                                  sum(x.count)::int8 AS count, max(x.max) AS max
+                           FROM (SELECT b.signal, b.attribute, b.value, b.bucket_start, b.count, b.max
+                                 FROM attribute_buckets b
+                                 WHERE b.entity = e.entity
+                                   AND b.bucket_start >= now() - interval '24 hours'
+                                 UNION ALL
+                                 SELECT ev.signal, a.key,
+                                        CASE WHEN jsonb_typeof(a.value) = 'number' THEN ''
+                                             ELSE a.value #>> '{}' END,
+                                        date_trunc('minute', ev.received_at), 1,
+                                        CASE WHEN jsonb_typeof(a.value) = 'number'
+                                             THEN a.value::float8 END
+                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
+                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                                   AND ev.attributes IS NOT NULL
+                                   AND ev.received_at >= now() - interval '24 hours') x
+                           JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
+                             ON win.seconds <= 86400
+                            AND x.bucket_start >= date_trunc('minute', now())
+                                                  - make_interval(secs => win.seconds)
+                           GROUP BY 1, 2, 3, 4) w)
+                    END AS "attribute_windows?: Json<AttributeWindows>",
                     -- Context: the entity's latest, and its author's status, context and counts.
                     CASE WHEN $7 THEN
                         (SELECT c.attributes FROM entity_context c WHERE c.entity = e.entity
@@ -209,6 +237,7 @@ impl Store {
             with_windows,
             attributes.events,
             attributes.context,
+            attributes.windows,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -228,6 +257,8 @@ type Actors = Vec<(String, i64)>;
 type AttributeValues = Vec<(String, String, String, i64)>;
 /// (signal, attribute, max, latest) per number attribute.
 type AttributeNumbers = Vec<(String, String, f64, f64)>;
+/// (signal, attribute, value, window, events, max) per value ('' for a number) and window.
+type AttributeWindows = Vec<(String, String, String, String, i64, Option<f64>)>;
 
 /// An entity row as [`Store::entity_records`]' statement returns it.
 struct EntityRow {
@@ -252,6 +283,7 @@ struct EntityRow {
     actors: Option<Json<Actors>>,
     attribute_values: Option<Json<AttributeValues>>,
     attribute_numbers: Option<Json<AttributeNumbers>>,
+    attribute_windows: Option<Json<AttributeWindows>>,
     context: Option<Json<Attributes>>,
     author_context: Option<Json<AuthorContext>>,
 }
@@ -302,6 +334,7 @@ fn attributes_from(
     read: AttributeReads,
     values: Option<Json<AttributeValues>>,
     numbers: Option<Json<AttributeNumbers>>,
+    windows: Option<Json<AttributeWindows>>,
     context: Option<Json<Attributes>>,
     author: Option<Json<AuthorContext>>,
 ) -> SnapshotAttributes {
@@ -325,6 +358,23 @@ fn attributes_from(
         stats.max = Some(max);
         stats.latest = Some(latest);
     }
+    for (signal, attribute, value, window, count, max) in
+        windows.map(|Json(w)| w).unwrap_or_default()
+    {
+        let stats = attributes.events.entry(signal).or_default();
+        let window = stats
+            .entry(attribute)
+            .or_default()
+            .windows
+            .entry(window)
+            .or_default();
+        match max {
+            Some(max) => window.max = Some(max),
+            None => {
+                window.values.insert(value, count);
+            }
+        }
+    }
     attributes
 }
 
@@ -339,6 +389,7 @@ fn entity_record_from(
         reads,
         row.attribute_values,
         row.attribute_numbers,
+        row.attribute_windows,
         row.context,
         row.author_context,
     );

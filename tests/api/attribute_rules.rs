@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::{
     attributes::DECLARED,
-    helpers::{TestApp, TestOptions, spawn_app},
+    helpers::{TestApp, TestOptions, spawn_app, wait_for},
 };
 
 const SETTLE: Duration = Duration::from_secs(30);
@@ -113,8 +113,7 @@ async fn aggregates_over_attributes_decide_and_read_the_same_folded_or_not() {
     let score = &unfolded.events["flag"]["score"];
     assert_eq!((score.max, score.latest), (Some(0.8), Some(0.1)));
     assert_eq!(unfolded.events["flag"]["reason"].values["spam"], 3);
-    let store = &app.backends.store;
-    assert_eq!(store.fold(&["post:c", "post:a"], 1).await.unwrap(), 2);
+    fold_all(&app, &["post:c", "post:a"]).await;
     assert_eq!(
         app.scalar("SELECT count(*) FROM attribute_numbers WHERE entity = 'post:c'")
             .await,
@@ -132,6 +131,22 @@ async fn aggregates_over_attributes_decide_and_read_the_same_folded_or_not() {
     );
     let reasons = &app.snapshot("post:a").await.attributes.events["report"]["reason"].values;
     assert_eq!((reasons["spam"], reasons["abuse"]), (3, 1));
+}
+
+/// Folds every event of these entities (a fold takes only the events below the oldest running
+/// transaction of the server, which another test may hold for a moment).
+async fn fold_all(app: &TestApp, entities: &[&str]) {
+    let store = &app.backends.store;
+    wait_for(Duration::from_secs(10), "every event folded", || async {
+        store.fold(entities, 1).await.unwrap();
+        app.scalar(&format!(
+            "SELECT count(*) FROM unfolded_events WHERE entity IN ('{}')",
+            entities.join("', '")
+        ))
+        .await
+            == 0
+    })
+    .await;
 }
 
 async fn put_context(app: &TestApp, entity: &str, body: Value) -> (u16, Value) {
@@ -265,5 +280,101 @@ async fn context_is_validated_kept_with_its_history_and_read_through_the_author(
         report["warnings"],
         json!([]),
         "every snapshot read what the rules read"
+    );
+}
+
+#[tokio::test]
+async fn windowed_aggregates_count_only_the_window_folded_or_not_and_old_buckets_leave() {
+    let rules = format!(
+        r#"{DECLARED}
+[[rule]]
+name = "spam_surge"
+kinds = ["post"]
+when = 'count_in("report", {{"reason": "spam"}}, "1h") >= 2 && max_in("report", "score", "1h") > 0.5'
+action = "hide"
+reason = "a surge of spam reports"
+"#
+    );
+    let app = spawn_app(TestOptions {
+        rules: Some(RuleSet::from_toml(&rules).unwrap()),
+        ..TestOptions::idle()
+    })
+    .await;
+    let report = |id: &str, entity: &str, score: f64| {
+        json!({"id": id, "entity": entity, "type": "report",
+               "attributes": {"reason": "spam", "score": score}})
+    };
+    // Two spam reports on post:old, one of them (with the high score) three hours ago.
+    app.send(&json!([
+        report("old-1", "post:old", 0.9),
+        report("old-2", "post:old", 0.2)
+    ]))
+    .await;
+    let hour = Duration::from_secs(3600);
+    app.age_events(&["old-1"], 3 * hour).await;
+    // Where the fold puts the aged event's signal bucket.
+    app.add_past_partition(
+        quiesce::store::Partitioned::SignalBuckets,
+        4 * hour,
+        2 * hour,
+    )
+    .await;
+    app.send(&json!([
+        report("new-1", "post:new", 0.9),
+        report("new-2", "post:new", 0.2)
+    ]))
+    .await;
+    let windows = |snapshot: &quiesce::domain::Snapshot| {
+        let by = &snapshot.attributes.events["report"];
+        (
+            by["reason"].windows.get("1h").map(|w| w.values["spam"]),
+            by["score"].windows.get("1h").and_then(|w| w.max),
+            by["score"].windows.get("24h").and_then(|w| w.max),
+        )
+    };
+    let old = app.snapshot("post:old").await;
+    assert_eq!(
+        windows(&old),
+        (Some(1), Some(0.2), Some(0.9)),
+        "the aged report is past 1h"
+    );
+    assert_eq!(
+        old.attributes.events["report"]["reason"].values["spam"], 2,
+        "but in the total"
+    );
+    let new = app.snapshot("post:new").await;
+    assert_eq!(windows(&new), (Some(2), Some(0.9), Some(0.9)));
+    // Folded, the figures read the same (the fold keeps minute buckets as for the counts).
+    let store = &app.backends.store;
+    fold_all(&app, &["post:old", "post:new"]).await;
+    assert!(app.scalar("SELECT count(*) FROM attribute_buckets").await > 0);
+    assert_eq!(windows(&app.snapshot("post:old").await), windows(&old));
+    assert_eq!(windows(&app.snapshot("post:new").await), windows(&new));
+    // Evaluated: only the entity whose spam reports are within the hour is hidden.
+    let rules = RuleSet::from_toml(&rules).unwrap();
+    assert!(
+        rules
+            .evaluate(&app.snapshot("post:old").await)
+            .matched
+            .is_empty()
+    );
+    assert_eq!(
+        rules.evaluate(&app.snapshot("post:new").await).matched[0].rule,
+        "spam_surge"
+    );
+    // Buckets older than the longest window leave with retention, in bounded batches.
+    sqlx::query(
+        "INSERT INTO attribute_buckets (entity, signal, attribute, value, bucket_start, count)
+         VALUES ('post:old', 'report', 'reason', 'spam', now() - interval '26 hours', 1)",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let before = app.scalar("SELECT count(*) FROM attribute_buckets").await;
+    let purged = store.purge_expired(1000, 10).await.unwrap();
+    assert_eq!(purged.attribute_buckets, 1);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM attribute_buckets").await,
+        before - 1
     );
 }
