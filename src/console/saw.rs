@@ -42,6 +42,11 @@ pub fn attributes_seen(snapshot: Option<&serde_json::Value>) -> Markup {
                             @for (value, count) in &stats.values { " " (value) " ×" (count) }
                             @if let Some(max) = stats.max { " max " (max) }
                             @if let Some(latest) = stats.latest { ", latest " (latest) }
+                            @for (window, figures) in &stats.windows {
+                                "; " (window) ":"
+                                @for (value, count) in &figures.values { " " (value) " ×" (count) }
+                                @if let Some(max) = figures.max { " max " (max) }
+                            }
                         }
                     }
                 }
@@ -67,7 +72,8 @@ mod tests {
     #[test]
     fn the_attributes_a_snapshot_kept_are_shown() {
         let snapshot = serde_json::json!({"attributes": {
-            "events": {"flag": {"reason": {"values": {"spam": 3}}, "score": {"max": 0.93, "latest": 0.5}}},
+            "events": {"flag": {"reason": {"values": {"spam": 3}, "windows": {"1h": {"values": {"spam": 2}}}},
+                                "score": {"max": 0.93, "latest": 0.5}}},
             "context": {"verified": false},
             "author": {"id": "user:77", "status": "hidden", "attributes": {"account_age_days": 3.0},
                        "counts": {"auto.hide": 2}}
@@ -76,6 +82,7 @@ mod tests {
         for part in [
             "flag.reason",
             "spam ×3",
+            "1h: spam ×2",
             "max 0.93",
             "latest 0.5",
             "verified = false",

@@ -262,6 +262,13 @@ impl Declarations {
                         format!("longer than {} characters", limits.max_len),
                     ));
                 }
+                // Postgres' jsonb cannot hold a NUL, and no control character is a fact.
+                Scalar::Str(s) if s.chars().any(char::is_control) => {
+                    return Err(AttributeError::of(
+                        name,
+                        "must not contain control characters",
+                    ));
+                }
                 Scalar::Str(s)
                     if declaration
                         .values
@@ -458,6 +465,9 @@ mod tests {
         ));
         assert_eq!(name.as_deref(), Some("note"));
         assert!(message.contains("8 characters"), "{message}");
+        let (name, message) = named(check(Scope::Event, serde_json::json!({"note": "a\u{0}b"})));
+        assert_eq!(name.as_deref(), Some("note"));
+        assert!(message.contains("control characters"), "{message}");
         let (name, _) = named(check(Scope::Event, serde_json::json!({"reason": ["spam"]})));
         assert_eq!(name.as_deref(), Some("reason"));
         let (name, _) = named(check(Scope::Entity, serde_json::json!({"reason": "spam"})));

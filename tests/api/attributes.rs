@@ -96,6 +96,11 @@ async fn every_attribute_problem_is_a_422_naming_it_and_nothing_is_written() {
             "at most 3",
         ),
         (json!("spam"), "attributes", "must be an object"),
+        (
+            json!({"note": "a\u{0}b"}),
+            "attributes.note",
+            "control characters",
+        ),
     ];
     for (attributes, field, message) in cases {
         let response = app.post_events(&batch_with(attributes.clone())).await;
