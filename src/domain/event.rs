@@ -382,7 +382,8 @@ fn attributes_schema() -> utoipa::openapi::Object {
             "Scalar facts about the event, e.g. `{\"reason\": \"spam\", \"score\": 0.93}`: \
              each one declared under `[attributes.event.<name>]` in the rules in force, of its \
              declared type (and among its `values`), at most `max_attributes` of them (default \
-             16), a string at most `max_attribute_len` characters (default 256).",
+             16), a string at most `max_attribute_len` characters (default 256) without control \
+             characters.",
         ))
         .build()
 }
