@@ -26,7 +26,14 @@ use crate::domain::{
 
 /// The functions of this module besides `count` (whose filter form is here too); `max` is
 /// among CEL's names already.
-pub(super) const FUNCTIONS: [&str; 5] = ["latest", "distinct", "max_in", "attr", "has_attr"];
+pub(super) const FUNCTIONS: [&str; 6] = [
+    "latest",
+    "distinct",
+    "max_in",
+    "distinct_in",
+    "attr",
+    "has_attr",
+];
 
 /// The windows an attribute aggregate may name: the minute windows (its buckets are kept 25 h).
 fn attribute_window(name: &str) -> bool {
@@ -174,12 +181,17 @@ fn check_call(
                 ))
             }
         }
-        "max" | "latest" | "distinct" => {
-            arity(2)?;
+        "max" | "latest" | "distinct" | "distinct_in" => {
+            let windowed = name == "distinct_in";
+            arity(if windowed { 3 } else { 2 })?;
             signal_literal()?;
             reads.events = true;
+            if windowed {
+                reads.windows = true;
+                check_window(name, call.args.get(2))?;
+            }
             let (attribute, kind) = declared_type(name, call.args.get(1), Scope::Event, declared)?;
-            let numeric = name != "distinct";
+            let numeric = !name.starts_with("distinct");
             match (numeric, kind) {
                 (true, AttributeType::Number) => Ok(()),
                 (false, AttributeType::String | AttributeType::Boolean) => Ok(()),
@@ -188,7 +200,7 @@ fn check_call(
                     kind.as_str()
                 )),
                 (false, kind) => Err(format!(
-                    "distinct() reads a string or boolean attribute; {attribute:?} is a {}",
+                    "{name}() reads a string or boolean attribute; {attribute:?} is a {}",
                     kind.as_str()
                 )),
             }
@@ -474,6 +486,21 @@ pub(super) fn register(
     let a = Arc::clone(attributes);
     context
         .add_function(
+            "distinct_in",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                let window = text(ftx, &args, 2)?;
+                let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
+                let distinct = stats.map_or(0, |w| w.values.values().filter(|n| **n > 0).count());
+                Ok(Value::Int(distinct as i64))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
             "attr",
             move |ftx: &FunctionContext,
                   Arguments(args): Arguments|
@@ -629,6 +656,8 @@ type = "string"
             (r#"max_in("flag", "score", "5m") == 0.5"#, true),
             (r#"max_in("flag", "score", "24h") > 0.9"#, true),
             (r#"max_in("flag", "score", "1m") == 0.0"#, true),
+            (r#"distinct_in("flag", "reason", "1h") == 1"#, true),
+            (r#"distinct_in("flag", "reason", "5m") == 0"#, true),
         ];
         for (when, expected) in cases {
             let verdict = rule(when).unwrap().evaluate(&snapshot());
@@ -670,6 +699,8 @@ type = "string"
             (r#"count_in("flag", {"colour": "red"}, "1h") > 1"#, "colour"),
             (r#"max_in("flag", "reason", "1h") > 1.0"#, "string"),
             (r#"max_in("flag", "score") > 1.0"#, "3 arguments"),
+            (r#"distinct_in("flag", "score", "1h") > 1"#, "number"),
+            (r#"distinct_in("flag", "reason", "7d") > 1"#, "window"),
         ] {
             let error = rule(when).err().unwrap_or_else(|| panic!("{when} loaded"));
             assert!(error.contains("\"r\""), "{when}: {error}");
