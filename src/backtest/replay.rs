@@ -386,6 +386,54 @@ mod tests {
     }
 
     #[test]
+    fn a_candidate_that_reads_attributes_is_warned_of_snapshots_read_without_them() {
+        let candidate = RuleSet::from_toml(
+            "[attributes.event.reason]\ntype = \"string\"\n[attributes.entity.age]\ntype = \"number\"\n\
+             [[rule]]\nname = \"r\"\nwhen = 'count(\"flag\", {\"reason\": \"spam\"}) > 0 || attr(\"age\", 0) > 1'\n\
+             action = \"flag\"\nreason = \"x\"\n",
+        )
+        .unwrap();
+        let mut tally = Tally::new(5);
+        // Two snapshots read by rules that read no attribute, one by rules that read both.
+        let mut read = evaluation(3, 0, Some(1), None);
+        if let Some(snapshot) = read.snapshot.as_mut() {
+            snapshot.attributes.read = crate::domain::AttributeReads::ALL;
+        }
+        tally.entity(
+            &candidate,
+            vec![
+                evaluation(1, 0, Some(1), None),
+                evaluation(2, 0, Some(1), None),
+                read,
+            ],
+            None,
+        );
+        assert_eq!((tally.without_attributes, tally.without_context), (2, 2));
+        let report = super::super::report::Report::new(
+            &candidate,
+            tally,
+            (Utc::now() - Duration::hours(3), Utc::now()),
+            1,
+            0,
+        );
+        let warnings = report.warnings.join("\n");
+        assert!(
+            warnings.contains("reads event attributes, but 2 snapshots"),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains("reads context, but 2 snapshots"),
+            "{warnings}"
+        );
+        let plain = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        tally.entity(&plain, vec![evaluation(1, 0, Some(1), None)], None);
+        let report =
+            super::super::report::Report::new(&plain, tally, (Utc::now(), Utc::now()), 1, 0);
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+
+    #[test]
     fn the_acting_evaluation_of_a_version_is_replayed_after_the_others() {
         let rules = RuleSet::default_rules();
         let mut tally = Tally::new(5);
