@@ -51,7 +51,7 @@ impl Scalar {
 pub type Attributes = BTreeMap<String, Scalar>;
 
 /// The type a declaration gives an attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AttributeType {
     String,
@@ -70,7 +70,7 @@ impl AttributeType {
 }
 
 /// One declared attribute: `[attributes.event.reason] type = "string", values = [...]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Declared {
     #[serde(rename = "type")]
@@ -97,7 +97,7 @@ impl Scope {
 }
 
 /// The `[attributes]` table of a rules file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Declarations {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -187,6 +187,9 @@ struct RuleView {
 #[derive(ToSchema)]
 pub struct RulesList {
     rules: Vec<RuleView>,
+    /// The attributes the rules declare: what events (`event`) and entity context (`entity`)
+    /// may carry.
+    attributes: crate::domain::Declarations,
 }
 
 #[derive(ToSchema)]

@@ -207,6 +207,17 @@ async fn the_openapi_document_describes_attributes_and_the_context_endpoint() {
     let scalars = &event["additionalProperties"]["oneOf"];
     assert_eq!(scalars.as_array().map(Vec::len), Some(3), "{event}");
     let put = &document["paths"]["/v1/entities/{entity}/attributes"]["put"];
+    // The rules listing says what may be sent.
+    let (status, listing) = app.get("/v1/rules").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        listing["attributes"]["event"]["reason"],
+        json!({"type": "string", "values": ["spam", "abuse", "off_topic"]})
+    );
+    assert_eq!(
+        listing["attributes"]["entity"]["account_age_days"]["type"],
+        "number"
+    );
     assert!(put["responses"]["422"].is_object(), "{put}");
     assert!(put["requestBody"].is_object(), "{put}");
 }
