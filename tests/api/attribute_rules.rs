@@ -378,3 +378,66 @@ reason = "a surge of spam reports"
         before - 1
     );
 }
+
+#[tokio::test]
+async fn the_console_shows_what_the_rules_saw_of_attributes_and_context() {
+    use quiesce::credentials::{ApiToken, Role};
+
+    use crate::secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR};
+    let app = spawn_app(TestOptions {
+        rules: Some(RuleSet::from_toml(&rules()).unwrap()),
+        ..TestOptions::default().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(50);
+            s.security.api_tokens = crate::helpers::api_tokens(vec![
+                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ]);
+            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+        })
+    })
+    .await;
+    let context = app
+        .client
+        .put(format!("{}/v1/entities/user:new/attributes", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(&json!({"account_age_days": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(context.status(), 200);
+    let spam = json!({"reason": "spam"});
+    let sent = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(&events(
+            "s",
+            "comment:seen",
+            "report",
+            &[spam.clone(), spam],
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 202);
+    app.wait_settled(SETTLE).await;
+    let (cookie, _) = crate::console::sign_in(&app).await;
+    let page = app
+        .client
+        .get(format!("{}/console/entities/comment:seen", app.base))
+        .header(reqwest::header::COOKIE, cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    for part in [
+        "What the rules saw of attributes",
+        "report.reason",
+        "spam ×2",
+        "user:new",
+        "account_age_days = 3",
+    ] {
+        assert!(page.contains(part), "{part} is on the page");
+    }
+}
