@@ -1,6 +1,7 @@
 //! Domain values that parse at the edge, so an invalid one cannot exist past it: identifiers,
 //! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
 
+mod attribute_figures;
 mod attributes;
 mod event;
 mod failure;
@@ -11,10 +12,12 @@ mod snapshot;
 mod status;
 
 pub use self::{
+    attribute_figures::{
+        AttributeReads, AttributeStats, AuthorContext, SnapshotAttributes, WindowStats,
+    },
     attributes::{
-        AttributeError, AttributeLimits, AttributeReads, AttributeStats, AttributeType, Attributes,
-        AuthorContext, Declarations, Declared, Scalar, Scope, SnapshotAttributes, WindowStats,
-        attributes_from_json,
+        AttributeError, AttributeLimits, AttributeType, Attributes, Declarations, Declared, Scalar,
+        Scope, attributes_from_json,
     },
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},

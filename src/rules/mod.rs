@@ -6,6 +6,7 @@
 mod attributes;
 mod check;
 mod condition;
+mod declared;
 mod verdict;
 
 use std::{
@@ -118,7 +119,7 @@ impl RuleSet {
                 .compile(&spec.when)
                 .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
             check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
-            let read = attributes::check(&program, &declarations)
+            let read = declared::check(&program, &declarations)
                 .map_err(|e| fail(format!("`when`: {e}")))?;
             reads.events |= read.events;
             reads.context |= read.context;
