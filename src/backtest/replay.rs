@@ -90,6 +90,10 @@ pub struct Tally {
     /// in force used none), which a candidate that uses them would see as 0.
     pub without_windows: u64,
     pub without_actors: u64,
+    /// Replayed snapshots read without the attribute aggregates, or without context (the rules
+    /// in force read none), which a candidate that reads them would see as absent.
+    pub without_attributes: u64,
+    pub without_context: u64,
     pub entities: u64,
     pub by_rule: BTreeMap<String, RuleTally>,
     /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
@@ -141,6 +145,8 @@ impl Tally {
             without_snapshot: 0,
             without_windows: 0,
             without_actors: 0,
+            without_attributes: 0,
+            without_context: 0,
             entities: 0,
             by_rule: BTreeMap::new(),
             overall: RuleTally::default(),
@@ -217,6 +223,8 @@ impl Tally {
             if signals.clone().any(|s| s.actors.is_none()) {
                 self.without_actors += 1;
             }
+            self.without_attributes += u64::from(!snapshot.attributes.read.events);
+            self.without_context += u64::from(!snapshot.attributes.read.context);
             let seen = snapshot.status;
             let status = match candidate_status {
                 Some(status) if !moderator_moved => status,
@@ -608,6 +616,61 @@ mod tests {
         assert_eq!((hide.added, hide.removed, hide.kept), (1, 0, 0));
         assert_eq!(tally.added_sample.len(), 1);
         assert_eq!(tally.final_differs, 1);
+    }
+
+    #[test]
+    fn a_candidate_that_reads_attributes_is_warned_of_snapshots_read_without_them() {
+        let candidate = RuleSet::from_toml(
+            "[attributes.event.reason]\ntype = \"string\"\n[attributes.entity.age]\ntype = \"number\"\n\
+             [[rule]]\nname = \"r\"\nwhen = 'count(\"flag\", {\"reason\": \"spam\"}) > 0 || attr(\"age\", 0) > 1'\n\
+             action = \"flag\"\nreason = \"x\"\n",
+        )
+        .unwrap();
+        let mut tally = Tally::new(5);
+        // Two snapshots read by rules that read no attribute, one by rules that read both.
+        let mut read = evaluation(3, 0, Some(1), None);
+        if let Some(snapshot) = read.snapshot.as_mut() {
+            snapshot.attributes.read = crate::domain::AttributeReads::ALL;
+        }
+        tally.entity(
+            &candidate,
+            vec![
+                evaluation(1, 0, Some(1), None),
+                evaluation(2, 0, Some(1), None),
+                read,
+            ],
+            None,
+        );
+        assert_eq!((tally.without_attributes, tally.without_context), (2, 2));
+        let report = super::super::report::Report::new(
+            &candidate,
+            &candidate,
+            tally,
+            (Utc::now() - Duration::hours(3), Utc::now()),
+            1,
+            0,
+        );
+        let warnings = report.warnings.join("\n");
+        assert!(
+            warnings.contains("reads event attributes, but 2 snapshots"),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains("reads context, but 2 snapshots"),
+            "{warnings}"
+        );
+        let plain = RuleSet::default_rules();
+        let mut tally = Tally::new(5);
+        tally.entity(&plain, vec![evaluation(1, 0, Some(1), None)], None);
+        let report = super::super::report::Report::new(
+            &plain,
+            &plain,
+            tally,
+            (Utc::now(), Utc::now()),
+            1,
+            0,
+        );
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
     }
 
     #[test]

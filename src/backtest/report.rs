@@ -198,6 +198,21 @@ impl Report {
                 tally.without_actors
             ));
         }
+        let reads = candidate.attribute_reads();
+        if reads.events && tally.without_attributes > 0 {
+            warnings.push(format!(
+                "the candidate reads event attributes, but {} snapshots were read without them (the rules in \
+                 force read none): there its count with a filter, distinct, max and latest are 0",
+                tally.without_attributes
+            ));
+        }
+        if reads.context && tally.without_context > 0 {
+            warnings.push(format!(
+                "the candidate reads context, but {} snapshots were read without it (the rules in force read \
+                 none): there attr() gives its default and author.status is empty",
+                tally.without_context
+            ));
+        }
         let changed = all.added + all.removed;
         let recorded: Vec<(&str, Vec<String>)> = candidate
             .rules()

@@ -76,6 +76,10 @@ struct Args {
     /// Exit non-zero if any duplicate or wrong action is found.
     #[arg(long)]
     check: bool,
+    /// Put attributes on every event: a `reason` (spam, abuse or off_topic) and a `score` in
+    /// [0, 1); the server's rules must declare them (bench/ingest/attributes.toml).
+    #[arg(long)]
+    attributes: bool,
 }
 
 #[tokio::main]
@@ -118,6 +122,7 @@ async fn main() -> ExitCode {
         rules: std::sync::Arc::new(rules),
         seed: args.seed,
         progress: !args.json,
+        attributes: args.attributes,
     };
     match loadgen::run(config).await {
         Ok(report) => {

@@ -203,7 +203,10 @@ fn evaluations_list(evaluations: &[EvaluationRecord]) -> Markup {
                                         br; span.muted { ((evaluation.started_at - due).num_milliseconds()) " ms after it fell due" }
                                     }
                                 }
-                                td data-label="Snapshot" { "version " (evaluation.moderation_version) ", " (evaluation.event_count) " events" }
+                                td data-label="Snapshot" {
+                                    "version " (evaluation.moderation_version) ", " (evaluation.event_count) " events"
+                                    (super::saw::attributes_seen(evaluation.snapshot.as_ref()))
+                                }
                                 td data-label="Live matches" {
                                     @for d in &verdict.matched { div { code { (d.rule) } " → " (d.action.as_str()) } }
                                     @for (rule, error) in &verdict.errors { div { code { (rule) } " failed: " (error) } }

@@ -32,6 +32,7 @@ mod layout;
 mod operations;
 mod quality;
 mod review;
+mod saw;
 mod session;
 mod signin;
 mod sweep;

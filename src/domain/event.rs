@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{EntityId, EventId, Signal};
+use super::{
+    EntityId, EventId, Signal,
+    attributes::{Attributes, attributes_from_json},
+};
 
 /// Critical events skip the debounce window and fire at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
@@ -34,6 +37,9 @@ pub struct Event {
     pub priority: Priority,
     /// Who wrote the entity (`user:77`); automated actions on the entity feed back to it.
     pub author: Option<EntityId>,
+    /// Scalar facts about the event (`reason`, `score`), as declared by the rules in force;
+    /// `None` when it carries none. Their declaration is checked by ingest, not here.
+    pub attributes: Option<Attributes>,
 }
 
 /// Longest actor, in characters.
@@ -79,6 +85,9 @@ pub struct EventBody {
     #[serde(default)]
     #[schema(value_type = Option<Priority>)]
     priority: Raw,
+    #[serde(default)]
+    #[schema(schema_with = attributes_schema)]
+    attributes: Option<serde_json::Value>,
 }
 
 /// Which field of an event is wrong, and how; `None`: the event as a whole.
@@ -105,7 +114,8 @@ impl EventBody {
     }
 
     /// Checks the fields in order (id, entity, type, actor, weight, occurred_at, priority,
-    /// author) and builds the event.
+    /// author, attributes) and builds the event. An attribute is named as
+    /// `attributes.<name>`; whether it is declared is ingest's check.
     pub fn into_event(self) -> Result<Event, FieldError> {
         let id =
             EventId::parse(self.id.required_str("id")?).map_err(|e| FieldError::new("id", e.0))?;
@@ -182,6 +192,13 @@ impl EventBody {
                 ));
             }
         };
+        let attributes = match &self.attributes {
+            None => None,
+            Some(value) => attributes_from_json(value).map_err(|e| match e.attribute {
+                Some(name) => FieldError::new(&format!("attributes.{name}"), e.message),
+                None => FieldError::new("attributes", e.message),
+            })?,
+        };
         Ok(Event {
             id,
             entity,
@@ -191,6 +208,7 @@ impl EventBody {
             occurred_at,
             priority,
             author,
+            attributes,
         })
     }
 }
@@ -345,5 +363,27 @@ fn weight_schema() -> utoipa::openapi::Object {
         .exclusive_minimum(Some(0.0))
         .maximum(Some(MAX_WEIGHT))
         .description(Some("Default 1."))
+        .build()
+}
+
+/// A flat object of declared attributes; bounded by the settings `max_attributes` and
+/// `max_attribute_len`.
+fn attributes_schema() -> utoipa::openapi::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+    let scalar = OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(SchemaType::new(Type::String)))
+        .item(ObjectBuilder::new().schema_type(SchemaType::new(Type::Number)))
+        .item(ObjectBuilder::new().schema_type(SchemaType::new(Type::Boolean)))
+        .build();
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .additional_properties(Some(Schema::OneOf(scalar)))
+        .description(Some(
+            "Scalar facts about the event, e.g. `{\"reason\": \"spam\", \"score\": 0.93}`: \
+             each one declared under `[attributes.event.<name>]` in the rules in force, of its \
+             declared type (and among its `values`), at most `max_attributes` of them (default \
+             16), a string at most `max_attribute_len` characters (default 256) without control \
+             characters.",
+        ))
         .build()
 }

@@ -1,6 +1,8 @@
 //! Domain values that parse at the edge, so an invalid one cannot exist past it: identifiers,
 //! events, statuses and actions, and the snapshot the rules decide on. Nothing here does I/O.
 
+mod attribute_figures;
+mod attributes;
 mod audit;
 mod event;
 mod failure;
@@ -11,6 +13,13 @@ mod snapshot;
 mod status;
 
 pub use self::{
+    attribute_figures::{
+        AttributeReads, AttributeStats, AuthorContext, SnapshotAttributes, WindowStats,
+    },
+    attributes::{
+        AttributeError, AttributeLimits, AttributeType, Attributes, Declarations, Declared, Scalar,
+        Scope, attributes_from_json,
+    },
     audit::{Actor, AuditAction, AuditEntry},
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{EntityId, Status};
+use super::{EntityId, SnapshotAttributes, Status};
 
 /// The trailing windows rules can count over (minute-granular: by receive-time minute).
 pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
@@ -55,6 +55,9 @@ pub struct Snapshot {
     pub override_cap: Option<Status>,
     /// Who wrote the entity, if an event said so.
     pub author: Option<EntityId>,
+    /// The attribute aggregates and context read for the rules (only what they read).
+    #[serde(skip_serializing_if = "SnapshotAttributes::is_empty")]
+    pub attributes: SnapshotAttributes,
 }
 
 impl Snapshot {
@@ -71,6 +74,7 @@ impl Snapshot {
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
             override_cap: None,
             author: None,
+            attributes: SnapshotAttributes::default(),
         }
     }
 

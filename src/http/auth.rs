@@ -18,7 +18,7 @@ use crate::{audit::Origin, credentials::Role, domain::Actor};
 pub fn required_role(method: &Method, route: &str) -> Option<Role> {
     match (method.as_str(), route) {
         ("POST", "/v1/sources/{source}/events") => None,
-        ("POST", "/v1/events") => Some(Role::Ingest),
+        ("POST", "/v1/events") | ("PUT", "/v1/entities/{entity}/attributes") => Some(Role::Ingest),
         ("GET", "/v1/entities/{entity}")
         | ("GET", "/v1/actions")
         | ("GET", "/v1/stats/reversal-rate")

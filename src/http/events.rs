@@ -22,7 +22,7 @@ use super::{
     signature::{InboundSecrets, github_delivery},
 };
 use crate::{
-    domain::{Event, EventBody, FieldError},
+    domain::{AttributeLimits, Declarations, Event, EventBody, FieldError, Scope},
     ingest::{Delivery, IngestOutcome, RateKey, Submission},
     telemetry::names,
 };
@@ -173,7 +173,13 @@ async fn accept(
         Some(slot) => slot,
         None => take_ingest_slot(state)?,
     };
-    let events = parse_events(&body, state.settings.http.max_batch)?;
+    let rules = state.rules.current();
+    let checks = EventChecks {
+        max_batch: http.max_batch,
+        declared: rules.declarations(),
+        limits: http.attribute_limits(),
+    };
+    let events = parse_events(&body, &checks)?;
     // Ingest checks the sender's rate, after a replayed GitHub delivery is told apart.
     let submission = Submission {
         sender: rate_key,
@@ -204,17 +210,46 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
+/// What a request's events are held to besides their own fields: the batch size, and the
+/// attributes the rules in force declare, within the settings' bounds.
+pub struct EventChecks<'a> {
+    pub max_batch: usize,
+    pub declared: &'a Declarations,
+    pub limits: AttributeLimits,
+}
+
+impl EventChecks<'_> {
+    /// Checks an event's attributes, naming the attribute (`attributes.reason`) at fault.
+    fn attributes_of(&self, event: &Event) -> Result<(), FieldError> {
+        let Some(attributes) = &event.attributes else {
+            return Ok(());
+        };
+        self.declared
+            .validate(Scope::Event, attributes, self.limits)
+            .map_err(|e| FieldError {
+                field: Some(match e.attribute {
+                    Some(name) => format!("attributes.{name}"),
+                    None => "attributes".to_owned(),
+                }),
+                message: e.message,
+            })
+    }
+}
+
 /// Parses one event object or an array of them; every event is checked before any is used.
 /// A well-formed body is read straight into [`EventBody`]s; any other is read again as JSON
 /// to name its first problem exactly (that path runs only for refused requests).
-pub fn parse_events(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
+pub fn parse_events(body: &[u8], checks: &EventChecks<'_>) -> Result<Vec<Event>, ApiError> {
     match serde_json::from_slice::<Batch>(body) {
-        Ok(Batch::One(event)) => convert([(None, event)]),
+        Ok(Batch::One(event)) => convert([(None, event)], checks),
         Ok(Batch::Many(events)) => {
-            check_batch_size(events.len(), max_batch)?;
-            convert(events.into_iter().enumerate().map(|(i, e)| (Some(i), e)))
+            check_batch_size(events.len(), checks.max_batch)?;
+            convert(
+                events.into_iter().enumerate().map(|(i, e)| (Some(i), e)),
+                checks,
+            )
         }
-        Err(_) => diagnose(body, max_batch),
+        Err(_) => diagnose(body, checks),
     }
 }
 
@@ -301,11 +336,19 @@ fn check_batch_size(len: usize, max_batch: usize) -> Result<(), ApiError> {
 /// event, not a batch).
 fn convert(
     events: impl IntoIterator<Item = (Option<usize>, EventBody)>,
+    checks: &EventChecks<'_>,
 ) -> Result<Vec<Event>, ApiError> {
     events
         .into_iter()
-        .map(|(index, event)| event.into_event().map_err(|e| invalid_event(index, e)))
+        .map(|(index, event)| checked(event, checks).map_err(|e| invalid_event(index, e)))
         .collect()
+}
+
+/// An event with its fields checked, then its attributes against the declarations.
+fn checked(event: EventBody, checks: &EventChecks<'_>) -> Result<Event, FieldError> {
+    let event = event.into_event()?;
+    checks.attributes_of(&event)?;
+    Ok(event)
 }
 
 fn invalid_event(index: Option<usize>, error: FieldError) -> ApiError {
@@ -323,13 +366,13 @@ fn invalid_event(index: Option<usize>, error: FieldError) -> ApiError {
 
 /// Names the first problem of a body that did not read as events: not JSON, not an event or
 /// an array of them, or an event with a field it does not have, or one that is not an object.
-fn diagnose(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
+fn diagnose(body: &[u8], checks: &EventChecks<'_>) -> Result<Vec<Event>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
     })?;
     let (items, batched) = match value {
         Value::Array(items) => {
-            check_batch_size(items.len(), max_batch)?;
+            check_batch_size(items.len(), checks.max_batch)?;
             (items, true)
         }
         Value::Object(_) => (vec![value], false),
@@ -362,30 +405,53 @@ fn diagnose(body: &[u8], max_batch: usize) -> Result<Vec<Event>, ApiError> {
             // Known fields only, each read as it comes: reading cannot fail.
             EventBody::deserialize(item)
                 .map_err(|_| object_error())
-                .and_then(EventBody::into_event)
+                .and_then(|event| checked(event, checks))
                 .map_err(|e| invalid_event(index, e))
         })
         .collect()
 }
 
+/// The checks of the unit tests: a reason among two values and a score declared; at most two
+/// attributes, strings of at most 16 characters.
+#[cfg(test)]
+fn checks(max_batch: usize) -> EventChecks<'static> {
+    static DECLARED: std::sync::LazyLock<Declarations> = std::sync::LazyLock::new(|| {
+        toml::from_str(
+            "[event.reason]\ntype = \"string\"\nvalues = [\"spam\", \"abuse\"]\n[event.score]\ntype = \"number\"\n",
+        )
+        .expect("valid declarations")
+    });
+    EventChecks {
+        max_batch,
+        declared: &DECLARED,
+        limits: AttributeLimits {
+            max_attributes: 2,
+            max_len: 16,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Priority;
+    use crate::domain::{Priority, Scalar};
 
     fn error_of(body: &str) -> ApiError {
-        parse_events(body.as_bytes(), 1000).unwrap_err()
+        parse_events(body.as_bytes(), &checks(1000)).unwrap_err()
     }
 
     #[test]
     fn a_single_object_and_an_array_both_parse() {
         let one = r#"{"id":"e1","entity":"post:1","type":"flag"}"#;
-        let events = parse_events(one.as_bytes(), 1000).unwrap();
+        let events = parse_events(one.as_bytes(), &checks(1000)).unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].weight, 1.0);
         assert_eq!(events[0].priority, Priority::Normal);
         let many = format!("[{one},{}]", one.replace("e1", "e2"));
-        assert_eq!(parse_events(many.as_bytes(), 1000).unwrap().len(), 2);
+        assert_eq!(
+            parse_events(many.as_bytes(), &checks(1000)).unwrap().len(),
+            2
+        );
     }
 
     #[test]
@@ -411,7 +477,55 @@ mod tests {
             );
         }
         let body = r#"{"id":"e","entity":"post:1","type":"flag","weight":1000}"#;
-        assert!(parse_events(body.as_bytes(), 1000).is_ok());
+        assert!(parse_events(body.as_bytes(), &checks(1000)).is_ok());
+    }
+
+    #[test]
+    fn attributes_are_checked_against_the_declarations_and_named() {
+        let with = |attributes: &str| {
+            format!(
+                r#"[{{"id":"e1","entity":"post:1","type":"flag"}},{{"id":"e2","entity":"post:1","type":"flag","attributes":{attributes}}}]"#
+            )
+        };
+        let events = parse_events(
+            with(r#"{"reason":"spam","score":0.5}"#).as_bytes(),
+            &checks(10),
+        )
+        .unwrap();
+        assert_eq!(events[0].attributes, None);
+        let attributes = events[1].attributes.as_ref().unwrap();
+        assert_eq!(attributes["reason"], Scalar::Str("spam".into()));
+        assert_eq!(attributes["score"], Scalar::Num(0.5));
+        for (attributes, field) in [
+            (r#"{"colour":"red"}"#, "attributes.colour"),
+            (r#"{"score":"high"}"#, "attributes.score"),
+            (r#"{"reason":"rude"}"#, "attributes.reason"),
+            (r#"{"reason":{"nested":1}}"#, "attributes.reason"),
+            (r#"{"reason":"spam","score":1,"other":true}"#, "attributes"),
+            (r#"["spam"]"#, "attributes"),
+        ] {
+            let error = error_of(&with(attributes));
+            assert_eq!(
+                error.status,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{attributes}"
+            );
+            assert_eq!(error.body.index, Some(1), "{attributes}");
+            assert_eq!(error.body.field.as_deref(), Some(field), "{attributes}");
+        }
+        // A string longer than the bound, past the enum check: declared without values.
+        let long = format!(r#"{{"reason":"{}"}}"#, "s".repeat(17));
+        assert!(
+            error_of(&with(&long))
+                .body
+                .message
+                .contains("16 characters")
+        );
+        let null = r#"{"id":"e","entity":"post:1","type":"flag","attributes":null}"#;
+        assert_eq!(
+            parse_events(null.as_bytes(), &checks(1)).unwrap()[0].attributes,
+            None
+        );
     }
 }
 
@@ -545,13 +659,13 @@ mod properties {
                 _ => Value::Array(events),
             };
             let body = serde_json::to_vec(&value).unwrap();
-            prop_assert_eq!(outcome(&parse_events(&body, 3)), outcome(&diagnose(&body, 3)));
+            prop_assert_eq!(outcome(&parse_events(&body, &checks(3))), outcome(&diagnose(&body, &checks(3))));
         }
 
         /// Any bytes: the parser answers events or a 4xx naming the problem, never panics.
         #[test]
         fn arbitrary_bytes_never_panic_and_errors_are_client_errors(body in prop::collection::vec(any::<u8>(), 0..512)) {
-            if let Err(error) = parse_events(&body, 1000) {
+            if let Err(error) = parse_events(&body, &checks(1000)) {
                 prop_assert!(error.status.is_client_error());
                 prop_assert!(!error.body.message.is_empty());
             }
@@ -561,7 +675,7 @@ mod properties {
         #[test]
         fn accepted_events_are_valid_and_rejections_name_a_problem(value in json_value()) {
             let body = serde_json::to_vec(&value).unwrap();
-            match parse_events(&body, 1000) {
+            match parse_events(&body, &checks(1000)) {
                 Ok(events) => {
                     for event in events {
                         prop_assert!(EventId::parse(event.id.as_str()).is_ok());

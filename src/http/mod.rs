@@ -6,6 +6,7 @@ mod audit;
 pub mod auth;
 mod backtest;
 pub mod body;
+mod context;
 mod dead_letters;
 mod error;
 mod events;
@@ -28,7 +29,7 @@ use axum::{
     extract::{DefaultBodyLimit, MatchedPath, Request},
     middleware::{self, Next},
     response::Response,
-    routing::{get, post},
+    routing::{get, post, put},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
@@ -70,6 +71,10 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             post(events::post_source_events),
         )
         .route("/v1/entities/{entity}", get(read::get_entity))
+        .route(
+            "/v1/entities/{entity}/attributes",
+            put(context::put_attributes),
+        )
         .route("/v1/actions", get(moderation::list_actions))
         .route("/v1/actions/{id}/reverse", post(moderation::reverse))
         .route(

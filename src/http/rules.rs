@@ -19,7 +19,7 @@ const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
     get,
     path = "/v1/rules",
     tag = "moderation",
-    description = "The rules in force, with their live and shadow matches over 24h. Role moderator.",
+    description = "The rules in force, with their live and shadow matches over 24h, and the attributes they declare (what events and entity context may carry). Role moderator.",
     responses(
         (status = 200, description = "The rules", body = crate::http::schemas::RulesList),
         crate::http::schemas::TokenRouteErrors,
@@ -48,7 +48,10 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             })
         })
         .collect();
-    Ok(Json(json!({ "rules": listed })))
+    Ok(Json(json!({
+        "rules": listed,
+        "attributes": rules.declarations(),
+    })))
 }
 
 /// `POST /v1/rules/reload`: reads the rules file again. An invalid file is refused with the

@@ -17,7 +17,7 @@ use utoipa::{
 
 use super::error::ErrorBody;
 use crate::{
-    domain::{Action, EventBody, SignalStats, Status},
+    domain::{Action, EventBody, Scalar, SignalStats, SnapshotAttributes, Status},
     store::Override,
 };
 
@@ -81,6 +81,22 @@ pub struct EntityView {
     last_event_at: DateTime<Utc>,
     /// The latest moderator override, in force or not.
     r#override: Option<Override>,
+    /// Aggregates of its events' attributes, its context and its author's.
+    attributes: SnapshotAttributes,
+}
+
+/// An entity's whole context: attribute names to strings, numbers or booleans, each declared
+/// under `[attributes.entity.<name>]`; at most `max_attributes` (16), strings at most
+/// `max_attribute_len` (256) characters. `{}` clears it.
+#[derive(ToSchema)]
+pub struct ContextRequest(BTreeMap<String, Scalar>);
+
+/// The context recorded.
+#[derive(ToSchema)]
+pub struct ContextResult {
+    entity: String,
+    attributes: BTreeMap<String, Scalar>,
+    set_at: DateTime<Utc>,
 }
 
 #[derive(ToSchema)]
@@ -178,6 +194,9 @@ struct RuleView {
 #[derive(ToSchema)]
 pub struct RulesList {
     rules: Vec<RuleView>,
+    /// The attributes the rules declare: what events (`event`) and entity context (`entity`)
+    /// may carry.
+    attributes: crate::domain::Declarations,
 }
 
 #[derive(ToSchema)]

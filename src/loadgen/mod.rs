@@ -78,6 +78,9 @@ pub struct LoadConfig {
     pub rules: Arc<RuleSet>,
     pub seed: u64,
     pub progress: bool,
+    /// Put attributes on every event ([`plan::attributes_of`]: a `reason` among three and a
+    /// `score`); the server's rules must declare them (bench/ingest/attributes.toml).
+    pub attributes: bool,
 }
 
 #[derive(Default)]
@@ -142,7 +145,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
             config.token.clone(),
             config.run_id.clone(),
         );
-        let (batch, rate) = (config.batch.max(1), config.rate);
+        let (batch, rate, attributes) = (config.batch.max(1), config.rate, config.attributes);
         senders.spawn(async move {
             loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
@@ -159,12 +162,16 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
                 let events: Vec<Value> = range
                     .map(|i| {
                         let p = planned[i];
-                        json!({
+                        let mut event = json!({
                             "id": format!("{run_id}-{i}"),
                             "entity": entity_name(&run_id, p.entity),
                             "type": p.signal,
                             "actor": format!("user:{}", i % 997),
-                        })
+                        });
+                        if attributes {
+                            event["attributes"] = plan::attributes_of(i);
+                        }
+                        event
                     })
                     .collect();
                 let count = events.len();

@@ -89,6 +89,16 @@ fn hot_entity(i: usize, entities: usize) -> usize {
     }
 }
 
+/// The attributes of event `i` with `--attributes`: a reason among three (declared with these
+/// values) and a score in [0, 1).
+pub(super) fn attributes_of(i: usize) -> serde_json::Value {
+    const REASONS: [&str; 3] = ["spam", "abuse", "off_topic"];
+    serde_json::json!({
+        "reason": REASONS[i % REASONS.len()],
+        "score": (i * 37 % 100) as f64 / 100.0,
+    })
+}
+
 pub(super) fn entity_name(run_id: &str, index: u32) -> String {
     format!("post:{run_id}-{index}")
 }

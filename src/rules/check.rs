@@ -63,14 +63,18 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
     for function in program.references().functions() {
         let operator =
             function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
-        if !operator && !QUIESCE_FUNCTIONS.contains(&function) && !CEL_FUNCTIONS.contains(&function)
+        if !operator
+            && !QUIESCE_FUNCTIONS.contains(&function)
+            && !super::attributes::FUNCTIONS.contains(&function)
+            && !CEL_FUNCTIONS.contains(&function)
         {
             let at = source
                 .find(function)
                 .map_or_else(String::new, |o| format!(" at {}", position(source, o)));
             return Err(format!(
-                "unknown function {function}(){at}; quiesce offers {}",
-                QUIESCE_FUNCTIONS.join(", ")
+                "unknown function {function}(){at}; quiesce offers {}, {}",
+                QUIESCE_FUNCTIONS.join(", "),
+                super::attributes::FUNCTIONS.join(", ")
             ));
         }
     }
@@ -79,6 +83,15 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
         while let Some(found) = source[from..].find(call) {
             let start = from + found;
             from = start + call.len();
+            // A filter second (`count_in("flag", {"reason": "spam"}, "1h")`): checked with the
+            // attribute functions (rules/attributes.rs).
+            if source[from..]
+                .split(',')
+                .nth(1)
+                .is_some_and(|arg| arg.trim_start().starts_with('{'))
+            {
+                continue;
+            }
             let window = source[from..].split(',').nth(1).map(|w| {
                 w.split(')')
                     .next()

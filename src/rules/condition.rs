@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, Env, ExecutionError};
+use cel::{Context, Env, ExecutionError, FunctionContext, Value, extractors::Arguments};
 
 use super::Rule;
 use crate::domain::{SignalStats, SignalTotals, Snapshot, WINDOWS};
@@ -37,12 +37,10 @@ impl Rule {
         signals: &Signals,
     ) -> Result<bool, String> {
         let mut context = Context::with_env(Arc::clone(env));
-        let s = Arc::clone(signals);
-        context
-            .add_function("count", move |signal: Arc<String>| {
-                s.get(signal.as_str()).map_or(0, |t| t.count)
-            })
-            .map_err(|e| e.to_string())?;
+        // `count` (with its filter and author forms) and the attribute functions.
+        let attributes = Arc::new(snapshot.attributes.clone());
+        super::attributes::register(&mut context, signals, &attributes)?;
+        context.add_variable_from_value("author", super::attributes::author_value(&attributes));
         let s = Arc::clone(signals);
         context
             .add_function("weight", move |signal: Arc<String>| {
@@ -70,12 +68,21 @@ impl Rule {
                 count(&signal) / count(&other).max(1.0)
             })
             .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
+        let (s, a) = (Arc::clone(signals), Arc::clone(&attributes));
         context
             .add_function(
                 "count_in",
-                move |signal: Arc<String>, window: Arc<String>| {
-                    window_totals(&s, &signal, &window).map(|t| t.count)
+                move |ftx: &FunctionContext, Arguments(args): Arguments| {
+                    // With a filter: count_in("flag", {"reason": "spam"}, "1h").
+                    if args.len() == 3 {
+                        return super::attributes::count_in(ftx, &args, &a);
+                    }
+                    let (Some(Value::String(signal)), Some(Value::String(window))) =
+                        (args.first(), args.get(1))
+                    else {
+                        return Err(ftx.error("takes a signal and a window"));
+                    };
+                    window_totals(&s, signal, window).map(|t| Value::Int(t.count))
                 },
             )
             .map_err(|e| e.to_string())?;

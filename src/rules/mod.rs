@@ -3,8 +3,10 @@
 //! handle holds the rule set in force and swaps it on reload. `check` refuses a bad rule at
 //! load time, `condition` runs one on a snapshot, `verdict` is what the rules concluded.
 
+mod attributes;
 mod check;
 mod condition;
+mod declared;
 mod verdict;
 
 use std::{
@@ -20,7 +22,7 @@ use self::{
     check::check_names,
     condition::{Signals, render_reason},
 };
-use crate::domain::{Action, Snapshot};
+use crate::domain::{Action, AttributeReads, Declarations, Snapshot};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -42,6 +44,10 @@ pub enum RulesError {
 struct RulesFile {
     #[serde(default, rename = "rule")]
     rules: Vec<RuleSpec>,
+    /// What the rules read of attributes, declared: `[attributes.event.<name>]`,
+    /// `[attributes.entity.<name>]` (`domain/attributes.rs`).
+    #[serde(default, skip_serializing_if = "Declarations::is_empty")]
+    attributes: Declarations,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -82,15 +88,22 @@ impl std::fmt::Debug for RuleSet {
 pub struct RuleSet {
     rules: Vec<Rule>,
     env: Arc<Env>,
+    declarations: Declarations,
+    /// What the rules read of attributes, so the snapshot reads only that.
+    reads: AttributeReads,
 }
 
 impl RuleSet {
     pub fn from_toml(text: &str) -> Result<Self, RulesError> {
         let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
-        Self::from_specs(file.rules)
+        Self::from_specs(file.rules, file.attributes)
     }
 
-    fn from_specs(specs: Vec<RuleSpec>) -> Result<Self, RulesError> {
+    fn from_specs(specs: Vec<RuleSpec>, declarations: Declarations) -> Result<Self, RulesError> {
+        declarations
+            .check()
+            .map_err(|e| RulesError::Parse(format!("[attributes]: {e}")))?;
+        let mut reads = AttributeReads::default();
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
         let mut rules = Vec::with_capacity(specs.len());
@@ -106,6 +119,11 @@ impl RuleSet {
                 .compile(&spec.when)
                 .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
             check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
+            let read = declared::check(&program, &declarations)
+                .map_err(|e| fail(format!("`when`: {e}")))?;
+            reads.events |= read.events;
+            reads.context |= read.context;
+            reads.windows |= read.windows;
             let rule = Rule {
                 name: spec.name.clone(),
                 kinds: spec.kinds,
@@ -121,7 +139,12 @@ impl RuleSet {
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
-        Ok(Self { rules, env })
+        Ok(Self {
+            rules,
+            env,
+            declarations,
+            reads,
+        })
     }
 
     pub fn from_file(path: &Path) -> Result<Self, RulesError> {
@@ -159,6 +182,7 @@ impl RuleSet {
     pub fn to_toml(&self) -> String {
         toml::to_string(&RulesFile {
             rules: self.specs(),
+            attributes: self.declarations.clone(),
         })
         .expect("a rule set serializes")
     }
@@ -169,7 +193,10 @@ impl RuleSet {
         let mut specs = self.specs();
         let spec = specs.iter_mut().find(|s| s.name == name && s.shadow)?;
         spec.shadow = false;
-        Some(Self::from_specs(specs).expect("rules that compiled once compile again"))
+        Some(
+            Self::from_specs(specs, self.declarations.clone())
+                .expect("rules that compiled once compile again"),
+        )
     }
 
     /// The same rules with the condition of rule `name` replaced by `when` (checked as a rule
@@ -184,7 +211,7 @@ impl RuleSet {
                 message: "there is no rule of that name".into(),
             })?;
         spec.when = when.to_owned();
-        Self::from_specs(specs)
+        Self::from_specs(specs, self.declarations.clone())
     }
 
     /// Whether any rule reads distinct actors (a count over the entity's retained events,
@@ -193,6 +220,16 @@ impl RuleSet {
         self.rules
             .iter()
             .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
+    }
+
+    /// The attributes the rules may read: what ingest and the context endpoint accept.
+    pub fn declarations(&self) -> &Declarations {
+        &self.declarations
+    }
+
+    /// Which attribute figures the rules read (aggregates of event attributes; context).
+    pub fn attribute_reads(&self) -> AttributeReads {
+        self.reads
     }
 
     /// Whether any rule reads a trailing window (`count_in`, `weight_in`).

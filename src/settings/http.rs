@@ -3,6 +3,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use super::declare::{nonzero, section};
+use crate::domain::AttributeLimits;
 
 section! {
     /// The HTTP API: where it listens and what one request or one sender may take.
@@ -14,6 +15,11 @@ section! {
         body_limit: usize = 1024 * 1024, check nonzero;
         /// Most events in one request.
         max_batch: usize = 1000, check nonzero;
+        /// Most attributes one event (or one entity's context) may carry; more get 422.
+        max_attributes: usize = 16, check nonzero;
+        /// Longest string attribute value, in characters; longer get 422.
+        #[value_name = "CHARS"]
+        max_attribute_len: usize = 256, check nonzero;
         /// Events per second one source may send (a named source, or one ingest token); more
         /// get 429 with Retry-After.
         #[value_name = "EVENTS"]
@@ -42,5 +48,15 @@ section! {
         /// Time a body upload gets before body_min_rate applies (connection set-up, a slow
         /// start).
         body_grace: Duration = Duration::from_secs(5), check nonzero;
+    }
+}
+
+impl Http {
+    /// The bounds every attribute object is held to (an event's, an entity's context).
+    pub fn attribute_limits(&self) -> AttributeLimits {
+        AttributeLimits {
+            max_attributes: self.max_attributes,
+            max_len: self.max_attribute_len,
+        }
     }
 }

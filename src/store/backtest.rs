@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sqlx::types::Json;
 
 use super::{Result, Store, StoreError, entity_or_report};
-use crate::domain::{EntityId, SignalStats, Snapshot, Status};
+use crate::domain::{EntityId, SignalStats, Snapshot, SnapshotAttributes, Status};
 
 /// Where the next page of [`Store::replay_page`] starts: after this evaluation, in the order
 /// (entity, started_at, id) the evaluations' entity index gives.
@@ -82,6 +82,8 @@ struct StoredSnapshot {
     override_cap: Option<Status>,
     #[serde(default)]
     author: Option<String>,
+    #[serde(default)]
+    attributes: SnapshotAttributes,
 }
 
 impl StoredSnapshot {
@@ -103,6 +105,7 @@ impl StoredSnapshot {
                 .author
                 .as_deref()
                 .and_then(|a| entity_or_report(a, "a recorded snapshot's author")),
+            attributes: self.attributes,
         })
     }
 }

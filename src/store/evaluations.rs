@@ -348,6 +348,7 @@ pub(super) fn derived_event(
         occurred_at: None,
         priority: Priority::Normal,
         author: None,
+        attributes: None,
     })
 }
 

@@ -73,6 +73,15 @@ pub(super) async fn record_in(
         .iter()
         .map(|e| e.author.as_ref().map(EntityId::as_str))
         .collect();
+    // As text, cast in the statement: NULL for an event without attributes.
+    let attributes: Vec<Option<String>> = events
+        .iter()
+        .map(|e| {
+            e.attributes
+                .as_ref()
+                .map(|a| serde_json::to_string(a).expect("scalars serialize"))
+        })
+        .collect();
     let rows: Vec<Option<String>> = sqlx::query_scalar!(
         r#"WITH gate AS MATERIALIZED (
                SELECT NOT EXISTS (SELECT 1 FROM partitions p
@@ -83,8 +92,9 @@ pub(super) async fn record_in(
            ),
            input AS MATERIALIZED (
                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
-                                    $6::timestamptz[], $7::text[], $8::text[])
-                   AS t(id, entity, signal, actor, weight, occurred_at, priority, author)
+                                    $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+                   AS t(id, entity, signal, actor, weight, occurred_at, priority, author,
+                        attributes)
            ),
            -- The ids already in an older (sealed) partition; the current one is the insert's
            -- arbiter. One index scan per partition for the whole group.
@@ -94,9 +104,10 @@ pub(super) async fn record_in(
                  AND e.received_at < (SELECT current_from FROM gate)
            ),
            inserted AS (
-               INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author)
+               INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author,
+                                   attributes)
                SELECT i.id, i.entity, i.signal, i.actor, i.weight, i.occurred_at, i.priority,
-                      i.author
+                      i.author, i.attributes::jsonb
                FROM input i
                WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM earlier)
                ON CONFLICT DO NOTHING
@@ -125,6 +136,7 @@ pub(super) async fn record_in(
         &occurred as &[Option<DateTime<Utc>>],
         &priorities as &[&str],
         &authors as &[Option<&str>],
+        &attributes as &[Option<String>],
     )
     .fetch_all(&mut *connection)
     .await?;

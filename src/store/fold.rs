@@ -46,7 +46,7 @@ impl Store {
                        ),
                        fresh AS MATERIALIZED (
                            SELECT ev.entity, ev.signal, ev.weight, ev.received_at, ev.author,
-                                  ev.xid
+                                  ev.xid, ev.id, ev.attributes
                            FROM locked l
                            JOIN events ev ON ev.entity = l.entity AND ev.xid >= l.since
                                          AND ev.xid < (SELECT xid FROM upto)
@@ -70,6 +70,50 @@ impl Store {
                            ON CONFLICT (entity, signal, bucket_start) DO UPDATE SET
                                count = signal_buckets.count + EXCLUDED.count,
                                weight_sum = signal_buckets.weight_sum + EXCLUDED.weight_sum
+                       ),
+                       -- Attributes (NULL on most events: nothing to unnest). Strings and
+                       -- booleans count per value; numbers keep their largest and latest.
+                       attributes AS MATERIALIZED (
+                           SELECT f.entity, f.signal, a.key AS attribute, a.value, f.xid, f.id,
+                                  f.received_at
+                           FROM fresh f CROSS JOIN LATERAL jsonb_each(f.attributes) a
+                           WHERE f.attributes IS NOT NULL
+                       ),
+                       attribute_counts AS (
+                           INSERT INTO attribute_values (entity, signal, attribute, value, count)
+                           SELECT entity, signal, attribute, value #>> '{}', count(*)
+                           FROM attributes WHERE jsonb_typeof(value) IN ('string', 'boolean')
+                           GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+                           ON CONFLICT (entity, signal, attribute, value) DO UPDATE SET
+                               count = attribute_values.count + EXCLUDED.count
+                       ),
+                       attribute_figures AS (
+                           INSERT INTO attribute_numbers (entity, signal, attribute, max, latest)
+                           SELECT entity, signal, attribute, max(value::float8),
+                                  (array_agg(value::float8 ORDER BY xid DESC, id DESC))[1]
+                           FROM attributes WHERE jsonb_typeof(value) = 'number'
+                           GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+                           ON CONFLICT (entity, signal, attribute) DO UPDATE SET
+                               max = greatest(attribute_numbers.max, EXCLUDED.max),
+                               latest = EXCLUDED.latest
+                       ),
+                       -- The same per receive minute, for the windows (number: value '').
+                       attribute_minutes AS (
+                           INSERT INTO attribute_buckets (entity, signal, attribute, value,
+                                                          bucket_start, count, max)
+                           SELECT entity, signal, attribute,
+                                  CASE WHEN jsonb_typeof(value) = 'number' THEN ''
+                                       ELSE value #>> '{}' END,
+                                  date_trunc('minute', received_at), count(*),
+                                  max(CASE WHEN jsonb_typeof(value) = 'number'
+                                           THEN value::float8 END)
+                           FROM attributes
+                           WHERE received_at >= now() - $2::interval
+                           GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+                           ON CONFLICT (entity, signal, attribute, value, bucket_start)
+                           DO UPDATE SET
+                               count = attribute_buckets.count + EXCLUDED.count,
+                               max = greatest(attribute_buckets.max, EXCLUDED.max)
                        ),
                        per_entity AS (
                            SELECT entity, count(*) AS n, min(received_at) AS first_at,

@@ -5,6 +5,7 @@ mod audit;
 mod backtest;
 mod batched;
 mod console;
+mod context;
 mod dead_letters;
 mod deliveries;
 mod evaluations;
@@ -37,6 +38,7 @@ pub use self::{
     console::{
         DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
     },
+    context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     evaluations::{Completion, FencedEvaluation, Recorded},
     moderation::Reversal,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{EntityRecord, Result, Store, interval};
-use crate::domain::EntityId;
+use crate::domain::{AttributeReads, EntityId};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -159,7 +159,12 @@ impl Store {
         with_windows: bool,
     ) -> Result<Option<EntityRecord>> {
         Ok(self
-            .entity_records(&[entity.as_str()], with_actors, with_windows)
+            .entity_records(
+                &[entity.as_str()],
+                with_actors,
+                with_windows,
+                AttributeReads::ALL,
+            )
             .await?
             .pop())
     }

@@ -1,7 +1,7 @@
 //! Retention: events, evaluation records and minute buckets past their keep leave with their
 //! whole partition (`partitions.rs`); delivered outbox rows past the window are deleted in
-//! bounded batches (one row per action: a small table); totals, actions and moderator
-//! decisions are kept.
+//! bounded batches (one row per action: a small table), and attribute minute buckets past the
+//! longest window likewise; totals, actions and moderator decisions are kept.
 
 use sqlx::postgres::PgQueryResult;
 
@@ -17,6 +17,8 @@ pub struct Purged {
     pub dropped: Dropped,
     /// Delivered outbox rows deleted.
     pub outbox: u64,
+    /// Attribute minute buckets past the longest window deleted.
+    pub attribute_buckets: u64,
 }
 
 impl Store {
@@ -41,11 +43,24 @@ impl Store {
             .execute(&self.pool)
         })
         .await?;
+        let buckets_age = interval(super::partitions::BUCKETS_KEPT);
+        let attribute_buckets = in_batches(batch, max_batches, || {
+            sqlx::query!(
+                "DELETE FROM attribute_buckets WHERE ctid = ANY(ARRAY(
+                     SELECT ctid FROM attribute_buckets
+                     WHERE bucket_start < now() - $1::interval LIMIT $2))",
+                buckets_age.clone(),
+                limit,
+            )
+            .execute(&self.pool)
+        })
+        .await?;
         Ok(Purged {
             sealed,
             made,
             dropped,
             outbox,
+            attribute_buckets,
         })
     }
 }

@@ -8,7 +8,10 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::{Result, Store, StoreError, entity_or_report};
-use crate::domain::{EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
+use crate::domain::{
+    AttributeReads, Attributes, AuthorContext, EntityId, SignalStats, SignalTotals, Snapshot,
+    SnapshotAttributes, Status, WINDOWS,
+};
 
 /// An entity as the read API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -25,6 +28,9 @@ pub struct EntityRecord {
     pub last_evaluated_at: Option<DateTime<Utc>>,
     pub signals: BTreeMap<String, SignalStats>,
     pub author: Option<String>,
+    /// Attribute aggregates and context, as far as they were read.
+    #[serde(skip_serializing_if = "SnapshotAttributes::is_empty")]
+    pub attributes: SnapshotAttributes,
     /// The latest moderator override, whether or not it is still in force.
     #[serde(rename = "override")]
     pub override_decision: Option<Override>,
@@ -46,7 +52,7 @@ impl Store {
     /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(&[entity.as_str()], with_actors, true)
+            .snapshots(&[entity.as_str()], with_actors, true, AttributeReads::ALL)
             .await?
             .into_values()
             .next())
@@ -59,8 +65,9 @@ impl Store {
         entities: &[&str],
         with_actors: bool,
         with_windows: bool,
+        attributes: AttributeReads,
     ) -> Result<HashMap<String, Snapshot>> {
-        self.entity_records(entities, with_actors, with_windows)
+        self.entity_records(entities, with_actors, with_windows, attributes)
             .await?
             .into_iter()
             .map(|record| {
@@ -83,6 +90,7 @@ impl Store {
                         .author
                         .as_deref()
                         .and_then(|a| entity_or_report(a, "an entity's author")),
+                    attributes: record.attributes,
                     taken_at: record.read_at,
                 };
                 Ok((record.entity, snapshot))
@@ -97,6 +105,7 @@ impl Store {
         entities: &[&str],
         with_actors: bool,
         with_windows: bool,
+        attributes: AttributeReads,
     ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
         // windows and (when asked) its distinct actors agree. Every figure is the folded part
@@ -133,7 +142,83 @@ impl Store {
                         (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
                                WHERE entity = e.entity GROUP BY signal) a)
-                    END AS "actors?: Json<Actors>"
+                    END AS "actors?: Json<Actors>",
+                    -- Attribute aggregates: the folded part (store/fold.rs) plus the events
+                    -- not folded yet; read only for rules that use them.
+                    CASE WHEN $6 THEN
+                    (SELECT coalesce(json_agg(json_build_array(v.signal, v.attribute, v.value, v.count)), '[]')
+                     FROM (SELECT x.signal, x.attribute, x.value, sum(x.count)::int8 AS count
+                           FROM (SELECT f.signal, f.attribute, f.value, f.count
+                                 FROM attribute_values f WHERE f.entity = e.entity
+                                 UNION ALL
+                                 SELECT ev.signal, a.key, a.value #>> '{}', 1
+                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
+                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                                   AND ev.attributes IS NOT NULL
+                                   AND jsonb_typeof(a.value) IN ('string', 'boolean')) x
+                           GROUP BY 1, 2, 3) v)
+                    END AS "attribute_values?: Json<AttributeValues>",
+                    CASE WHEN $6 THEN
+                    (SELECT coalesce(json_agg(json_build_array(n.signal, n.attribute, n.max, n.latest)), '[]')
+                     FROM (SELECT x.signal, x.attribute, max(x.max) AS max,
+                                  (array_agg(x.latest ORDER BY x.xid DESC NULLS LAST,
+                                                               x.id DESC NULLS LAST))[1] AS latest
+                           FROM (SELECT f.signal, f.attribute, f.max, f.latest, NULL::xid8 AS xid,
+                                        NULL::text AS id
+                                 FROM attribute_numbers f WHERE f.entity = e.entity
+                                 UNION ALL
+                                 SELECT ev.signal, a.key, a.value::float8, a.value::float8, ev.xid,
+                                        ev.id
+                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
+                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                                   AND ev.attributes IS NOT NULL
+                                   AND jsonb_typeof(a.value) = 'number') x
+                           GROUP BY 1, 2) n)
+                    END AS "attribute_numbers?: Json<AttributeNumbers>",
+                    -- The same per trailing window (the minute windows only), from the folded
+                    -- minute buckets plus the events not folded yet.
+                    CASE WHEN $8 THEN
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.attribute, w.value, w.name,
+                                                               w.count, w.max)), '[]')
+                     FROM (SELECT x.signal, x.attribute, x.value, win.name,
+                                  sum(x.count)::int8 AS count, max(x.max) AS max
+                           FROM (SELECT b.signal, b.attribute, b.value, b.bucket_start, b.count, b.max
+                                 FROM attribute_buckets b
+                                 WHERE b.entity = e.entity
+                                   AND b.bucket_start >= now() - interval '24 hours'
+                                 UNION ALL
+                                 SELECT ev.signal, a.key,
+                                        CASE WHEN jsonb_typeof(a.value) = 'number' THEN ''
+                                             ELSE a.value #>> '{}' END,
+                                        date_trunc('minute', ev.received_at), 1,
+                                        CASE WHEN jsonb_typeof(a.value) = 'number'
+                                             THEN a.value::float8 END
+                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
+                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                                   AND ev.attributes IS NOT NULL
+                                   AND ev.received_at >= now() - interval '24 hours') x
+                           JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
+                             ON win.seconds <= 86400
+                            AND x.bucket_start >= date_trunc('minute', now())
+                                                  - make_interval(secs => win.seconds)
+                           GROUP BY 1, 2, 3, 4) w)
+                    END AS "attribute_windows?: Json<AttributeWindows>",
+                    -- Context: the entity's latest, and its author's status, context and counts.
+                    CASE WHEN $7 THEN
+                        (SELECT c.attributes FROM entity_context c WHERE c.entity = e.entity
+                         ORDER BY c.id DESC LIMIT 1)
+                    END AS "context?: Json<Attributes>",
+                    CASE WHEN $7 AND au.id IS NOT NULL THEN
+                        json_build_object(
+                            'id', au.id,
+                            'status', coalesce((SELECT a.status FROM entities a
+                                                WHERE a.entity = au.id), 'visible'),
+                            'attributes', coalesce((SELECT c.attributes FROM entity_context c
+                                                    WHERE c.entity = au.id
+                                                    ORDER BY c.id DESC LIMIT 1), '{}'),
+                            'counts', (SELECT coalesce(json_object_agg(t.signal, t.count), '{}')
+                                       FROM signal_counts t WHERE t.entity = au.id))
+                    END AS "author_context?: Json<AuthorContext>"
              FROM entities e
              -- The events not folded yet (store/fold.rs), in the same snapshot as the rest.
              CROSS JOIN LATERAL (
@@ -143,17 +228,21 @@ impl Store {
                              FILTER (WHERE ev.author IS NOT NULL))[1] AS author
                  FROM events ev WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
              ) u
+             CROSS JOIN LATERAL (SELECT coalesce(u.author, e.author) AS id) au
              WHERE e.entity = ANY($1)"#,
             entities as &[&str],
             &window_names as &[&str],
             &window_seconds,
             with_actors,
             with_windows,
+            attributes.events,
+            attributes.context,
+            attributes.windows,
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|row| entity_record_from(row, with_windows))
+            .map(|row| entity_record_from(row, with_windows, attributes))
             .collect()
     }
 }
@@ -164,6 +253,12 @@ type Totals = Vec<(String, i64, f64)>;
 type WindowRows = Vec<(String, String, i64, f64)>;
 /// (signal, distinct actors) per signal; NULL when the actors were not counted.
 type Actors = Vec<(String, i64)>;
+/// (signal, attribute, value, events) per value of a string or boolean attribute.
+type AttributeValues = Vec<(String, String, String, i64)>;
+/// (signal, attribute, max, latest) per number attribute.
+type AttributeNumbers = Vec<(String, String, f64, f64)>;
+/// (signal, attribute, value, window, events, max) per value ('' for a number) and window.
+type AttributeWindows = Vec<(String, String, String, String, i64, Option<f64>)>;
 
 /// An entity row as [`Store::entity_records`]' statement returns it.
 struct EntityRow {
@@ -186,6 +281,11 @@ struct EntityRow {
     totals: Json<Totals>,
     windows: Option<Json<WindowRows>>,
     actors: Option<Json<Actors>>,
+    attribute_values: Option<Json<AttributeValues>>,
+    attribute_numbers: Option<Json<AttributeNumbers>>,
+    attribute_windows: Option<Json<AttributeWindows>>,
+    context: Option<Json<Attributes>>,
+    author_context: Option<Json<AuthorContext>>,
 }
 
 /// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
@@ -229,9 +329,70 @@ fn signal_stats_from(
     stats
 }
 
+/// The attribute figures of an entity row, as far as they were read.
+fn attributes_from(
+    read: AttributeReads,
+    values: Option<Json<AttributeValues>>,
+    numbers: Option<Json<AttributeNumbers>>,
+    windows: Option<Json<AttributeWindows>>,
+    context: Option<Json<Attributes>>,
+    author: Option<Json<AuthorContext>>,
+) -> SnapshotAttributes {
+    let mut attributes = SnapshotAttributes {
+        read,
+        context: context.map(|Json(c)| c).unwrap_or_default(),
+        author: author.map(|Json(a)| a),
+        ..Default::default()
+    };
+    for (signal, attribute, value, count) in values.map(|Json(v)| v).unwrap_or_default() {
+        let stats = attributes.events.entry(signal).or_default();
+        stats
+            .entry(attribute)
+            .or_default()
+            .values
+            .insert(value, count);
+    }
+    for (signal, attribute, max, latest) in numbers.map(|Json(n)| n).unwrap_or_default() {
+        let stats = attributes.events.entry(signal).or_default();
+        let stats = stats.entry(attribute).or_default();
+        stats.max = Some(max);
+        stats.latest = Some(latest);
+    }
+    for (signal, attribute, value, window, count, max) in
+        windows.map(|Json(w)| w).unwrap_or_default()
+    {
+        let stats = attributes.events.entry(signal).or_default();
+        let window = stats
+            .entry(attribute)
+            .or_default()
+            .windows
+            .entry(window)
+            .or_default();
+        match max {
+            Some(max) => window.max = Some(max),
+            None => {
+                window.values.insert(value, count);
+            }
+        }
+    }
+    attributes
+}
+
 /// An entity row as read by [`Store::entity_records`].
-fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord> {
+fn entity_record_from(
+    row: EntityRow,
+    with_windows: bool,
+    reads: AttributeReads,
+) -> Result<EntityRecord> {
     let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
+    let attributes = attributes_from(
+        reads,
+        row.attribute_values,
+        row.attribute_numbers,
+        row.attribute_windows,
+        row.context,
+        row.author_context,
+    );
     let entity = row.entity;
     Ok(EntityRecord {
         status: Status::parse(&row.status)
@@ -254,6 +415,7 @@ fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord
         last_evaluated_at: row.last_evaluated_at,
         signals,
         author: row.author,
+        attributes,
         read_at: row.read_at,
     })
 }

@@ -9,7 +9,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use crate::{
     coalesce::{Batching, Coalescer},
-    domain::{EntityId, Snapshot},
+    domain::{AttributeReads, EntityId, Snapshot},
     store::{Completion, FencedEvaluation, Store, StoreError},
     telemetry::Timed,
 };
@@ -38,6 +38,7 @@ struct SnapshotRequest {
     entity: EntityId,
     with_actors: bool,
     with_windows: bool,
+    attributes: AttributeReads,
 }
 
 #[derive(Clone)]
@@ -77,12 +78,14 @@ impl EvaluationBatches {
         entity: &EntityId,
         with_actors: bool,
         with_windows: bool,
+        attributes: AttributeReads,
     ) -> Result<Option<Snapshot>> {
         self.snapshots
             .call(SnapshotRequest {
                 entity: entity.clone(),
                 with_actors,
                 with_windows,
+                attributes,
             })
             .await
             .unwrap_or_else(|| Err(StoreError::Interrupted))
@@ -137,19 +140,25 @@ async fn read_snapshots(
 async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<Option<Snapshot>>> {
     let mut answers: Vec<Option<Result<Option<Snapshot>>>> =
         requests.iter().map(|_| None).collect();
-    let mut groups: HashMap<(bool, bool), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(bool, bool, AttributeReads), Vec<usize>> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {
         groups
-            .entry((request.with_actors, request.with_windows))
+            .entry((
+                request.with_actors,
+                request.with_windows,
+                request.attributes,
+            ))
             .or_default()
             .push(index);
     }
-    for ((with_actors, with_windows), members) in groups {
+    for ((with_actors, with_windows, attributes), members) in groups {
         let ids: Vec<&str> = members
             .iter()
             .map(|&i| requests[i].entity.as_str())
             .collect();
-        let read = store.snapshots_each(&ids, with_actors, with_windows).await;
+        let read = store
+            .snapshots_each(&ids, with_actors, with_windows, attributes)
+            .await;
         for (&i, answer) in members.iter().zip(read) {
             answers[i] = Some(answer);
         }

@@ -310,7 +310,12 @@ impl Worker {
         let rules = self.rules.current();
         let snapshot = self
             .batches
-            .snapshot(&claim.entity, rules.uses_actors(), rules.uses_windows())
+            .snapshot(
+                &claim.entity,
+                rules.uses_actors(),
+                rules.uses_windows(),
+                rules.attribute_reads(),
+            )
             .instrument(step!("snapshot", claim))
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;

@@ -37,6 +37,7 @@ fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> 
         rules: Arc::new(RuleSet::default_rules()),
         seed: 7,
         progress: false,
+        attributes: false,
     }
 }
 

@@ -9,6 +9,8 @@ mod proxy;
 #[path = "../support/secrets.rs"]
 mod secrets;
 
+mod attribute_rules;
+mod attributes;
 mod audit;
 mod backtest;
 mod bad_input;
@@ -18,6 +20,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod edge;
+mod examples;
 mod fold;
 mod ingest;
 mod limits;

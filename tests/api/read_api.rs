@@ -187,6 +187,7 @@ async fn the_openapi_document_describes_every_route() {
         ("post", "/v1/events"),
         ("post", "/v1/sources/{source}/events"),
         ("get", "/v1/entities/{entity}"),
+        ("put", "/v1/entities/{entity}/attributes"),
         ("get", "/v1/actions"),
         ("post", "/v1/actions/{id}/reverse"),
         ("post", "/v1/entities/{entity}/override"),

@@ -37,6 +37,7 @@ fn domain_event(id: &str, entity: &str) -> Event {
         occurred_at: None,
         priority: Priority::Normal,
         author: None,
+        attributes: None,
     }
 }
 

@@ -56,6 +56,12 @@ async fn every_route_answers_each_role_as_documented() {
             json!({"rules": "", "since": "1h"}),
             &["moderator", "admin"],
         ),
+        (
+            "PUT",
+            "/v1/entities/user:1/attributes",
+            json!({}),
+            &["ingest", "admin"],
+        ),
         ("POST", "/v1/rules/reload", json!(null), &["admin"]),
         ("GET", "/v1/dead-letters", json!(null), &["admin"]),
         ("GET", "/v1/audit", json!(null), &["admin"]),
@@ -78,6 +84,7 @@ async fn every_route_answers_each_role_as_documented() {
         for (who, token) in &tokens {
             let mut request = match *method {
                 "GET" => app.client.get(format!("{}{path}", app.base)),
+                "PUT" => app.client.put(format!("{}{path}", app.base)),
                 _ => app.client.post(format!("{}{path}", app.base)),
             };
             if !body.is_null() {
