@@ -22,9 +22,7 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    backtest::{
-        self, BacktestError, DEFAULT_SAMPLE, Estimate, MAX_SAMPLE, Options, Report, RuleReport,
-    },
+    backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report, RuleReport},
     domain::SignalStats,
     rules::RuleSet,
 };
@@ -189,19 +187,6 @@ pub async fn run(
     Ok(layout::page(&visit, Section::Quality, "Backtest", body))
 }
 
-fn percent(rate: f64) -> String {
-    format!("{:.1}%", 100.0 * rate)
-}
-
-pub(super) fn estimate(e: Option<Estimate>) -> Markup {
-    html! {
-        @match e {
-            Some(e) => { (percent(e.rate)) " " span.muted { "(95%: " (percent(e.low)) "–" (percent(e.high)) ", of " (e.basis) ")" } }
-            None => span.muted { "no action of both" },
-        }
-    }
-}
-
 fn rule_row(r: &RuleReport, overall: bool) -> Markup {
     html! {
         tr data-rule=(r.rule) {
@@ -221,7 +206,7 @@ fn rule_row(r: &RuleReport, overall: bool) -> Markup {
             td.num.removed data-label="Removed" { (r.removed) }
             td.num.saved data-label="Reversals saved" { (r.reversals_saved) }
             td.num.repeated data-label="Reversals repeated" { (r.reversals_repeated) }
-            td data-label="Expected reversal rate" { (estimate(r.expected_reversal_rate)) }
+            td data-label="Expected reversal rate" { (layout::estimate(r.expected_reversal_rate)) }
         }
     }
 }

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
 use super::{Visit, assets, csrf, session};
+use crate::backtest::Estimate;
 
 /// Which section of the console a page belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +149,20 @@ pub fn rate(part: i64, whole: i64) -> String {
             "{part} of {whole} ({:.0}%)",
             100.0 * part as f64 / whole as f64
         )
+    }
+}
+
+fn percent(rate: f64) -> String {
+    format!("{:.1}%", 100.0 * rate)
+}
+
+/// An expected reversal rate with its 95% interval, as the Backtest page shows it.
+pub fn estimate(e: Option<Estimate>) -> Markup {
+    html! {
+        @match e {
+            Some(e) => { (percent(e.rate)) " " span.muted { "(95%: " (percent(e.low)) "–" (percent(e.high)) ", of " (e.basis) ")" } }
+            None => span.muted { "no action of both" },
+        }
     }
 }
 

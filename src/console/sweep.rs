@@ -169,7 +169,7 @@ fn view(report: &SweepReport) -> Markup {
                                 td.num data-label="Added" { (row.added) }
                                 td.num data-label="Removed" { (row.removed) }
                                 td.num data-label="Reversals saved" { (row.reversals_saved) }
-                                td data-label="Expected reversal rate" { (super::backtest::estimate(row.expected_reversal_rate)) }
+                                td data-label="Expected reversal rate" { (layout::estimate(row.expected_reversal_rate)) }
                             }
                         }
                     }
