@@ -210,6 +210,8 @@ def main(out):
         r = load(out, name)
         lines.append(f"| {name} | {r['events_accepted']:,} | {r['events_per_second']:,.0f} | "
                      f"{r['wal_bytes']:,} | {r['wal_bytes_per_event']:,.0f} |")
+    if (out / "batched-attributes.json").exists():
+        lines += attributes_table(out, batched, single)
     table = "\n".join(lines)
     print(table)
     (out / "table.md").write_text(table + "\n")
@@ -237,6 +239,36 @@ def main(out):
     bottom.legend()
     fig.tight_layout()
     fig.savefig(out / "plot.png", dpi=100)
+
+
+def attributes_table(out, batched, single):
+    """The runs with attributes on every event beside the same runs without, in this run."""
+    b_attr, s_attr = load(out, "batched-attributes"), load(out, "single-attributes")
+    ratio = lambda a, b: f"{a / b:.0%}"
+    evals = lambda run: run["drain"]["evaluations_per_second_mean"]
+    rows = [
+        ("batched ingest, events/s", f"{batched['events_per_second']:,.0f}",
+         f"{b_attr['events_per_second']:,.0f}", ratio(b_attr["events_per_second"], batched["events_per_second"]),
+         ">= 90%", b_attr["events_per_second"] >= 0.9 * batched["events_per_second"]),
+        ("single-event ingest, events/s", f"{single['events_per_second']:,.0f}",
+         f"{s_attr['events_per_second']:,.0f}", ratio(s_attr["events_per_second"], single["events_per_second"]),
+         "", None),
+        ("evaluations/s (mean) of the batched burst", f"{evals(batched):,.0f}", f"{evals(b_attr):,.0f}",
+         ratio(evals(b_attr), evals(batched)), ">= 85%", evals(b_attr) >= 0.85 * evals(batched)),
+        ("WAL bytes per event, batched (evaluations included)", f"{batched['wal_bytes_per_event']:,.0f}",
+         f"{b_attr['wal_bytes_per_event']:,.0f}", ratio(b_attr["wal_bytes_per_event"], batched["wal_bytes_per_event"]),
+         "", None),
+        ("duplicate / wrong actions, batched", f"{batched['drain']['duplicate_actions']} / {batched['drain']['wrong_actions']}",
+         f"{b_attr['drain']['duplicate_actions']} / {b_attr['drain']['wrong_actions']}", "", "0 / 0",
+         b_attr["drain"]["duplicate_actions"] == 0 and b_attr["drain"]["wrong_actions"] == 0),
+    ]
+    lines = ["", "Attributes on every event (a reason and a score; rules that read them), beside the same runs "
+             "without, in this run:", "",
+             "| figure | without | with attributes | with / without | target | met |", "|---|---|---|---|---|---|"]
+    for figure, without, with_, r, target, met in rows:
+        mark = "" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {figure} | {without} | {with_} | {r} | {target} | {mark} |")
+    return lines
 
 
 if __name__ == "__main__":
