@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::{
     domain::{Action, Snapshot, Status},
-    rules::RuleSet,
+    rules::{RuleSet, decay},
     store::{AppliedAction, LatestDecision, ReplayedEvaluation},
 };
 
@@ -77,8 +77,9 @@ pub struct Tally {
     pub replayed: u64,
     /// Evaluations that kept no snapshot (recorded before every evaluation kept one).
     pub without_snapshot: u64,
-    /// Replayed snapshots read without trailing windows, or without distinct actors (the rules
-    /// in force used none), which a candidate that uses them would see as 0.
+    /// Replayed snapshots read without a trailing window or decayed count the candidate reads,
+    /// or without distinct actors (the rules in force used none), which the candidate then
+    /// sees as 0.
     pub without_windows: u64,
     pub without_actors: u64,
     pub entities: u64,
@@ -170,7 +171,8 @@ impl Tally {
             };
             self.replayed += 1;
             let signals = snapshot.signals.values();
-            if !snapshot.signals.is_empty() && signals.clone().all(|s| s.windows.is_empty()) {
+            let reads = candidate.windows_for(&snapshot.kind);
+            if signals.clone().any(|s| !decay::has_all(s, reads)) {
                 self.without_windows += 1;
             }
             if signals.clone().any(|s| s.actors.is_none()) {

@@ -21,7 +21,7 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    domain::{EntityId, SignalStats, Status, WINDOWS},
+    domain::{DAY_WINDOWS, EntityId, SignalStats, Status, WINDOWS, Windows},
     moderation::{self, OverrideRequest},
     rules::Verdict,
     store::{EvaluationRecord, Override},
@@ -50,7 +50,7 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
                             th.num scope="col" { "Count" }
                             th.num scope="col" { "Weight" }
                             th.num scope="col" { "Distinct actors" }
-                            @for (window, _) in WINDOWS { th.num scope="col" { "Last " (window) } }
+                            @for (window, _) in WINDOWS.iter().chain(&DAY_WINDOWS) { th.num scope="col" { "Last " (window) } }
                         }
                     }
                     tbody {
@@ -62,9 +62,9 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
                                 td.num.actors data-label="Distinct actors" {
                                     @match stats.actors { Some(n) => (n), None => span.muted { "not counted" } }
                                 }
-                                @for (window, _) in WINDOWS {
+                                @for (window, _) in WINDOWS.iter().chain(&DAY_WINDOWS) {
                                     td.num data-label={ "Last " (window) } {
-                                        @match stats.windows.get(window) {
+                                        @match stats.windows.get(*window) {
                                             Some(w) => (w.count),
                                             None => span.muted { "–" },
                                         }
@@ -258,7 +258,7 @@ pub async fn page(
     });
     let store = &state.app.store;
     let record = store
-        .entity_with(&entity, true, true)
+        .entity_with(&entity, true, &Windows::ALL)
         .await?
         .ok_or_else(|| {
             PageError::not_found(format!("No events were ever recorded for {entity}."))

@@ -8,6 +8,7 @@ mod introspect;
 mod schedule;
 mod snapshot;
 mod status;
+mod windows;
 
 pub use self::{
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
@@ -16,6 +17,7 @@ pub use self::{
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},
+    windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };
 
 /// Why a value was refused; the HTTP layer adds the field name and batch position.

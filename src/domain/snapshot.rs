@@ -30,10 +30,15 @@ pub struct SignalStats {
     /// (it reads every retained event of the entity).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actors: Option<i64>,
-    /// Count and weight over each trailing window of [`WINDOWS`]; empty when the snapshot was
-    /// read for rules that use no window.
+    /// Count and weight over each trailing window of [`WINDOWS`] and [`super::DAY_WINDOWS`];
+    /// only the windows the rules use were read (none: empty).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub windows: BTreeMap<String, SignalTotals>,
+    /// Decayed counts by half-life as the rules name it (`"30d"`): each event weighs
+    /// 0.5^(age / half-life), its age taken from the start of its bucket (its minute today,
+    /// its UTC day before). Only the half-lives the rules use were read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub decayed: BTreeMap<String, f64>,
 }
 
 /// One consistent read of an entity: what the rules decide on.

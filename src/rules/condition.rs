@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use cel::{Context, Env, ExecutionError};
 
 use super::Rule;
-use crate::domain::{SignalStats, SignalTotals, Snapshot, WINDOWS};
+use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
 
 pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
 
@@ -16,7 +16,11 @@ fn window_totals(
     signal: &str,
     window: &str,
 ) -> Result<SignalTotals, ExecutionError> {
-    if !WINDOWS.iter().any(|(name, _)| *name == window) {
+    if !WINDOWS
+        .iter()
+        .chain(&DAY_WINDOWS)
+        .any(|(name, _)| *name == window)
+    {
         return Err(ExecutionError::function_error(
             "count_in",
             format!("unknown window {window:?}"),
@@ -88,6 +92,7 @@ impl Rule {
                 },
             )
             .map_err(|e| e.to_string())?;
+        super::decay::add_functions(&mut context, signals)?;
         context
             .add_variable("kind", snapshot.kind.clone())
             .map_err(|e| e.to_string())?;
@@ -156,6 +161,7 @@ mod tests {
         let windows = |recent: i64, weight: f64| -> BTreeMap<String, SignalTotals> {
             WINDOWS
                 .iter()
+                .chain(&DAY_WINDOWS)
                 .map(|(name, _)| {
                     let count = if *name == "1m" { recent } else { recent * 2 };
                     (
@@ -178,6 +184,7 @@ mod tests {
                 weight: 16.0,
                 actors: Some(3),
                 windows: windows(4, 2.0),
+                decayed: BTreeMap::from([("30d".to_owned(), 2.5)]),
             },
         );
         snapshot.signals.insert(
@@ -187,6 +194,7 @@ mod tests {
                 weight: 20.0,
                 actors: Some(20),
                 windows: windows(0, 1.0),
+                decayed: BTreeMap::new(),
             },
         );
         snapshot
@@ -212,6 +220,11 @@ mod tests {
             ("count_in(\"flag\", \"24h\") == 8", true),
             ("weight_in(\"flag\", \"5m\") == 16.0", true),
             ("count_in(\"upvote\", \"1h\") == 0", true),
+            ("count_in(\"flag\", \"7d\") == 8", true),
+            ("weight_in(\"flag\", \"90d\") == 16.0", true),
+            ("decayed(\"flag\", \"30d\") == 2.5", true),
+            ("decayed(\"upvote\", \"30d\") == 0.0", true),
+            ("decayed(\"missing\", \"30d\") == 0.0", true),
             ("kind == \"post\"", true),
             ("kind == \"user\"", false),
             ("status == \"flagged\"", true),

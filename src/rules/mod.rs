@@ -5,6 +5,7 @@
 
 mod check;
 mod condition;
+pub(crate) mod decay;
 mod verdict;
 
 use std::{
@@ -20,7 +21,7 @@ use self::{
     check::check_names,
     condition::{Signals, render_reason},
 };
-use crate::domain::{Action, Snapshot};
+use crate::domain::{Action, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -82,6 +83,8 @@ impl std::fmt::Debug for RuleSet {
 pub struct RuleSet {
     rules: Vec<Rule>,
     env: Arc<Env>,
+    /// The trailing figures the rules read (`decay.rs`), over all kinds and by kind.
+    windows: decay::ReadsByKind,
 }
 
 impl RuleSet {
@@ -94,6 +97,7 @@ impl RuleSet {
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
         let mut rules = Vec::with_capacity(specs.len());
+        let mut reads = Vec::with_capacity(specs.len());
         for spec in specs {
             let fail = |message: String| RulesError::Rule {
                 rule: spec.name.clone(),
@@ -106,6 +110,8 @@ impl RuleSet {
                 .compile(&spec.when)
                 .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
             check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
+            let read = decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
+            reads.push((spec.kinds.clone(), read));
             let rule = Rule {
                 name: spec.name.clone(),
                 kinds: spec.kinds,
@@ -121,7 +127,11 @@ impl RuleSet {
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
-        Ok(Self { rules, env })
+        Ok(Self {
+            rules,
+            env,
+            windows: decay::ReadsByKind::new(reads),
+        })
     }
 
     pub fn from_file(path: &Path) -> Result<Self, RulesError> {
@@ -180,11 +190,15 @@ impl RuleSet {
             .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
     }
 
-    /// Whether any rule reads a trailing window (`count_in`, `weight_in`).
+    /// Whether any rule reads a trailing window (`count_in`, `weight_in`) or a decayed count.
     pub fn uses_windows(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.when.contains("count_in(") || r.when.contains("weight_in("))
+        self.windows.all() != &Windows::NONE
+    }
+
+    /// The trailing figures (minute windows, day windows, decayed counts' half-lives) that the
+    /// rules applying to entities of this kind read: what their snapshot reads.
+    pub fn windows_for(&self, kind: &str) -> &Windows {
+        self.windows.of(kind)
     }
 
     /// Runs every rule that applies to the snapshot's kind.
@@ -261,7 +275,16 @@ mod tests {
     #[test]
     fn windows_and_actors_are_read_only_for_rules_that_use_them() {
         let defaults = RuleSet::default_rules();
-        assert!(!defaults.uses_windows() && !defaults.uses_actors());
+        assert!(!defaults.uses_actors());
+        // The repeat-offender rule's decayed strikes are read for users only.
+        assert_eq!(defaults.windows_for("post"), &Windows::NONE);
+        assert_eq!(
+            defaults.windows_for("user"),
+            &Windows {
+                half_lives: vec!["30d".into()],
+                ..Windows::NONE
+            }
+        );
         let windowed = RuleSet::from_toml(
             "[[rule]]\nname = \"surge\"\nkinds = [\"post\"]\nwhen = 'count_in(\"flag\", \"5m\") >= 5'\naction = \"flag\"\nreason = \"surge\"\n",
         )

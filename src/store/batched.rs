@@ -11,7 +11,10 @@ use super::{
     Result, Store, StoreError,
     evaluations::{Completion, FencedEvaluation, LockedRows},
 };
-use crate::{domain::Snapshot, telemetry::Timed};
+use crate::{
+    domain::{Snapshot, Windows},
+    telemetry::Timed,
+};
 
 impl Store {
     /// The snapshots of these entities in one statement, with distinct actors and trailing
@@ -21,12 +24,12 @@ impl Store {
         &self,
         ids: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Vec<Result<Option<Snapshot>>> {
         let mut answers: Vec<Option<Result<Option<Snapshot>>>> = ids.iter().map(|_| None).collect();
         let members: Vec<usize> = (0..ids.len()).collect();
         let read = self
-            .snapshots(ids, with_actors, with_windows)
+            .snapshots(ids, with_actors, windows)
             .timed_query("snapshot")
             .await;
         match read {
@@ -39,7 +42,7 @@ impl Store {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), entities = ids.len(), "snapshot batch failed; reading one by one");
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [ids[i]];
-                    let read = self.snapshots(&one, with_actors, with_windows).await;
+                    let read = self.snapshots(&one, with_actors, windows).await;
                     read.map(|mut found| found.remove(one[0]))
                 })
                 .await;

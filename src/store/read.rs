@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{EntityRecord, Result, Store, interval};
-use crate::domain::EntityId;
+use crate::domain::{EntityId, Windows};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -148,7 +148,7 @@ impl Store {
 
     /// The entity row and its signal totals, read together by one statement (one moment).
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
-        self.entity_with(entity, false, true).await
+        self.entity_with(entity, false, &Windows::ALL).await
     }
 
     /// As [`Store::entity`], also counting distinct actors when `with_actors`.
@@ -156,10 +156,10 @@ impl Store {
         &self,
         entity: &EntityId,
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Result<Option<EntityRecord>> {
         Ok(self
-            .entity_records(&[entity.as_str()], with_actors, with_windows)
+            .entity_records(&[entity.as_str()], with_actors, windows)
             .await?
             .pop())
     }

@@ -8,7 +8,10 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::{Result, Store, StoreError, entity_or_report};
-use crate::domain::{EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS};
+use crate::domain::{
+    DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS,
+    Windows, parse_half_life,
+};
 
 /// An entity as the read API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -46,7 +49,7 @@ impl Store {
     /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(&[entity.as_str()], with_actors, true)
+            .snapshots(&[entity.as_str()], with_actors, &Windows::ALL)
             .await?
             .into_values()
             .next())
@@ -58,9 +61,9 @@ impl Store {
         &self,
         entities: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Result<HashMap<String, Snapshot>> {
-        self.entity_records(entities, with_actors, with_windows)
+        self.entity_records(entities, with_actors, windows)
             .await?
             .into_iter()
             .map(|record| {
@@ -96,13 +99,24 @@ impl Store {
         &self,
         entities: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
         // windows and (when asked) its distinct actors agree. Every figure is the folded part
-        // plus the events not folded yet (the views signal_counts and bucket_counts add them).
+        // plus the events not folded yet (the views signal_counts, bucket_counts and
+        // day_counts add them).
         let window_names: Vec<&str> = WINDOWS.iter().map(|(name, _)| *name).collect();
         let window_seconds: Vec<i64> = WINDOWS.iter().map(|(_, seconds)| *seconds).collect();
+        let day_names: Vec<&str> = DAY_WINDOWS.iter().map(|(name, _)| *name).collect();
+        let day_counts: Vec<i32> = DAY_WINDOWS.iter().map(|(_, days)| *days as i32).collect();
+        let half_lives: Vec<i64> = windows
+            .half_lives
+            .iter()
+            .map(|name| {
+                parse_half_life(name)
+                    .map_err(|e| StoreError::corrupt(format!("the half-life {name:?}"), e))
+            })
+            .collect::<Result<_>>()?;
         let rows = sqlx::query_as!(
             EntityRow,
             r#"SELECT e.entity, e.kind, e.status, e.moderation_version,
@@ -129,6 +143,39 @@ impl Store {
                              AND b.bucket_start >= now() - interval '24 hours'
                            GROUP BY b.signal, win.name) w)
                     END AS "windows?: Json<WindowRows>",
+                    CASE WHEN $6 THEN
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
+                     FROM (SELECT d.signal, win.name, sum(d.count)::int8 AS count,
+                                  sum(d.weight_sum) AS weight
+                           FROM day_counts d
+                           JOIN UNNEST($7::text[], $8::int4[]) AS win(name, days)
+                             ON d.day >= (now() AT TIME ZONE 'UTC')::date - win.days
+                           WHERE d.entity = e.entity
+                             AND d.day >= (now() AT TIME ZONE 'UTC')::date - ($11::int4 - 1)
+                           GROUP BY d.signal, win.name) w)
+                    END AS "days?: Json<WindowRows>",
+                    -- Decayed counts: today's events by minute bucket, older ones by day, each
+                    -- aged from the start of its bucket.
+                    CASE WHEN cardinality($9::text[]) > 0 THEN
+                    (SELECT coalesce(json_agg(json_build_array(x.signal, x.name, x.value)), '[]')
+                     FROM (SELECT b.signal, hl.name,
+                                  sum(b.count * power(0.5::float8,
+                                      extract(epoch FROM now() - b.at)::float8
+                                      / hl.seconds)) AS value
+                           FROM (SELECT m.signal, m.bucket_start AS at, m.count
+                                 FROM bucket_counts m
+                                 WHERE m.entity = e.entity
+                                   AND m.bucket_start >= date_trunc('day', now(), 'UTC')
+                                 UNION ALL
+                                 SELECT d.signal, d.day::timestamp AT TIME ZONE 'UTC', d.count
+                                 FROM day_counts d
+                                 WHERE d.entity = e.entity
+                                   AND d.day < (now() AT TIME ZONE 'UTC')::date
+                                   AND d.day >= (now() AT TIME ZONE 'UTC')::date
+                                                - ($11::int4 - 1)) b
+                           CROSS JOIN UNNEST($9::text[], $10::int8[]) AS hl(name, seconds)
+                           GROUP BY b.signal, hl.name) x)
+                    END AS "decayed?: Json<Decayed>",
                     CASE WHEN $4 THEN
                         (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
@@ -148,12 +195,18 @@ impl Store {
             &window_names as &[&str],
             &window_seconds,
             with_actors,
-            with_windows,
+            windows.minutes,
+            windows.days,
+            &day_names as &[&str],
+            &day_counts,
+            &windows.half_lives,
+            &half_lives,
+            DAYS_KEPT as i32,
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|row| entity_record_from(row, with_windows))
+            .map(|row| entity_record_from(row, windows))
             .collect()
     }
 }
@@ -164,6 +217,8 @@ type Totals = Vec<(String, i64, f64)>;
 type WindowRows = Vec<(String, String, i64, f64)>;
 /// (signal, distinct actors) per signal; NULL when the actors were not counted.
 type Actors = Vec<(String, i64)>;
+/// (signal, half-life, decayed count) per row; NULL when no decayed count was read.
+type Decayed = Vec<(String, String, f64)>;
 
 /// An entity row as [`Store::entity_records`]' statement returns it.
 struct EntityRow {
@@ -185,33 +240,43 @@ struct EntityRow {
     author: Option<String>,
     totals: Json<Totals>,
     windows: Option<Json<WindowRows>>,
+    days: Option<Json<WindowRows>>,
+    decayed: Option<Json<Decayed>>,
+    actors: Option<Json<Actors>>,
+}
+
+/// The figures of a row's signals that [`Store::entity_records`] read.
+struct Figures {
+    totals: Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    days: Option<Json<WindowRows>>,
+    decayed: Option<Json<Decayed>>,
     actors: Option<Json<Actors>>,
 }
 
 /// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
-/// part plus the events not folded yet), windows and, when read, distinct actors, each a JSON
-/// array of tuples.
-fn signal_stats_from(
-    Json(totals): Json<Totals>,
-    windows: Option<Json<WindowRows>>,
-    actors: Option<Json<Actors>>,
-    with_windows: bool,
-) -> BTreeMap<String, SignalStats> {
+/// part plus the events not folded yet), the windows and decayed counts asked for and, when
+/// read, distinct actors, each a JSON array of tuples. A figure read and found empty is 0, so
+/// that a snapshot tells what was read (and a backtest what it may replay).
+fn signal_stats_from(figures: Figures, read: &Windows) -> BTreeMap<String, SignalStats> {
+    let Json(totals) = figures.totals;
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    let minutes = WINDOWS.iter().filter(|_| read.minutes);
+    let days = DAY_WINDOWS.iter().filter(|_| read.days);
     for (signal, count, weight) in totals {
         let entry = stats.entry(signal).or_default();
         entry.count = count;
         entry.weight = weight;
-        if !with_windows {
-            continue;
-        }
-        for (name, _) in WINDOWS {
+        for (name, _) in minutes.clone().chain(days.clone()) {
             entry
                 .windows
-                .insert(name.to_owned(), SignalTotals::default());
+                .insert((*name).to_owned(), SignalTotals::default());
+        }
+        for half_life in &read.half_lives {
+            entry.decayed.insert(half_life.clone(), 0.0);
         }
     }
-    if let Some(Json(actors)) = actors {
+    if let Some(Json(actors)) = figures.actors {
         for stat in stats.values_mut() {
             stat.actors = Some(0);
         }
@@ -219,19 +284,36 @@ fn signal_stats_from(
             stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
+    let windows = [figures.windows, figures.days].into_iter().flatten();
+    for (signal, window, count, weight) in windows.flat_map(|Json(w)| w) {
         stats
             .entry(signal)
             .or_default()
             .windows
             .insert(window, SignalTotals { count, weight });
     }
+    for (signal, half_life, value) in figures.decayed.map(|Json(d)| d).unwrap_or_default() {
+        stats
+            .entry(signal)
+            .or_default()
+            .decayed
+            .insert(half_life, value);
+    }
     stats
 }
 
 /// An entity row as read by [`Store::entity_records`].
-fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord> {
-    let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
+fn entity_record_from(row: EntityRow, read: &Windows) -> Result<EntityRecord> {
+    let signals = signal_stats_from(
+        Figures {
+            totals: row.totals,
+            windows: row.windows,
+            days: row.days,
+            decayed: row.decayed,
+            actors: row.actors,
+        },
+        read,
+    );
     let entity = row.entity;
     Ok(EntityRecord {
         status: Status::parse(&row.status)
@@ -246,7 +328,6 @@ fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord
         entity,
         kind: row.kind,
         moderation_version: row.moderation_version,
-        event_count: row.event_count,
         evaluated_event_count: row.evaluated_event_count,
         pending_since: row.pending_since,
         last_event_at: row.last_event_at,
@@ -255,6 +336,7 @@ fn entity_record_from(row: EntityRow, with_windows: bool) -> Result<EntityRecord
         signals,
         author: row.author,
         read_at: row.read_at,
+        event_count: row.event_count,
     })
 }
 

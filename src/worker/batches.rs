@@ -9,7 +9,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use crate::{
     coalesce::{Batching, Coalescer},
-    domain::{EntityId, Snapshot},
+    domain::{EntityId, Snapshot, Windows},
     store::{Completion, FencedEvaluation, Store, StoreError},
     telemetry::Timed,
 };
@@ -37,7 +37,7 @@ fn batching<Req>(name: &'static str) -> Batching<Req> {
 struct SnapshotRequest {
     entity: EntityId,
     with_actors: bool,
-    with_windows: bool,
+    windows: Windows,
 }
 
 #[derive(Clone)]
@@ -76,13 +76,13 @@ impl EvaluationBatches {
         &self,
         entity: &EntityId,
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Result<Option<Snapshot>> {
         self.snapshots
             .call(SnapshotRequest {
                 entity: entity.clone(),
                 with_actors,
-                with_windows,
+                windows: windows.clone(),
             })
             .await
             .unwrap_or_else(|| Err(StoreError::Interrupted))
@@ -137,19 +137,19 @@ async fn read_snapshots(
 async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<Option<Snapshot>>> {
     let mut answers: Vec<Option<Result<Option<Snapshot>>>> =
         requests.iter().map(|_| None).collect();
-    let mut groups: HashMap<(bool, bool), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(bool, &Windows), Vec<usize>> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {
         groups
-            .entry((request.with_actors, request.with_windows))
+            .entry((request.with_actors, &request.windows))
             .or_default()
             .push(index);
     }
-    for ((with_actors, with_windows), members) in groups {
+    for ((with_actors, windows), members) in groups {
         let ids: Vec<&str> = members
             .iter()
             .map(|&i| requests[i].entity.as_str())
             .collect();
-        let read = store.snapshots_each(&ids, with_actors, with_windows).await;
+        let read = store.snapshots_each(&ids, with_actors, windows).await;
         for (&i, answer) in members.iter().zip(read) {
             answers[i] = Some(answer);
         }

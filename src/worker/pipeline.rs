@@ -310,7 +310,11 @@ impl Worker {
         let rules = self.rules.current();
         let snapshot = self
             .batches
-            .snapshot(&claim.entity, rules.uses_actors(), rules.uses_windows())
+            .snapshot(
+                &claim.entity,
+                rules.uses_actors(),
+                rules.windows_for(claim.entity.kind()),
+            )
             .instrument(step!("snapshot", claim))
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;

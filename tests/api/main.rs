@@ -21,6 +21,7 @@ mod fold;
 mod ingest;
 mod limits;
 mod loadgen;
+mod long_windows;
 mod maintenance;
 mod moderation;
 mod outages;

@@ -183,7 +183,10 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     let names = ["post:batch-a", "post:batch-b", "post:batch-c"];
     upvote_each(&app, &names).await;
     let store = &app.backends.store;
-    let snapshots = store.snapshots(&names, false, false).await.unwrap();
+    let snapshots = store
+        .snapshots(&names, false, &quiesce::domain::Windows::NONE)
+        .await
+        .unwrap();
     assert_eq!(snapshots.len(), 3, "one statement reads all three");
     // A moderator moves post:batch-b on after the snapshot.
     sqlx::query("UPDATE entities SET moderation_version = 7 WHERE entity = 'post:batch-b'")
@@ -300,7 +303,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
         let entity = quiesce::domain::EntityId::parse(name).unwrap();
         async move {
             let snapshot = batches
-                .snapshot(&entity, false, false)
+                .snapshot(&entity, false, &quiesce::domain::Windows::NONE)
                 .await
                 .unwrap()
                 .unwrap();
@@ -360,7 +363,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
     let unknown = quiesce::domain::EntityId::parse("post:never-seen").unwrap();
     assert!(
         batches
-            .snapshot(&unknown, false, false)
+            .snapshot(&unknown, false, &quiesce::domain::Windows::NONE)
             .await
             .unwrap()
             .is_none()
@@ -386,7 +389,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
         let entity = quiesce::domain::EntityId::parse(name).unwrap();
         snapshots.push(
             batches
-                .snapshot(&entity, false, false)
+                .snapshot(&entity, false, &quiesce::domain::Windows::NONE)
                 .await
                 .unwrap()
                 .unwrap(),
