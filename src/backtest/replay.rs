@@ -155,6 +155,15 @@ impl Tally {
         for evaluation in evaluations {
             self.evaluations += 1;
             last_finished = last_finished.max(evaluation.finished_at);
+            if let Some(restored) = evaluation.restored {
+                // A timed action ended: the restore is no rule's decision. Both sides take
+                // the status it set, as they take a moderator's (a candidate's own durations
+                // are not simulated: it replays the ends that happened).
+                expected_version = Some(evaluation.moderation_version + 1);
+                live_status = Some(restored);
+                candidate_status = Some(restored);
+                continue;
+            }
             let moderator_moved =
                 expected_version.is_none_or(|v| evaluation.moderation_version > v);
             expected_version =
@@ -352,6 +361,7 @@ mod tests {
                 created_at: at,
                 reversed_within_24h: false,
             }),
+            restored: None,
         }
     }
 

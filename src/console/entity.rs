@@ -254,6 +254,7 @@ pub async fn page(
     };
     let done = query.get("done").and_then(|done| match done {
         "override" => Some("Override set."),
+        "timer" => Some("Timed action ended: restored."),
         _ => None,
     });
     let store = &state.app.store;
@@ -310,6 +311,7 @@ pub async fn page(
             }
             (override_block(&record.override_decision))
         }
+        (super::timer::block(&visit, entity.as_str(), &record.timer))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
             form.filters method="get" action={ "/console/entities/" (entity) } {
@@ -422,10 +424,12 @@ pub async fn override_status(
         moderator: &visit.user.name,
         status,
         until,
+        duration: None,
         reason: &reason,
     };
     let app = &state.app;
-    moderation::override_status(&app.store, request, app.override_after_reversal).await?;
+    moderation::override_status(&app.store, &app.queue, request, app.override_after_reversal)
+        .await?;
     tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

@@ -8,6 +8,7 @@ mod introspect;
 mod schedule;
 mod snapshot;
 mod status;
+mod timer;
 mod windows;
 
 pub use self::{
@@ -17,6 +18,7 @@ pub use self::{
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},
+    timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };
 

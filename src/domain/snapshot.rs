@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{EntityId, Status};
+use super::{EntityId, Status, Timer};
 
 /// The trailing windows rules can count over (minute-granular: by receive-time minute).
 pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
@@ -60,6 +60,9 @@ pub struct Snapshot {
     pub override_cap: Option<Status>,
     /// Who wrote the entity, if an event said so.
     pub author: Option<EntityId>,
+    /// The timed action in force, if any: once it is due, the evaluation restores the entity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timer: Option<Timer>,
 }
 
 impl Snapshot {
@@ -76,6 +79,7 @@ impl Snapshot {
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
             override_cap: None,
             author: None,
+            timer: None,
         }
     }
 
@@ -99,6 +103,19 @@ impl Snapshot {
             );
         }
         snapshot
+    }
+
+    /// The timer in force if it has ended when the snapshot was taken: the evaluation restores
+    /// the entity.
+    pub fn due_timer(&self) -> Option<&Timer> {
+        self.timer.as_ref().filter(|t| t.due(self.taken_at))
+    }
+
+    /// The dedup key of the restore that ends the timer in force: one per version of the
+    /// entity (a rule's key has its rule name where this has `restore`, which a `-` keeps
+    /// apart from any rule's).
+    pub fn restore_key(&self) -> String {
+        format!("restore-{}", self.dedup_key(""))
     }
 
     /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the

@@ -71,5 +71,6 @@ pub async fn get_entity(
         },
         "last_event_at": record.last_event_at,
         "override": record.override_decision,
+        "timer": record.timer,
     })))
 }

@@ -81,6 +81,9 @@ pub struct EntityView {
     last_event_at: DateTime<Utc>,
     /// The latest moderator override, in force or not.
     r#override: Option<Override>,
+    /// The timed action in force (a rule's `duration`, or a timed override): when it ends and
+    /// the status its end restores; null when none.
+    timer: Option<crate::domain::Timer>,
 }
 
 #[derive(ToSchema)]
@@ -118,6 +121,10 @@ pub struct OverrideRequest {
     status: Status,
     /// In the future; default now + `override_after_reversal`.
     until: Option<DateTime<Utc>>,
+    /// A timed override instead of `until` (`"24h"`: 1s to 365d): the status holds that long,
+    /// then quiesce restores the status the entity had.
+    #[schema(pattern = r"^[0-9]+[smhd]$")]
+    duration: Option<String>,
     #[schema(
         max_length = 1000,
         pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"

@@ -58,6 +58,9 @@ struct RuleSpec {
     /// A shadow rule is evaluated and recorded but never acts.
     #[serde(default)]
     shadow: bool,
+    /// A timed action: how long it holds (`"24h"`) before quiesce restores the entity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    duration: Option<String>,
 }
 
 #[derive(Debug)]
@@ -67,6 +70,9 @@ pub struct Rule {
     pub action: Action,
     pub when: String,
     pub shadow: bool,
+    /// A timed action's length (`duration`); `None`: until something changes it.
+    pub duration: Option<std::time::Duration>,
+    duration_text: Option<String>,
     reason: String,
     program: Program,
 }
@@ -112,7 +118,15 @@ impl RuleSet {
             check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
             let read = decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
             reads.push((spec.kinds.clone(), read));
+            let duration = spec
+                .duration
+                .as_deref()
+                .map(crate::domain::parse_duration)
+                .transpose()
+                .map_err(|e| fail(format!("`duration`: {e}")))?;
             let rule = Rule {
+                duration,
+                duration_text: spec.duration,
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
@@ -160,6 +174,7 @@ impl RuleSet {
                 action: rule.action,
                 reason: rule.reason.clone(),
                 shadow: rule.shadow,
+                duration: rule.duration_text.clone(),
             })
             .collect()
     }
@@ -216,6 +231,7 @@ impl RuleSet {
                         rule: rule.name.clone(),
                         action: rule.action,
                         reason: render_reason(&rule.reason, snapshot),
+                        duration_secs: rule.duration.map(|d| d.as_secs()),
                     };
                     if rule.shadow {
                         verdict.shadow.push(decision);

@@ -10,6 +10,9 @@ pub struct Decision {
     pub rule: String,
     pub action: Action,
     pub reason: String,
+    /// A timed action's length in seconds (the rule's `duration`); `None`: not timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_secs: Option<u64>,
 }
 
 /// Everything the rules concluded about one snapshot.
@@ -28,12 +31,13 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The strongest matched live action (the first rule in file order among equals).
+    /// The strongest matched live action: among equal actions the longest (an untimed one is
+    /// longer than any timed one), then the first rule in file order.
     pub fn strongest(&self) -> Option<&Decision> {
         self.matched
             .iter()
             .rev()
-            .max_by_key(|decision| decision.action)
+            .max_by_key(|decision| (decision.action, decision.duration_secs.unwrap_or(u64::MAX)))
     }
 
     /// The decision to apply: the strongest one, if it escalates the current status and does

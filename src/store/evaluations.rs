@@ -52,11 +52,50 @@ pub struct FencedEvaluation {
     pub due_at: Option<DateTime<Utc>>,
 }
 
+/// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
+/// a timer that has ended (`domain/timer.rs`).
+struct Effect<'a> {
+    action: &'a str,
+    rule: &'a str,
+    reason: String,
+    new_status: &'static str,
+    dedup_key: String,
+    /// A timed action's length (seconds).
+    duration: Option<f64>,
+}
+
 impl FencedEvaluation {
     /// The completion of this evaluation from what the fenced statement recorded for it
     /// (`None`: the version had moved and nothing was written).
     pub fn completion(&self, recorded: Option<&Recorded>) -> Result<Completion> {
-        completion_of(&self.snapshot, self.decision.as_ref(), recorded)
+        completion_of(&self.snapshot, self.effect().is_some(), recorded)
+    }
+
+    /// Whether the evaluation restores the entity: no decision, and its timer has ended.
+    pub fn restores(&self) -> bool {
+        self.decision.is_none() && self.snapshot.due_timer().is_some()
+    }
+
+    fn effect(&self) -> Option<Effect<'_>> {
+        if let Some(decision) = &self.decision {
+            return Some(Effect {
+                action: decision.action.as_str(),
+                rule: &decision.rule,
+                reason: decision.reason.clone(),
+                new_status: decision.action.status().as_str(),
+                dedup_key: self.snapshot.dedup_key(&decision.rule),
+                duration: decision.duration_secs.map(|s| s as f64),
+            });
+        }
+        let timer = self.snapshot.due_timer()?;
+        Some(Effect {
+            action: "restore",
+            rule: &timer.set_by,
+            reason: timer.restore_reason(),
+            new_status: timer.restores_to.as_str(),
+            dedup_key: self.snapshot.restore_key(),
+            duration: None,
+        })
     }
 }
 
@@ -159,6 +198,7 @@ impl Store {
         let fenced = &[evaluation];
         let snapshot = &evaluation.snapshot;
         let decision = evaluation.decision.as_ref();
+        // A restore feeds nothing back to the author.
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
             let recorded =
@@ -219,18 +259,23 @@ async fn record_fenced(
     // BENCHMARKS.md), so that a backtest can replay any of them; an action keeps it too.
     let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(&e.snapshot)).collect();
     let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
-    let dedup_keys: Vec<Option<String>> = evaluations
+    let effects: Vec<Option<Effect>> = evaluations.iter().map(|e| e.effect()).collect();
+    let effect = |field: for<'a> fn(&'a Effect<'a>) -> Option<&'a str>| -> Vec<Option<&str>> {
+        effects.iter().map(|e| e.as_ref().and_then(field)).collect()
+    };
+    let dedup_keys = effect(|e| Some(&e.dedup_key));
+    let durations: Vec<Option<f64>> = effects
         .iter()
-        .map(|e| e.decision.as_ref().map(|d| e.snapshot.dedup_key(&d.rule)))
+        .map(|e| e.as_ref().and_then(|e| e.duration))
         .collect();
     let rows = sqlx::query!(
         r#"WITH input AS (
                SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                    $12::text[], $13::text[], $14::text[])
+                                    $12::text[], $13::text[], $14::text[], $15::float8[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                        due_at, status, action, rule, reason, new_status, dedup_key)
+                        due_at, status, action, rule, reason, new_status, dedup_key, duration)
            ),
            locked AS MATERIALIZED (
                SELECT e.entity FROM entities e
@@ -240,14 +285,15 @@ async fn record_fenced(
            ),
            applied AS (
                INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                    snapshot, applied_version, dedup_key)
+                                    snapshot, applied_version, dedup_key, ends_at)
                SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                      i.version, i.dedup_key
+                      i.version, i.dedup_key, now() + make_interval(secs => i.duration)
                FROM input i JOIN locked l ON l.entity = i.entity
                WHERE i.action IS NOT NULL
                ORDER BY i.dedup_key
                ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
-               RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+               RETURNING id, entity, action, rule, reason, previous_status, new_status,
+                         applied_version, dedup_key, ends_at
            ),
            notified AS (
                INSERT INTO outbox (topic, idempotency_key, payload)
@@ -255,7 +301,8 @@ async fn record_fenced(
                       jsonb_build_object('action_id', a.id, 'entity', a.entity,
                                          'action', a.action, 'rule', a.rule,
                                          'reason', a.reason, 'status', a.new_status,
-                                         'moderation_version', a.applied_version + 1)
+                                         'moderation_version', a.applied_version + 1,
+                                         'ends_at', a.ends_at)
                FROM applied a
                ORDER BY a.id
            ),
@@ -264,6 +311,17 @@ async fn record_fenced(
                    status = COALESCE(a.new_status, e.status),
                    moderation_version = e.moderation_version
                                         + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
+                   -- An action replaces the timer in force: a timed one sets its own (which
+                   -- restores the status it found), a restore or an untimed one clears it.
+                   timer_ends_at = CASE WHEN a.id IS NULL THEN e.timer_ends_at
+                                        ELSE a.ends_at END,
+                   timer_restores_to = CASE WHEN a.id IS NULL THEN e.timer_restores_to
+                                            WHEN a.ends_at IS NULL THEN NULL
+                                            ELSE a.previous_status END,
+                   timer_action = CASE WHEN a.id IS NULL THEN e.timer_action
+                                       WHEN a.ends_at IS NULL THEN NULL ELSE a.id END,
+                   timer_set_by = CASE WHEN a.id IS NULL THEN e.timer_set_by
+                                       WHEN a.ends_at IS NULL THEN NULL ELSE a.rule END,
                    evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
                    -- Owed no more once every event recorded now, folded or not, was seen.
                    pending_since = CASE WHEN (SELECT c.event_count FROM entity_counts c
@@ -292,23 +350,12 @@ async fn record_fenced(
         &snapshots as &[Json<&Snapshot>],
         &due as &[Option<DateTime<Utc>>],
         &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.action.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.rule.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.reason.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.action.status().as_str())) as &[Option<&str>],
-        &dedup_keys as &[Option<String>],
+        &effect(|e| Some(e.action)) as &[Option<&str>],
+        &effect(|e| Some(e.rule)) as &[Option<&str>],
+        &effect(|e| Some(&e.reason)) as &[Option<&str>],
+        &effect(|e| Some(e.new_status)) as &[Option<&str>],
+        &dedup_keys as &[Option<&str>],
+        &durations as &[Option<f64>],
     )
     .fetch_all(&mut *connection)
     .await?;
@@ -355,23 +402,23 @@ pub(super) fn derived_event(
 /// the version had moved and nothing was written).
 fn completion_of(
     snapshot: &Snapshot,
-    decision: Option<&Decision>,
+    acts: bool,
     recorded: Option<&Recorded>,
 ) -> Result<Completion> {
-    match (recorded, decision) {
+    match (recorded, acts) {
         (None, _) => Err(StoreError::VersionConflict {
             read: snapshot.moderation_version,
         }),
-        (Some(_), None) => Ok(Completion::NoAction),
+        (Some(_), false) => Ok(Completion::NoAction),
         (
             Some(Recorded {
                 action_id: Some(id),
             }),
-            Some(_),
+            true,
         ) => Ok(Completion::Applied {
             action_id: *id,
             author: None,
         }),
-        (Some(Recorded { action_id: None }), Some(_)) => Ok(Completion::AlreadyApplied),
+        (Some(Recorded { action_id: None }), true) => Ok(Completion::AlreadyApplied),
     }
 }

@@ -17,6 +17,7 @@ mod read;
 mod retention;
 mod snapshots;
 mod sweep;
+mod timers;
 
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
@@ -43,6 +44,7 @@ pub use self::{
     read::{ActionFilter, ActionRecord, ReversalCounts},
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
+    timers::EndedTimer,
 };
 
 #[derive(Debug, thiserror::Error)]

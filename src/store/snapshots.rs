@@ -9,7 +9,7 @@ use sqlx::types::Json;
 
 use super::{Result, Store, StoreError, entity_or_report};
 use crate::domain::{
-    DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats, SignalTotals, Snapshot, Status, WINDOWS,
+    DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats, SignalTotals, Snapshot, Status, Timer, WINDOWS,
     Windows, parse_half_life,
 };
 
@@ -31,6 +31,8 @@ pub struct EntityRecord {
     /// The latest moderator override, whether or not it is still in force.
     #[serde(rename = "override")]
     pub override_decision: Option<Override>,
+    /// The timed action in force, if any: when it ends and what its end restores.
+    pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
 }
@@ -87,6 +89,7 @@ impl Store {
                         .as_deref()
                         .and_then(|a| entity_or_report(a, "an entity's author")),
                     taken_at: record.read_at,
+                    timer: record.timer,
                 };
                 Ok((record.entity, snapshot))
             })
@@ -128,6 +131,7 @@ impl Store {
                     greatest(e.last_event_at, u.last_at) AS "last_event_at!",
                     e.evaluation_count, e.last_evaluated_at, now() AS "read_at!",
                     e.override_status, e.override_until, e.override_by, e.override_reason,
+                    e.timer_ends_at, e.timer_restores_to, e.timer_action, e.timer_set_by,
                     coalesce(u.author, e.author) AS author,
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
                      FROM signal_counts t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
@@ -237,6 +241,10 @@ struct EntityRow {
     override_until: Option<DateTime<Utc>>,
     override_by: Option<String>,
     override_reason: Option<String>,
+    timer_ends_at: Option<DateTime<Utc>>,
+    timer_restores_to: Option<String>,
+    timer_action: Option<i64>,
+    timer_set_by: Option<String>,
     author: Option<String>,
     totals: Json<Totals>,
     windows: Option<Json<WindowRows>>,
@@ -315,7 +323,19 @@ fn entity_record_from(row: EntityRow, read: &Windows) -> Result<EntityRecord> {
         read,
     );
     let entity = row.entity;
+    let timer = match (row.timer_ends_at, row.timer_restores_to) {
+        (Some(ends_at), Some(restores_to)) => Some(Timer {
+            ends_at,
+            restores_to: Status::parse(&restores_to).map_err(|e| {
+                StoreError::corrupt(format!("the status the timer of {entity} restores"), e)
+            })?,
+            action_id: row.timer_action,
+            set_by: row.timer_set_by.unwrap_or_default(),
+        }),
+        _ => None,
+    };
     Ok(EntityRecord {
+        timer,
         status: Status::parse(&row.status)
             .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
         override_decision: override_from(

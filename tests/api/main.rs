@@ -36,6 +36,7 @@ mod shard_index;
 mod signatures;
 mod stale_writer;
 mod startup_errors;
+mod timed_actions;
 mod version_fence;
 mod wakeups;
 mod webhooks;
