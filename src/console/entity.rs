@@ -258,6 +258,7 @@ pub async fn page(
         _ => None,
     });
     let store = &state.app.store;
+    let labels = store.labels_of(&entity).await?;
     let record = store
         .entity_with(&entity, true, &Windows::ALL)
         .await?
@@ -312,6 +313,7 @@ pub async fn page(
             (override_block(&record.override_decision))
         }
         (super::timer::block(&visit, entity.as_str(), &record.timer))
+        (super::timer::labels(&labels))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
             form.filters method="get" action={ "/console/entities/" (entity) } {

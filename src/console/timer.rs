@@ -1,6 +1,7 @@
-//! An entity's timed action on its console page: when it ends and what its end restores, and
-//! the form that ends it early (a server-rendered form with the session's CSRF field, like
-//! every other: the console runs no script).
+//! An entity's effects beyond its status on its console page: the timed action in force (when
+//! it ends, what its end restores, and the form that ends it early: a server-rendered form
+//! with the session's CSRF field, like every other, as the console runs no script) and the
+//! labels rules recorded on it.
 
 use axum::{
     body::Bytes,
@@ -20,7 +21,29 @@ use super::{
 use crate::{
     domain::{EntityId, OVERRIDE_TIMER, Timer},
     moderation,
+    store::LabelRecord,
 };
+
+/// The labels recorded on the entity, each with the rule that gave it and when.
+pub fn labels(labels: &[LabelRecord]) -> Markup {
+    html! {
+        @if labels.is_empty() {
+            p #labels.muted { "No labels." }
+        } @else {
+            section.card #labels aria-labelledby="labels-title" {
+                h2 #labels-title { "Labels" }
+                ul {
+                    @for l in labels {
+                        li.label data-label=(l.label) {
+                            span.tag { (l.label) } " by rule " code { (l.rule) } ", "
+                            (layout::time(l.created_at)) ": " (l.reason)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// The timer in force on `entity`, with the form that ends it now; a line saying there is
 /// none otherwise.

@@ -39,6 +39,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             json!({
                 "name": rule.name,
                 "action": rule.action,
+                "labels": rule.labels,
                 "kinds": rule.kinds,
                 "when": rule.when,
                 "shadow": rule.shadow,

@@ -84,6 +84,8 @@ pub struct EntityView {
     /// The timed action in force (a rule's `duration`, or a timed override): when it ends and
     /// the status its end restores; null when none.
     timer: Option<crate::domain::Timer>,
+    /// Labels live rules recorded on the entity (`labels` on a rule), oldest first.
+    labels: Vec<crate::store::LabelRecord>,
 }
 
 #[derive(ToSchema)]
@@ -168,7 +170,10 @@ struct RuleHits {
 #[derive(ToSchema)]
 struct RuleView {
     name: String,
-    action: Action,
+    /// The status action; null for a rule that gives labels only.
+    action: Option<Action>,
+    /// Labels the rule records on the entity (no status change).
+    labels: Vec<String>,
     kinds: Vec<String>,
     when: String,
     shadow: bool,

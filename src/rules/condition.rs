@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, Env, ExecutionError};
+use cel::{Context, Env, ExecutionError, Program};
 
 use super::Rule;
 use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
@@ -36,6 +36,17 @@ fn window_totals(
 impl Rule {
     pub(super) fn matches(
         &self,
+        env: &Arc<Env>,
+        snapshot: &Snapshot,
+        signals: &Signals,
+    ) -> Result<bool, String> {
+        self.run(&self.program, env, snapshot, signals)
+    }
+
+    /// Runs a condition of this rule (`when`, or `unless`) on the snapshot.
+    pub(super) fn run(
+        &self,
+        program: &Program,
         env: &Arc<Env>,
         snapshot: &Snapshot,
         signals: &Signals,
@@ -102,7 +113,7 @@ impl Rule {
         context
             .add_variable("entity", snapshot.entity.as_str().to_owned())
             .map_err(|e| e.to_string())?;
-        match self.program.execute(&context) {
+        match program.execute(&context) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("expected a boolean, got {other:?}")),
             Err(e) => Err(e.to_string()),

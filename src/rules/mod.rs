@@ -6,6 +6,7 @@
 mod check;
 mod condition;
 pub(crate) mod decay;
+mod effects;
 mod verdict;
 
 use std::{
@@ -16,7 +17,7 @@ use std::{
 use cel::{Env, Program};
 use serde::{Deserialize, Serialize};
 
-pub use self::verdict::{Decision, Verdict};
+pub use self::verdict::{Decision, LabelDecision, Verdict};
 use self::{
     check::check_names,
     condition::{Signals, render_reason},
@@ -53,7 +54,15 @@ struct RuleSpec {
     #[serde(default)]
     kinds: Vec<String>,
     when: String,
-    action: Action,
+    /// The status action; a rule without one gives labels only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    action: Option<Action>,
+    /// Labels the rule records on the entity (no status change).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    labels: Vec<String>,
+    /// An exemption: when this condition holds too, the rule does not act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unless: Option<String>,
     reason: String,
     /// A shadow rule is evaluated and recorded but never acts.
     #[serde(default)]
@@ -67,7 +76,11 @@ struct RuleSpec {
 pub struct Rule {
     pub name: String,
     pub kinds: Vec<String>,
-    pub action: Action,
+    /// The status action; `None` for a rule that gives labels only.
+    pub action: Option<Action>,
+    pub labels: Vec<String>,
+    /// The exemption's source and program (`unless`).
+    unless: Option<(String, Program)>,
     pub when: String,
     pub shadow: bool,
     /// A timed action's length (`duration`); `None`: until something changes it.
@@ -124,12 +137,26 @@ impl RuleSet {
                 .map(crate::domain::parse_duration)
                 .transpose()
                 .map_err(|e| fail(format!("`duration`: {e}")))?;
+            if spec.action.is_none() && spec.labels.is_empty() {
+                return Err(fail("a rule needs an action or labels (or both)".into()));
+            }
+            effects::check_labels(&spec.labels).map_err(|e| fail(format!("`labels`: {e}")))?;
+            let unless = spec
+                .unless
+                .as_ref()
+                .map(|source| {
+                    effects::compile_unless(&env, source).map(|program| (source.clone(), program))
+                })
+                .transpose()
+                .map_err(fail)?;
             let rule = Rule {
                 duration,
                 duration_text: spec.duration,
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
+                labels: spec.labels,
+                unless,
                 when: spec.when,
                 shadow: spec.shadow,
                 reason: spec.reason,
@@ -137,8 +164,11 @@ impl RuleSet {
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
             let empty = Snapshot::empty_for_validation();
-            rule.matches(&env, &empty, &Arc::new(empty.signals.clone()))
+            let signals = Arc::new(empty.signals.clone());
+            rule.matches(&env, &empty, &signals)
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
+            rule.exempted(&env, &empty, &signals)
+                .map_err(|e| fail(format!("cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
         Ok(Self {
@@ -172,6 +202,8 @@ impl RuleSet {
                 kinds: rule.kinds.clone(),
                 when: rule.when.clone(),
                 action: rule.action,
+                labels: rule.labels.clone(),
+                unless: rule.unless.as_ref().map(|(source, _)| source.clone()),
                 reason: rule.reason.clone(),
                 shadow: rule.shadow,
                 duration: rule.duration_text.clone(),
@@ -225,18 +257,45 @@ impl RuleSet {
             if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
                 continue;
             }
-            match rule.matches(&self.env, snapshot, &signals) {
+            // A condition that holds is checked against the rule's exemption, which the verdict
+            // records when it holds too.
+            let matched = match rule.matches(&self.env, snapshot, &signals) {
+                Ok(true) => match rule.exempted(&self.env, snapshot, &signals) {
+                    Ok(true) => {
+                        if !rule.shadow {
+                            verdict.exempted.push(rule.name.clone());
+                        }
+                        Ok(false)
+                    }
+                    Ok(false) => Ok(true),
+                    Err(error) => Err(error),
+                },
+                other => other,
+            };
+            match matched {
                 Ok(true) => {
-                    let decision = Decision {
-                        rule: rule.name.clone(),
-                        action: rule.action,
-                        reason: render_reason(&rule.reason, snapshot),
-                        duration_secs: rule.duration.map(|d| d.as_secs()),
-                    };
-                    if rule.shadow {
-                        verdict.shadow.push(decision);
-                    } else {
-                        verdict.matched.push(decision);
+                    let reason = render_reason(&rule.reason, snapshot);
+                    if !rule.shadow {
+                        verdict
+                            .labels
+                            .extend(rule.labels.iter().map(|label| LabelDecision {
+                                rule: rule.name.clone(),
+                                label: label.clone(),
+                                reason: reason.clone(),
+                            }));
+                    }
+                    if let Some(action) = rule.action {
+                        let decision = Decision {
+                            rule: rule.name.clone(),
+                            action,
+                            reason,
+                            duration_secs: rule.duration.map(|d| d.as_secs()),
+                        };
+                        if rule.shadow {
+                            verdict.shadow.push(decision);
+                        } else {
+                            verdict.matched.push(decision);
+                        }
                     }
                 }
                 Ok(false) => {}

@@ -15,6 +15,15 @@ pub struct Decision {
     pub duration_secs: Option<u64>,
 }
 
+/// A label a live rule gave (`labels` on the rule): recorded on the entity once, without
+/// changing its status.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LabelDecision {
+    pub rule: String,
+    pub label: String,
+    pub reason: String,
+}
+
 /// Everything the rules concluded about one snapshot.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Verdict {
@@ -25,6 +34,13 @@ pub struct Verdict {
     pub shadow: Vec<Decision>,
     /// Live rules that could not be evaluated on this snapshot, with the error.
     pub errors: Vec<(String, String)>,
+    /// Labels the matched live rules give, in file order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<LabelDecision>,
+    /// Live rules whose condition held but whose exemption (`unless`) held too: they did not
+    /// act.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exempted: Vec<String>,
     /// Shadow rules that could not be evaluated: recorded, never a reason to fail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadow_errors: Vec<(String, String)>,

@@ -264,6 +264,11 @@ async fn record_fenced(
         effects.iter().map(|e| e.as_ref().and_then(field)).collect()
     };
     let dedup_keys = effect(|e| Some(&e.dedup_key));
+    // The labels the live rules gave: recorded once per entity and label (a restore gives none).
+    let labels: Vec<Json<&[crate::rules::LabelDecision]>> = evaluations
+        .iter()
+        .map(|e| Json(e.verdict.labels.as_slice()))
+        .collect();
     let durations: Vec<Option<f64>> = effects
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.duration))
@@ -273,9 +278,11 @@ async fn record_fenced(
                SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                    $12::text[], $13::text[], $14::text[], $15::float8[])
+                                    $12::text[], $13::text[], $14::text[], $15::float8[],
+                                    $16::jsonb[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                        due_at, status, action, rule, reason, new_status, dedup_key, duration)
+                        due_at, status, action, rule, reason, new_status, dedup_key, duration,
+                        labels)
            ),
            locked AS MATERIALIZED (
                SELECT e.entity FROM entities e
@@ -305,6 +312,25 @@ async fn record_fenced(
                                          'ends_at', a.ends_at)
                FROM applied a
                ORDER BY a.id
+           ),
+           labelled AS (
+               INSERT INTO entity_labels (entity, label, rule, reason)
+               SELECT i.entity, l.label, l.rule, l.reason
+               FROM input i JOIN locked k ON k.entity = i.entity
+               CROSS JOIN LATERAL jsonb_to_recordset(i.labels) AS l(rule text, label text,
+                                                                    reason text)
+               ORDER BY 1, 2
+               ON CONFLICT (entity, label) DO NOTHING
+               RETURNING entity, label, rule, reason
+           ),
+           label_notes AS (
+               INSERT INTO outbox (topic, idempotency_key, payload)
+               SELECT 'label.applied', 'label:' || b.entity || ':' || b.label,
+                      jsonb_build_object('entity', b.entity, 'label', b.label, 'rule', b.rule,
+                                         'reason', b.reason)
+               FROM labelled b
+               ORDER BY b.entity, b.label
+               ON CONFLICT ON CONSTRAINT outbox_idempotency_key_unique DO NOTHING
            ),
            fenced AS (
                UPDATE entities e SET
@@ -356,6 +382,7 @@ async fn record_fenced(
         &effect(|e| Some(e.new_status)) as &[Option<&str>],
         &dedup_keys as &[Option<&str>],
         &durations as &[Option<f64>],
+        &labels as &[Json<&[crate::rules::LabelDecision]>],
     )
     .fetch_all(&mut *connection)
     .await?;

@@ -41,7 +41,7 @@ pub use self::{
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
-    read::{ActionFilter, ActionRecord, ReversalCounts},
+    read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
     timers::EndedTimer,

@@ -27,6 +27,15 @@ pub struct ActionRecord {
     pub reversal_reason: Option<String>,
 }
 
+/// A label a live rule recorded on an entity: once, without changing its status.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct LabelRecord {
+    pub label: String,
+    pub rule: String,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// Which actions to list (all filters optional); `before` is the cursor: actions with a
 /// smaller id, newest first.
 #[derive(Debug, Clone, Default)]
@@ -149,6 +158,18 @@ impl Store {
     /// The entity row and its signal totals, read together by one statement (one moment).
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         self.entity_with(entity, false, &Windows::ALL).await
+    }
+
+    /// The labels recorded on the entity (`labels` on a rule), oldest first.
+    pub async fn labels_of(&self, entity: &EntityId) -> Result<Vec<LabelRecord>> {
+        Ok(sqlx::query_as!(
+            LabelRecord,
+            "SELECT label, rule, reason, created_at FROM entity_labels
+             WHERE entity = $1 ORDER BY created_at, label",
+            entity.as_str(),
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// As [`Store::entity`], also counting distinct actors when `with_actors`.

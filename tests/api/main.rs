@@ -17,6 +17,7 @@ mod crash;
 mod dead_letters;
 mod debounce;
 mod edge;
+mod effects;
 mod fold;
 mod ingest;
 mod limits;
