@@ -15,6 +15,11 @@ pub const DAY_WINDOWS: [(&str, i64); 3] = [("7d", 7), ("30d", 30), ("90d", 90)];
 /// more rows than this.
 pub const DAYS_KEPT: i64 = 91;
 
+/// Shortest half-life a decayed count may name: an event's age is taken from the start of its
+/// bucket (its minute today, its day before), so a shorter one would weigh an event by
+/// where in its minute it fell.
+pub const MIN_HALF_LIFE_SECS: i64 = 3600;
+
 /// Longest half-life a decayed count may name: older day buckets are not kept, so a longer
 /// one would count a 90-day-old event at more than half its weight and then drop it whole.
 pub const MAX_HALF_LIFE_SECS: i64 = 90 * 86_400;
@@ -54,13 +59,16 @@ impl Windows {
 }
 
 /// A half-life as a rule names it: a positive whole number and a unit (`s`, `m`, `h` or `d`),
-/// at most 90 days; in seconds.
+/// from 1 hour to 90 days; in seconds.
 pub fn parse_half_life(text: &str) -> Result<i64, Invalid> {
-    parse_seconds(text, MAX_HALF_LIFE_SECS).map_err(|_| {
-        Invalid(format!(
-            "half-life {text:?} must be a whole number and a unit (s, m, h or d), from 1s to 90d"
-        ))
-    })
+    parse_seconds(text, MAX_HALF_LIFE_SECS)
+        .ok()
+        .filter(|seconds| *seconds >= MIN_HALF_LIFE_SECS)
+        .ok_or_else(|| {
+            Invalid(format!(
+                "half-life {text:?} must be a whole number and a unit (s, m, h or d), from 1h to 90d"
+            ))
+        })
 }
 
 /// A positive whole number and a unit (`s`, `m`, `h` or `d`), at most `max` seconds; in
@@ -106,10 +114,12 @@ mod tests {
     #[test]
     fn half_lives_parse_with_their_unit_and_bounds() {
         assert_eq!(parse_half_life("30d"), Ok(30 * 86_400));
-        assert_eq!(parse_half_life("90s"), Ok(90));
+        assert_eq!(parse_half_life("3600s"), Ok(3600));
         assert_eq!(parse_half_life("2h"), Ok(7200));
-        assert_eq!(parse_half_life("5m"), Ok(300));
+        assert_eq!(parse_half_life("90m"), Ok(5400));
         for bad in [
+            "59m",
+            "90s",
             "",
             "d",
             "30",

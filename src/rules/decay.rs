@@ -48,7 +48,7 @@ fn literal(argument: &str) -> Option<&str> {
 }
 
 /// What a condition reads of the trailing figures: its minute windows, day windows and the
-/// half-lives of its decayed counts (each a string literal of 1s to 90d, or the condition is
+/// half-lives of its decayed counts (each a string literal of 1h to 90d, or the condition is
 /// refused, with the position).
 pub(super) fn reads(source: &str) -> Result<Windows, String> {
     let mut windows = Windows::NONE;

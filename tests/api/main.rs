@@ -18,6 +18,7 @@ mod dead_letters;
 mod debounce;
 mod edge;
 mod effects;
+mod example_discord;
 mod fold;
 mod ingest;
 mod limits;
