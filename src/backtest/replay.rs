@@ -151,6 +151,9 @@ impl Tally {
         let mut live_status: Option<Status> = None;
         let mut candidate_status: Option<Status> = None;
         let mut last_finished = evaluations[0].finished_at;
+        // Events the evaluations so far covered: one that covers none new applies no rule's
+        // action, live (`worker/pipeline.rs`) as here.
+        let mut covered: Option<i64> = None;
         let entity = evaluations[0].entity.clone();
         for evaluation in evaluations {
             self.evaluations += 1;
@@ -187,6 +190,8 @@ impl Tally {
             if signals.clone().any(|s| s.actors.is_none()) {
                 self.without_actors += 1;
             }
+            let new_events = covered.is_none_or(|c| snapshot.event_count > c);
+            covered = Some(covered.unwrap_or(0).max(snapshot.event_count));
             let seen = snapshot.status;
             let status = match candidate_status {
                 Some(status) if !moderator_moved => status,
@@ -198,7 +203,7 @@ impl Tally {
                 self.rule(rule).errors += 1;
             }
             // A live rule that fails would have dead-lettered the entity: nothing applied.
-            let decision = if verdict.errors.is_empty() {
+            let decision = if verdict.errors.is_empty() && new_events {
                 verdict.to_apply(status, snapshot.override_cap).cloned()
             } else {
                 None
@@ -351,6 +356,8 @@ mod tests {
                 let mut snapshot =
                     Snapshot::with_counts(EntityId::parse("post:1").unwrap(), [("flag", flags)]);
                 snapshot.moderation_version = version;
+                // As recorded: the events the evaluation covered.
+                snapshot.event_count = flags;
                 snapshot
             }),
             applied: applied.map(|(rule, action)| AppliedAction {

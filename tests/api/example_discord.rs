@@ -149,4 +149,22 @@ async fn the_discord_timeout_ladder_times_out_restores_forgives_and_escalates() 
     let (_, body) = app.get(&format!("/v1/entities/{USER}")).await;
     assert_eq!(body["labels"].as_array().unwrap().len(), 1, "{body}");
     assert_eq!(body["labels"][0]["label"], "automod.warned", "{body}");
+
+    // The identity backtest: the rules in force, replayed from the stored snapshots (decayed
+    // strikes and timers included), take exactly the three timeouts taken; the restores are
+    // replayed as what happened.
+    let (status, report) = app
+        .post_json(
+            "/v1/rules/backtest",
+            json!({"rules": rules().to_toml(), "since": "1h", "sample": 10}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    let overall = &report["overall"];
+    assert_eq!(overall["in_force_actions"], 3, "{report}");
+    assert_eq!(overall["backtest_actions"], 3, "{report}");
+    assert_eq!(overall["kept"], 3, "{report}");
+    assert_eq!(overall["added"], 0, "{report}");
+    assert_eq!(overall["removed"], 0, "{report}");
+    assert_eq!(report["final_status_differs"], 0, "{report}");
 }
