@@ -267,3 +267,88 @@ async fn a_rule_with_a_bad_duration_is_refused_naming_the_rule() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn the_console_shows_a_timer_and_a_moderator_ends_it_with_the_pages_form() {
+    use quiesce::credentials::{ApiToken, Role};
+    use reqwest::{StatusCode, header};
+
+    use crate::secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR};
+
+    let app = spawn_app(TestOptions {
+        rules: Some(timeout_rules("1h")),
+        ..TestOptions::idle().with(|s| {
+            s.security.api_tokens = crate::helpers::api_tokens(vec![
+                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ]);
+            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+            s.schedule.debounce_window = Duration::from_millis(10);
+        })
+    })
+    .await;
+    let sent = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(&json!([
+            event("t4-r1", "user:t4", "report"),
+            event("t4-r2", "user:t4", "report")
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::ACCEPTED);
+    let worker = app.worker();
+    wait_for(Duration::from_secs(20), "the suspension", || async {
+        drive(&worker).await;
+        app.status_of("user:t4").await == "suspended"
+    })
+    .await;
+    let (cookie, csrf) = crate::console::sign_in(&app).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = format!("{}/console/entities/user:t4", app.base);
+    let page = |client: reqwest::Client, cookie: String| {
+        let url = url.clone();
+        async move {
+            client
+                .get(url)
+                .header(header::COOKIE, cookie)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let before = page(client.clone(), cookie.clone()).await;
+    assert!(
+        before.contains(r#"<code class="timer-rule">timeout</code>"#)
+            && before.contains(r#"action="/console/entities/user:t4/timer/end""#)
+            && before.contains("End it now"),
+        "{before}"
+    );
+    let ended = client
+        .post(format!("{}/console/entities/user:t4/timer/end", app.base))
+        .header(header::COOKIE, &cookie)
+        .form(&[("csrf", csrf.as_str()), ("reason", "appeal granted")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), StatusCode::SEE_OTHER);
+    assert_eq!(app.status_of("user:t4").await, "visible");
+    let after = page(client.clone(), cookie.clone()).await;
+    assert!(after.contains("No timed action is in force."), "{after}");
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM moderator_decisions WHERE entity = 'user:t4'
+             AND kind = 'timer_end' AND moderator = 'Morgan'"
+        )
+        .await,
+        1
+    );
+}
