@@ -71,11 +71,6 @@ impl FencedEvaluation {
         completion_of(&self.snapshot, self.effect().is_some(), recorded)
     }
 
-    /// Whether the evaluation restores the entity: no decision, and its timer has ended.
-    pub fn restores(&self) -> bool {
-        self.decision.is_none() && self.snapshot.due_timer().is_some()
-    }
-
     fn effect(&self) -> Option<Effect<'_>> {
         if let Some(decision) = &self.decision {
             return Some(Effect {

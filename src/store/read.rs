@@ -97,8 +97,8 @@ impl Store {
         .await?)
     }
 
-    /// Automated actions applied in the last `window`, and those reversed within 24h of being
-    /// applied; overall and per rule (sorted by rule).
+    /// Automated actions applied in the last `window` (a timer's restore is none), and those
+    /// reversed within 24h of being applied; overall and per rule (sorted by rule).
     pub async fn reversal_counts(
         &self,
         window: std::time::Duration,
@@ -108,7 +108,8 @@ impl Store {
                     count(*) FILTER (WHERE reversed_at IS NOT NULL
                                        AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
              FROM actions
-             WHERE created_at >= now() - $1::interval
+             -- A timer's restore is no rule's decision: it is not in the reversal rate.
+             WHERE created_at >= now() - $1::interval AND action <> 'restore'
              GROUP BY rule ORDER BY rule"#,
             interval(window),
         )

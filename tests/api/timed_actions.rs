@@ -135,6 +135,14 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(app.status_of("user:t1").await, "suspended");
+    // The reversal rate counts the rule's decision only, not the restore (nor its reversal).
+    let (status, rate) = app.get("/v1/stats/reversal-rate?window=24h&by=rule").await;
+    assert_eq!(status, 200, "{rate}");
+    assert_eq!(
+        (rate["actions"].as_i64(), rate["reversed"].as_i64()),
+        (Some(1), Some(0)),
+        "{rate}"
+    );
 }
 
 #[tokio::test]
