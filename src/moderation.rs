@@ -113,11 +113,26 @@ pub async fn override_status(
 /// Redis holds for the timer's end then finds nothing to restore.
 pub async fn end_timer(
     store: &Store,
+    queue: &Queue,
     entity: &EntityId,
     moderator: &str,
     reason: &str,
 ) -> Result<EndedTimer, StoreError> {
     let ended = store.end_timer(entity, moderator, reason).await?;
+    // A timer the ended one had displaced is in force again: its end is scheduled (the sweep
+    // finds it otherwise).
+    match store.timer_of(entity).await {
+        Ok(Some(timer)) => {
+            let entry = [(entity.clone(), timer.ends_at.timestamp_millis() + 1)];
+            if let Err(error) = queue.schedule_at(&entry, true).await {
+                tracing::warn!(error = %Chain(&error), %entity, "could not schedule a displaced timer's end");
+            }
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(error = %Chain(&error), %entity, "could not read the timer after an early end")
+        }
+    }
     metrics::counter!(names::ACTIONS, "action" => "restore", "rule" => "ended early").increment(1);
     Ok(ended)
 }

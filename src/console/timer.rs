@@ -94,7 +94,14 @@ pub async fn end(
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
     let reason = fields.text("reason")?;
-    moderation::end_timer(&state.app.store, &entity, &visit.user.name, &reason).await?;
+    moderation::end_timer(
+        &state.app.store,
+        &state.app.queue,
+        &entity,
+        &visit.user.name,
+        &reason,
+    )
+    .await?;
     tracing::info!(%entity, token = %visit.user.token, "console ended a timer");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=timer")).into_response())
 }

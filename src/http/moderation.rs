@@ -342,7 +342,7 @@ pub async fn end_timer(
     let object = json_object(&body, &["moderator", "reason"])?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
-    let ended = moderation::end_timer(&state.store, &entity, moderator, reason)
+    let ended = moderation::end_timer(&state.store, &state.queue, &entity, moderator, reason)
         .await
         .map_err(store_error)?;
     Ok(Json(json!(ended)))

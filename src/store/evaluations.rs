@@ -287,10 +287,19 @@ async fn record_fenced(
            ),
            applied AS (
                INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                    snapshot, applied_version, dedup_key, ends_at)
+                                    snapshot, applied_version, dedup_key, ends_at,
+                                    displaced_timer)
                SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                      i.version, i.dedup_key, now() + make_interval(secs => i.duration)
+                      i.version, i.dedup_key, now() + make_interval(secs => i.duration),
+                      -- A timed action over a timer in force keeps it, for its restore.
+                      CASE WHEN i.duration IS NOT NULL AND e.timer_ends_at IS NOT NULL THEN
+                          jsonb_build_object('ends_at', e.timer_ends_at,
+                                             'restores_to', e.timer_restores_to,
+                                             'action_id', e.timer_action,
+                                             'set_by', e.timer_set_by)
+                      END
                FROM input i JOIN locked l ON l.entity = i.entity
+               JOIN entities e ON e.entity = i.entity
                WHERE i.action IS NOT NULL
                ORDER BY i.dedup_key
                ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
@@ -334,14 +343,27 @@ async fn record_fenced(
                                         + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
                    -- An action replaces the timer in force: a timed one sets its own (which
                    -- restores the status it found), a restore or an untimed one clears it.
+                   -- A restore puts back the timer its timed action displaced, if any.
                    timer_ends_at = CASE WHEN a.id IS NULL THEN e.timer_ends_at
+                                        WHEN a.action = 'restore' THEN
+                                            (SELECT (t.displaced_timer->>'ends_at')::timestamptz
+                                             FROM actions t WHERE t.id = e.timer_action)
                                         ELSE a.ends_at END,
                    timer_restores_to = CASE WHEN a.id IS NULL THEN e.timer_restores_to
+                                            WHEN a.action = 'restore' THEN
+                                                (SELECT t.displaced_timer->>'restores_to'
+                                                 FROM actions t WHERE t.id = e.timer_action)
                                             WHEN a.ends_at IS NULL THEN NULL
                                             ELSE a.previous_status END,
                    timer_action = CASE WHEN a.id IS NULL THEN e.timer_action
+                                       WHEN a.action = 'restore' THEN
+                                           (SELECT (t.displaced_timer->>'action_id')::int8
+                                            FROM actions t WHERE t.id = e.timer_action)
                                        WHEN a.ends_at IS NULL THEN NULL ELSE a.id END,
                    timer_set_by = CASE WHEN a.id IS NULL THEN e.timer_set_by
+                                       WHEN a.action = 'restore' THEN
+                                           (SELECT t.displaced_timer->>'set_by'
+                                            FROM actions t WHERE t.id = e.timer_action)
                                        WHEN a.ends_at IS NULL THEN NULL ELSE a.rule END,
                    evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
                    -- Owed no more once every event recorded now, folded or not, was seen.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, StoreError, moderation::record_decision};
-use crate::domain::{EntityId, Status};
+use crate::domain::{EntityId, Status, Timer};
 
 /// A moderator's early end of a timer, as recorded: the restore action and the entity's state.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -35,6 +35,29 @@ impl Store {
         )
         .fetch_all(&mut **tx)
         .await?)
+    }
+
+    /// The entity's timer in force, if any (a restore may have put a displaced one back).
+    pub async fn timer_of(&self, entity: &EntityId) -> Result<Option<Timer>> {
+        let row = sqlx::query!(
+            r#"SELECT timer_ends_at AS "ends_at?", timer_restores_to AS "restores_to?",
+                      timer_action, timer_set_by
+               FROM entities WHERE entity = $1"#,
+            entity.as_str(),
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        match (row.ends_at, row.restores_to) {
+            (Some(ends_at), Some(restores_to)) => Ok(Some(Timer {
+                ends_at,
+                restores_to: Status::parse(&restores_to)
+                    .map_err(|e| StoreError::corrupt(format!("the timer of {entity}"), e))?,
+                action_id: row.timer_action,
+                set_by: row.timer_set_by.unwrap_or_default(),
+            })),
+            _ => Ok(None),
+        }
     }
 
     /// A moderator ends the entity's timer now: the restore it would have applied at its end
@@ -91,12 +114,18 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let version = sqlx::query_scalar!(
-            "UPDATE entities SET status = timer_restores_to,
-                 moderation_version = moderation_version + 1,
-                 timer_ends_at = NULL, timer_restores_to = NULL, timer_action = NULL,
-                 timer_set_by = NULL
-             WHERE entity = $1
-             RETURNING moderation_version",
+            "UPDATE entities e SET status = e.timer_restores_to,
+                 moderation_version = e.moderation_version + 1,
+                 -- The timer the ended one displaced, if any, is in force again.
+                 timer_ends_at = (t.displaced_timer->>'ends_at')::timestamptz,
+                 timer_restores_to = t.displaced_timer->>'restores_to',
+                 timer_action = (t.displaced_timer->>'action_id')::int8,
+                 timer_set_by = t.displaced_timer->>'set_by'
+             FROM (SELECT $1::text AS entity) k
+             LEFT JOIN entities o ON o.entity = k.entity
+             LEFT JOIN actions t ON t.id = o.timer_action
+             WHERE e.entity = k.entity
+             RETURNING e.moderation_version",
             entity.as_str(),
         )
         .fetch_one(&mut *tx)

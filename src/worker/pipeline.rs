@@ -452,6 +452,23 @@ impl Worker {
             metrics::counter!(names::ACTIONS, "action" => "restore", "rule" => timer.map(|t| t.set_by).unwrap_or_default())
                 .increment(1);
             tracing::info!(action = "restore", "a timed action ended: restored");
+            // The restore may have put a timer it displaced back in force: its end is due in
+            // Redis too (the sweep finds it otherwise).
+            match self.store.timer_of(&claim.entity).await {
+                Ok(Some(displaced)) => {
+                    let entry = [(
+                        claim.entity.clone(),
+                        displaced.ends_at.timestamp_millis() + 1,
+                    )];
+                    if let Err(error) = self.queue.schedule_at(&entry, false).await {
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "could not schedule a displaced timer's end; the sweep will");
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "could not read the timer after a restore; the sweep will schedule it")
+                }
+            }
             if events_owed
                 && let Err(error) = self
                     .queue

@@ -360,3 +360,57 @@ async fn the_console_shows_a_timer_and_a_moderator_ends_it_with_the_pages_form()
         1
     );
 }
+
+#[tokio::test]
+async fn a_timed_action_over_another_restores_what_it_found_and_the_first_still_ends() {
+    // A timed hide at two reports (for 4 s), a timed suspend at four (for 1 s): the suspend's
+    // end restores `hidden` and puts the hide's timer back, whose end restores `visible`.
+    let rules = RuleSet::from_toml(
+        "[[rule]]\nname = \"hide_while\"\nkinds = [\"post\"]\nwhen = 'count(\"report\") >= 2'\n\
+         action = \"hide\"\nreason = \"r\"\nduration = \"4s\"\n\n\
+         [[rule]]\nname = \"suspend_while\"\nkinds = [\"post\"]\nwhen = 'count(\"report\") >= 4'\n\
+         action = \"suspend\"\nreason = \"r\"\nduration = \"1s\"\n",
+    )
+    .unwrap();
+    let app = app_with(rules, false).await;
+    let worker = app.worker();
+    let send = |from: usize| {
+        let app = &app;
+        async move {
+            let events: Vec<Value> = (from..from + 2)
+                .map(|i| event(&format!("s{i}"), "post:stack", "report"))
+                .collect();
+            app.send(&json!(events)).await;
+        }
+    };
+    let reach = |status: &'static str| {
+        let (app, worker) = (&app, &worker);
+        async move {
+            wait_for(Duration::from_secs(20), status, || async {
+                drive(worker).await;
+                app.status_of("post:stack").await == status
+            })
+            .await;
+        }
+    };
+    send(0).await;
+    reach("hidden").await;
+    send(2).await;
+    reach("suspended").await;
+    reach("hidden").await;
+    let (_, body) = app.get("/v1/entities/post:stack").await;
+    assert_eq!(body["timer"]["set_by"], "hide_while", "{body}");
+    assert_eq!(body["timer"]["restores_to"], "visible", "{body}");
+    reach("visible").await;
+    assert_eq!(
+        actions_of(&app, "post:stack").await,
+        own(&[
+            ("hide", "hidden", true),
+            ("suspend", "suspended", true),
+            ("restore", "hidden", false),
+            ("restore", "visible", false),
+        ])
+    );
+    let (_, body) = app.get("/v1/entities/post:stack").await;
+    assert!(body["timer"].is_null(), "{body}");
+}
