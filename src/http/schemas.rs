@@ -174,6 +174,10 @@ struct RuleView {
     action: Option<Action>,
     /// Labels the rule records on the entity (no status change).
     labels: Vec<String>,
+    /// A timed action's length in seconds (`duration`); null when the action is not timed.
+    duration_secs: Option<u64>,
+    /// The rule's exemption (`unless`), as written; null without one.
+    unless: Option<String>,
     kinds: Vec<String>,
     when: String,
     shadow: bool,

@@ -63,6 +63,11 @@ impl Rule {
         }
     }
 
+    /// The rule's exemption (`unless`), as written.
+    pub fn unless(&self) -> Option<&str> {
+        self.unless.as_ref().map(|(source, _)| source.as_str())
+    }
+
     /// What the rule does, for a listing: its action, its labels, or both (`hide + label:spam`).
     pub fn effects(&self) -> String {
         let labels = self.labels.iter().map(|l| format!("label:{l}"));

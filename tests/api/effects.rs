@@ -104,4 +104,17 @@ async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_record
             .await,
         0
     );
+
+    // The rules listing says what each rule does.
+    let (status, listing) = app.get("/v1/rules").await;
+    assert_eq!(status, 200, "{listing}");
+    let rules = listing["rules"].as_array().unwrap();
+    assert_eq!(rules[0]["action"], Value::Null, "{listing}");
+    assert_eq!(rules[0]["labels"], json!(["spam"]), "{listing}");
+    assert_eq!(rules[1]["action"], "hide", "{listing}");
+    assert_eq!(
+        rules[1]["unless"], r#"entity.startsWith("post:staff-")"#,
+        "{listing}"
+    );
+    assert_eq!(rules[1]["duration_secs"], Value::Null, "{listing}");
 }
