@@ -2,7 +2,8 @@
 --
 -- A normal event slides the entity's fire-at to now + window, but never past the first
 -- pending event + max wait, so a steady stream cannot postpone evaluation forever. In fixed
--- mode the first event's fire-at stands. A critical event fires now. An entity that is
+-- mode the first event's fire-at stands (an entry without a max-wait anchor is no event's: a
+-- timed action's end, schedule_at.lua, and an event is debounced as if it were not there). A critical event fires now. An entity that is
 -- already due is never postponed. A dead-lettered entity is not scheduled (its events are
 -- recorded in Postgres; a redrive evaluates them). "Now" is this server's TIME, so callers'
 -- clocks do not matter.
@@ -41,6 +42,7 @@ for i = 5, #ARGV, 2 do
     out[#out + 1] = entity
   elseif not redis.call('ZSCORE', KEYS[3], entity) then
     local first = decode_anchor(redis.call('HGET', KEYS[2], entity))
+    local anchored = first ~= nil
     if not first then
       first = now
       redis.call('HSET', KEYS[2], entity, encode_anchor(now))
@@ -50,7 +52,7 @@ for i = 5, #ARGV, 2 do
     if critical then
       fire = now
       if current and current < fire then fire = current end
-    elseif current and (current <= now or fixed) then
+    elseif current and (current <= now or (fixed and anchored)) then
       fire = current
     else
       fire = math.min(now + window, first + max_wait)

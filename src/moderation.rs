@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::{
     domain::{Actor, EntityId, Priority, Status},
     queue::Queue,
-    store::{Reversal, Store, StoreError},
+    store::{EndedTimer, Reversal, Store, StoreError},
     telemetry::{Chain, names},
 };
 
@@ -58,6 +58,9 @@ pub struct OverrideRequest<'a> {
     pub status: Status,
     /// When automation may go past it again; `None`: after `default_for`.
     pub until: Option<DateTime<Utc>>,
+    /// A timed override: the status holds this long, then quiesce restores the one the entity
+    /// had (and automation may go past it again then). Exclusive with `until`.
+    pub duration: Option<Duration>,
     pub reason: &'a str,
 }
 
@@ -69,13 +72,18 @@ pub struct Overridden {
 }
 
 /// Sets the entity's status; automation does not go past it until the request's `until`, or
-/// for `default_for` (the length a reversal's override has) when it names none.
+/// for `default_for` (the length a reversal's override has) when it names none. A timed
+/// override (`duration`) is scheduled at its end, when the entity's evaluation restores it.
 pub async fn override_status(
     store: &Store,
+    queue: &Queue,
     request: OverrideRequest<'_>,
     default_for: Duration,
 ) -> Result<Overridden, StoreError> {
-    let until = request.until.unwrap_or_else(|| Utc::now() + default_for);
+    let until = match request.duration {
+        Some(duration) => Utc::now() + duration,
+        None => request.until.unwrap_or_else(|| Utc::now() + default_for),
+    };
     let moderation_version = store
         .override_entity(
             request.entity,
@@ -83,10 +91,47 @@ pub async fn override_status(
             request.status,
             until,
             request.reason,
+            request.duration.is_some(),
         )
         .await?;
+    if request.duration.is_some() {
+        // The timer is committed; if this schedule is lost the repair sweep finds it at its end.
+        let entry = [(request.entity.clone(), until.timestamp_millis() + 1)];
+        if let Err(error) = queue.schedule_at(&entry, true).await {
+            tracing::warn!(error = %Chain(&error), entity = %request.entity, "could not schedule a timed override's end");
+        }
+    }
     Ok(Overridden {
         moderation_version,
         until,
     })
+}
+
+/// A moderator ends the entity's timed action (or timed override) now: the restore its end
+/// would have applied is applied now, and recorded as the moderator's decision. The entry
+/// Redis holds for the timer's end then finds nothing to restore.
+pub async fn end_timer(
+    store: &Store,
+    queue: &Queue,
+    entity: &EntityId,
+    moderator: &str,
+    reason: &str,
+) -> Result<EndedTimer, StoreError> {
+    let ended = store.end_timer(entity, moderator, reason).await?;
+    // A timer the ended one had displaced is in force again: its end is scheduled (the sweep
+    // finds it otherwise).
+    match store.timer_of(entity).await {
+        Ok(Some(timer)) => {
+            let entry = [(entity.clone(), timer.ends_at.timestamp_millis() + 1)];
+            if let Err(error) = queue.schedule_at(&entry, true).await {
+                tracing::warn!(error = %Chain(&error), %entity, "could not schedule a displaced timer's end");
+            }
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(error = %Chain(&error), %entity, "could not read the timer after an early end")
+        }
+    }
+    metrics::counter!(names::ACTIONS, "action" => "restore", "rule" => "ended early").increment(1);
+    Ok(ended)
 }

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::{
     domain::{Action, Snapshot, Status},
-    rules::RuleSet,
+    rules::{RuleSet, decay},
     store::{AppliedAction, LatestDecision, ReplayedEvaluation},
 };
 
@@ -86,8 +86,9 @@ pub struct Tally {
     pub replayed: u64,
     /// Evaluations that kept no snapshot (recorded before every evaluation kept one).
     pub without_snapshot: u64,
-    /// Replayed snapshots read without trailing windows, or without distinct actors (the rules
-    /// in force used none), which a candidate that uses them would see as 0.
+    /// Replayed snapshots read without a trailing window or decayed count the candidate reads,
+    /// or without distinct actors (the rules in force used none), which the candidate then
+    /// sees as 0.
     pub without_windows: u64,
     pub without_actors: u64,
     /// Replayed snapshots read without the attribute aggregates, or without context (the rules
@@ -195,12 +196,24 @@ impl Tally {
         let mut live_status: Option<Status> = None;
         let mut candidate_status: Option<Status> = None;
         let mut last_finished = evaluations[0].finished_at;
+        // Events the evaluations so far covered: one that covers none new applies no rule's
+        // action, live (`worker/pipeline.rs`) as here.
+        let mut covered: Option<i64> = None;
         let entity = evaluations[0].entity.clone();
         let mut removed_reversed: Vec<Removed> = Vec::new();
         let mut added: Vec<Added> = Vec::new();
         for evaluation in evaluations {
             self.evaluations += 1;
             last_finished = last_finished.max(evaluation.finished_at);
+            if let Some(restored) = evaluation.restored {
+                // A timed action ended: the restore is no rule's decision. Both sides take
+                // the status it set, as they take a moderator's (a candidate's own durations
+                // are not simulated: it replays the ends that happened).
+                expected_version = Some(evaluation.moderation_version + 1);
+                live_status = Some(restored);
+                candidate_status = Some(restored);
+                continue;
+            }
             let moderator_moved =
                 expected_version.is_none_or(|v| evaluation.moderation_version > v);
             expected_version =
@@ -217,7 +230,8 @@ impl Tally {
             };
             self.replayed += 1;
             let signals = snapshot.signals.values();
-            if !snapshot.signals.is_empty() && signals.clone().all(|s| s.windows.is_empty()) {
+            let reads = candidate.windows_for(&snapshot.kind);
+            if signals.clone().any(|s| !decay::has_all(s, reads)) {
                 self.without_windows += 1;
             }
             if signals.clone().any(|s| s.actors.is_none()) {
@@ -225,6 +239,8 @@ impl Tally {
             }
             self.without_attributes += u64::from(!snapshot.attributes.read.events);
             self.without_context += u64::from(!snapshot.attributes.read.context);
+            let new_events = covered.is_none_or(|c| snapshot.event_count > c);
+            covered = Some(covered.unwrap_or(0).max(snapshot.event_count));
             let seen = snapshot.status;
             let status = match candidate_status {
                 Some(status) if !moderator_moved => status,
@@ -236,7 +252,7 @@ impl Tally {
                 self.rule(rule).errors += 1;
             }
             // A live rule that fails would have dead-lettered the entity: nothing applied.
-            let decision = if verdict.errors.is_empty() {
+            let decision = if verdict.errors.is_empty() && new_events {
                 verdict.to_apply(status, snapshot.override_cap).cloned()
             } else {
                 None
@@ -469,6 +485,8 @@ mod tests {
                 let mut snapshot =
                     Snapshot::with_counts(EntityId::parse("post:1").unwrap(), [("flag", flags)]);
                 snapshot.moderation_version = version;
+                // As recorded: the events the evaluation covered.
+                snapshot.event_count = flags;
                 snapshot
             }),
             applied: applied.map(|(rule, action)| AppliedAction {
@@ -480,6 +498,7 @@ mod tests {
                 reversed_within_24h: false,
                 reversed_at: None,
             }),
+            restored: None,
         }
     }
 

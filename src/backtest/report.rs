@@ -186,8 +186,9 @@ impl Report {
         }
         if candidate.uses_windows() && tally.without_windows > 0 {
             warnings.push(format!(
-                "the candidate counts trailing windows, but {} snapshots were read without them (the rules in \
-                 force used none): there its count_in and weight_in are 0",
+                "the candidate counts trailing windows or decayed counts, but {} snapshots were read without \
+                 some of them (the rules in force did not use them): there its count_in, weight_in and decayed \
+                 are 0",
                 tally.without_windows
             ));
         }

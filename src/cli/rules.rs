@@ -145,7 +145,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
                 println!(
                     "{}\t{}{}\tkinds={:?}\twhen: {}",
                     rule.name,
-                    rule.action.as_str(),
+                    rule.effects(),
                     if rule.shadow { " (shadow)" } else { "" },
                     rule.kinds,
                     rule.when

@@ -21,7 +21,7 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    domain::{EntityId, SignalStats, Status, WINDOWS},
+    domain::{DAY_WINDOWS, EntityId, SignalStats, Status, WINDOWS, Windows},
     moderation::{self, OverrideRequest},
     rules::Verdict,
     store::{EvaluationRecord, Override},
@@ -50,7 +50,7 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
                             th.num scope="col" { "Count" }
                             th.num scope="col" { "Weight" }
                             th.num scope="col" { "Distinct actors" }
-                            @for (window, _) in WINDOWS { th.num scope="col" { "Last " (window) } }
+                            @for (window, _) in WINDOWS.iter().chain(&DAY_WINDOWS) { th.num scope="col" { "Last " (window) } }
                         }
                     }
                     tbody {
@@ -62,9 +62,9 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
                                 td.num.actors data-label="Distinct actors" {
                                     @match stats.actors { Some(n) => (n), None => span.muted { "not counted" } }
                                 }
-                                @for (window, _) in WINDOWS {
+                                @for (window, _) in WINDOWS.iter().chain(&DAY_WINDOWS) {
                                     td.num data-label={ "Last " (window) } {
-                                        @match stats.windows.get(window) {
+                                        @match stats.windows.get(*window) {
                                             Some(w) => (w.count),
                                             None => span.muted { "–" },
                                         }
@@ -257,11 +257,13 @@ pub async fn page(
     };
     let done = query.get("done").and_then(|done| match done {
         "override" => Some("Override set."),
+        "timer" => Some("Timed action ended: restored."),
         _ => None,
     });
     let store = &state.app.store;
+    let labels = store.labels_of(&entity).await?;
     let record = store
-        .entity_with(&entity, true, true)
+        .entity_with(&entity, true, &Windows::ALL)
         .await?
         .ok_or_else(|| {
             PageError::not_found(format!("No events were ever recorded for {entity}."))
@@ -313,6 +315,8 @@ pub async fn page(
             }
             (override_block(&record.override_decision))
         }
+        (super::timer::block(&visit, entity.as_str(), &record.timer))
+        (super::timer::labels(&labels))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
             form.filters method="get" action={ "/console/entities/" (entity) } {
@@ -426,10 +430,12 @@ pub async fn override_status(
         by: &by,
         status,
         until,
+        duration: None,
         reason: &reason,
     };
     let app = &state.app;
-    moderation::override_status(&app.store, request, app.override_after_reversal).await?;
+    moderation::override_status(&app.store, &app.queue, request, app.override_after_reversal)
+        .await?;
     tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

@@ -36,6 +36,7 @@ mod saw;
 mod session;
 mod signin;
 mod sweep;
+mod timer;
 
 use std::sync::Arc;
 
@@ -107,6 +108,7 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/actions/{id}/reverse", post(review::reverse))
         .route("/entities/{entity}", get(entity::page))
         .route("/entities/{entity}/override", post(entity::override_status))
+        .route("/entities/{entity}/timer/end", post(timer::end))
         .route("/quality", get(quality::page))
         .route("/backtest", get(backtest::page).post(backtest::run))
         .route("/backtest/sweep", post(sweep::run))

@@ -70,8 +70,7 @@ pub async fn page(
     let rules = state.app.rules.current();
     let mut rows: BTreeMap<String, RuleRow> = BTreeMap::new();
     for rule in rules.rules() {
-        rows.entry(rule.name.clone()).or_default().in_force =
-            Some((rule.action.as_str().to_owned(), rule.shadow));
+        rows.entry(rule.name.clone()).or_default().in_force = Some((rule.effects(), rule.shadow));
     }
     for (rule, counts) in by_rule {
         rows.entry(rule).or_default().counts = counts;
@@ -178,7 +177,7 @@ pub async fn page(
                                     @if rule.kinds.is_empty() { "every kind" } @else { (rule.kinds.join(", ")) }
                                 }
                                 td data-label="When" { code { (rule.when) } }
-                                td data-label="Action" { (rule.action.as_str()) }
+                                td data-label="Action" { (rule.effects()) }
                             }
                         }
                     }

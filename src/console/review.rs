@@ -19,7 +19,7 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
-    domain::SignalStats,
+    domain::{SignalStats, Windows},
     moderation,
     store::{ActionFilter, ActionRecord},
 };
@@ -274,7 +274,11 @@ pub async fn action(
     let entity = crate::domain::EntityId::parse(&action.entity).map_err(|e| {
         PageError::internal(crate::store::StoreError::corrupt("an action's entity", e))
     })?;
-    let now = state.app.store.entity_with(&entity, true, true).await?;
+    let now = state
+        .app
+        .store
+        .entity_with(&entity, true, &Windows::ALL)
+        .await?;
     let query = Fields::from_query(uri.query()).unwrap_or_default();
     let done = query.get("done").and_then(|done| match done {
         "reversed" => Some("Reversed. The entity is back to its previous status, and an override keeps automation from redoing the action."),

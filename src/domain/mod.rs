@@ -11,6 +11,8 @@ mod introspect;
 mod schedule;
 mod snapshot;
 mod status;
+mod timer;
+mod windows;
 
 pub use self::{
     attribute_figures::{
@@ -27,6 +29,8 @@ pub use self::{
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, Status},
+    timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
+    windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };
 
 /// Why a value was refused; the HTTP layer adds the field name and batch position.

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{EntityId, SnapshotAttributes, Status};
+use super::{EntityId, SnapshotAttributes, Status, Timer};
 
 /// The trailing windows rules can count over (minute-granular: by receive-time minute).
 pub const WINDOWS: [(&str, i64); 4] = [("1m", 60), ("5m", 300), ("1h", 3600), ("24h", 86_400)];
@@ -30,10 +30,15 @@ pub struct SignalStats {
     /// (it reads every retained event of the entity).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actors: Option<i64>,
-    /// Count and weight over each trailing window of [`WINDOWS`]; empty when the snapshot was
-    /// read for rules that use no window.
+    /// Count and weight over each trailing window of [`WINDOWS`] and [`super::DAY_WINDOWS`];
+    /// only the windows the rules use were read (none: empty).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub windows: BTreeMap<String, SignalTotals>,
+    /// Decayed counts by half-life as the rules name it (`"30d"`): each event weighs
+    /// 0.5^(age / half-life), its age taken from the start of its bucket (its minute today,
+    /// its UTC day before). Only the half-lives the rules use were read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub decayed: BTreeMap<String, f64>,
 }
 
 /// One consistent read of an entity: what the rules decide on.
@@ -58,6 +63,9 @@ pub struct Snapshot {
     /// The attribute aggregates and context read for the rules (only what they read).
     #[serde(skip_serializing_if = "SnapshotAttributes::is_empty")]
     pub attributes: SnapshotAttributes,
+    /// The timed action in force, if any: once it is due, the evaluation restores the entity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timer: Option<Timer>,
 }
 
 impl Snapshot {
@@ -75,6 +83,7 @@ impl Snapshot {
             override_cap: None,
             author: None,
             attributes: SnapshotAttributes::default(),
+            timer: None,
         }
     }
 
@@ -98,6 +107,19 @@ impl Snapshot {
             );
         }
         snapshot
+    }
+
+    /// The timer in force if it has ended when the snapshot was taken: the evaluation restores
+    /// the entity.
+    pub fn due_timer(&self) -> Option<&Timer> {
+        self.timer.as_ref().filter(|t| t.due(self.taken_at))
+    }
+
+    /// The dedup key of the restore that ends the timer in force: one per version of the
+    /// entity (a rule's key has its rule name where this has `restore`, which a `-` keeps
+    /// apart from any rule's).
+    pub fn restore_key(&self) -> String {
+        format!("restore-{}", self.dedup_key(""))
     }
 
     /// hash(entity, rule, hour of the snapshot, moderation version): the same rule acts on the

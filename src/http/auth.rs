@@ -25,7 +25,8 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
         | ("GET", "/v1/rules")
         | ("POST", "/v1/rules/backtest")
         | ("POST", "/v1/actions/{id}/reverse")
-        | ("POST", "/v1/entities/{entity}/override") => Some(Role::Moderator),
+        | ("POST", "/v1/entities/{entity}/override")
+        | ("POST", "/v1/entities/{entity}/timer/end") => Some(Role::Moderator),
         (_, route) if route.starts_with("/v1/") => Some(Role::Admin),
         _ => None,
     }

@@ -78,6 +78,10 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
         .route("/v1/actions", get(moderation::list_actions))
         .route("/v1/actions/{id}/reverse", post(moderation::reverse))
         .route(
+            "/v1/entities/{entity}/timer/end",
+            post(moderation::end_timer),
+        )
+        .route(
             "/v1/entities/{entity}/override",
             post(moderation::override_entity),
         )

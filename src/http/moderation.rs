@@ -185,12 +185,13 @@ pub async fn reverse(
     Ok(Json(json!(reversal)))
 }
 
-/// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?, "reason"}`.
+/// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?,
+/// "duration"?, "reason"}`.
 #[utoipa::path(
     post,
     path = "/v1/entities/{entity}/override",
     tag = "moderation",
-    description = "A moderator sets the entity's status; automation does not go past it until `until`. Role moderator.",
+    description = "A moderator sets the entity's status; automation does not go past it until `until`. With `duration` instead (\"24h\"), a timed override: the status holds that long, then quiesce restores the status the entity had. Role moderator.",
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
@@ -212,7 +213,10 @@ pub async fn override_entity(
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let object = json_object(&body, &["moderator", "status", "until", "reason"])?;
+    let object = json_object(
+        &body,
+        &["moderator", "status", "until", "duration", "reason"],
+    )?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
     let status = match object.get("status") {
@@ -248,12 +252,32 @@ pub async fn override_entity(
             ));
         }
     };
+    let duration = match object.get("duration") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(raw)) => Some(
+            crate::domain::parse_duration(raw)
+                .map_err(|e| invalid(Some("duration"), &e.to_string()))?,
+        ),
+        Some(_) => {
+            return Err(invalid(
+                Some("duration"),
+                "must be a string such as \"24h\"",
+            ));
+        }
+    };
+    if duration.is_some() && until.is_some() {
+        return Err(invalid(
+            Some("duration"),
+            "give until or duration, not both",
+        ));
+    }
     let by = requester.actor(moderator);
     let request = OverrideRequest {
         entity: &entity,
         by: &by,
         status,
         until,
+        duration,
         reason,
     };
     let Overridden {
@@ -261,6 +285,7 @@ pub async fn override_entity(
         until,
     } = moderation::override_status(
         &state.store,
+        &state.queue,
         request,
         state.settings.moderation.override_after_reversal,
     )
@@ -272,6 +297,41 @@ pub async fn override_entity(
         "moderation_version": moderation_version,
         "override": { "status": status, "until": until, "by": moderator, "reason": reason },
     })))
+}
+
+/// `POST /v1/entities/{entity}/timer/end` with `{"moderator", "reason"}`.
+#[utoipa::path(
+    post,
+    path = "/v1/entities/{entity}/timer/end",
+    tag = "moderation",
+    description = "A moderator ends the entity's timed action (or timed override) now: quiesce applies the restore its end would have applied (an action, delivered by the outbox and reversible) and records the decision. Role moderator.",
+    params(
+        ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. user:77"),
+    ),
+    request_body(content = crate::http::schemas::ReverseRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The restore", body = crate::store::EndedTimer),
+        (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
+        (status = 404, description = "No such entity, or no timed action in force", body = crate::http::schemas::ErrorResponse),
+        (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
+        crate::http::schemas::TokenRouteErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn end_timer(
+    State(state): State<AppState>,
+    path: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let raw = path_param(path, "entity")?;
+    let entity = parse_entity(&raw)?;
+    let object = json_object(&body, &["moderator", "reason"])?;
+    let moderator = required_text(&object, "moderator")?;
+    let reason = required_text(&object, "reason")?;
+    let ended = moderation::end_timer(&state.store, &state.queue, &entity, moderator, reason)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(json!(ended)))
 }
 
 /// `GET /v1/stats/reversal-rate?window=24h&by=rule`: automated actions applied in the window

@@ -36,6 +36,7 @@ impl Modify for Security {
         super::moderation::list_actions,
         super::moderation::reverse,
         super::moderation::override_entity,
+        super::moderation::end_timer,
         super::moderation::reversal_rate,
         super::rules::list,
         super::rules::reload,

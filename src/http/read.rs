@@ -45,6 +45,7 @@ pub async fn get_entity(
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no events were ever recorded for {entity}")))?;
+    let labels = state.store.labels_of(&entity).await.map_err(store_error)?;
     let schedule = state
         .queue
         .state_of(&entity)
@@ -72,5 +73,7 @@ pub async fn get_entity(
         "last_event_at": record.last_event_at,
         "override": record.override_decision,
         "attributes": record.attributes,
+        "timer": record.timer,
+        "labels": labels,
     })))
 }

@@ -41,6 +41,9 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             json!({
                 "name": rule.name,
                 "action": rule.action,
+                "labels": rule.labels,
+                "duration_secs": rule.duration.map(|d| d.as_secs()),
+                "unless": rule.unless(),
                 "kinds": rule.kinds,
                 "when": rule.when,
                 "shadow": rule.shadow,

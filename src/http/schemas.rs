@@ -83,6 +83,11 @@ pub struct EntityView {
     r#override: Option<Override>,
     /// Aggregates of its events' attributes, its context and its author's.
     attributes: SnapshotAttributes,
+    /// The timed action in force (a rule's `duration`, or a timed override): when it ends and
+    /// the status its end restores; null when none.
+    timer: Option<crate::domain::Timer>,
+    /// Labels live rules recorded on the entity (`labels` on a rule), oldest first.
+    labels: Vec<crate::store::LabelRecord>,
 }
 
 /// An entity's whole context: attribute names to strings, numbers or booleans, each declared
@@ -141,6 +146,10 @@ pub struct OverrideRequest {
     status: Status,
     /// In the future; default now + `override_after_reversal`.
     until: Option<DateTime<Utc>>,
+    /// A timed override instead of `until` (`"24h"`: 1s to 365d): the status holds that long,
+    /// then quiesce restores the status the entity had.
+    #[schema(pattern = r"^[0-9]+[smhd]$")]
+    duration: Option<String>,
     #[schema(
         max_length = 1000,
         pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
@@ -184,7 +193,14 @@ struct RuleHits {
 #[derive(ToSchema)]
 struct RuleView {
     name: String,
-    action: Action,
+    /// The status action; null for a rule that gives labels only.
+    action: Option<Action>,
+    /// Labels the rule records on the entity (no status change).
+    labels: Vec<String>,
+    /// A timed action's length in seconds (`duration`); null when the action is not timed.
+    duration_secs: Option<u64>,
+    /// The rule's exemption (`unless`), as written; null without one.
+    unless: Option<String>,
     kinds: Vec<String>,
     when: String,
     shadow: bool,

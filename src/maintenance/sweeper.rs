@@ -25,7 +25,8 @@ pub const MARK_SPAN: std::time::Duration = std::time::Duration::from_secs(300);
 pub struct SweepReport {
     /// False when another process held the sweep lock, so this pass did nothing.
     pub ran: bool,
-    /// Entities owed an evaluation that the pass looked up in Redis.
+    /// Entities owed an evaluation (or the restore of a timed action that has ended) that the
+    /// pass looked up in Redis.
     pub examined: usize,
     /// Of those, the ones Redis had lost and that are now due again.
     pub repaired: usize,
@@ -93,18 +94,33 @@ impl Maintenance {
         )
         .timed_query("owed_evaluations")
         .await?;
-        let entities: Vec<EntityId> = owed
-            .iter()
-            .filter_map(|(_, raw)| match EntityId::parse(raw) {
-                Ok(entity) => Some(entity),
-                Err(error) => {
-                    // Every row is written from an entity id: one that is none is reported.
-                    tracing::error!(entity = %raw, %error, "an entity owed an evaluation has no entity id; not re-scheduled");
-                    None
-                }
-            })
-            .collect();
+        // Timers that have ended are owed their restore, whatever Redis lost of their schedule
+        // (Postgres holds them; `store/timers.rs`).
+        let ended = Store::due_timers(&mut tx, self.settings.sweep_batch)
+            .timed_query("due_timers")
+            .await?;
+        let ids = |raws: Vec<&String>| -> Vec<EntityId> {
+            raws.into_iter()
+                .filter_map(|raw| match EntityId::parse(raw) {
+                    Ok(entity) => Some(entity),
+                    Err(error) => {
+                        // Every row is written from an entity id: one that is none is reported.
+                        tracing::error!(entity = %raw, %error, "an entity owed an evaluation has no entity id; not re-scheduled");
+                        None
+                    }
+                })
+                .collect()
+        };
+        let entities = ids(owed.iter().map(|(_, raw)| raw).collect());
         let repaired = self.queue.repair(&entities).await?;
+        // An ended timer is made due now even when Redis holds the entity due later (the
+        // entry of a timer that a moderator replaced): never later than its end.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        let timers: Vec<(EntityId, i64)> = ids(ended.iter().collect())
+            .into_iter()
+            .map(|entity| (entity, now_ms))
+            .collect();
+        let repaired = repaired + self.queue.schedule_at(&timers, true).await?;
         tx.commit().await.map_err(StoreError::from)?;
         if repaired > 0 {
             metrics::counter!(names::SWEEP_REPAIRED).increment(repaired as u64);
@@ -116,7 +132,7 @@ impl Maintenance {
             .flatten();
         let report = SweepReport {
             ran: true,
-            examined: owed.len(),
+            examined: owed.len() + ended.len(),
             repaired,
             dead_letters_recorded: dead.recorded,
             dead_letters_restored: dead.restored,

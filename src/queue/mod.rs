@@ -202,6 +202,49 @@ impl Queue {
             .collect()
     }
 
+    /// Schedules each entity at its time (unix ms), unless it is due sooner: the end of a timed
+    /// action, whose evaluation restores the entity. One script call per shard (the current
+    /// layout: during a shard count change the repair sweep finds a due timer either way);
+    /// the due index is told of the shards whose head moved earlier. An entity dead-lettered
+    /// is left alone, and so is one in flight with `skip_in_flight` (its evaluation decides).
+    /// Returns how many entries were added or moved earlier.
+    pub async fn schedule_at(
+        &self,
+        entities: &[(EntityId, i64)],
+        skip_in_flight: bool,
+    ) -> Result<usize> {
+        let groups = self.group(entities.iter().map(|(e, at)| (e, *at)), |e| {
+            self.keys.shard_of(e)
+        });
+        let calls = groups.into_iter().map(|(keys, members)| {
+            let mut invocation = SCRIPTS.schedule_at.prepare_invoke();
+            invocation
+                .key(keys.due())
+                .key(keys.dead())
+                .key(keys.inflight())
+                .arg(if skip_in_flight { "1" } else { "0" });
+            for (entity, at) in members {
+                invocation.arg(entity.as_str()).arg(at);
+            }
+            let mut redis = self.redis.clone();
+            async move {
+                let (earliest, moved, set): (i64, i64, usize) = invocation
+                    .invoke_async(&mut redis)
+                    .timed_script("schedule_at")
+                    .await?;
+                Ok::<_, QueueError>((keys.shard(), earliest, moved == 1, set))
+            }
+        });
+        let set = try_join_all(calls).await?;
+        let earlier: Vec<(Shard, i64)> = set
+            .iter()
+            .filter(|(_, earliest, moved, _)| *moved && *earliest >= 0)
+            .map(|(shard, earliest, _, _)| (*shard, *earliest))
+            .collect();
+        self.report(IndexKind::Due, &earlier).await;
+        Ok(set.iter().map(|(_, _, _, set)| set).sum())
+    }
+
     /// Re-schedules, due now, those of `entities` that Redis holds neither due nor in flight
     /// (nor, while a shard count change drains, in the old layout). Returns how many.
     pub async fn repair(&self, entities: &[EntityId]) -> Result<usize> {

@@ -7,6 +7,7 @@ use redis::Script;
 
 pub struct Scripts {
     pub schedule: Script,
+    pub schedule_at: Script,
     pub claim: Script,
     pub ack: Script,
     pub retry: Script,
@@ -29,6 +30,7 @@ fn with_anchor(script: &str) -> Script {
 
 pub static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: with_anchor(include_str!("../../lua/schedule.lua")),
+    schedule_at: Script::new(include_str!("../../lua/schedule_at.lua")),
     claim: with_anchor(include_str!("../../lua/claim.lua")),
     ack: Script::new(include_str!("../../lua/ack.lua")),
     retry: with_anchor(include_str!("../../lua/retry.lua")),

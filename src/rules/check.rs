@@ -3,10 +3,10 @@
 
 use cel::Program;
 
-use crate::domain::WINDOWS;
+use crate::domain::{DAY_WINDOWS, WINDOWS};
 
 /// Functions a condition may call besides CEL's own.
-pub(super) const QUIESCE_FUNCTIONS: [&str; 7] = [
+pub(super) const QUIESCE_FUNCTIONS: [&str; 8] = [
     "count",
     "weight",
     "actors",
@@ -14,6 +14,7 @@ pub(super) const QUIESCE_FUNCTIONS: [&str; 7] = [
     "ratio",
     "count_in",
     "weight_in",
+    "decayed",
 ];
 /// CEL's standard functions and macros, as the expression parser names them.
 const CEL_FUNCTIONS: [&str; 30] = [
@@ -50,7 +51,7 @@ const CEL_FUNCTIONS: [&str; 30] = [
 ];
 
 /// `line:column` (1-based) of a byte offset in a condition.
-fn position(source: &str, offset: usize) -> String {
+pub(super) fn position(source: &str, offset: usize) -> String {
     let before = &source[..offset.min(source.len())];
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
@@ -100,12 +101,16 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
                     .trim_matches(['"', '\''])
             });
             if let Some(window) = window
-                && !WINDOWS.iter().any(|(name, _)| *name == window)
+                && !WINDOWS
+                    .iter()
+                    .chain(&DAY_WINDOWS)
+                    .any(|(name, _)| *name == window)
             {
+                let names: Vec<&str> = WINDOWS.iter().chain(&DAY_WINDOWS).map(|w| w.0).collect();
                 return Err(format!(
                     "unknown window {window:?} at {}; use one of {}",
                     position(source, start),
-                    WINDOWS.map(|(name, _)| name).join(", ")
+                    names.join(", ")
                 ));
             }
         }

@@ -4,10 +4,10 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, Env, ExecutionError, FunctionContext, Value, extractors::Arguments};
+use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value, extractors::Arguments};
 
 use super::Rule;
-use crate::domain::{SignalStats, SignalTotals, Snapshot, WINDOWS};
+use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
 
 pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
 
@@ -16,7 +16,11 @@ fn window_totals(
     signal: &str,
     window: &str,
 ) -> Result<SignalTotals, ExecutionError> {
-    if !WINDOWS.iter().any(|(name, _)| *name == window) {
+    if !WINDOWS
+        .iter()
+        .chain(&DAY_WINDOWS)
+        .any(|(name, _)| *name == window)
+    {
         return Err(ExecutionError::function_error(
             "count_in",
             format!("unknown window {window:?}"),
@@ -32,6 +36,17 @@ fn window_totals(
 impl Rule {
     pub(super) fn matches(
         &self,
+        env: &Arc<Env>,
+        snapshot: &Snapshot,
+        signals: &Signals,
+    ) -> Result<bool, String> {
+        self.run(&self.program, env, snapshot, signals)
+    }
+
+    /// Runs a condition of this rule (`when`, or `unless`) on the snapshot.
+    pub(super) fn run(
+        &self,
+        program: &Program,
         env: &Arc<Env>,
         snapshot: &Snapshot,
         signals: &Signals,
@@ -95,6 +110,7 @@ impl Rule {
                 },
             )
             .map_err(|e| e.to_string())?;
+        super::decay::add_functions(&mut context, signals)?;
         context
             .add_variable("kind", snapshot.kind.clone())
             .map_err(|e| e.to_string())?;
@@ -104,7 +120,7 @@ impl Rule {
         context
             .add_variable("entity", snapshot.entity.as_str().to_owned())
             .map_err(|e| e.to_string())?;
-        match self.program.execute(&context) {
+        match program.execute(&context) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("expected a boolean, got {other:?}")),
             Err(e) => Err(e.to_string()),
@@ -163,6 +179,7 @@ mod tests {
         let windows = |recent: i64, weight: f64| -> BTreeMap<String, SignalTotals> {
             WINDOWS
                 .iter()
+                .chain(&DAY_WINDOWS)
                 .map(|(name, _)| {
                     let count = if *name == "1m" { recent } else { recent * 2 };
                     (
@@ -185,6 +202,7 @@ mod tests {
                 weight: 16.0,
                 actors: Some(3),
                 windows: windows(4, 2.0),
+                decayed: BTreeMap::from([("30d".to_owned(), 2.5)]),
             },
         );
         snapshot.signals.insert(
@@ -194,6 +212,7 @@ mod tests {
                 weight: 20.0,
                 actors: Some(20),
                 windows: windows(0, 1.0),
+                decayed: BTreeMap::new(),
             },
         );
         snapshot
@@ -219,6 +238,11 @@ mod tests {
             ("count_in(\"flag\", \"24h\") == 8", true),
             ("weight_in(\"flag\", \"5m\") == 16.0", true),
             ("count_in(\"upvote\", \"1h\") == 0", true),
+            ("count_in(\"flag\", \"7d\") == 8", true),
+            ("weight_in(\"flag\", \"90d\") == 16.0", true),
+            ("decayed(\"flag\", \"30d\") == 2.5", true),
+            ("decayed(\"upvote\", \"30d\") == 0.0", true),
+            ("decayed(\"missing\", \"30d\") == 0.0", true),
             ("kind == \"post\"", true),
             ("kind == \"user\"", false),
             ("status == \"flagged\"", true),

@@ -7,6 +7,8 @@ mod attributes;
 mod check;
 mod condition;
 mod declared;
+pub(crate) mod decay;
+mod effects;
 mod verdict;
 
 use std::{
@@ -17,12 +19,12 @@ use std::{
 use cel::{Env, Program};
 use serde::{Deserialize, Serialize};
 
-pub use self::verdict::{Decision, Verdict};
+pub use self::verdict::{Decision, LabelDecision, Verdict};
 use self::{
     check::check_names,
     condition::{Signals, render_reason},
 };
-use crate::domain::{Action, AttributeReads, Declarations, Snapshot};
+use crate::domain::{Action, AttributeReads, Declarations, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -58,20 +60,38 @@ struct RuleSpec {
     #[serde(default)]
     kinds: Vec<String>,
     when: String,
-    action: Action,
+    /// The status action; a rule without one gives labels only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    action: Option<Action>,
+    /// Labels the rule records on the entity (no status change).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    labels: Vec<String>,
+    /// An exemption: when this condition holds too, the rule does not act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unless: Option<String>,
     reason: String,
     /// A shadow rule is evaluated and recorded but never acts.
     #[serde(default)]
     shadow: bool,
+    /// A timed action: how long it holds (`"24h"`) before quiesce restores the entity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    duration: Option<String>,
 }
 
 #[derive(Debug)]
 pub struct Rule {
     pub name: String,
     pub kinds: Vec<String>,
-    pub action: Action,
+    /// The status action; `None` for a rule that gives labels only.
+    pub action: Option<Action>,
+    pub labels: Vec<String>,
+    /// The exemption's source and program (`unless`).
+    unless: Option<(String, Program)>,
     pub when: String,
     pub shadow: bool,
+    /// A timed action's length (`duration`); `None`: until something changes it.
+    pub duration: Option<std::time::Duration>,
+    duration_text: Option<String>,
     reason: String,
     program: Program,
 }
@@ -91,6 +111,8 @@ pub struct RuleSet {
     declarations: Declarations,
     /// What the rules read of attributes, so the snapshot reads only that.
     reads: AttributeReads,
+    /// The trailing figures the rules read (`decay.rs`), over all kinds and by kind.
+    windows: decay::ReadsByKind,
 }
 
 impl RuleSet {
@@ -103,10 +125,11 @@ impl RuleSet {
         declarations
             .check()
             .map_err(|e| RulesError::Parse(format!("[attributes]: {e}")))?;
-        let mut reads = AttributeReads::default();
+        let mut attribute_reads = AttributeReads::default();
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
         let mut rules = Vec::with_capacity(specs.len());
+        let mut window_reads = Vec::with_capacity(specs.len());
         for spec in specs {
             let fail = |message: String| RulesError::Rule {
                 rule: spec.name.clone(),
@@ -121,13 +144,47 @@ impl RuleSet {
             check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
             let read = declared::check(&program, &declarations)
                 .map_err(|e| fail(format!("`when`: {e}")))?;
-            reads.events |= read.events;
-            reads.context |= read.context;
-            reads.windows |= read.windows;
+            attribute_reads.events |= read.events;
+            attribute_reads.context |= read.context;
+            attribute_reads.windows |= read.windows;
+            let windows_read = decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
+            window_reads.push((spec.kinds.clone(), windows_read));
+            let duration = spec
+                .duration
+                .as_deref()
+                .map(crate::domain::parse_duration)
+                .transpose()
+                .map_err(|e| fail(format!("`duration`: {e}")))?;
+            if spec.action.is_none() && spec.labels.is_empty() {
+                return Err(fail("a rule needs an action or labels (or both)".into()));
+            }
+            effects::check_labels(&spec.labels).map_err(|e| fail(format!("`labels`: {e}")))?;
+            let unless = spec
+                .unless
+                .as_ref()
+                .map(|source| {
+                    effects::compile_unless(&env, source).map(|program| (source.clone(), program))
+                })
+                .transpose()
+                .map_err(fail)?;
+            if let Some((source, program)) = &unless {
+                // An exemption reads what it names too (an author's attribute, a window).
+                let read = declared::check(program, &declarations)
+                    .map_err(|e| fail(format!("`unless`: {e}")))?;
+                attribute_reads.events |= read.events;
+                attribute_reads.context |= read.context;
+                attribute_reads.windows |= read.windows;
+                let windows_read = decay::reads(source).map_err(|e| fail(format!("`unless`: {e}")))?;
+                window_reads.push((spec.kinds.clone(), windows_read));
+            }
             let rule = Rule {
+                duration,
+                duration_text: spec.duration,
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
+                labels: spec.labels,
+                unless,
                 when: spec.when,
                 shadow: spec.shadow,
                 reason: spec.reason,
@@ -135,15 +192,19 @@ impl RuleSet {
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
             let empty = Snapshot::empty_for_validation();
-            rule.matches(&env, &empty, &Arc::new(empty.signals.clone()))
+            let signals = Arc::new(empty.signals.clone());
+            rule.matches(&env, &empty, &signals)
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
+            rule.exempted(&env, &empty, &signals)
+                .map_err(|e| fail(format!("cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
         Ok(Self {
             rules,
             env,
             declarations,
-            reads,
+            reads: attribute_reads,
+            windows: decay::ReadsByKind::new(window_reads),
         })
     }
 
@@ -171,8 +232,11 @@ impl RuleSet {
                 kinds: rule.kinds.clone(),
                 when: rule.when.clone(),
                 action: rule.action,
+                labels: rule.labels.clone(),
+                unless: rule.unless.as_ref().map(|(source, _)| source.clone()),
                 reason: rule.reason.clone(),
                 shadow: rule.shadow,
+                duration: rule.duration_text.clone(),
             })
             .collect()
     }
@@ -232,11 +296,15 @@ impl RuleSet {
         self.reads
     }
 
-    /// Whether any rule reads a trailing window (`count_in`, `weight_in`).
+    /// Whether any rule reads a trailing window (`count_in`, `weight_in`) or a decayed count.
     pub fn uses_windows(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.when.contains("count_in(") || r.when.contains("weight_in("))
+        self.windows.all() != &Windows::NONE
+    }
+
+    /// The trailing figures (minute windows, day windows, decayed counts' half-lives) that the
+    /// rules applying to entities of this kind read: what their snapshot reads.
+    pub fn windows_for(&self, kind: &str) -> &Windows {
+        self.windows.of(kind)
     }
 
     /// Runs every rule that applies to the snapshot's kind.
@@ -248,17 +316,45 @@ impl RuleSet {
             if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
                 continue;
             }
-            match rule.matches(&self.env, snapshot, &signals) {
+            // A condition that holds is checked against the rule's exemption, which the verdict
+            // records when it holds too.
+            let matched = match rule.matches(&self.env, snapshot, &signals) {
+                Ok(true) => match rule.exempted(&self.env, snapshot, &signals) {
+                    Ok(true) => {
+                        if !rule.shadow {
+                            verdict.exempted.push(rule.name.clone());
+                        }
+                        Ok(false)
+                    }
+                    Ok(false) => Ok(true),
+                    Err(error) => Err(error),
+                },
+                other => other,
+            };
+            match matched {
                 Ok(true) => {
-                    let decision = Decision {
-                        rule: rule.name.clone(),
-                        action: rule.action,
-                        reason: render_reason(&rule.reason, snapshot),
-                    };
-                    if rule.shadow {
-                        verdict.shadow.push(decision);
-                    } else {
-                        verdict.matched.push(decision);
+                    let reason = render_reason(&rule.reason, snapshot);
+                    if !rule.shadow {
+                        verdict
+                            .labels
+                            .extend(rule.labels.iter().map(|label| LabelDecision {
+                                rule: rule.name.clone(),
+                                label: label.clone(),
+                                reason: reason.clone(),
+                            }));
+                    }
+                    if let Some(action) = rule.action {
+                        let decision = Decision {
+                            rule: rule.name.clone(),
+                            action,
+                            reason,
+                            duration_secs: rule.duration.map(|d| d.as_secs()),
+                        };
+                        if rule.shadow {
+                            verdict.shadow.push(decision);
+                        } else {
+                            verdict.matched.push(decision);
+                        }
                     }
                 }
                 Ok(false) => {}
@@ -313,7 +409,16 @@ mod tests {
     #[test]
     fn windows_and_actors_are_read_only_for_rules_that_use_them() {
         let defaults = RuleSet::default_rules();
-        assert!(!defaults.uses_windows() && !defaults.uses_actors());
+        assert!(!defaults.uses_actors());
+        // The repeat-offender rule's decayed strikes are read for users only.
+        assert_eq!(defaults.windows_for("post"), &Windows::NONE);
+        assert_eq!(
+            defaults.windows_for("user"),
+            &Windows {
+                half_lives: vec!["30d".into()],
+                ..Windows::NONE
+            }
+        );
         let windowed = RuleSet::from_toml(
             "[[rule]]\nname = \"surge\"\nkinds = [\"post\"]\nwhen = 'count_in(\"flag\", \"5m\") >= 5'\naction = \"flag\"\nreason = \"surge\"\n",
         )

@@ -57,6 +57,9 @@ pub struct ReplayedEvaluation {
     /// evaluation kept it, its action's; `None` when neither was kept.
     pub snapshot: Option<Snapshot>,
     pub applied: Option<AppliedAction>,
+    /// The status a timed action's end restored in this evaluation (its action is a
+    /// `restore`, not a rule's): the replay takes it as it takes a moderator's decision.
+    pub restored: Option<Status>,
 }
 
 /// A moderator's latest reversal or override of an entity.
@@ -84,6 +87,7 @@ struct StoredSnapshot {
     author: Option<String>,
     #[serde(default)]
     attributes: SnapshotAttributes,
+    timer: Option<crate::domain::Timer>,
 }
 
 impl StoredSnapshot {
@@ -106,6 +110,7 @@ impl StoredSnapshot {
                 .as_deref()
                 .and_then(|a| entity_or_report(a, "a recorded snapshot's author")),
             attributes: self.attributes,
+            timer: self.timer,
         })
     }
 }
@@ -217,7 +222,14 @@ fn replayed_from(row: ReplayRow) -> Result<ReplayedEvaluation> {
         .snapshot
         .map(|Json(stored)| stored.into_snapshot(id))
         .transpose()?;
-    let applied = match (row.action_id, row.action, row.rule, row.new_status) {
+    let restored = match (row.action.as_deref(), &row.new_status) {
+        (Some("restore"), Some(status)) => Some(Status::parse(status).map_err(|e| {
+            StoreError::corrupt(format!("the status a restore of {} set", row.entity), e)
+        })?),
+        _ => None,
+    };
+    let action = row.action.filter(|_| restored.is_none());
+    let applied = match (row.action_id, action, row.rule, row.new_status) {
         (Some(action_id), Some(action), Some(rule), Some(new_status)) => Some(AppliedAction {
             id: action_id,
             action: match action.as_str() {
@@ -249,5 +261,6 @@ fn replayed_from(row: ReplayRow) -> Result<ReplayedEvaluation> {
         moderation_version: row.moderation_version,
         snapshot,
         applied,
+        restored,
     })
 }

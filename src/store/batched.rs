@@ -12,7 +12,7 @@ use super::{
     evaluations::{Completion, FencedEvaluation, LockedRows},
 };
 use crate::{
-    domain::{AttributeReads, Snapshot},
+    domain::{AttributeReads, Snapshot, Windows},
     telemetry::Timed,
 };
 
@@ -24,13 +24,13 @@ impl Store {
         &self,
         ids: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
         attributes: AttributeReads,
     ) -> Vec<Result<Option<Snapshot>>> {
         let mut answers: Vec<Option<Result<Option<Snapshot>>>> = ids.iter().map(|_| None).collect();
         let members: Vec<usize> = (0..ids.len()).collect();
         let read = self
-            .snapshots(ids, with_actors, with_windows, attributes)
+            .snapshots(ids, with_actors, windows, attributes)
             .timed_query("snapshot")
             .await;
         match read {
@@ -44,7 +44,7 @@ impl Store {
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [ids[i]];
                     let read = self
-                        .snapshots(&one, with_actors, with_windows, attributes)
+                        .snapshots(&one, with_actors, windows, attributes)
                         .await;
                     read.map(|mut found| found.remove(one[0]))
                 })

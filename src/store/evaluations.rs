@@ -52,11 +52,45 @@ pub struct FencedEvaluation {
     pub due_at: Option<DateTime<Utc>>,
 }
 
+/// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
+/// a timer that has ended (`domain/timer.rs`).
+struct Effect<'a> {
+    action: &'a str,
+    rule: &'a str,
+    reason: String,
+    new_status: &'static str,
+    dedup_key: String,
+    /// A timed action's length (seconds).
+    duration: Option<f64>,
+}
+
 impl FencedEvaluation {
     /// The completion of this evaluation from what the fenced statement recorded for it
     /// (`None`: the version had moved and nothing was written).
     pub fn completion(&self, recorded: Option<&Recorded>) -> Result<Completion> {
-        completion_of(&self.snapshot, self.decision.as_ref(), recorded)
+        completion_of(&self.snapshot, self.effect().is_some(), recorded)
+    }
+
+    fn effect(&self) -> Option<Effect<'_>> {
+        if let Some(decision) = &self.decision {
+            return Some(Effect {
+                action: decision.action.as_str(),
+                rule: &decision.rule,
+                reason: decision.reason.clone(),
+                new_status: decision.action.status().as_str(),
+                dedup_key: self.snapshot.dedup_key(&decision.rule),
+                duration: decision.duration_secs.map(|s| s as f64),
+            });
+        }
+        let timer = self.snapshot.due_timer()?;
+        Some(Effect {
+            action: "restore",
+            rule: &timer.set_by,
+            reason: timer.restore_reason(),
+            new_status: timer.restores_to.as_str(),
+            dedup_key: self.snapshot.restore_key(),
+            duration: None,
+        })
     }
 }
 
@@ -159,6 +193,7 @@ impl Store {
         let fenced = &[evaluation];
         let snapshot = &evaluation.snapshot;
         let decision = evaluation.decision.as_ref();
+        // A restore feeds nothing back to the author.
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
             let recorded =
@@ -219,18 +254,30 @@ async fn record_fenced(
     // BENCHMARKS.md), so that a backtest can replay any of them; an action keeps it too.
     let snapshots: Vec<Json<&Snapshot>> = evaluations.iter().map(|e| Json(&e.snapshot)).collect();
     let due: Vec<Option<DateTime<Utc>>> = evaluations.iter().map(|e| e.due_at).collect();
-    let dedup_keys: Vec<Option<String>> = evaluations
+    let effects: Vec<Option<Effect>> = evaluations.iter().map(|e| e.effect()).collect();
+    let effect = |field: for<'a> fn(&'a Effect<'a>) -> Option<&'a str>| -> Vec<Option<&str>> {
+        effects.iter().map(|e| e.as_ref().and_then(field)).collect()
+    };
+    let dedup_keys = effect(|e| Some(&e.dedup_key));
+    // The labels the live rules gave: recorded once per entity and label (a restore gives none).
+    let labels: Vec<Json<&[crate::rules::LabelDecision]>> = evaluations
         .iter()
-        .map(|e| e.decision.as_ref().map(|d| e.snapshot.dedup_key(&d.rule)))
+        .map(|e| Json(e.verdict.labels.as_slice()))
+        .collect();
+    let durations: Vec<Option<f64>> = effects
+        .iter()
+        .map(|e| e.as_ref().and_then(|e| e.duration))
         .collect();
     let rows = sqlx::query!(
         r#"WITH input AS (
                SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
-                                    $12::text[], $13::text[], $14::text[])
+                                    $12::text[], $13::text[], $14::text[], $15::float8[],
+                                    $16::jsonb[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
-                        due_at, status, action, rule, reason, new_status, dedup_key)
+                        due_at, status, action, rule, reason, new_status, dedup_key, duration,
+                        labels)
            ),
            locked AS MATERIALIZED (
                SELECT e.entity FROM entities e
@@ -240,14 +287,24 @@ async fn record_fenced(
            ),
            applied AS (
                INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                    snapshot, applied_version, dedup_key)
+                                    snapshot, applied_version, dedup_key, ends_at,
+                                    displaced_timer)
                SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                      i.version, i.dedup_key
+                      i.version, i.dedup_key, now() + make_interval(secs => i.duration),
+                      -- A timed action over a timer in force keeps it, for its restore.
+                      CASE WHEN i.duration IS NOT NULL AND e.timer_ends_at IS NOT NULL THEN
+                          jsonb_build_object('ends_at', e.timer_ends_at,
+                                             'restores_to', e.timer_restores_to,
+                                             'action_id', e.timer_action,
+                                             'set_by', e.timer_set_by)
+                      END
                FROM input i JOIN locked l ON l.entity = i.entity
+               JOIN entities e ON e.entity = i.entity
                WHERE i.action IS NOT NULL
                ORDER BY i.dedup_key
                ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
-               RETURNING id, entity, action, rule, reason, new_status, applied_version, dedup_key
+               RETURNING id, entity, action, rule, reason, previous_status, new_status,
+                         applied_version, dedup_key, ends_at
            ),
            notified AS (
                INSERT INTO outbox (topic, idempotency_key, payload)
@@ -255,15 +312,59 @@ async fn record_fenced(
                       jsonb_build_object('action_id', a.id, 'entity', a.entity,
                                          'action', a.action, 'rule', a.rule,
                                          'reason', a.reason, 'status', a.new_status,
-                                         'moderation_version', a.applied_version + 1)
+                                         'moderation_version', a.applied_version + 1,
+                                         'ends_at', a.ends_at)
                FROM applied a
                ORDER BY a.id
+           ),
+           labelled AS (
+               INSERT INTO entity_labels (entity, label, rule, reason)
+               SELECT i.entity, l.label, l.rule, l.reason
+               FROM input i JOIN locked k ON k.entity = i.entity
+               CROSS JOIN LATERAL jsonb_to_recordset(i.labels) AS l(rule text, label text,
+                                                                    reason text)
+               ORDER BY 1, 2
+               ON CONFLICT (entity, label) DO NOTHING
+               RETURNING entity, label, rule, reason
+           ),
+           label_notes AS (
+               INSERT INTO outbox (topic, idempotency_key, payload)
+               SELECT 'label.applied', 'label:' || b.entity || ':' || b.label,
+                      jsonb_build_object('entity', b.entity, 'label', b.label, 'rule', b.rule,
+                                         'reason', b.reason)
+               FROM labelled b
+               ORDER BY b.entity, b.label
+               ON CONFLICT ON CONSTRAINT outbox_idempotency_key_unique DO NOTHING
            ),
            fenced AS (
                UPDATE entities e SET
                    status = COALESCE(a.new_status, e.status),
                    moderation_version = e.moderation_version
                                         + CASE WHEN a.id IS NULL THEN 0 ELSE 1 END,
+                   -- An action replaces the timer in force: a timed one sets its own (which
+                   -- restores the status it found), a restore or an untimed one clears it.
+                   -- A restore puts back the timer its timed action displaced, if any.
+                   timer_ends_at = CASE WHEN a.id IS NULL THEN e.timer_ends_at
+                                        WHEN a.action = 'restore' THEN
+                                            (SELECT (t.displaced_timer->>'ends_at')::timestamptz
+                                             FROM actions t WHERE t.id = e.timer_action)
+                                        ELSE a.ends_at END,
+                   timer_restores_to = CASE WHEN a.id IS NULL THEN e.timer_restores_to
+                                            WHEN a.action = 'restore' THEN
+                                                (SELECT t.displaced_timer->>'restores_to'
+                                                 FROM actions t WHERE t.id = e.timer_action)
+                                            WHEN a.ends_at IS NULL THEN NULL
+                                            ELSE a.previous_status END,
+                   timer_action = CASE WHEN a.id IS NULL THEN e.timer_action
+                                       WHEN a.action = 'restore' THEN
+                                           (SELECT (t.displaced_timer->>'action_id')::int8
+                                            FROM actions t WHERE t.id = e.timer_action)
+                                       WHEN a.ends_at IS NULL THEN NULL ELSE a.id END,
+                   timer_set_by = CASE WHEN a.id IS NULL THEN e.timer_set_by
+                                       WHEN a.action = 'restore' THEN
+                                           (SELECT t.displaced_timer->>'set_by'
+                                            FROM actions t WHERE t.id = e.timer_action)
+                                       WHEN a.ends_at IS NULL THEN NULL ELSE a.rule END,
                    evaluated_event_count = GREATEST(e.evaluated_event_count, i.event_count),
                    -- Owed no more once every event recorded now, folded or not, was seen.
                    pending_since = CASE WHEN (SELECT c.event_count FROM entity_counts c
@@ -292,23 +393,13 @@ async fn record_fenced(
         &snapshots as &[Json<&Snapshot>],
         &due as &[Option<DateTime<Utc>>],
         &strings(evaluations, |e| Some(e.snapshot.status.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.action.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.rule.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.reason.as_str())) as &[Option<&str>],
-        &strings(evaluations, |e| e
-            .decision
-            .as_ref()
-            .map(|d| d.action.status().as_str())) as &[Option<&str>],
-        &dedup_keys as &[Option<String>],
+        &effect(|e| Some(e.action)) as &[Option<&str>],
+        &effect(|e| Some(e.rule)) as &[Option<&str>],
+        &effect(|e| Some(&e.reason)) as &[Option<&str>],
+        &effect(|e| Some(e.new_status)) as &[Option<&str>],
+        &dedup_keys as &[Option<&str>],
+        &durations as &[Option<f64>],
+        &labels as &[Json<&[crate::rules::LabelDecision]>],
     )
     .fetch_all(&mut *connection)
     .await?;
@@ -356,23 +447,23 @@ pub(super) fn derived_event(
 /// the version had moved and nothing was written).
 fn completion_of(
     snapshot: &Snapshot,
-    decision: Option<&Decision>,
+    acts: bool,
     recorded: Option<&Recorded>,
 ) -> Result<Completion> {
-    match (recorded, decision) {
+    match (recorded, acts) {
         (None, _) => Err(StoreError::VersionConflict {
             read: snapshot.moderation_version,
         }),
-        (Some(_), None) => Ok(Completion::NoAction),
+        (Some(_), false) => Ok(Completion::NoAction),
         (
             Some(Recorded {
                 action_id: Some(id),
             }),
-            Some(_),
+            true,
         ) => Ok(Completion::Applied {
             action_id: *id,
             author: None,
         }),
-        (Some(Recorded { action_id: None }), Some(_)) => Ok(Completion::AlreadyApplied),
+        (Some(Recorded { action_id: None }), true) => Ok(Completion::AlreadyApplied),
     }
 }

@@ -1,7 +1,8 @@
-//! The fold: an entity's events not folded yet go into its count, signal totals and minute
-//! buckets, once. Ingest only appends events (`store/events.rs`); the evaluation, already the
-//! entity's one writer while it holds its lock, folds before it reads the snapshot, so a
-//! burst's aggregation costs one write per entity and signal instead of one per group commit.
+//! The fold: an entity's events not folded yet go into its count, signal totals, minute
+//! buckets and day buckets, once (and its day buckets older than [`DAYS_KEPT`] days go).
+//! Ingest only appends events (`store/events.rs`); the evaluation, already the entity's one
+//! writer while it holds its lock, folds before it reads the snapshot, so a burst's aggregation
+//! costs one write per entity and signal instead of one per group commit.
 //!
 //! What is folded is told by transaction ids. An event carries the id of the transaction that
 //! inserted it (`xid`); the entity's `folded_horizon` says that every event with a lower id is
@@ -13,6 +14,7 @@
 use std::time::Duration;
 
 use super::{Result, Store, interval, partitions::BUCKETS_KEPT};
+use crate::domain::DAYS_KEPT;
 
 impl Store {
     /// Folds the unfolded events of those entities that have at least `at_least` of them into
@@ -115,6 +117,25 @@ impl Store {
                                count = attribute_buckets.count + EXCLUDED.count,
                                max = greatest(attribute_buckets.max, EXCLUDED.max)
                        ),
+                       days AS (
+                           INSERT INTO signal_days (entity, signal, day, count, weight_sum)
+                           SELECT entity, signal, (received_at AT TIME ZONE 'UTC')::date,
+                                  count(*), sum(weight)
+                           FROM fresh
+                           WHERE received_at >= date_trunc('day', now(), 'UTC')
+                                                - make_interval(days => $4::int4 - 1)
+                           GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+                           ON CONFLICT (entity, signal, day) DO UPDATE SET
+                               count = signal_days.count + EXCLUDED.count,
+                               weight_sum = signal_days.weight_sum + EXCLUDED.weight_sum
+                       ),
+                       -- Rows are only written here, so this bounds each entity and signal
+                       -- to DAYS_KEPT of them.
+                       old_days AS (
+                           DELETE FROM signal_days d USING locked l
+                           WHERE d.entity = l.entity
+                             AND d.day < (now() AT TIME ZONE 'UTC')::date - ($4::int4 - 1)
+                       ),
                        per_entity AS (
                            SELECT entity, count(*) AS n, min(received_at) AS first_at,
                                   max(received_at) AS last_at,
@@ -137,6 +158,7 @@ impl Store {
                     entities as &[&str],
                     buckets_from.clone(),
                     at_least.max(1),
+                    DAYS_KEPT as i32,
                 )
                 .fetch_one(&self.pool)
                 .await?)

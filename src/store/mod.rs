@@ -19,6 +19,7 @@ mod read;
 mod retention;
 mod snapshots;
 mod sweep;
+mod timers;
 
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
@@ -44,9 +45,10 @@ pub use self::{
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
-    read::{ActionFilter, ActionRecord, ReversalCounts},
+    read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
+    timers::EndedTimer,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -119,7 +119,10 @@ impl Store {
                  override_status = $2,
                  override_until = now() + $3::interval,
                  override_by = $4,
-                 override_reason = $5
+                 override_reason = $5,
+                 -- A moderator's decision ends any timer in force: the status is theirs now.
+                 timer_ends_at = NULL, timer_restores_to = NULL, timer_action = NULL,
+                 timer_set_by = NULL
              WHERE entity = $1
              RETURNING moderation_version, override_until AS "override_until!""#,
             action.entity,
@@ -207,7 +210,9 @@ impl Store {
     }
 
     /// A moderator's decision on an entity: its status is set, its version bumped, and
-    /// automation does not escalate past it until `until`.
+    /// automation does not escalate past it until `until`. A timed override (`timed`) also
+    /// sets a timer ending at `until` that restores the status the entity had; any other
+    /// timer in force ends without a restore (the moderator's decision replaces it).
     pub async fn override_entity(
         &self,
         entity: &EntityId,
@@ -215,6 +220,7 @@ impl Store {
         status: Status,
         until: DateTime<Utc>,
         reason: &str,
+        timed: bool,
     ) -> Result<i64> {
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
@@ -225,6 +231,7 @@ impl Store {
         )
         .fetch_optional(&mut *tx)
         .await?;
+        // The right-hand sides read the row as it was: the timer restores the old status.
         let version = sqlx::query_scalar!(
             "UPDATE entities SET
                  status = $2,
@@ -232,7 +239,11 @@ impl Store {
                  override_status = $2,
                  override_until = $3,
                  override_by = $4,
-                 override_reason = $5
+                 override_reason = $5,
+                 timer_ends_at = CASE WHEN $6 THEN $3::timestamptz END,
+                 timer_restores_to = CASE WHEN $6 THEN status END,
+                 timer_action = NULL,
+                 timer_set_by = CASE WHEN $6 THEN $7 END
              WHERE entity = $1
              RETURNING moderation_version",
             entity.as_str(),
@@ -240,6 +251,8 @@ impl Store {
             until,
             moderator,
             reason,
+            timed,
+            crate::domain::OVERRIDE_TIMER,
         )
         .fetch_optional(&mut *tx)
         .await?
@@ -288,6 +301,7 @@ impl Store {
             "entity": entity,
             "status": status,
             "until": until,
+            "timed": timed,
             "moderator": moderator,
             "reason": reason,
             "moderation_version": version,
@@ -301,7 +315,7 @@ impl Store {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn record_decision(
+pub(super) async fn record_decision(
     tx: &mut Transaction<'_, Postgres>,
     entity: &str,
     kind: &str,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{EntityRecord, Result, Store, interval};
-use crate::domain::{AttributeReads, EntityId};
+use crate::domain::{AttributeReads, EntityId, Windows};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -25,6 +25,15 @@ pub struct ActionRecord {
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
     pub reversal_reason: Option<String>,
+}
+
+/// A label a live rule recorded on an entity: once, without changing its status.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct LabelRecord {
+    pub label: String,
+    pub rule: String,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
 }
 
 /// Which actions to list (all filters optional); `before` is the cursor: actions with a
@@ -88,8 +97,8 @@ impl Store {
         .await?)
     }
 
-    /// Automated actions applied in the last `window`, and those reversed within 24h of being
-    /// applied; overall and per rule (sorted by rule).
+    /// Automated actions applied in the last `window` (a timer's restore is none), and those
+    /// reversed within 24h of being applied; overall and per rule (sorted by rule).
     pub async fn reversal_counts(
         &self,
         window: std::time::Duration,
@@ -99,7 +108,8 @@ impl Store {
                     count(*) FILTER (WHERE reversed_at IS NOT NULL
                                        AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
              FROM actions
-             WHERE created_at >= now() - $1::interval
+             -- A timer's restore is no rule's decision: it is not in the reversal rate.
+             WHERE created_at >= now() - $1::interval AND action <> 'restore'
              GROUP BY rule ORDER BY rule"#,
             interval(window),
         )
@@ -148,7 +158,19 @@ impl Store {
 
     /// The entity row and its signal totals, read together by one statement (one moment).
     pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
-        self.entity_with(entity, false, true).await
+        self.entity_with(entity, false, &Windows::ALL).await
+    }
+
+    /// The labels recorded on the entity (`labels` on a rule), oldest first.
+    pub async fn labels_of(&self, entity: &EntityId) -> Result<Vec<LabelRecord>> {
+        Ok(sqlx::query_as!(
+            LabelRecord,
+            "SELECT label, rule, reason, created_at FROM entity_labels
+             WHERE entity = $1 ORDER BY created_at, label",
+            entity.as_str(),
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// As [`Store::entity`], also counting distinct actors when `with_actors`.
@@ -156,13 +178,13 @@ impl Store {
         &self,
         entity: &EntityId,
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
     ) -> Result<Option<EntityRecord>> {
         Ok(self
             .entity_records(
                 &[entity.as_str()],
                 with_actors,
-                with_windows,
+                windows,
                 AttributeReads::ALL,
             )
             .await?

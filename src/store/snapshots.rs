@@ -9,8 +9,8 @@ use sqlx::types::Json;
 
 use super::{Result, Store, StoreError, entity_or_report};
 use crate::domain::{
-    AttributeReads, Attributes, AuthorContext, EntityId, SignalStats, SignalTotals, Snapshot,
-    SnapshotAttributes, Status, WINDOWS,
+    AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats,
+    SignalTotals, Snapshot, SnapshotAttributes, Status, Timer, WINDOWS, Windows, parse_half_life,
 };
 
 /// An entity as the read API shows it.
@@ -34,6 +34,8 @@ pub struct EntityRecord {
     /// The latest moderator override, whether or not it is still in force.
     #[serde(rename = "override")]
     pub override_decision: Option<Override>,
+    /// The timed action in force, if any: when it ends and what its end restores.
+    pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
 }
@@ -52,7 +54,7 @@ impl Store {
     /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(&[entity.as_str()], with_actors, true, AttributeReads::ALL)
+            .snapshots(&[entity.as_str()], with_actors, &Windows::ALL, AttributeReads::ALL)
             .await?
             .into_values()
             .next())
@@ -64,10 +66,10 @@ impl Store {
         &self,
         entities: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
         attributes: AttributeReads,
     ) -> Result<HashMap<String, Snapshot>> {
-        self.entity_records(entities, with_actors, with_windows, attributes)
+        self.entity_records(entities, with_actors, windows, attributes)
             .await?
             .into_iter()
             .map(|record| {
@@ -92,6 +94,7 @@ impl Store {
                         .and_then(|a| entity_or_report(a, "an entity's author")),
                     attributes: record.attributes,
                     taken_at: record.read_at,
+                    timer: record.timer,
                 };
                 Ok((record.entity, snapshot))
             })
@@ -104,14 +107,25 @@ impl Store {
         &self,
         entities: &[&str],
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
         attributes: AttributeReads,
     ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
         // windows and (when asked) its distinct actors agree. Every figure is the folded part
-        // plus the events not folded yet (the views signal_counts and bucket_counts add them).
+        // plus the events not folded yet (the views signal_counts, bucket_counts and
+        // day_counts add them).
         let window_names: Vec<&str> = WINDOWS.iter().map(|(name, _)| *name).collect();
         let window_seconds: Vec<i64> = WINDOWS.iter().map(|(_, seconds)| *seconds).collect();
+        let day_names: Vec<&str> = DAY_WINDOWS.iter().map(|(name, _)| *name).collect();
+        let day_counts: Vec<i32> = DAY_WINDOWS.iter().map(|(_, days)| *days as i32).collect();
+        let half_lives: Vec<i64> = windows
+            .half_lives
+            .iter()
+            .map(|name| {
+                parse_half_life(name)
+                    .map_err(|e| StoreError::corrupt(format!("the half-life {name:?}"), e))
+            })
+            .collect::<Result<_>>()?;
         let rows = sqlx::query_as!(
             EntityRow,
             r#"SELECT e.entity, e.kind, e.status, e.moderation_version,
@@ -123,6 +137,7 @@ impl Store {
                     greatest(e.last_event_at, u.last_at) AS "last_event_at!",
                     e.evaluation_count, e.last_evaluated_at, now() AS "read_at!",
                     e.override_status, e.override_until, e.override_by, e.override_reason,
+                    e.timer_ends_at, e.timer_restores_to, e.timer_action, e.timer_set_by,
                     coalesce(u.author, e.author) AS author,
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
                      FROM signal_counts t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
@@ -138,6 +153,39 @@ impl Store {
                              AND b.bucket_start >= now() - interval '24 hours'
                            GROUP BY b.signal, win.name) w)
                     END AS "windows?: Json<WindowRows>",
+                    CASE WHEN $6 THEN
+                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
+                     FROM (SELECT d.signal, win.name, sum(d.count)::int8 AS count,
+                                  sum(d.weight_sum) AS weight
+                           FROM day_counts d
+                           JOIN UNNEST($7::text[], $8::int4[]) AS win(name, days)
+                             ON d.day >= (now() AT TIME ZONE 'UTC')::date - win.days
+                           WHERE d.entity = e.entity
+                             AND d.day >= (now() AT TIME ZONE 'UTC')::date - ($11::int4 - 1)
+                           GROUP BY d.signal, win.name) w)
+                    END AS "days?: Json<WindowRows>",
+                    -- Decayed counts: today's events by minute bucket, older ones by day, each
+                    -- aged from the start of its bucket.
+                    CASE WHEN cardinality($9::text[]) > 0 THEN
+                    (SELECT coalesce(json_agg(json_build_array(x.signal, x.name, x.value)), '[]')
+                     FROM (SELECT b.signal, hl.name,
+                                  sum(b.count * power(0.5::float8,
+                                      extract(epoch FROM now() - b.at)::float8
+                                      / hl.seconds)) AS value
+                           FROM (SELECT m.signal, m.bucket_start AS at, m.count
+                                 FROM bucket_counts m
+                                 WHERE m.entity = e.entity
+                                   AND m.bucket_start >= date_trunc('day', now(), 'UTC')
+                                 UNION ALL
+                                 SELECT d.signal, d.day::timestamp AT TIME ZONE 'UTC', d.count
+                                 FROM day_counts d
+                                 WHERE d.entity = e.entity
+                                   AND d.day < (now() AT TIME ZONE 'UTC')::date
+                                   AND d.day >= (now() AT TIME ZONE 'UTC')::date
+                                                - ($11::int4 - 1)) b
+                           CROSS JOIN UNNEST($9::text[], $10::int8[]) AS hl(name, seconds)
+                           GROUP BY b.signal, hl.name) x)
+                    END AS "decayed?: Json<Decayed>",
                     CASE WHEN $4 THEN
                         (SELECT coalesce(json_agg(json_build_array(a.signal, a.actors)), '[]')
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
@@ -145,7 +193,7 @@ impl Store {
                     END AS "actors?: Json<Actors>",
                     -- Attribute aggregates: the folded part (store/fold.rs) plus the events
                     -- not folded yet; read only for rules that use them.
-                    CASE WHEN $6 THEN
+                    CASE WHEN $12 THEN
                     (SELECT coalesce(json_agg(json_build_array(v.signal, v.attribute, v.value, v.count)), '[]')
                      FROM (SELECT x.signal, x.attribute, x.value, sum(x.count)::int8 AS count
                            FROM (SELECT f.signal, f.attribute, f.value, f.count
@@ -158,7 +206,7 @@ impl Store {
                                    AND jsonb_typeof(a.value) IN ('string', 'boolean')) x
                            GROUP BY 1, 2, 3) v)
                     END AS "attribute_values?: Json<AttributeValues>",
-                    CASE WHEN $6 THEN
+                    CASE WHEN $12 THEN
                     (SELECT coalesce(json_agg(json_build_array(n.signal, n.attribute, n.max, n.latest)), '[]')
                      FROM (SELECT x.signal, x.attribute, max(x.max) AS max,
                                   (array_agg(x.latest ORDER BY x.xid DESC NULLS LAST,
@@ -177,7 +225,7 @@ impl Store {
                     END AS "attribute_numbers?: Json<AttributeNumbers>",
                     -- The same per trailing window (the minute windows only), from the folded
                     -- minute buckets plus the events not folded yet.
-                    CASE WHEN $8 THEN
+                    CASE WHEN $14 THEN
                     (SELECT coalesce(json_agg(json_build_array(w.signal, w.attribute, w.value, w.name,
                                                                w.count, w.max)), '[]')
                      FROM (SELECT x.signal, x.attribute, x.value, win.name,
@@ -204,11 +252,11 @@ impl Store {
                            GROUP BY 1, 2, 3, 4) w)
                     END AS "attribute_windows?: Json<AttributeWindows>",
                     -- Context: the entity's latest, and its author's status, context and counts.
-                    CASE WHEN $7 THEN
+                    CASE WHEN $13 THEN
                         (SELECT c.attributes FROM entity_context c WHERE c.entity = e.entity
                          ORDER BY c.id DESC LIMIT 1)
                     END AS "context?: Json<Attributes>",
-                    CASE WHEN $7 AND au.id IS NOT NULL THEN
+                    CASE WHEN $13 AND au.id IS NOT NULL THEN
                         json_build_object(
                             'id', au.id,
                             'status', coalesce((SELECT a.status FROM entities a
@@ -234,7 +282,13 @@ impl Store {
             &window_names as &[&str],
             &window_seconds,
             with_actors,
-            with_windows,
+            windows.minutes,
+            windows.days,
+            &day_names as &[&str],
+            &day_counts,
+            &windows.half_lives,
+            &half_lives,
+            DAYS_KEPT as i32,
             attributes.events,
             attributes.context,
             attributes.windows,
@@ -242,7 +296,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|row| entity_record_from(row, with_windows, attributes))
+            .map(|row| entity_record_from(row, windows, attributes))
             .collect()
     }
 }
@@ -259,6 +313,8 @@ type AttributeValues = Vec<(String, String, String, i64)>;
 type AttributeNumbers = Vec<(String, String, f64, f64)>;
 /// (signal, attribute, value, window, events, max) per value ('' for a number) and window.
 type AttributeWindows = Vec<(String, String, String, String, i64, Option<f64>)>;
+/// (signal, half-life, decayed count) per row; NULL when no decayed count was read.
+type Decayed = Vec<(String, String, f64)>;
 
 /// An entity row as [`Store::entity_records`]' statement returns it.
 struct EntityRow {
@@ -277,9 +333,15 @@ struct EntityRow {
     override_until: Option<DateTime<Utc>>,
     override_by: Option<String>,
     override_reason: Option<String>,
+    timer_ends_at: Option<DateTime<Utc>>,
+    timer_restores_to: Option<String>,
+    timer_action: Option<i64>,
+    timer_set_by: Option<String>,
     author: Option<String>,
     totals: Json<Totals>,
     windows: Option<Json<WindowRows>>,
+    days: Option<Json<WindowRows>>,
+    decayed: Option<Json<Decayed>>,
     actors: Option<Json<Actors>>,
     attribute_values: Option<Json<AttributeValues>>,
     attribute_numbers: Option<Json<AttributeNumbers>>,
@@ -288,30 +350,38 @@ struct EntityRow {
     author_context: Option<Json<AuthorContext>>,
 }
 
-/// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
-/// part plus the events not folded yet), windows and, when read, distinct actors, each a JSON
-/// array of tuples.
-fn signal_stats_from(
-    Json(totals): Json<Totals>,
+/// The figures of a row's signals that [`Store::entity_records`] read.
+struct Figures {
+    totals: Json<Totals>,
     windows: Option<Json<WindowRows>>,
+    days: Option<Json<WindowRows>>,
+    decayed: Option<Json<Decayed>>,
     actors: Option<Json<Actors>>,
-    with_windows: bool,
-) -> BTreeMap<String, SignalStats> {
+}
+
+/// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
+/// part plus the events not folded yet), the windows and decayed counts asked for and, when
+/// read, distinct actors, each a JSON array of tuples. A figure read and found empty is 0, so
+/// that a snapshot tells what was read (and a backtest what it may replay).
+fn signal_stats_from(figures: Figures, read: &Windows) -> BTreeMap<String, SignalStats> {
+    let Json(totals) = figures.totals;
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    let minutes = WINDOWS.iter().filter(|_| read.minutes);
+    let days = DAY_WINDOWS.iter().filter(|_| read.days);
     for (signal, count, weight) in totals {
         let entry = stats.entry(signal).or_default();
         entry.count = count;
         entry.weight = weight;
-        if !with_windows {
-            continue;
-        }
-        for (name, _) in WINDOWS {
+        for (name, _) in minutes.clone().chain(days.clone()) {
             entry
                 .windows
-                .insert(name.to_owned(), SignalTotals::default());
+                .insert((*name).to_owned(), SignalTotals::default());
+        }
+        for half_life in &read.half_lives {
+            entry.decayed.insert(half_life.clone(), 0.0);
         }
     }
-    if let Some(Json(actors)) = actors {
+    if let Some(Json(actors)) = figures.actors {
         for stat in stats.values_mut() {
             stat.actors = Some(0);
         }
@@ -319,12 +389,20 @@ fn signal_stats_from(
             stats.entry(signal).or_default().actors = Some(count);
         }
     }
-    for (signal, window, count, weight) in windows.map(|Json(w)| w).unwrap_or_default() {
+    let windows = [figures.windows, figures.days].into_iter().flatten();
+    for (signal, window, count, weight) in windows.flat_map(|Json(w)| w) {
         stats
             .entry(signal)
             .or_default()
             .windows
             .insert(window, SignalTotals { count, weight });
+    }
+    for (signal, half_life, value) in figures.decayed.map(|Json(d)| d).unwrap_or_default() {
+        stats
+            .entry(signal)
+            .or_default()
+            .decayed
+            .insert(half_life, value);
     }
     stats
 }
@@ -381,10 +459,9 @@ fn attributes_from(
 /// An entity row as read by [`Store::entity_records`].
 fn entity_record_from(
     row: EntityRow,
-    with_windows: bool,
+    read: &Windows,
     reads: AttributeReads,
 ) -> Result<EntityRecord> {
-    let signals = signal_stats_from(row.totals, row.windows, row.actors, with_windows);
     let attributes = attributes_from(
         reads,
         row.attribute_values,
@@ -393,8 +470,30 @@ fn entity_record_from(
         row.context,
         row.author_context,
     );
+    let signals = signal_stats_from(
+        Figures {
+            totals: row.totals,
+            windows: row.windows,
+            days: row.days,
+            decayed: row.decayed,
+            actors: row.actors,
+        },
+        read,
+    );
     let entity = row.entity;
+    let timer = match (row.timer_ends_at, row.timer_restores_to) {
+        (Some(ends_at), Some(restores_to)) => Some(Timer {
+            ends_at,
+            restores_to: Status::parse(&restores_to).map_err(|e| {
+                StoreError::corrupt(format!("the status the timer of {entity} restores"), e)
+            })?,
+            action_id: row.timer_action,
+            set_by: row.timer_set_by.unwrap_or_default(),
+        }),
+        _ => None,
+    };
     Ok(EntityRecord {
+        timer,
         status: Status::parse(&row.status)
             .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
         override_decision: override_from(
@@ -407,7 +506,6 @@ fn entity_record_from(
         entity,
         kind: row.kind,
         moderation_version: row.moderation_version,
-        event_count: row.event_count,
         evaluated_event_count: row.evaluated_event_count,
         pending_since: row.pending_since,
         last_event_at: row.last_event_at,
@@ -417,6 +515,7 @@ fn entity_record_from(
         author: row.author,
         attributes,
         read_at: row.read_at,
+        event_count: row.event_count,
     })
 }
 

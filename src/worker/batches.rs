@@ -9,7 +9,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use crate::{
     coalesce::{Batching, Coalescer},
-    domain::{AttributeReads, EntityId, Snapshot},
+    domain::{AttributeReads, EntityId, Snapshot, Windows},
     store::{Completion, FencedEvaluation, Store, StoreError},
     telemetry::Timed,
 };
@@ -37,7 +37,7 @@ fn batching<Req>(name: &'static str) -> Batching<Req> {
 struct SnapshotRequest {
     entity: EntityId,
     with_actors: bool,
-    with_windows: bool,
+    windows: Windows,
     attributes: AttributeReads,
 }
 
@@ -77,14 +77,14 @@ impl EvaluationBatches {
         &self,
         entity: &EntityId,
         with_actors: bool,
-        with_windows: bool,
+        windows: &Windows,
         attributes: AttributeReads,
     ) -> Result<Option<Snapshot>> {
         self.snapshots
             .call(SnapshotRequest {
                 entity: entity.clone(),
                 with_actors,
-                with_windows,
+                windows: windows.clone(),
                 attributes,
             })
             .await
@@ -140,24 +140,20 @@ async fn read_snapshots(
 async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<Option<Snapshot>>> {
     let mut answers: Vec<Option<Result<Option<Snapshot>>>> =
         requests.iter().map(|_| None).collect();
-    let mut groups: HashMap<(bool, bool, AttributeReads), Vec<usize>> = HashMap::new();
+    let mut groups: HashMap<(bool, &Windows, AttributeReads), Vec<usize>> = HashMap::new();
     for (index, request) in requests.iter().enumerate() {
         groups
-            .entry((
-                request.with_actors,
-                request.with_windows,
-                request.attributes,
-            ))
+            .entry((request.with_actors, &request.windows, request.attributes))
             .or_default()
             .push(index);
     }
-    for ((with_actors, with_windows, attributes), members) in groups {
+    for ((with_actors, windows, attributes), members) in groups {
         let ids: Vec<&str> = members
             .iter()
             .map(|&i| requests[i].entity.as_str())
             .collect();
         let read = store
-            .snapshots_each(&ids, with_actors, with_windows, attributes)
+            .snapshots_each(&ids, with_actors, windows, attributes)
             .await;
         for (&i, answer) in members.iter().zip(read) {
             answers[i] = Some(answer);

@@ -17,8 +17,9 @@ use tracing::Instrument;
 
 use super::{Worker, lease::renew_while_running};
 use crate::{
-    domain::Priority,
+    domain::{Priority, Timer},
     queue::{Claim, Failed, QueueError},
+    rules::{Decision, Verdict},
     store::{Completion, FencedEvaluation, StoreError},
     telemetry::{Chain, names},
 };
@@ -308,18 +309,31 @@ impl Worker {
     async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
         let started_at = Utc::now();
         let rules = self.rules.current();
-        let snapshot = self
+        let mut snapshot = self
             .batches
             .snapshot(
                 &claim.entity,
                 rules.uses_actors(),
-                rules.uses_windows(),
+                rules.windows_for(claim.entity.kind()),
                 rules.attribute_reads(),
             )
             .instrument(step!("snapshot", claim))
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
-        let verdict = step!("rules", claim).in_scope(|| rules.evaluate(&snapshot));
+        // A timed action that has ended: this evaluation restores the entity and decides
+        // nothing else (`domain/timer.rs`). Its events stay owed (the evaluation records none
+        // as seen), and the entity is scheduled again for them below.
+        let restoring = snapshot.due_timer().is_some();
+        let new_events = snapshot.event_count > snapshot.previously_evaluated;
+        if restoring {
+            snapshot.event_count = snapshot.previously_evaluated;
+        }
+        let timer = snapshot.timer.clone();
+        let verdict = if restoring {
+            Verdict::default()
+        } else {
+            step!("rules", claim).in_scope(|| rules.evaluate(&snapshot))
+        };
         for (rule, error) in &verdict.shadow_errors {
             metrics::counter!(names::RULE_ERRORS).increment(1);
             tracing::warn!(%rule, %error, "shadow rule could not be evaluated");
@@ -336,8 +350,12 @@ impl Worker {
         for shadow in &verdict.shadow {
             metrics::counter!(names::SHADOW_HITS, "rule" => shadow.rule.clone()).increment(1);
         }
+        // Without a new event there is nothing new to decide on: an evaluation that a timer's
+        // schedule or a repair brought about acts only through its timer (so a restore is not
+        // undone at once by the same figures that took the timed action).
         let mut decision = verdict
             .to_apply(snapshot.status, snapshot.override_cap)
+            .filter(|_| new_events)
             .cloned();
         let dedup_key = decision.as_ref().map(|d| snapshot.dedup_key(&d.rule));
         // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
@@ -366,6 +384,14 @@ impl Worker {
             .instrument(step!("completion", claim))
             .await?;
         metrics::histogram!(names::EVENTS_PER_EVALUATION).record(collapsed as f64);
+        self.after_timers(
+            claim,
+            &decision,
+            timer,
+            restoring && new_events,
+            &completion,
+        )
+        .await;
         if let Completion::Applied {
             author: Some(author),
             ..
@@ -394,5 +420,64 @@ impl Worker {
             }
         }
         Ok(completion)
+    }
+
+    /// The schedule a completion leaves for timers: a timed action just applied is scheduled
+    /// at its end; a timer that this evaluation neither ended nor replaced is scheduled at its
+    /// end again (an event's evaluation came first and took its entry); after a restore, the
+    /// events it left owed are scheduled. Each is also found by the repair sweep if this is
+    /// lost (the timer is in Postgres), so a failure here only delays.
+    async fn after_timers(
+        &self,
+        claim: &Claim,
+        decision: &Option<Decision>,
+        timer: Option<Timer>,
+        events_owed: bool,
+        completion: &Completion,
+    ) {
+        let applied = matches!(completion, Completion::Applied { .. });
+        let timed = decision.as_ref().and_then(|d| d.duration_secs);
+        let ends_at = match (applied, timed, &timer) {
+            // The timer ends at Postgres' now() + duration, taken before this.
+            (true, Some(secs), _) => Some(Utc::now() + chrono::Duration::seconds(secs as i64)),
+            (false, _, Some(timer)) => Some(timer.ends_at),
+            _ => None,
+        };
+        if let Some(ends_at) = ends_at {
+            let entry = [(claim.entity.clone(), ends_at.timestamp_millis() + 1)];
+            if let Err(error) = self.queue.schedule_at(&entry, false).await {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "could not schedule a timed action's end; the sweep will");
+            }
+        }
+        if applied && decision.is_none() {
+            metrics::counter!(names::ACTIONS, "action" => "restore", "rule" => timer.map(|t| t.set_by).unwrap_or_default())
+                .increment(1);
+            tracing::info!(action = "restore", "a timed action ended: restored");
+            // The restore may have put a timer it displaced back in force: its end is due in
+            // Redis too (the sweep finds it otherwise).
+            match self.store.timer_of(&claim.entity).await {
+                Ok(Some(displaced)) => {
+                    let entry = [(
+                        claim.entity.clone(),
+                        displaced.ends_at.timestamp_millis() + 1,
+                    )];
+                    if let Err(error) = self.queue.schedule_at(&entry, false).await {
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "could not schedule a displaced timer's end; the sweep will");
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "could not read the timer after a restore; the sweep will schedule it")
+                }
+            }
+            if events_owed
+                && let Err(error) = self
+                    .queue
+                    .schedule(&[(claim.entity.clone(), Priority::Normal)])
+                    .await
+            {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "could not schedule the events a restore left; the sweep will");
+            }
+        }
     }
 }

@@ -191,6 +191,7 @@ async fn the_openapi_document_describes_every_route() {
         ("get", "/v1/actions"),
         ("post", "/v1/actions/{id}/reverse"),
         ("post", "/v1/entities/{entity}/override"),
+        ("post", "/v1/entities/{entity}/timer/end"),
         ("get", "/v1/stats/reversal-rate"),
         ("get", "/v1/rules"),
         ("post", "/v1/rules/reload"),

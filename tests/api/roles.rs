@@ -52,6 +52,12 @@ async fn every_route_answers_each_role_as_documented() {
         ),
         (
             "POST",
+            "/v1/entities/post:1/timer/end",
+            json!({"moderator": "m", "reason": "r"}),
+            &["moderator", "admin"],
+        ),
+        (
+            "POST",
             "/v1/rules/backtest",
             json!({"rules": "", "since": "1h"}),
             &["moderator", "admin"],

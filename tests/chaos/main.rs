@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use helpers::{TestOptions, spawn_app};
+use helpers::{TestOptions, spawn_app, wait_for};
 use load::{Tally, check_accounting, run_load};
 use private_redis::PrivateRedis;
 use rand::Rng;
@@ -72,6 +72,131 @@ async fn sigkilled_worker_processes_lose_nothing_and_duplicate_nothing() {
         worker.start_kill().unwrap();
         worker.wait().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make chaos"]
+async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_once() {
+    const USERS: usize = 30;
+    let dir = std::env::temp_dir().join(format!("quiesce-chaos-timers-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"timeout\"\nkinds = [\"user\"]\nwhen = 'count(\"report\") >= 2'\n\
+         action = \"suspend\"\nreason = \"{count.report} reports\"\nduration = \"8s\"\n",
+    )
+    .unwrap();
+    let app = spawn_app(TestOptions {
+        rules: Some(quiesce::rules::RuleSet::from_file(&rules).unwrap()),
+        ..TestOptions::idle().with(|s| {
+            s.moderation.rules = quiesce::settings::RulesSource::File(rules.clone());
+            s.schedule.debounce_window = Duration::from_millis(100);
+            s.schedule.max_wait = Duration::from_secs(1);
+            s.worker.lease = Duration::from_secs(2);
+            s.schedule.max_attempts = 1000;
+            s.maintenance.sweep_interval = Duration::from_secs(1);
+            s.maintenance.sweep_grace = Duration::from_secs(1);
+            s.database.backend_timeout = Duration::from_secs(1);
+        })
+    })
+    .await;
+    let mut workers: Vec<_> = (0..3)
+        .map(|i| app.spawn_worker_process(&format!("t{i}-0"), None))
+        .collect();
+    let events: Vec<serde_json::Value> = (0..USERS)
+        .flat_map(|u| {
+            (0..2)
+                .map(move |r| helpers::event(&format!("c{u}-{r}"), &format!("user:c{u}"), "report"))
+        })
+        .collect();
+    assert_eq!(
+        app.send(&serde_json::json!(events)).await,
+        (2 * USERS as u64, 0)
+    );
+    wait_for(Duration::from_secs(60), "every user suspended", || async {
+        app.scalar("SELECT count(*) FROM actions WHERE action = 'suspend'")
+            .await
+            == USERS as i64
+    })
+    .await;
+    // Every timer is pending: its end is in Redis' due set and in Postgres. The test's keys
+    // go (its prefix only: never the server's others), and workers die, while they wait.
+    let pending = app
+        .scalar("SELECT count(*) FROM entities WHERE timer_ends_at > now()")
+        .await;
+    assert!(pending > 0, "no timer pending at the wipe");
+    app.backends.queue.delete_prefix().await.unwrap();
+    let mut kills = 0;
+    let chaos = Instant::now();
+    while chaos.elapsed() < Duration::from_secs(12) {
+        let pause = rand::rng().random_range(200..800);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let victim = rand::rng().random_range(0..workers.len());
+        workers[victim].start_kill().unwrap();
+        workers[victim].wait().await.unwrap();
+        kills += 1;
+        workers[victim] = app.spawn_worker_process(&format!("t{victim}-{kills}"), None);
+        if kills == 5 {
+            app.backends.queue.delete_prefix().await.unwrap();
+        }
+    }
+    wait_for(Duration::from_secs(90), "every user restored", || async {
+        app.scalar(
+            "SELECT count(*) FROM entities WHERE status = 'visible' AND timer_ends_at IS NULL",
+        )
+        .await
+            == USERS as i64
+    })
+    .await;
+    // Give a late duplicate its chance: the sweep and a poll or two more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let per_entity = |action: &'static str| {
+        let app = &app;
+        async move {
+            sqlx::query_as::<_, (String, i64)>(
+                "SELECT entity, count(*) FROM actions WHERE action = $1 GROUP BY entity",
+            )
+            .bind(action)
+            .fetch_all(&app.pool)
+            .await
+            .unwrap()
+        }
+    };
+    for action in ["suspend", "restore"] {
+        let counts = per_entity(action).await;
+        assert_eq!(counts.len(), USERS, "{action}: {counts:?}");
+        assert!(counts.iter().all(|(_, n)| *n == 1), "{action}: {counts:?}");
+    }
+    let notes = app
+        .scalar(
+            "SELECT count(DISTINCT payload->>'entity') FROM outbox
+             WHERE topic = 'action.applied' AND payload->>'action' = 'restore'",
+        )
+        .await;
+    assert_eq!(notes, USERS as i64);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM outbox WHERE payload->>'action' = 'restore'")
+            .await,
+        USERS as i64
+    );
+    // No restore before its timer's end.
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM actions r JOIN actions s ON s.entity = r.entity
+             WHERE r.action = 'restore' AND s.action = 'suspend' AND r.created_at < s.ends_at"
+        )
+        .await,
+        0
+    );
+    eprintln!(
+        "chaos timers: {USERS} timed suspensions, {pending} pending at the wipe, {kills} kills, 2 wipes: 0 lost, 0 duplicate restores"
+    );
+    for mut worker in workers {
+        worker.start_kill().unwrap();
+        worker.wait().await.unwrap();
+    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

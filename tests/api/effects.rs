@@ -1,0 +1,120 @@
+//! Labels and exemptions in a running service: a label is recorded on the entity once,
+//! delivered by the outbox and shown, without changing the status; a rule may label and act
+//! together or only label; a matching `unless` keeps a rule from acting and the evaluation
+//! records that it was exempted.
+
+use std::time::Duration;
+
+use quiesce::rules::RuleSet;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, TestOptions, event, spawn_app};
+
+const RULES: &str = r#"
+[[rule]]
+name = "label_reported"
+kinds = ["post"]
+when = 'count("report") >= 2'
+labels = ["spam"]
+reason = "{count.report} reports"
+
+[[rule]]
+name = "hide_reported"
+kinds = ["post"]
+when = 'count("report") >= 3'
+action = "hide"
+labels = ["spam", "review"]
+unless = 'entity.startsWith("post:staff-")'
+reason = "{count.report} reports"
+"#;
+
+async fn reports(app: &TestApp, entity: &str, ids: std::ops::Range<usize>) {
+    let events: Vec<Value> = ids
+        .map(|i| event(&format!("{entity}-{i}"), entity, "report"))
+        .collect();
+    app.send(&json!(events)).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+}
+
+async fn labels(app: &TestApp, entity: &str) -> Vec<String> {
+    let (status, body) = app.get(&format!("/v1/entities/{entity}")).await;
+    assert_eq!(status, 200, "{body}");
+    body["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["label"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn label_notes(app: &TestApp, entity: &str) -> i64 {
+    app.scalar(&format!(
+        "SELECT count(*) FROM outbox WHERE topic = 'label.applied' AND payload->>'entity' = '{entity}'"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_recorded() {
+    let app = spawn_app(TestOptions {
+        rules: Some(RuleSet::from_toml(RULES).unwrap()),
+        ..TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(10))
+    })
+    .await;
+
+    // Two reports: a label alone, the status unchanged.
+    reports(&app, "post:1", 0..2).await;
+    assert_eq!(app.status_of("post:1").await, "visible");
+    assert_eq!(labels(&app, "post:1").await, ["spam"]);
+    assert_eq!(label_notes(&app, "post:1").await, 1);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:1'")
+            .await,
+        0
+    );
+
+    // A third: the hide and its labels; `spam` again is recorded and delivered once.
+    reports(&app, "post:1", 2..3).await;
+    assert_eq!(app.status_of("post:1").await, "hidden");
+    let mut now = labels(&app, "post:1").await;
+    now.sort();
+    assert_eq!(now, ["review", "spam"]);
+    assert_eq!(label_notes(&app, "post:1").await, 2);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:1'")
+            .await,
+        1
+    );
+
+    // A staff post: the hide rule is exempted (recorded with the evaluation); the other
+    // rule's label is given all the same.
+    reports(&app, "post:staff-1", 0..3).await;
+    assert_eq!(app.status_of("post:staff-1").await, "visible");
+    assert_eq!(labels(&app, "post:staff-1").await, ["spam"]);
+    let exempted: Value = sqlx::query_scalar(
+        "SELECT decisions->'exempted' FROM evaluations WHERE entity = 'post:staff-1'
+         ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(exempted, json!(["hide_reported"]));
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:staff-1'")
+            .await,
+        0
+    );
+
+    // The rules listing says what each rule does.
+    let (status, listing) = app.get("/v1/rules").await;
+    assert_eq!(status, 200, "{listing}");
+    let rules = listing["rules"].as_array().unwrap();
+    assert_eq!(rules[0]["action"], Value::Null, "{listing}");
+    assert_eq!(rules[0]["labels"], json!(["spam"]), "{listing}");
+    assert_eq!(rules[1]["action"], "hide", "{listing}");
+    assert_eq!(
+        rules[1]["unless"], r#"entity.startsWith("post:staff-")"#,
+        "{listing}"
+    );
+    assert_eq!(rules[1]["duration_secs"], Value::Null, "{listing}");
+}

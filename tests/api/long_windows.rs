@@ -1,0 +1,250 @@
+//! Long windows and decay over real day buckets: the 7d/30d/90d windows and decayed counts
+//! read the same before and after a fold, a fold keeps at most 91 day buckets per entity and
+//! signal, the bytes that costs per entity, and the default rules' strikes that expire.
+
+use std::time::Duration;
+
+use chrono::{DateTime, DurationRound, Utc};
+use quiesce::domain::{DAYS_KEPT, Windows, decay_weight};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The flag counts of the entity's 7d, 30d and 90d windows as the read API shows them.
+async fn day_windows(app: &TestApp, entity: &str) -> [Option<i64>; 3] {
+    let (status, body) = app.get(&format!("/v1/entities/{entity}")).await;
+    assert_eq!(status, 200, "{body}");
+    ["7d", "30d", "90d"].map(|w| body["signals"]["flag"]["windows"][w]["count"].as_i64())
+}
+
+/// The entity's decayed flag count with a 30-day half-life, as an evaluation reads it.
+async fn decayed(app: &TestApp, entity: &str) -> (f64, DateTime<Utc>) {
+    let read = Windows {
+        half_lives: vec!["30d".into()],
+        ..Windows::NONE
+    };
+    let snapshots = app
+        .backends
+        .store
+        .snapshots(&[entity], false, &read, Default::default())
+        .await
+        .unwrap();
+    let snapshot = &snapshots[entity];
+    (snapshot.signals["flag"].decayed["30d"], snapshot.taken_at)
+}
+
+/// The decayed count the receive times give at `now`: today's events aged from the start of
+/// their minute, older ones from the start of their UTC day, none older than 90 days.
+fn expected_decay(received: &[DateTime<Utc>], now: DateTime<Utc>) -> f64 {
+    let today = now.duration_trunc(chrono::Duration::days(1)).unwrap();
+    let oldest = today - chrono::Duration::days(DAYS_KEPT - 1);
+    received
+        .iter()
+        .filter(|at| **at >= oldest)
+        .map(|at| {
+            let unit = if *at >= today {
+                chrono::Duration::minutes(1)
+            } else {
+                chrono::Duration::days(1)
+            };
+            let start = at.duration_trunc(unit).unwrap();
+            decay_weight(
+                (now - start).num_microseconds().unwrap() as f64 / 1e6,
+                30 * 86_400,
+            )
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let ids = ["now-a", "now-b", "d3", "d10", "d40", "d100"];
+    let events: Vec<Value> = ids
+        .iter()
+        .map(|id| event(id, "post:long", "flag"))
+        .collect();
+    assert_eq!(app.send(&json!(events)).await, (6, 0));
+    for (id, days) in [("d3", 3), ("d10", 10), ("d40", 40), ("d100", 100)] {
+        app.age_events(&[id], DAY * days).await;
+    }
+    let received: Vec<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT received_at FROM events WHERE entity = 'post:long'")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+
+    // Unfolded: the reads add the events themselves.
+    let expected_windows = [Some(3), Some(4), Some(5)];
+    assert_eq!(day_windows(&app, "post:long").await, expected_windows);
+    let (value, at) = decayed(&app, "post:long").await;
+    let expected = expected_decay(&received, at);
+    assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
+    assert!(value > 2.5 && value < 5.0, "{value}");
+
+    // Folded: the day buckets give the same figures; the 100-day-old event is in the total
+    // only (older than any day bucket kept).
+    wait_for(Duration::from_secs(10), "the fold", || async {
+        app.backends.store.fold(&["post:long"], 1).await.unwrap();
+        app.scalar("SELECT count(*) FROM unfolded_events").await == 0
+    })
+    .await;
+    assert_eq!(
+        app.scalar("SELECT coalesce(sum(count), 0)::int8 FROM signal_days")
+            .await,
+        5
+    );
+    assert_eq!(app.scalar("SELECT count(*) FROM signal_days").await, 4);
+    assert_eq!(day_windows(&app, "post:long").await, expected_windows);
+    let (value, at) = decayed(&app, "post:long").await;
+    let expected = expected_decay(&received, at);
+    assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
+    let (_, body) = app.get("/v1/entities/post:long").await;
+    assert_eq!(body["signals"]["flag"]["count"], 6, "{body}");
+}
+
+#[tokio::test]
+async fn a_fold_keeps_at_most_91_day_buckets_per_entity_and_signal() {
+    let app = spawn_app(TestOptions::idle()).await;
+    app.send(&json!([event("e1", "post:kept", "flag")])).await;
+    // Day buckets for each of the last 120 days, as if folded over four months.
+    sqlx::query(
+        "INSERT INTO signal_days (entity, signal, day, count, weight_sum)
+         SELECT 'post:kept', 'flag', (now() AT TIME ZONE 'UTC')::date - d, 1, 1
+         FROM generate_series(1, 120) d",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(10), "the fold", || async {
+        app.backends.store.fold(&["post:kept"], 1).await.unwrap();
+        app.scalar("SELECT count(*) FROM unfolded_events").await == 0
+    })
+    .await;
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM signal_days WHERE entity = 'post:kept'")
+            .await,
+        DAYS_KEPT,
+        "today and the 90 days before"
+    );
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM signal_days WHERE entity = 'post:kept'
+             AND day < (now() AT TIME ZONE 'UTC')::date - 90"
+        )
+        .await,
+        0
+    );
+    // Today's bucket (the folded event) and the 90 days before: 91 events in the 90d window.
+    assert_eq!(day_windows(&app, "post:kept").await[2], Some(91));
+}
+
+/// The storage of day buckets per entity, at their bound (one signal, 91 days), for
+/// BENCHMARKS.md: `cargo test --test api bytes_per_entity -- --nocapture` prints it.
+#[tokio::test]
+async fn day_buckets_cost_a_bounded_number_of_bytes_per_entity() {
+    const ENTITIES: i64 = 2000;
+    let app = spawn_app(TestOptions::idle()).await;
+    sqlx::query(
+        "INSERT INTO signal_days (entity, signal, day, count, weight_sum)
+         SELECT 'user:' || e, 'auto.hide', (now() AT TIME ZONE 'UTC')::date - d, 1, 1
+         FROM generate_series(1, $1) e, generate_series(0, 90) d",
+    )
+    .bind(ENTITIES)
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query("VACUUM ANALYZE signal_days")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (heap, total): (i64, i64) = sqlx::query_as(
+        "SELECT pg_relation_size('signal_days'), pg_total_relation_size('signal_days')",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let per_entity = total / ENTITIES;
+    println!(
+        "day buckets at their bound (1 signal x 91 days): {} bytes per entity and signal \
+         ({} heap, {} with the primary key index)",
+        per_entity,
+        heap / ENTITIES,
+        per_entity
+    );
+    // 91 rows of about 60 bytes, a page's fill factor of 70% and the index: well under 16 KiB.
+    assert!(per_entity < 16 * 1024, "{per_entity} bytes per entity");
+}
+
+#[tokio::test]
+async fn an_authors_strikes_expire_under_the_default_rules() {
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
+    .await;
+    let hide_post = |post: usize| {
+        let events: Vec<Value> = (0..10)
+            .map(|i| {
+                json!({"id": format!("s{post}-{i}"), "entity": format!("post:{post}"),
+                       "type": "flag", "author": "user:55"})
+            })
+            .collect();
+        json!(events)
+    };
+    let strikes = |app: &TestApp| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT id FROM events WHERE entity = 'user:55' AND signal = 'auto.hide'",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    for post in 0..2 {
+        app.send(&hide_post(post)).await;
+    }
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(app.status_of("user:55").await, "visible", "two strikes");
+    // The two strikes are 40 days old (not folded yet: the author's reads take them from the
+    // events): each now weighs 0.5^(40/30) = 0.40.
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM signal_days WHERE entity = 'user:55'")
+            .await,
+        0
+    );
+    let old = strikes(&app).await;
+    assert_eq!(old.len(), 2, "{old:?}");
+    let old: Vec<&str> = old.iter().map(String::as_str).collect();
+    app.age_events(&old, DAY * 40).await;
+
+    // A third hide: 1 + 2 x 0.40 < 2.5, the old strikes have expired far enough.
+    app.send(&hide_post(2)).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(app.status_of("post:2").await, "hidden");
+    assert_eq!(app.status_of("user:55").await, "visible", "expired strikes");
+
+    // One more: 2 + 2 x 0.40 >= 2.5, suspended (the old strikes still count, decayed).
+    app.send(&hide_post(3)).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(app.status_of("user:55").await, "suspended");
+    let snapshot: Value = sqlx::query_scalar(
+        "SELECT snapshot FROM actions WHERE entity = 'user:55' AND rule = 'suspend_repeat_offender'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    // The action keeps what the rule read: the decayed count, for the backtest to replay.
+    let value = snapshot["signals"]["auto.hide"]["decayed"]["30d"]
+        .as_f64()
+        .unwrap();
+    assert!(value > 2.7 && value < 2.9, "{snapshot}");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM actions WHERE entity = 'user:55'")
+            .await,
+        1
+    );
+}
