@@ -7,7 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::{
-    domain::{Actor, EntityId, Priority, Status},
+    audit,
+    domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     queue::Queue,
     store::{EndedTimer, Reversal, Store, StoreError},
     telemetry::{Chain, names},
@@ -114,10 +115,22 @@ pub async fn end_timer(
     store: &Store,
     queue: &Queue,
     entity: &EntityId,
-    moderator: &str,
+    by: &Actor,
     reason: &str,
 ) -> Result<EndedTimer, StoreError> {
-    let ended = store.end_timer(entity, moderator, reason).await?;
+    let ended = store.end_timer(entity, &by.name, reason).await?;
+    let entry = AuditEntry {
+        action: AuditAction::TimerEnd,
+        subject: entity.to_string(),
+        before: Some(serde_json::json!({ "timer_ends_at": ended.was_to_end_at })),
+        after: Some(serde_json::json!({
+            "status": ended.status,
+            "moderation_version": ended.moderation_version,
+            "restore_action": ended.action_id,
+            "reason": reason,
+        })),
+    };
+    audit::record(store, by, entry).await;
     // A timer the ended one had displaced is in force again: its end is scheduled (the sweep
     // finds it otherwise).
     match store.timer_of(entity).await {

@@ -23,7 +23,7 @@ pub struct AuditArgs {
     /// Only this actor's decisions (the name recorded).
     #[arg(long)]
     actor: Option<String>,
-    /// Only this kind of decision: action.reverse, entity.override, dead_letter.redrive,
+    /// Only this kind of decision: action.reverse, entity.override, timer.end, dead_letter.redrive,
     /// rules.reload, shards.move, console.sign_in, console.sign_out.
     #[arg(long, value_parser = |raw: &str| AuditAction::parse(raw).ok_or_else(|| "not a kind of decision the audit trail records".to_owned()))]
     action: Option<AuditAction>,

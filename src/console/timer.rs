@@ -98,7 +98,7 @@ pub async fn end(
         &state.app.store,
         &state.app.queue,
         &entity,
-        &visit.user.name,
+        &visit.actor(),
         &reason,
     )
     .await?;

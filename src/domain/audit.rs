@@ -46,6 +46,8 @@ pub enum AuditAction {
     Reverse,
     #[serde(rename = "entity.override")]
     Override,
+    #[serde(rename = "timer.end")]
+    TimerEnd,
     #[serde(rename = "dead_letter.redrive")]
     Redrive,
     #[serde(rename = "rules.reload")]
@@ -59,9 +61,10 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 7] = [
+    pub const ALL: [AuditAction; 8] = [
         AuditAction::Reverse,
         AuditAction::Override,
+        AuditAction::TimerEnd,
         AuditAction::Redrive,
         AuditAction::RulesReload,
         AuditAction::ShardsMove,
@@ -73,6 +76,7 @@ impl AuditAction {
         match self {
             AuditAction::Reverse => "action.reverse",
             AuditAction::Override => "entity.override",
+            AuditAction::TimerEnd => "timer.end",
             AuditAction::Redrive => "dead_letter.redrive",
             AuditAction::RulesReload => "rules.reload",
             AuditAction::ShardsMove => "shards.move",

@@ -24,7 +24,7 @@ const MAX_TEXT: usize = 1000;
     get,
     path = "/v1/audit",
     tag = "admin",
-    description = "The audit trail: every reversal, override, redrive, rules reload, shard move and console sign-in and sign-out, with who made it (the name they gave, the token's label, the role), from which address, and the state before and after; newest first. Append-only. Role admin.",
+    description = "The audit trail: every reversal, override, timed action ended early, redrive, rules reload, shard move and console sign-in and sign-out, with who made it (the name they gave, the token's label, the role), from which address, and the state before and after; newest first. Append-only. Role admin.",
     params(
         ("actor" = Option<String>, Query, pattern = r"^[^\x00]{1,1000}$", description = "Only this actor's (the name recorded)"),
         ("action" = Option<AuditAction>, Query, description = "Only this kind of decision"),

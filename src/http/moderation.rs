@@ -320,6 +320,7 @@ pub async fn override_entity(
 )]
 pub async fn end_timer(
     State(state): State<AppState>,
+    requester: Requester,
     path: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
@@ -328,7 +329,8 @@ pub async fn end_timer(
     let object = json_object(&body, &["moderator", "reason"])?;
     let moderator = required_text(&object, "moderator")?;
     let reason = required_text(&object, "reason")?;
-    let ended = moderation::end_timer(&state.store, &state.queue, &entity, moderator, reason)
+    let by = requester.actor(moderator);
+    let ended = moderation::end_timer(&state.store, &state.queue, &entity, &by, reason)
         .await
         .map_err(store_error)?;
     Ok(Json(json!(ended)))

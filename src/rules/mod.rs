@@ -6,8 +6,8 @@
 mod attributes;
 mod check;
 mod condition;
-mod declared;
 pub(crate) mod decay;
+mod declared;
 mod effects;
 mod verdict;
 
@@ -147,7 +147,8 @@ impl RuleSet {
             attribute_reads.events |= read.events;
             attribute_reads.context |= read.context;
             attribute_reads.windows |= read.windows;
-            let windows_read = decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
+            let windows_read =
+                decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
             window_reads.push((spec.kinds.clone(), windows_read));
             let duration = spec
                 .duration
@@ -174,7 +175,8 @@ impl RuleSet {
                 attribute_reads.events |= read.events;
                 attribute_reads.context |= read.context;
                 attribute_reads.windows |= read.windows;
-                let windows_read = decay::reads(source).map_err(|e| fail(format!("`unless`: {e}")))?;
+                let windows_read =
+                    decay::reads(source).map_err(|e| fail(format!("`unless`: {e}")))?;
                 window_reads.push((spec.kinds.clone(), windows_read));
             }
             let rule = Rule {

@@ -43,9 +43,7 @@ impl Store {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), entities = ids.len(), "snapshot batch failed; reading one by one");
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [ids[i]];
-                    let read = self
-                        .snapshots(&one, with_actors, windows, attributes)
-                        .await;
+                    let read = self.snapshots(&one, with_actors, windows, attributes).await;
                     read.map(|mut found| found.remove(one[0]))
                 })
                 .await;

@@ -54,7 +54,12 @@ impl Store {
     /// the database), so the rules see one moment. `None` for an entity with no events.
     pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(&[entity.as_str()], with_actors, &Windows::ALL, AttributeReads::ALL)
+            .snapshots(
+                &[entity.as_str()],
+                with_actors,
+                &Windows::ALL,
+                AttributeReads::ALL,
+            )
             .await?
             .into_values()
             .next())

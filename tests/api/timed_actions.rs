@@ -219,6 +219,15 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         .await,
         1
     );
+    // The early end is in the audit trail, with the moderator who ended it.
+    assert_eq!(
+        app.scalar(
+            "SELECT count(*) FROM audit_log WHERE subject = 'user:t3' AND action = 'timer.end'
+               AND actor = 'mod:ana' AND after->>'status' = 'visible'"
+        )
+        .await,
+        1
+    );
 
     // A timed override: hidden for 1 s, then the status it found (visible) again.
     let (status, body) = app

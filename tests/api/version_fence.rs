@@ -184,7 +184,12 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     upvote_each(&app, &names).await;
     let store = &app.backends.store;
     let snapshots = store
-        .snapshots(&names, false, &quiesce::domain::Windows::NONE, Default::default())
+        .snapshots(
+            &names,
+            false,
+            &quiesce::domain::Windows::NONE,
+            Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(snapshots.len(), 3, "one statement reads all three");
@@ -303,7 +308,12 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
         let entity = quiesce::domain::EntityId::parse(name).unwrap();
         async move {
             let snapshot = batches
-                .snapshot(&entity, false, &quiesce::domain::Windows::NONE, Default::default())
+                .snapshot(
+                    &entity,
+                    false,
+                    &quiesce::domain::Windows::NONE,
+                    Default::default(),
+                )
                 .await
                 .unwrap()
                 .unwrap();
@@ -363,7 +373,12 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
     let unknown = quiesce::domain::EntityId::parse("post:never-seen").unwrap();
     assert!(
         batches
-            .snapshot(&unknown, false, &quiesce::domain::Windows::NONE, Default::default())
+            .snapshot(
+                &unknown,
+                false,
+                &quiesce::domain::Windows::NONE,
+                Default::default()
+            )
             .await
             .unwrap()
             .is_none()
@@ -389,7 +404,12 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
         let entity = quiesce::domain::EntityId::parse(name).unwrap();
         snapshots.push(
             batches
-                .snapshot(&entity, false, &quiesce::domain::Windows::NONE, Default::default())
+                .snapshot(
+                    &entity,
+                    false,
+                    &quiesce::domain::Windows::NONE,
+                    Default::default(),
+                )
                 .await
                 .unwrap()
                 .unwrap(),
