@@ -54,6 +54,12 @@ pub async fn get_entity(
     let pending = schedule.due_at_ms.is_some()
         || schedule.lease_until_ms.is_some()
         || record.event_count > record.evaluated_event_count;
+    // What the read found of attributes and context; `read` (what a snapshot read) says
+    // nothing here: this read reads them all.
+    let mut attributes = json!(record.attributes);
+    if let Some(object) = attributes.as_object_mut() {
+        object.remove("read");
+    }
     Ok(Json(json!({
         "entity": record.entity,
         "kind": record.kind,
@@ -72,7 +78,7 @@ pub async fn get_entity(
         },
         "last_event_at": record.last_event_at,
         "override": record.override_decision,
-        "attributes": record.attributes,
+        "attributes": attributes,
         "timer": record.timer,
         "labels": labels,
     })))
