@@ -29,7 +29,7 @@ use tokio::sync::Semaphore;
 
 pub use self::{
     replay::{AddedAction, EntityDiff, RuleTally, Tally},
-    report::{Coverage, Estimate, Report, RuleReport, Transition},
+    report::{Coverage, Estimate, LabelReport, Report, RuleReport, Transition},
     text::{render_sweep, render_text},
 };
 use crate::{

@@ -79,6 +79,17 @@ pub struct RuleTally {
     pub errors: u64,
 }
 
+/// Entities given one label, by the rules in force and by the candidate (a label is given
+/// once per entity).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelTally {
+    pub in_force: u64,
+    pub candidate: u64,
+    pub kept: u64,
+    pub added: u64,
+    pub removed: u64,
+}
+
 /// Everything the replay of every entity so far adds up to.
 #[derive(Debug)]
 pub struct Tally {
@@ -97,6 +108,8 @@ pub struct Tally {
     pub without_context: u64,
     pub entities: u64,
     pub by_rule: BTreeMap<String, RuleTally>,
+    /// Per label: the entities the rules in force and the candidate would have given it.
+    pub labels: BTreeMap<String, LabelTally>,
     /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
     pub overall: RuleTally,
     /// (in force, candidate) final status -> entities.
@@ -150,6 +163,7 @@ impl Tally {
             without_context: 0,
             entities: 0,
             by_rule: BTreeMap::new(),
+            labels: BTreeMap::new(),
             overall: RuleTally::default(),
             transitions: BTreeMap::new(),
             final_differs: 0,
@@ -200,6 +214,8 @@ impl Tally {
         // action, live (`worker/pipeline.rs`) as here.
         let mut covered: Option<i64> = None;
         let entity = evaluations[0].entity.clone();
+        let labels_in_force = evaluations[0].labels_in_force.clone();
+        let mut labels_given: std::collections::BTreeSet<String> = Default::default();
         let mut removed_reversed: Vec<Removed> = Vec::new();
         let mut added: Vec<Added> = Vec::new();
         for evaluation in evaluations {
@@ -257,6 +273,10 @@ impl Tally {
             } else {
                 None
             };
+            // Labels as the worker gives them: from live rules that hold, on new events.
+            if verdict.errors.is_empty() && new_events {
+                labels_given.extend(verdict.labels.iter().map(|l| l.label.clone()));
+            }
             let live = evaluation.applied.as_ref();
             let compared =
                 self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
@@ -308,6 +328,7 @@ impl Tally {
             candidate_status = Some(decision.map_or(status, |d| d.action.status()));
         }
         self.settle_reversals(removed_reversed, &mut added);
+        self.compare_labels(&labels_in_force, &labels_given);
         let (Some(mut live_final), Some(mut candidate_final)) = (live_status, candidate_status)
         else {
             return;
@@ -406,6 +427,30 @@ impl Tally {
         compared
     }
 
+    /// The labels the rules in force gave an entity beside those the candidate would have.
+    fn compare_labels(
+        &mut self,
+        in_force: &[String],
+        candidate: &std::collections::BTreeSet<String>,
+    ) {
+        for label in in_force {
+            let tally = self.labels.entry(label.clone()).or_default();
+            tally.in_force += 1;
+            if candidate.contains(label) {
+                tally.kept += 1;
+            } else {
+                tally.removed += 1;
+            }
+        }
+        for label in candidate {
+            let tally = self.labels.entry(label.clone()).or_default();
+            tally.candidate += 1;
+            if !in_force.contains(label) {
+                tally.added += 1;
+            }
+        }
+    }
+
     /// Each reversed action the candidate removed is a reversal saved, unless the candidate
     /// took that action on the entity after the previous reversal of it and before this one:
     /// then those actions of the candidate count as reversed instead.
@@ -499,6 +544,7 @@ mod tests {
                 reversed_at: None,
             }),
             restored: None,
+            labels_in_force: Vec::new(),
         }
     }
 

@@ -111,6 +111,18 @@ impl RuleReport {
     }
 }
 
+/// One label: the entities the rules in force gave it in the window, and those the candidate
+/// would have (a label is given once per entity).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct LabelReport {
+    pub label: String,
+    pub in_force: u64,
+    pub backtest: u64,
+    pub kept: u64,
+    pub added: u64,
+    pub removed: u64,
+}
+
 /// Entities whose final status differs, from one status to another.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Transition {
@@ -140,6 +152,9 @@ pub struct Report {
     pub coverage: Coverage,
     pub overall: RuleReport,
     pub rules: Vec<RuleReport>,
+    /// Per label (`labels` on a rule): entities labelled by the rules in force and by the
+    /// candidate.
+    pub labels: Vec<LabelReport>,
     /// Entities whose status at the end of the window would differ.
     pub final_status_differs: u64,
     pub final_status_transitions: Vec<Transition>,
@@ -260,6 +275,18 @@ impl Report {
                         line.reads_recorded_actions = signals.clone();
                     }
                     line
+                })
+                .collect(),
+            labels: tally
+                .labels
+                .iter()
+                .map(|(label, t)| LabelReport {
+                    label: label.clone(),
+                    in_force: t.in_force,
+                    backtest: t.candidate,
+                    kept: t.kept,
+                    added: t.added,
+                    removed: t.removed,
                 })
                 .collect(),
             final_status_differs: tally.final_differs,

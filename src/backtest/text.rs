@@ -91,6 +91,13 @@ pub fn render_text(report: &Report, label: &str) -> String {
     rows.extend(report.rules.iter().map(row));
     rows.push(row(&report.overall));
     table(&mut out, &rows);
+    for l in &report.labels {
+        let _ = writeln!(
+            out,
+            "label {}: {} entities in force, {} in the backtest ({} kept, {} added, {} removed)",
+            l.label, l.in_force, l.backtest, l.kept, l.added, l.removed
+        );
+    }
     out.push('\n');
     let _ = writeln!(
         out,

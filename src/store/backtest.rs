@@ -60,6 +60,9 @@ pub struct ReplayedEvaluation {
     /// The status a timed action's end restored in this evaluation (its action is a
     /// `restore`, not a rule's): the replay takes it as it takes a moderator's decision.
     pub restored: Option<Status>,
+    /// The labels live rules gave the entity in the window (each once per entity), the same
+    /// on every evaluation of the entity.
+    pub labels_in_force: Vec<String>,
 }
 
 /// A moderator's latest reversal or override of an entity.
@@ -196,7 +199,30 @@ impl Store {
         )
         .fetch_all(&mut *tx)
         .await?;
+        let labels = sqlx::query!(
+            "SELECT entity, label FROM entity_labels
+             WHERE entity = ANY($1) AND created_at >= $2 AND created_at < $3
+             ORDER BY entity, label",
+            &entities as &[&str],
+            since,
+            until,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
+        let mut labelled: HashMap<String, Vec<String>> = HashMap::new();
+        for row in labels {
+            labelled.entry(row.entity).or_default().push(row.label);
+        }
+        let page = page
+            .into_iter()
+            .map(|mut evaluation| {
+                if let Some(labels) = labelled.get(&evaluation.entity) {
+                    evaluation.labels_in_force = labels.clone();
+                }
+                evaluation
+            })
+            .collect();
         let decisions = decisions
             .into_iter()
             .map(|row| {
@@ -262,5 +288,6 @@ fn replayed_from(row: ReplayRow) -> Result<ReplayedEvaluation> {
         snapshot,
         applied,
         restored,
+        labels_in_force: Vec::new(),
     })
 }

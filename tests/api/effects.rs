@@ -117,4 +117,42 @@ async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_record
         "{listing}"
     );
     assert_eq!(rules[1]["duration_secs"], Value::Null, "{listing}");
+
+    // The backtest replays labels: the rules in force give exactly the labels recorded
+    // (post:1 spam and review, post:staff-1 spam), and a candidate without the label-only
+    // rule still labels post:1 (its hide rule does) but removes post:staff-1's.
+    let backtest = |rules: String| {
+        let app = &app;
+        async move {
+            let (status, report) = app
+                .post_json("/v1/rules/backtest", json!({"rules": rules, "since": "1h"}))
+                .await;
+            assert_eq!(status, 200, "{report}");
+            report
+        }
+    };
+    let identity = backtest(RULES.to_owned()).await;
+    assert_eq!(
+        identity["labels"],
+        json!([
+            {"label": "review", "in_force": 1, "backtest": 1, "kept": 1, "added": 0, "removed": 0},
+            {"label": "spam", "in_force": 2, "backtest": 2, "kept": 2, "added": 0, "removed": 0},
+        ]),
+        "{identity}"
+    );
+    let without = RULES.replace("labels = [\"spam\"]\n", "action = \"flag\"\n");
+    assert_ne!(without, RULES);
+    let report = backtest(without).await;
+    let spam = report["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["label"] == "spam")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        spam,
+        json!({"label": "spam", "in_force": 2, "backtest": 1, "kept": 1, "added": 0, "removed": 1}),
+        "{report}"
+    );
 }
