@@ -14,6 +14,7 @@
 //! - [`report`]: the report, its reversal-rate estimate and interval;
 //! - [`text`]: the report as the CLI prints it.
 
+mod compare;
 mod replay;
 mod report;
 pub mod sweep;

@@ -8,6 +8,7 @@ mod console;
 mod context;
 mod dead_letters;
 mod deliveries;
+mod entity_rows;
 mod evaluations;
 mod events;
 mod fold;

@@ -1,0 +1,253 @@
+//! An entity row as the snapshot read (`snapshots.rs`) returns it, and what it becomes: the
+//! signal figures (totals, windows, decayed counts, distinct actors), the attribute figures and
+//! context, the timer and the override of an [`EntityRecord`].
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+
+use super::{EntityRecord, Override, Result, StoreError};
+use crate::domain::{
+    AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, SignalStats, SignalTotals,
+    SnapshotAttributes, Status, Timer, WINDOWS, Windows,
+};
+
+/// (signal, count, weight) per signal.
+pub(super) type Totals = Vec<(String, i64, f64)>;
+/// (signal, window, count, weight) per row; NULL when the windows were not read.
+pub(super) type WindowRows = Vec<(String, String, i64, f64)>;
+/// (signal, distinct actors) per signal; NULL when the actors were not counted.
+pub(super) type Actors = Vec<(String, i64)>;
+/// (signal, attribute, value, events) per value of a string or boolean attribute.
+pub(super) type AttributeValues = Vec<(String, String, String, i64)>;
+/// (signal, attribute, max, latest) per number attribute.
+pub(super) type AttributeNumbers = Vec<(String, String, f64, f64)>;
+/// (signal, attribute, value, window, events, max) per value ('' for a number) and window.
+pub(super) type AttributeWindows = Vec<(String, String, String, String, i64, Option<f64>)>;
+/// (signal, half-life, decayed count) per row; NULL when no decayed count was read.
+pub(super) type Decayed = Vec<(String, String, f64)>;
+
+/// An entity row as [`Store::entity_records`]' statement returns it.
+pub(super) struct EntityRow {
+    pub(super) entity: String,
+    pub(super) kind: String,
+    pub(super) status: String,
+    pub(super) moderation_version: i64,
+    pub(super) event_count: i64,
+    pub(super) evaluated_event_count: i64,
+    pub(super) pending_since: Option<DateTime<Utc>>,
+    pub(super) last_event_at: DateTime<Utc>,
+    pub(super) evaluation_count: i64,
+    pub(super) last_evaluated_at: Option<DateTime<Utc>>,
+    pub(super) read_at: DateTime<Utc>,
+    pub(super) override_status: Option<String>,
+    pub(super) override_until: Option<DateTime<Utc>>,
+    pub(super) override_by: Option<String>,
+    pub(super) override_reason: Option<String>,
+    pub(super) timer_ends_at: Option<DateTime<Utc>>,
+    pub(super) timer_restores_to: Option<String>,
+    pub(super) timer_action: Option<i64>,
+    pub(super) timer_set_by: Option<String>,
+    pub(super) author: Option<String>,
+    pub(super) totals: Json<Totals>,
+    pub(super) windows: Option<Json<WindowRows>>,
+    pub(super) days: Option<Json<WindowRows>>,
+    pub(super) decayed: Option<Json<Decayed>>,
+    pub(super) actors: Option<Json<Actors>>,
+    pub(super) attribute_values: Option<Json<AttributeValues>>,
+    pub(super) attribute_numbers: Option<Json<AttributeNumbers>>,
+    pub(super) attribute_windows: Option<Json<AttributeWindows>>,
+    pub(super) context: Option<Json<Attributes>>,
+    pub(super) author_context: Option<Json<AuthorContext>>,
+}
+
+/// The figures of a row's signals that [`Store::entity_records`] read.
+struct Figures {
+    totals: Json<Totals>,
+    windows: Option<Json<WindowRows>>,
+    days: Option<Json<WindowRows>>,
+    decayed: Option<Json<Decayed>>,
+    actors: Option<Json<Actors>>,
+}
+
+/// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
+/// part plus the events not folded yet), the windows and decayed counts asked for and, when
+/// read, distinct actors, each a JSON array of tuples. A figure read and found empty is 0, so
+/// that a snapshot tells what was read (and a backtest what it may replay).
+fn signal_stats_from(figures: Figures, read: &Windows) -> BTreeMap<String, SignalStats> {
+    let Json(totals) = figures.totals;
+    let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    let minutes = WINDOWS.iter().filter(|_| read.minutes);
+    let days = DAY_WINDOWS.iter().filter(|_| read.days);
+    for (signal, count, weight) in totals {
+        let entry = stats.entry(signal).or_default();
+        entry.count = count;
+        entry.weight = weight;
+        for (name, _) in minutes.clone().chain(days.clone()) {
+            entry
+                .windows
+                .insert((*name).to_owned(), SignalTotals::default());
+        }
+        for half_life in &read.half_lives {
+            entry.decayed.insert(half_life.clone(), 0.0);
+        }
+    }
+    if let Some(Json(actors)) = figures.actors {
+        for stat in stats.values_mut() {
+            stat.actors = Some(0);
+        }
+        for (signal, count) in actors {
+            stats.entry(signal).or_default().actors = Some(count);
+        }
+    }
+    let windows = [figures.windows, figures.days].into_iter().flatten();
+    for (signal, window, count, weight) in windows.flat_map(|Json(w)| w) {
+        stats
+            .entry(signal)
+            .or_default()
+            .windows
+            .insert(window, SignalTotals { count, weight });
+    }
+    for (signal, half_life, value) in figures.decayed.map(|Json(d)| d).unwrap_or_default() {
+        stats
+            .entry(signal)
+            .or_default()
+            .decayed
+            .insert(half_life, value);
+    }
+    stats
+}
+
+/// The attribute figures of an entity row, as far as they were read.
+fn attributes_from(
+    read: AttributeReads,
+    values: Option<Json<AttributeValues>>,
+    numbers: Option<Json<AttributeNumbers>>,
+    windows: Option<Json<AttributeWindows>>,
+    context: Option<Json<Attributes>>,
+    author: Option<Json<AuthorContext>>,
+) -> SnapshotAttributes {
+    let mut attributes = SnapshotAttributes {
+        read,
+        context: context.map(|Json(c)| c).unwrap_or_default(),
+        author: author.map(|Json(a)| a),
+        ..Default::default()
+    };
+    for (signal, attribute, value, count) in values.map(|Json(v)| v).unwrap_or_default() {
+        let stats = attributes.events.entry(signal).or_default();
+        stats
+            .entry(attribute)
+            .or_default()
+            .values
+            .insert(value, count);
+    }
+    for (signal, attribute, max, latest) in numbers.map(|Json(n)| n).unwrap_or_default() {
+        let stats = attributes.events.entry(signal).or_default();
+        let stats = stats.entry(attribute).or_default();
+        stats.max = Some(max);
+        stats.latest = Some(latest);
+    }
+    for (signal, attribute, value, window, count, max) in
+        windows.map(|Json(w)| w).unwrap_or_default()
+    {
+        let stats = attributes.events.entry(signal).or_default();
+        let window = stats
+            .entry(attribute)
+            .or_default()
+            .windows
+            .entry(window)
+            .or_default();
+        match max {
+            Some(max) => window.max = Some(max),
+            None => {
+                window.values.insert(value, count);
+            }
+        }
+    }
+    attributes
+}
+
+/// An entity row as read by [`Store::entity_records`].
+pub(super) fn entity_record_from(
+    row: EntityRow,
+    read: &Windows,
+    reads: AttributeReads,
+) -> Result<EntityRecord> {
+    let attributes = attributes_from(
+        reads,
+        row.attribute_values,
+        row.attribute_numbers,
+        row.attribute_windows,
+        row.context,
+        row.author_context,
+    );
+    let signals = signal_stats_from(
+        Figures {
+            totals: row.totals,
+            windows: row.windows,
+            days: row.days,
+            decayed: row.decayed,
+            actors: row.actors,
+        },
+        read,
+    );
+    let entity = row.entity;
+    let timer = match (row.timer_ends_at, row.timer_restores_to) {
+        (Some(ends_at), Some(restores_to)) => Some(Timer {
+            ends_at,
+            restores_to: Status::parse(&restores_to).map_err(|e| {
+                StoreError::corrupt(format!("the status the timer of {entity} restores"), e)
+            })?,
+            action_id: row.timer_action,
+            set_by: row.timer_set_by.unwrap_or_default(),
+        }),
+        _ => None,
+    };
+    Ok(EntityRecord {
+        timer,
+        status: Status::parse(&row.status)
+            .map_err(|e| StoreError::corrupt(format!("the status of entity {entity}"), e))?,
+        override_decision: override_from(
+            &entity,
+            row.override_status,
+            row.override_until,
+            row.override_by,
+            row.override_reason,
+        )?,
+        entity,
+        kind: row.kind,
+        moderation_version: row.moderation_version,
+        evaluated_event_count: row.evaluated_event_count,
+        pending_since: row.pending_since,
+        last_event_at: row.last_event_at,
+        evaluation_count: row.evaluation_count,
+        last_evaluated_at: row.last_evaluated_at,
+        signals,
+        author: row.author,
+        attributes,
+        read_at: row.read_at,
+        event_count: row.event_count,
+    })
+}
+
+/// The latest override of the entity, if one was ever set (status and expiry both present).
+fn override_from(
+    entity: &str,
+    status: Option<String>,
+    until: Option<DateTime<Utc>>,
+    by: Option<String>,
+    reason: Option<String>,
+) -> Result<Option<Override>> {
+    match (status, until) {
+        (Some(status), Some(until)) => Ok(Some(Override {
+            status: Status::parse(&status).map_err(|e| {
+                StoreError::corrupt(format!("the override status of entity {entity}"), e)
+            })?,
+            until,
+            by: by.unwrap_or_default(),
+            reason: reason.unwrap_or_default(),
+        })),
+        _ => Ok(None),
+    }
+}
