@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
-use super::replay::Tally;
 use crate::{domain::Action, store::AppliedAction};
 
 /// Which side's action one evaluation counted as removed or added, overall and by rule.
@@ -39,127 +38,181 @@ pub(super) struct Added {
     pub(super) repeats: bool,
 }
 
-impl Tally {
-    /// Counts one evaluation's actions on both sides; a removed action's reversal is counted
-    /// (as saved or not) once the entity's whole replay is known (`settle_reversals`).
-    pub(super) fn compare(
-        &mut self,
-        live: Option<&AppliedAction>,
-        candidate: Option<(&str, Action)>,
-    ) -> Compared {
-        let mut compared = Compared::default();
-        let overall = &mut self.overall;
-        match (live, candidate) {
-            (Some(l), Some((_, action))) if l.action == action => {
+/// Counts of one rule (or of all of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuleTally {
+    /// Actions the rules in force took, and how many of them moderators reversed within 24h.
+    pub live: u64,
+    pub live_reversed: u64,
+    /// Actions the candidate would have taken.
+    pub candidate: u64,
+    /// Taken by both: the same rule, the same action, on the same evaluation.
+    pub kept: u64,
+    pub kept_reversed: u64,
+    /// Taken by the candidate only.
+    pub added: u64,
+    /// Taken by the rules in force only; of those, the ones moderators reversed that the
+    /// candidate never took on the entity before the reversal: the reversals it saves.
+    pub removed: u64,
+    pub removed_reversed: u64,
+    /// Taken by the candidate only, repeating an action of the rules in force (the same action
+    /// on the same entity, sooner or later) before a moderator reversed that one: a reversal
+    /// the candidate does not save, so it counts as reversed in its expected reversal rate.
+    pub repeated_reversed: u64,
+    /// Evaluations on which the candidate's rule could not be evaluated.
+    pub errors: u64,
+}
+
+/// Entities given one label, by the rules in force and by the candidate (a label is given
+/// once per entity).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelTally {
+    pub in_force: u64,
+    pub candidate: u64,
+    pub kept: u64,
+    pub added: u64,
+    pub removed: u64,
+}
+
+/// The tally of rule `name`, made empty the first time.
+pub(super) fn rule_entry<'a>(
+    by_rule: &'a mut BTreeMap<String, RuleTally>,
+    name: &str,
+) -> &'a mut RuleTally {
+    if !by_rule.contains_key(name) {
+        by_rule.insert(name.to_owned(), RuleTally::default());
+    }
+    by_rule.get_mut(name).expect("inserted")
+}
+
+/// Counts one evaluation's actions on both sides; a removed action's reversal is counted
+/// (as saved or not) once the entity's whole replay is known (`settle_reversals`).
+pub(super) fn compare(
+    overall: &mut RuleTally,
+    by_rule: &mut BTreeMap<String, RuleTally>,
+    live: Option<&AppliedAction>,
+    candidate: Option<(&str, Action)>,
+) -> Compared {
+    let mut compared = Compared::default();
+    match (live, candidate) {
+        (Some(l), Some((_, action))) if l.action == action => {
+            overall.live += 1;
+            overall.candidate += 1;
+            overall.kept += 1;
+            if l.reversed_within_24h {
+                overall.live_reversed += 1;
+                overall.kept_reversed += 1;
+            }
+        }
+        (live, candidate) => {
+            if let Some(l) = live {
                 overall.live += 1;
-                overall.candidate += 1;
-                overall.kept += 1;
+                overall.removed += 1;
+                compared.removed_overall = true;
                 if l.reversed_within_24h {
                     overall.live_reversed += 1;
-                    overall.kept_reversed += 1;
                 }
             }
-            (live, candidate) => {
-                if let Some(l) = live {
-                    overall.live += 1;
-                    overall.removed += 1;
-                    compared.removed_overall = true;
-                    if l.reversed_within_24h {
-                        overall.live_reversed += 1;
-                    }
-                }
-                if candidate.is_some() {
-                    overall.candidate += 1;
-                    overall.added += 1;
-                    compared.added_overall = true;
-                }
+            if candidate.is_some() {
+                overall.candidate += 1;
+                overall.added += 1;
+                compared.added_overall = true;
             }
         }
-        match (live, candidate) {
-            (Some(l), Some((rule, action))) if l.rule == rule && l.action == action => {
-                let tally = self.rule(rule);
+    }
+    match (live, candidate) {
+        (Some(l), Some((rule, action))) if l.rule == rule && l.action == action => {
+            let tally = rule_entry(by_rule, rule);
+            tally.live += 1;
+            tally.candidate += 1;
+            tally.kept += 1;
+            if l.reversed_within_24h {
+                tally.live_reversed += 1;
+                tally.kept_reversed += 1;
+            }
+        }
+        (live, candidate) => {
+            if let Some(l) = live {
+                let tally = rule_entry(by_rule, &l.rule);
                 tally.live += 1;
-                tally.candidate += 1;
-                tally.kept += 1;
+                tally.removed += 1;
+                compared.removed_by_rule = true;
                 if l.reversed_within_24h {
                     tally.live_reversed += 1;
-                    tally.kept_reversed += 1;
                 }
             }
-            (live, candidate) => {
-                if let Some(l) = live {
-                    let tally = self.rule(&l.rule);
-                    tally.live += 1;
-                    tally.removed += 1;
-                    compared.removed_by_rule = true;
-                    if l.reversed_within_24h {
-                        tally.live_reversed += 1;
-                    }
-                }
-                if let Some((rule, _)) = candidate {
-                    let tally = self.rule(rule);
-                    tally.candidate += 1;
-                    tally.added += 1;
-                    compared.added_by_rule = true;
-                }
-            }
-        }
-        compared
-    }
-
-    /// The labels the rules in force gave an entity beside those the candidate would have.
-    pub(super) fn compare_labels(&mut self, in_force: &[String], candidate: &BTreeSet<String>) {
-        for label in in_force {
-            let tally = self.labels.entry(label.clone()).or_default();
-            tally.in_force += 1;
-            if candidate.contains(label) {
-                tally.kept += 1;
-            } else {
-                tally.removed += 1;
-            }
-        }
-        for label in candidate {
-            let tally = self.labels.entry(label.clone()).or_default();
-            tally.candidate += 1;
-            if !in_force.contains(label) {
+            if let Some((rule, _)) = candidate {
+                let tally = rule_entry(by_rule, rule);
+                tally.candidate += 1;
                 tally.added += 1;
+                compared.added_by_rule = true;
             }
         }
     }
+    compared
+}
 
-    /// Each reversed action the candidate removed is a reversal saved, unless the candidate
-    /// took that action on the entity after the previous reversal of it and before this one:
-    /// then those actions of the candidate count as reversed instead.
-    pub(super) fn settle_reversals(&mut self, mut removed: Vec<Removed>, added: &mut [Added]) {
-        removed.sort_by_key(|r| r.reversed_at);
-        let mut previous: BTreeMap<Action, DateTime<Utc>> = BTreeMap::new();
-        for r in removed {
-            let from = previous.insert(r.action, r.reversed_at);
-            let mut repeated = false;
-            for a in added.iter_mut().filter(|a| {
-                !a.repeats
-                    && a.action == r.action
-                    && a.at < r.reversed_at
-                    && from.is_none_or(|from| a.at >= from)
-            }) {
-                a.repeats = true;
-                repeated = true;
-                if a.overall {
-                    self.overall.repeated_reversed += 1;
-                }
-                if a.by_rule {
-                    self.rule(&a.rule).repeated_reversed += 1;
-                }
+/// The labels the rules in force gave an entity beside those the candidate would have.
+pub(super) fn compare_labels(
+    labels: &mut BTreeMap<String, LabelTally>,
+    in_force: &[String],
+    candidate: &BTreeSet<String>,
+) {
+    for label in in_force {
+        let tally = labels.entry(label.clone()).or_default();
+        tally.in_force += 1;
+        if candidate.contains(label) {
+            tally.kept += 1;
+        } else {
+            tally.removed += 1;
+        }
+    }
+    for label in candidate {
+        let tally = labels.entry(label.clone()).or_default();
+        tally.candidate += 1;
+        if !in_force.contains(label) {
+            tally.added += 1;
+        }
+    }
+}
+
+/// Each reversed action the candidate removed is a reversal saved, unless the candidate
+/// took that action on the entity after the previous reversal of it and before this one:
+/// then those actions of the candidate count as reversed instead.
+pub(super) fn settle_reversals(
+    overall: &mut RuleTally,
+    by_rule: &mut BTreeMap<String, RuleTally>,
+    mut removed: Vec<Removed>,
+    added: &mut [Added],
+) {
+    removed.sort_by_key(|r| r.reversed_at);
+    let mut previous: BTreeMap<Action, DateTime<Utc>> = BTreeMap::new();
+    for r in removed {
+        let from = previous.insert(r.action, r.reversed_at);
+        let mut repeated = false;
+        for a in added.iter_mut().filter(|a| {
+            !a.repeats
+                && a.action == r.action
+                && a.at < r.reversed_at
+                && from.is_none_or(|from| a.at >= from)
+        }) {
+            a.repeats = true;
+            repeated = true;
+            if a.overall {
+                overall.repeated_reversed += 1;
             }
-            if repeated {
-                continue;
+            if a.by_rule {
+                rule_entry(by_rule, &a.rule).repeated_reversed += 1;
             }
-            if r.overall {
-                self.overall.removed_reversed += 1;
-            }
-            if r.by_rule {
-                self.rule(&r.rule).removed_reversed += 1;
-            }
+        }
+        if repeated {
+            continue;
+        }
+        if r.overall {
+            overall.removed_reversed += 1;
+        }
+        if r.by_rule {
+            rule_entry(by_rule, &r.rule).removed_reversed += 1;
         }
     }
 }

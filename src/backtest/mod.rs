@@ -29,7 +29,8 @@ use std::{
 use tokio::sync::Semaphore;
 
 pub use self::{
-    replay::{AddedAction, EntityDiff, RuleTally, Tally},
+    compare::{LabelTally, RuleTally},
+    replay::{AddedAction, EntityDiff, Tally},
     report::{Coverage, Estimate, LabelReport, Report, RuleReport, Transition},
     text::{render_sweep, render_text},
 };

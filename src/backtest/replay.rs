@@ -22,7 +22,9 @@ use chrono::{DateTime, Utc};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 
-use self::super::compare::{Added, Removed};
+use super::compare::{
+    Added, LabelTally, Removed, RuleTally, compare, compare_labels, rule_entry, settle_reversals,
+};
 use crate::{
     domain::{Action, Snapshot, Status},
     rules::{RuleSet, decay},
@@ -53,42 +55,6 @@ pub struct EntityDiff {
     pub entity: String,
     pub in_force: Status,
     pub backtest: Status,
-}
-
-/// Counts of one rule (or of all of them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleTally {
-    /// Actions the rules in force took, and how many of them moderators reversed within 24h.
-    pub live: u64,
-    pub live_reversed: u64,
-    /// Actions the candidate would have taken.
-    pub candidate: u64,
-    /// Taken by both: the same rule, the same action, on the same evaluation.
-    pub kept: u64,
-    pub kept_reversed: u64,
-    /// Taken by the candidate only.
-    pub added: u64,
-    /// Taken by the rules in force only; of those, the ones moderators reversed that the
-    /// candidate never took on the entity before the reversal: the reversals it saves.
-    pub removed: u64,
-    pub removed_reversed: u64,
-    /// Taken by the candidate only, repeating an action of the rules in force (the same action
-    /// on the same entity, sooner or later) before a moderator reversed that one: a reversal
-    /// the candidate does not save, so it counts as reversed in its expected reversal rate.
-    pub repeated_reversed: u64,
-    /// Evaluations on which the candidate's rule could not be evaluated.
-    pub errors: u64,
-}
-
-/// Entities given one label, by the rules in force and by the candidate (a label is given
-/// once per entity).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelTally {
-    pub in_force: u64,
-    pub candidate: u64,
-    pub kept: u64,
-    pub added: u64,
-    pub removed: u64,
 }
 
 /// Everything the replay of every entity so far adds up to.
@@ -144,13 +110,6 @@ impl Tally {
             // A fixed seed: the same data gives the same sample.
             rng: StdRng::seed_from_u64(18),
         }
-    }
-
-    pub(super) fn rule(&mut self, name: &str) -> &mut RuleTally {
-        if !self.by_rule.contains_key(name) {
-            self.by_rule.insert(name.to_owned(), RuleTally::default());
-        }
-        self.by_rule.get_mut(name).expect("inserted")
     }
 
     /// Replays one entity's evaluations (any order; sorted here) and the moderator's latest
@@ -236,7 +195,7 @@ impl Tally {
             snapshot.status = status;
             let verdict = candidate.evaluate(&snapshot);
             for (rule, _) in &verdict.errors {
-                self.rule(rule).errors += 1;
+                rule_entry(&mut self.by_rule, rule).errors += 1;
             }
             // A live rule that fails would have dead-lettered the entity: nothing applied.
             let decision = if verdict.errors.is_empty() && new_events {
@@ -249,8 +208,12 @@ impl Tally {
                 labels_given.extend(verdict.labels.iter().map(|l| l.label.clone()));
             }
             let live = evaluation.applied.as_ref();
-            let compared =
-                self.compare(live, decision.as_ref().map(|d| (d.rule.as_str(), d.action)));
+            let compared = compare(
+                &mut self.overall,
+                &mut self.by_rule,
+                live,
+                decision.as_ref().map(|d| (d.rule.as_str(), d.action)),
+            );
             if let Some(l) = live
                 && (compared.removed_overall || compared.removed_by_rule)
                 && l.reversed_within_24h
@@ -298,8 +261,13 @@ impl Tally {
             live_status = Some(live.map_or(seen, |l| l.new_status));
             candidate_status = Some(decision.map_or(status, |d| d.action.status()));
         }
-        self.settle_reversals(removed_reversed, &mut added);
-        self.compare_labels(&labels_in_force, &labels_given);
+        settle_reversals(
+            &mut self.overall,
+            &mut self.by_rule,
+            removed_reversed,
+            &mut added,
+        );
+        compare_labels(&mut self.labels, &labels_in_force, &labels_given);
         let (Some(mut live_final), Some(mut candidate_final)) = (live_status, candidate_status)
         else {
             return;

@@ -6,7 +6,10 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::replay::{AddedAction, EntityDiff, RuleTally, Tally};
+use super::{
+    compare::RuleTally,
+    replay::{AddedAction, EntityDiff, Tally},
+};
 use crate::{domain::Status, rules::RuleSet};
 
 /// z for a two-sided 95% interval.
