@@ -6,7 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
-use crate::{domain::Action, store::AppliedAction};
+use crate::{
+    domain::{Action, Snapshot},
+    rules::{RuleSet, Verdict},
+    store::AppliedAction,
+};
 
 /// Which side's action one evaluation counted as removed or added, overall and by rule.
 #[derive(Debug, Default)]
@@ -213,6 +217,45 @@ pub(super) fn settle_reversals(
         }
         if r.by_rule {
             rule_entry(by_rule, &r.rule).removed_reversed += 1;
+        }
+    }
+}
+
+/// A canary rule's (`rollout`) evaluations and matches, in its live share of entities and in
+/// the rest, where it runs as a shadow rule.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CanaryTally {
+    pub live_evaluations: u64,
+    pub live_matches: u64,
+    pub shadow_evaluations: u64,
+    pub shadow_matches: u64,
+}
+
+/// Counts, for each canary rule of `candidate` that applies to the snapshot's kind, the
+/// evaluation and whether the rule matched, in the group the entity falls in.
+pub(super) fn tally_canaries(
+    canaries: &mut BTreeMap<String, CanaryTally>,
+    candidate: &RuleSet,
+    snapshot: &Snapshot,
+    verdict: &Verdict,
+) {
+    let applies = |kinds: &[String]| kinds.is_empty() || kinds.iter().any(|k| k == &snapshot.kind);
+    for rule in candidate.rules() {
+        if rule.rollout.is_none() || rule.shadow || !applies(&rule.kinds) {
+            continue;
+        }
+        let matched = verdict
+            .matched
+            .iter()
+            .chain(&verdict.shadow)
+            .any(|d| d.rule == rule.name);
+        let tally = canaries.entry(rule.name.clone()).or_default();
+        if rule.live_for(&snapshot.entity) {
+            tally.live_evaluations += 1;
+            tally.live_matches += u64::from(matched);
+        } else {
+            tally.shadow_evaluations += 1;
+            tally.shadow_matches += u64::from(matched);
         }
     }
 }

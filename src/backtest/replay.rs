@@ -23,7 +23,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 
 use super::compare::{
-    Added, LabelTally, Removed, RuleTally, compare, compare_labels, rule_entry, settle_reversals,
+    Added, CanaryTally, LabelTally, Removed, RuleTally, compare, compare_labels, rule_entry,
+    settle_reversals, tally_canaries,
 };
 use crate::{
     domain::{Action, Snapshot, Status},
@@ -75,6 +76,8 @@ pub struct Tally {
     pub without_context: u64,
     pub entities: u64,
     pub by_rule: BTreeMap<String, RuleTally>,
+    /// Per canary rule of the candidate: evaluations and matches in its live share and out.
+    pub canaries: BTreeMap<String, CanaryTally>,
     /// Per label: the entities the rules in force and the candidate would have given it.
     pub labels: BTreeMap<String, LabelTally>,
     /// All rules: here an action is kept when both take it on an evaluation, whichever rule.
@@ -101,6 +104,7 @@ impl Tally {
             entities: 0,
             by_rule: BTreeMap::new(),
             labels: BTreeMap::new(),
+            canaries: BTreeMap::new(),
             overall: RuleTally::default(),
             transitions: BTreeMap::new(),
             final_differs: 0,
@@ -194,6 +198,7 @@ impl Tally {
             };
             snapshot.status = status;
             let verdict = candidate.evaluate(&snapshot);
+            tally_canaries(&mut self.canaries, candidate, &snapshot, &verdict);
             for (rule, _) in &verdict.errors {
                 rule_entry(&mut self.by_rule, rule).errors += 1;
             }

@@ -86,6 +86,10 @@ pub struct RuleReport {
     /// were recorded: they do not follow the candidate's own actions on other entities.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reads_recorded_actions: Vec<String>,
+    /// For a canary rule of the candidate (`rollout`): its matches per 1,000 evaluations in the
+    /// share of entities where it is live and in the rest, where it is a shadow rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryReport>,
     /// Evaluations on which the rule failed (a live rule failing dead-letters the entity).
     pub errors: u64,
 }
@@ -109,9 +113,23 @@ impl RuleReport {
                 t.kept + t.repeated_reversed,
             ),
             reads_recorded_actions: Vec::new(),
+            canary: None,
             errors: t.errors,
         }
     }
+}
+
+/// A canary rule's two groups of entities, side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CanaryReport {
+    pub rollout: f64,
+    pub live_evaluations: u64,
+    pub live_matches: u64,
+    /// Matches per 1,000 evaluations in the live share; `None` without an evaluation there.
+    pub live_per_1000: Option<f64>,
+    pub shadow_evaluations: u64,
+    pub shadow_matches: u64,
+    pub shadow_per_1000: Option<f64>,
 }
 
 /// One label: the entities the rules in force gave it in the window, and those the candidate
@@ -276,6 +294,26 @@ impl Report {
                     let mut line = RuleReport::from_tally(name.clone(), mode(name), t);
                     if let Some((_, signals)) = recorded.iter().find(|(rule, _)| rule == name) {
                         line.reads_recorded_actions = signals.clone();
+                    }
+                    let rollout = candidate
+                        .rules()
+                        .iter()
+                        .find(|r| &r.name == name)
+                        .and_then(|r| r.rollout);
+                    if let Some(rollout) = rollout {
+                        let t = tally.canaries.get(name).cloned().unwrap_or_default();
+                        let per_1000 = |matches: u64, of: u64| {
+                            (of > 0).then(|| 1000.0 * matches as f64 / of as f64)
+                        };
+                        line.canary = Some(CanaryReport {
+                            rollout,
+                            live_evaluations: t.live_evaluations,
+                            live_matches: t.live_matches,
+                            live_per_1000: per_1000(t.live_matches, t.live_evaluations),
+                            shadow_evaluations: t.shadow_evaluations,
+                            shadow_matches: t.shadow_matches,
+                            shadow_per_1000: per_1000(t.shadow_matches, t.shadow_evaluations),
+                        });
                     }
                     line
                 })

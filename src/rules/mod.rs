@@ -9,6 +9,7 @@ mod condition;
 pub(crate) mod decay;
 mod declared;
 mod effects;
+mod rollout;
 mod verdict;
 
 use std::{
@@ -76,6 +77,10 @@ struct RuleSpec {
     /// A timed action: how long it holds (`"24h"`) before quiesce restores the entity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     duration: Option<String>,
+    /// A canary: the share of entities (0 to 1, stable per entity and rule) for which the rule
+    /// is live; for the others it runs as a shadow rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rollout: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -92,6 +97,8 @@ pub struct Rule {
     /// A timed action's length (`duration`); `None`: until something changes it.
     pub duration: Option<std::time::Duration>,
     duration_text: Option<String>,
+    /// A canary's share of entities (`rollout`); `None`: live for all (or shadow for all).
+    pub rollout: Option<f64>,
     reason: String,
     program: Program,
 }
@@ -179,9 +186,17 @@ impl RuleSet {
                     decay::reads(source).map_err(|e| fail(format!("`unless`: {e}")))?;
                 window_reads.push((spec.kinds.clone(), windows_read));
             }
+            if let Some(share) = spec.rollout
+                && !(share > 0.0 && share <= 1.0)
+            {
+                return Err(fail(
+                    "`rollout` must be a share above 0 and at most 1".into(),
+                ));
+            }
             let rule = Rule {
                 duration,
                 duration_text: spec.duration,
+                rollout: spec.rollout,
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
@@ -239,6 +254,7 @@ impl RuleSet {
                 reason: rule.reason.clone(),
                 shadow: rule.shadow,
                 duration: rule.duration_text.clone(),
+                rollout: rule.rollout,
             })
             .collect()
     }
@@ -333,10 +349,12 @@ impl RuleSet {
                 },
                 other => other,
             };
+            // A canary rule is live only for its share of entities, a shadow rule elsewhere.
+            let shadow = rule.shadow || !rule.live_for(&snapshot.entity);
             match matched {
                 Ok(true) => {
                     let reason = render_reason(&rule.reason, snapshot);
-                    if !rule.shadow {
+                    if !shadow {
                         verdict
                             .labels
                             .extend(rule.labels.iter().map(|label| LabelDecision {
@@ -352,7 +370,7 @@ impl RuleSet {
                             reason,
                             duration_secs: rule.duration.map(|d| d.as_secs()),
                         };
-                        if rule.shadow {
+                        if shadow {
                             verdict.shadow.push(decision);
                         } else {
                             verdict.matched.push(decision);
@@ -360,7 +378,7 @@ impl RuleSet {
                     }
                 }
                 Ok(false) => {}
-                Err(error) if rule.shadow => verdict.shadow_errors.push((rule.name.clone(), error)),
+                Err(error) if shadow => verdict.shadow_errors.push((rule.name.clone(), error)),
                 Err(error) => verdict.errors.push((rule.name.clone(), error)),
             }
         }

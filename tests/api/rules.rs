@@ -318,3 +318,71 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
     assert_eq!(folded("auto.hide").await, 3);
     assert_eq!(folded("auto.hide.reversed").await, 1);
 }
+
+#[tokio::test]
+async fn a_canary_rule_acts_only_on_its_share_of_entities_and_the_backtest_compares_the_two_groups()
+{
+    const CANARY: &str = r#"
+[[rule]]
+name = "trial_flag"
+kinds = ["post"]
+when = 'count("flag") >= 2'
+action = "flag"
+reason = "{count.flag} flags"
+rollout = 0.5
+"#;
+    let rules = quiesce::rules::RuleSet::from_toml(CANARY).unwrap();
+    let app = crate::helpers::spawn_app(crate::helpers::TestOptions {
+        rules: Some(quiesce::rules::RuleSet::from_toml(CANARY).unwrap()),
+        ..crate::helpers::TestOptions::default()
+    })
+    .await;
+    let posts: Vec<String> = (0..40).map(|i| format!("post:c{i}")).collect();
+    let events: Vec<serde_json::Value> = posts
+        .iter()
+        .flat_map(|p| (0..2).map(move |i| crate::helpers::event(&format!("{p}-{i}"), p, "flag")))
+        .collect();
+    app.send(&serde_json::json!(events)).await;
+    app.wait_settled(std::time::Duration::from_secs(30)).await;
+    let mut live = 0;
+    for post in &posts {
+        let entity = quiesce::domain::EntityId::parse(post).unwrap();
+        let in_share = rules.rules()[0].live_for(&entity);
+        live += usize::from(in_share);
+        let expected = if in_share { "flagged" } else { "visible" };
+        assert_eq!(app.status_of(post).await, expected, "{post}");
+    }
+    assert!(live > 5 && live < 35, "a share of about half: {live}");
+    // Out of its share the rule ran as a shadow rule: its matches are recorded there.
+    let shadow_hits = app
+        .scalar(
+            "SELECT count(*) FROM evaluations
+             WHERE decisions->'shadow' @> '[{\"rule\": \"trial_flag\"}]'",
+        )
+        .await;
+    assert_eq!(shadow_hits, (posts.len() - live) as i64);
+    // The backtest of the rules in force reproduces the actions and compares the two groups.
+    let (status, report) = app
+        .post_json(
+            "/v1/rules/backtest",
+            serde_json::json!({"rules": CANARY, "since": "1h"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["overall"]["added"], 0, "{report}");
+    assert_eq!(report["overall"]["removed"], 0, "{report}");
+    let line = report["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "trial_flag")
+        .unwrap();
+    let canary = &line["canary"];
+    assert_eq!(canary["rollout"], 0.5, "{report}");
+    assert_eq!(canary["live_matches"], live, "{report}");
+    assert_eq!(canary["shadow_matches"], posts.len() - live, "{report}");
+    assert_eq!(
+        canary["live_per_1000"], 1000.0,
+        "every live evaluation matched: {report}"
+    );
+}
