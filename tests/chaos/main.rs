@@ -149,8 +149,9 @@ async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_
             == USERS as i64
     })
     .await;
-    // Give a late duplicate its chance: the sweep and a poll or two more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every entity evaluated and the queue drained: no claim is left that could still apply a
+    // late duplicate restore.
+    app.wait_settled(Duration::from_secs(60)).await;
     let per_entity = |action: &'static str| {
         let app = &app;
         async move {
