@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Postgres, Transaction, types::Json};
+use sqlx::{PgExecutor, types::Json};
 
 use super::{Result, Store, interval};
 use crate::domain::{Actor, AuditEntry};
@@ -43,10 +43,7 @@ pub struct AuditFilter {
 impl Store {
     /// Records a decision that already took effect.
     pub async fn record_audit(&self, actor: &Actor, entry: &AuditEntry) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        record_audit_in(&mut tx, actor, entry).await?;
-        tx.commit().await?;
-        Ok(())
+        record_audit_in(&self.pool, actor, entry).await
     }
 
     /// A page of the audit trail, newest first.
@@ -91,9 +88,9 @@ impl Store {
     }
 }
 
-/// Records a decision inside the transaction that makes it.
+/// Records a decision: inside the transaction that makes it, or on its own.
 pub(super) async fn record_audit_in(
-    tx: &mut Transaction<'_, Postgres>,
+    executor: impl PgExecutor<'_>,
     actor: &Actor,
     entry: &AuditEntry,
 ) -> Result<()> {
@@ -111,7 +108,7 @@ pub(super) async fn record_audit_in(
         entry.before.as_ref().map(Json) as Option<Json<&serde_json::Value>>,
         entry.after.as_ref().map(Json) as Option<Json<&serde_json::Value>>,
     )
-    .execute(&mut **tx)
+    .execute(executor)
     .await?;
     Ok(())
 }

@@ -160,7 +160,7 @@ impl Store {
         )
         .await?;
         record_audit_in(
-            &mut tx,
+            &mut *tx,
             by,
             &AuditEntry {
                 action: AuditAction::Reverse,
@@ -260,7 +260,7 @@ impl Store {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
         })?;
         record_audit_in(
-            &mut tx,
+            &mut *tx,
             by,
             &AuditEntry {
                 action: AuditAction::Override,
