@@ -276,29 +276,8 @@ mod tests {
 
     use crate::{
         domain::{AttributeStats, AuthorContext, Scalar, Snapshot, SnapshotAttributes, Status},
-        rules::RuleSet,
+        rules::declared::rule_over_declarations as rule,
     };
-
-    const DECLARED: &str = r#"
-[attributes.event.reason]
-type = "string"
-values = ["spam", "abuse"]
-[attributes.event.score]
-type = "number"
-[attributes.event.trusted]
-type = "boolean"
-[attributes.entity.account_age_days]
-type = "number"
-[attributes.entity.role]
-type = "string"
-"#;
-
-    fn rule(when: &str) -> Result<RuleSet, String> {
-        RuleSet::from_toml(&format!(
-            "{DECLARED}\n[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
-        ))
-        .map_err(|e| e.to_string())
-    }
 
     /// Flags with reasons (3 spam, 1 abuse) and scores (max 0.95, latest 0.4); the entity's
     /// context and its author's.

@@ -279,10 +279,10 @@ fn check_window(name: &str, window: Option<&IdedExpr>) -> Result<(), String> {
     }
 }
 
+/// A rule set of one rule, `when`, over these declarations: what the tests of the attribute
+/// functions and of their check at load share.
 #[cfg(test)]
-mod tests {
-    use crate::rules::RuleSet;
-
+pub(super) fn rule_over_declarations(when: &str) -> Result<super::RuleSet, String> {
     const DECLARED: &str = r#"
 [attributes.event.reason]
 type = "string"
@@ -296,13 +296,16 @@ type = "number"
 [attributes.entity.role]
 type = "string"
 "#;
+    super::RuleSet::from_toml(&format!(
+        "{DECLARED}\n[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
+    ))
+    .map_err(|e| e.to_string())
+}
 
-    fn rule(when: &str) -> Result<RuleSet, String> {
-        RuleSet::from_toml(&format!(
-            "{DECLARED}\n[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
-        ))
-        .map_err(|e| e.to_string())
-    }
+#[cfg(test)]
+mod tests {
+    use super::rule_over_declarations as rule;
+    use crate::rules::RuleSet;
 
     #[test]
     fn a_rule_that_reads_an_undeclared_attribute_is_refused_naming_it() {
