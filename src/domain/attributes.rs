@@ -8,12 +8,45 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// One attribute's value: a string, a number or a boolean (nothing nested).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Scalar {
     Bool(bool),
     Num(f64),
     Str(String),
+}
+
+// By hand rather than `untagged`: every snapshot reads its events' attributes, and an untagged
+// enum buffers each value and builds an error for every variant it tries first.
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string, a number or a boolean")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Num(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Num(v as f64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Num(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar::Str(v))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl Scalar {
@@ -396,5 +429,22 @@ mod tests {
         assert!(bad("[entity.\"2fa\"]\ntype = \"boolean\"\n").contains("entity.2fa"));
         assert!(toml::from_str::<Declarations>("[event.x]\ntype = \"date\"\n").is_err());
         declarations().check().unwrap();
+    }
+
+    #[test]
+    fn a_scalar_reads_each_json_type_and_refuses_the_others() {
+        let read = |json: &str| serde_json::from_str::<Scalar>(json);
+        assert_eq!(read("true").unwrap(), Scalar::Bool(true));
+        assert_eq!(read("3").unwrap(), Scalar::Num(3.0));
+        assert_eq!(read("-2").unwrap(), Scalar::Num(-2.0));
+        assert_eq!(read("0.93").unwrap(), Scalar::Num(0.93));
+        assert_eq!(read("\"spam\"").unwrap(), Scalar::Str("spam".into()));
+        for bad in ["null", "[1]", "{\"a\": 1}"] {
+            let error = read(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("a string, a number or a boolean"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -7,7 +7,13 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 
-use super::{EntityRecord, Override, Result, StoreError};
+use super::{
+    EntityRecord, Override, Result, StoreError,
+    attribute_rows::{
+        AttributeRows, FoldedBuckets, FoldedNumbers, FoldedValues, UnfoldedAttributes,
+        attribute_stats,
+    },
+};
 use crate::domain::{
     AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, SignalStats, SignalTotals,
     SnapshotAttributes, Status, Timer, WINDOWS, Windows,
@@ -19,12 +25,6 @@ pub(super) type Totals = Vec<(String, i64, f64)>;
 pub(super) type WindowRows = Vec<(String, String, i64, f64)>;
 /// (signal, distinct actors) per signal; NULL when the actors were not counted.
 pub(super) type Actors = Vec<(String, i64)>;
-/// (signal, attribute, value, events) per value of a string or boolean attribute.
-pub(super) type AttributeValues = Vec<(String, String, String, i64)>;
-/// (signal, attribute, max, latest) per number attribute.
-pub(super) type AttributeNumbers = Vec<(String, String, f64, f64)>;
-/// (signal, attribute, value, window, events, max) per value ('' for a number) and window.
-pub(super) type AttributeWindows = Vec<(String, String, String, String, i64, Option<f64>)>;
 /// (signal, half-life, decayed count) per row; NULL when no decayed count was read.
 pub(super) type Decayed = Vec<(String, String, f64)>;
 
@@ -55,9 +55,10 @@ pub(super) struct EntityRow {
     pub(super) days: Option<Json<WindowRows>>,
     pub(super) decayed: Option<Json<Decayed>>,
     pub(super) actors: Option<Json<Actors>>,
-    pub(super) attribute_values: Option<Json<AttributeValues>>,
-    pub(super) attribute_numbers: Option<Json<AttributeNumbers>>,
-    pub(super) attribute_windows: Option<Json<AttributeWindows>>,
+    pub(super) folded_values: Option<Json<FoldedValues>>,
+    pub(super) folded_numbers: Option<Json<FoldedNumbers>>,
+    pub(super) folded_buckets: Option<Json<FoldedBuckets>>,
+    pub(super) unfolded_attributes: Option<Json<UnfoldedAttributes>>,
     pub(super) context: Option<Json<Attributes>>,
     pub(super) author_context: Option<Json<AuthorContext>>,
 }
@@ -122,50 +123,16 @@ fn signal_stats_from(figures: Figures, read: &Windows) -> BTreeMap<String, Signa
 /// The attribute figures of an entity row, as far as they were read.
 fn attributes_from(
     read: AttributeReads,
-    values: Option<Json<AttributeValues>>,
-    numbers: Option<Json<AttributeNumbers>>,
-    windows: Option<Json<AttributeWindows>>,
+    rows: AttributeRows,
     context: Option<Json<Attributes>>,
     author: Option<Json<AuthorContext>>,
 ) -> SnapshotAttributes {
-    let mut attributes = SnapshotAttributes {
+    SnapshotAttributes {
         read,
+        events: attribute_stats(rows),
         context: context.map(|Json(c)| c).unwrap_or_default(),
         author: author.map(|Json(a)| a),
-        ..Default::default()
-    };
-    for (signal, attribute, value, count) in values.map(|Json(v)| v).unwrap_or_default() {
-        let stats = attributes.events.entry(signal).or_default();
-        stats
-            .entry(attribute)
-            .or_default()
-            .values
-            .insert(value, count);
     }
-    for (signal, attribute, max, latest) in numbers.map(|Json(n)| n).unwrap_or_default() {
-        let stats = attributes.events.entry(signal).or_default();
-        let stats = stats.entry(attribute).or_default();
-        stats.max = Some(max);
-        stats.latest = Some(latest);
-    }
-    for (signal, attribute, value, window, count, max) in
-        windows.map(|Json(w)| w).unwrap_or_default()
-    {
-        let stats = attributes.events.entry(signal).or_default();
-        let window = stats
-            .entry(attribute)
-            .or_default()
-            .windows
-            .entry(window)
-            .or_default();
-        match max {
-            Some(max) => window.max = Some(max),
-            None => {
-                window.values.insert(value, count);
-            }
-        }
-    }
-    attributes
 }
 
 /// An entity row as read by [`Store::entity_records`].
@@ -174,14 +141,13 @@ pub(super) fn entity_record_from(
     read: &Windows,
     reads: AttributeReads,
 ) -> Result<EntityRecord> {
-    let attributes = attributes_from(
-        reads,
-        row.attribute_values,
-        row.attribute_numbers,
-        row.attribute_windows,
-        row.context,
-        row.author_context,
-    );
+    let rows = AttributeRows {
+        values: row.folded_values,
+        numbers: row.folded_numbers,
+        buckets: row.folded_buckets,
+        unfolded: row.unfolded_attributes,
+    };
+    let attributes = attributes_from(reads, rows, row.context, row.author_context);
     let signals = signal_stats_from(
         Figures {
             totals: row.totals,

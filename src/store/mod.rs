@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod attribute_rows;
 mod audit;
 mod backtest;
 mod batched;

@@ -8,11 +8,10 @@ use serde::Serialize;
 use sqlx::types::Json;
 
 use super::{
-    Result, Store, StoreError, entity_or_report,
-    entity_rows::{
-        Actors, AttributeNumbers, AttributeValues, AttributeWindows, Decayed, EntityRow, Totals,
-        WindowRows, entity_record_from,
-    },
+    Result, Store, StoreError,
+    attribute_rows::{FoldedBuckets, FoldedNumbers, FoldedValues, UnfoldedAttributes},
+    entity_or_report,
+    entity_rows::{Actors, Decayed, EntityRow, Totals, WindowRows, entity_record_from},
 };
 use crate::domain::{
     AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats,
@@ -202,66 +201,38 @@ impl Store {
                          FROM (SELECT signal, count(DISTINCT actor) AS actors FROM events
                                WHERE entity = e.entity GROUP BY signal) a)
                     END AS "actors?: Json<Actors>",
-                    -- Attribute aggregates: the folded part (store/fold.rs) plus the events
-                    -- not folded yet; read only for rules that use them.
+                    -- Attribute aggregates: the folded rows (store/fold.rs) and the attributes
+                    -- of the events not folded yet, each as it is; store/attribute_rows.rs adds
+                    -- them up. Read only for rules that use them.
                     CASE WHEN $12 THEN
-                    (SELECT coalesce(json_agg(json_build_array(v.signal, v.attribute, v.value, v.count)), '[]')
-                     FROM (SELECT x.signal, x.attribute, x.value, sum(x.count)::int8 AS count
-                           FROM (SELECT f.signal, f.attribute, f.value, f.count
-                                 FROM attribute_values f WHERE f.entity = e.entity
-                                 UNION ALL
-                                 SELECT ev.signal, a.key, a.value #>> '{}', 1
-                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
-                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
-                                   AND ev.attributes IS NOT NULL
-                                   AND jsonb_typeof(a.value) IN ('string', 'boolean')) x
-                           GROUP BY 1, 2, 3) v)
-                    END AS "attribute_values?: Json<AttributeValues>",
+                    (SELECT coalesce(json_agg(json_build_array(f.signal, f.attribute, f.value, f.count)), '[]')
+                     FROM attribute_values f WHERE f.entity = e.entity)
+                    END AS "folded_values?: Json<FoldedValues>",
                     CASE WHEN $12 THEN
-                    (SELECT coalesce(json_agg(json_build_array(n.signal, n.attribute, n.max, n.latest)), '[]')
-                     FROM (SELECT x.signal, x.attribute, max(x.max) AS max,
-                                  (array_agg(x.latest ORDER BY x.xid DESC NULLS LAST,
-                                                               x.id DESC NULLS LAST))[1] AS latest
-                           FROM (SELECT f.signal, f.attribute, f.max, f.latest, NULL::xid8 AS xid,
-                                        NULL::text AS id
-                                 FROM attribute_numbers f WHERE f.entity = e.entity
-                                 UNION ALL
-                                 SELECT ev.signal, a.key, a.value::float8, a.value::float8, ev.xid,
-                                        ev.id
-                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
-                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
-                                   AND ev.attributes IS NOT NULL
-                                   AND jsonb_typeof(a.value) = 'number') x
-                           GROUP BY 1, 2) n)
-                    END AS "attribute_numbers?: Json<AttributeNumbers>",
-                    -- The same per trailing window (the minute windows only), from the folded
-                    -- minute buckets plus the events not folded yet.
+                    (SELECT coalesce(json_agg(json_build_array(f.signal, f.attribute, f.max, f.latest)), '[]')
+                     FROM attribute_numbers f WHERE f.entity = e.entity)
+                    END AS "folded_numbers?: Json<FoldedNumbers>",
+                    -- The windows (1m to 24h) from the folded minute buckets, with each
+                    -- bucket's age.
                     CASE WHEN $14 THEN
-                    (SELECT coalesce(json_agg(json_build_array(w.signal, w.attribute, w.value, w.name,
-                                                               w.count, w.max)), '[]')
-                     FROM (SELECT x.signal, x.attribute, x.value, win.name,
-                                  sum(x.count)::int8 AS count, max(x.max) AS max
-                           FROM (SELECT b.signal, b.attribute, b.value, b.bucket_start, b.count, b.max
-                                 FROM attribute_buckets b
-                                 WHERE b.entity = e.entity
-                                   AND b.bucket_start >= now() - interval '24 hours'
-                                 UNION ALL
-                                 SELECT ev.signal, a.key,
-                                        CASE WHEN jsonb_typeof(a.value) = 'number' THEN ''
-                                             ELSE a.value #>> '{}' END,
-                                        date_trunc('minute', ev.received_at), 1,
-                                        CASE WHEN jsonb_typeof(a.value) = 'number'
-                                             THEN a.value::float8 END
-                                 FROM events ev CROSS JOIN LATERAL jsonb_each(ev.attributes) a
-                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
-                                   AND ev.attributes IS NOT NULL
-                                   AND ev.received_at >= now() - interval '24 hours') x
-                           JOIN UNNEST($2::text[], $3::int8[]) AS win(name, seconds)
-                             ON win.seconds <= 86400
-                            AND x.bucket_start >= date_trunc('minute', now())
-                                                  - make_interval(secs => win.seconds)
-                           GROUP BY 1, 2, 3, 4) w)
-                    END AS "attribute_windows?: Json<AttributeWindows>",
+                    (SELECT coalesce(json_agg(json_build_array(
+                                b.signal, b.attribute, b.value,
+                                extract(epoch FROM date_trunc('minute', now()) - b.bucket_start)::int8,
+                                b.count, b.max)), '[]')
+                     FROM attribute_buckets b
+                     WHERE b.entity = e.entity AND b.bucket_start >= now() - interval '24 hours')
+                    END AS "folded_buckets?: Json<FoldedBuckets>",
+                    CASE WHEN $12 OR $14 THEN
+                    (SELECT coalesce(json_agg(json_build_array(
+                                ev.signal, ev.attributes,
+                                extract(epoch FROM date_trunc('minute', now())
+                                                   - date_trunc('minute', ev.received_at))::int8,
+                                ev.received_at >= now() - interval '24 hours')
+                                ORDER BY ev.xid, ev.id), '[]')
+                     FROM events ev
+                     WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                       AND ev.attributes IS NOT NULL)
+                    END AS "unfolded_attributes?: Json<UnfoldedAttributes>",
                     -- Context: the entity's latest, and its author's status, context and counts.
                     CASE WHEN $13 THEN
                         (SELECT c.attributes FROM entity_context c WHERE c.entity = e.entity
