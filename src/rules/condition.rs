@@ -7,9 +7,27 @@ use std::{collections::BTreeMap, sync::Arc};
 use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value, extractors::Arguments};
 
 use super::Rule;
-use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
+use crate::domain::{
+    DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, SnapshotAttributes, WINDOWS,
+};
 
 pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
+
+/// What the rules of one evaluation read, shared by every rule's functions: one copy of the
+/// snapshot's figures per evaluation, not per rule.
+struct Figures {
+    signals: Signals,
+    attributes: Arc<SnapshotAttributes>,
+}
+
+impl Figures {
+    fn of(snapshot: &Snapshot) -> Self {
+        Self {
+            signals: Arc::new(snapshot.signals.clone()),
+            attributes: Arc::new(snapshot.attributes.clone()),
+        }
+    }
+}
 
 fn window_totals(
     signals: &Signals,
@@ -34,98 +52,98 @@ fn window_totals(
 }
 
 impl Rule {
-    pub(super) fn matches(
-        &self,
-        env: &Arc<Env>,
-        snapshot: &Snapshot,
-        signals: &Signals,
-    ) -> Result<bool, String> {
-        self.run(&self.program, env, snapshot, signals)
+    pub(super) fn matches(&self, context: &Context) -> Result<bool, String> {
+        run(&self.program, context)
     }
+}
 
-    /// Runs a condition of this rule (`when`, or `unless`) on the snapshot.
-    pub(super) fn run(
-        &self,
-        program: &Program,
-        env: &Arc<Env>,
-        snapshot: &Snapshot,
-        signals: &Signals,
-    ) -> Result<bool, String> {
-        let mut context = Context::with_env(Arc::clone(env));
-        // `count` (with its filter and author forms) and the attribute functions.
-        let attributes = Arc::new(snapshot.attributes.clone());
-        super::attributes::register(&mut context, signals, &attributes)?;
-        context.add_variable_from_value("author", super::attributes::author_value(&attributes));
-        let s = Arc::clone(signals);
-        context
-            .add_function("weight", move |signal: Arc<String>| {
-                s.get(signal.as_str()).map_or(0.0, |t| t.weight)
-            })
-            .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
-        context
-            .add_function("actors", move |signal: Arc<String>| {
-                s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
-            })
-            .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
-        context
-            .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
-                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
-                let (a, b) = (count(&signal), count(&other));
-                if a + b == 0.0 { 0.0 } else { a / (a + b) }
-            })
-            .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
-        context
-            .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
-                let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
-                count(&signal) / count(&other).max(1.0)
-            })
-            .map_err(|e| e.to_string())?;
-        let (s, a) = (Arc::clone(signals), Arc::clone(&attributes));
-        context
-            .add_function(
-                "count_in",
-                move |ftx: &FunctionContext, Arguments(args): Arguments| {
-                    // With a filter: count_in("flag", {"reason": "spam"}, "1h").
-                    if args.len() == 3 {
-                        return super::attributes::count_in(ftx, &args, &a);
-                    }
-                    let (Some(Value::String(signal)), Some(Value::String(window))) =
-                        (args.first(), args.get(1))
-                    else {
-                        return Err(ftx.error("takes a signal and a window"));
-                    };
-                    window_totals(&s, signal, window).map(|t| Value::Int(t.count))
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        let s = Arc::clone(signals);
-        context
-            .add_function(
-                "weight_in",
-                move |signal: Arc<String>, window: Arc<String>| {
-                    window_totals(&s, &signal, &window).map(|t| t.weight)
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        super::decay::add_functions(&mut context, signals)?;
-        context
-            .add_variable("kind", snapshot.kind.clone())
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("status", snapshot.status.as_str())
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("entity", snapshot.entity.as_str().to_owned())
-            .map_err(|e| e.to_string())?;
-        match program.execute(&context) {
-            Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("expected a boolean, got {other:?}")),
-            Err(e) => Err(e.to_string()),
-        }
+/// Runs a condition of a rule (`when`, or `unless`) in an evaluation's context.
+pub(super) fn run(program: &Program, context: &Context) -> Result<bool, String> {
+    match program.execute(context) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("expected a boolean, got {other:?}")),
+        Err(e) => Err(e.to_string()),
     }
+}
+
+/// The CEL context every rule of one evaluation runs in: quiesce's functions over one copy of
+/// the snapshot's figures, and its kind, status and entity. Built once per evaluation, not per
+/// rule.
+pub(super) fn context<'p>(
+    env: &Arc<Env>,
+    snapshot: &Snapshot,
+) -> Result<Context<'p, 'static>, String> {
+    let figures = Figures::of(snapshot);
+    let (signals, attributes) = (&figures.signals, &figures.attributes);
+    let mut context = Context::with_env(Arc::clone(env));
+    // `count` (with its filter and author forms) and the attribute functions.
+    super::attributes::register(&mut context, signals, attributes)?;
+    context.add_variable_from_value("author", super::attributes::author_value(attributes));
+    let s = Arc::clone(signals);
+    context
+        .add_function("weight", move |signal: Arc<String>| {
+            s.get(signal.as_str()).map_or(0.0, |t| t.weight)
+        })
+        .map_err(|e| e.to_string())?;
+    let s = Arc::clone(signals);
+    context
+        .add_function("actors", move |signal: Arc<String>| {
+            s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
+        })
+        .map_err(|e| e.to_string())?;
+    let s = Arc::clone(signals);
+    context
+        .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
+            let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+            let (a, b) = (count(&signal), count(&other));
+            if a + b == 0.0 { 0.0 } else { a / (a + b) }
+        })
+        .map_err(|e| e.to_string())?;
+    let s = Arc::clone(signals);
+    context
+        .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
+            let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+            count(&signal) / count(&other).max(1.0)
+        })
+        .map_err(|e| e.to_string())?;
+    let (s, a) = (Arc::clone(signals), Arc::clone(attributes));
+    context
+        .add_function(
+            "count_in",
+            move |ftx: &FunctionContext, Arguments(args): Arguments| {
+                // With a filter: count_in("flag", {"reason": "spam"}, "1h").
+                if args.len() == 3 {
+                    return super::attributes::count_in(ftx, &args, &a);
+                }
+                let (Some(Value::String(signal)), Some(Value::String(window))) =
+                    (args.first(), args.get(1))
+                else {
+                    return Err(ftx.error("takes a signal and a window"));
+                };
+                window_totals(&s, signal, window).map(|t| Value::Int(t.count))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let s = Arc::clone(signals);
+    context
+        .add_function(
+            "weight_in",
+            move |signal: Arc<String>, window: Arc<String>| {
+                window_totals(&s, &signal, &window).map(|t| t.weight)
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    super::decay::add_functions(&mut context, signals)?;
+    context
+        .add_variable("kind", snapshot.kind.clone())
+        .map_err(|e| e.to_string())?;
+    context
+        .add_variable("status", snapshot.status.as_str())
+        .map_err(|e| e.to_string())?;
+    context
+        .add_variable("entity", snapshot.entity.as_str().to_owned())
+        .map_err(|e| e.to_string())?;
+    Ok(context)
 }
 
 /// Fills `{entity}`, `{kind}`, `{count.<signal>}`, `{weight.<signal>}` and

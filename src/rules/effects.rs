@@ -2,12 +2,9 @@
 //! change the status and are recorded on the entity once; and its exemption (`unless`), a
 //! condition that, when it holds, keeps the rule from acting (the verdict says so).
 
-use std::sync::Arc;
+use cel::{Context, Env, Program};
 
-use cel::{Env, Program};
-
-use super::{Rule, check::check_names, condition::Signals};
-use crate::domain::Snapshot;
+use super::{Rule, check::check_names, condition::run};
 
 /// Most labels one rule may give.
 pub const MAX_LABELS: usize = 16;
@@ -49,16 +46,9 @@ pub(super) fn compile_unless(env: &Env, source: &str) -> Result<Program, String>
 
 impl Rule {
     /// Whether the rule's exemption holds on the snapshot (false without one).
-    pub(super) fn exempted(
-        &self,
-        env: &Arc<Env>,
-        snapshot: &Snapshot,
-        signals: &Signals,
-    ) -> Result<bool, String> {
+    pub(super) fn exempted(&self, context: &Context) -> Result<bool, String> {
         match &self.unless {
-            Some((_, program)) => self
-                .run(program, env, snapshot, signals)
-                .map_err(|e| format!("`unless`: {e}")),
+            Some((_, program)) => run(program, context).map_err(|e| format!("`unless`: {e}")),
             None => Ok(false),
         }
     }
@@ -82,9 +72,8 @@ impl Rule {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::{
-        domain::{Action, EntityId, Status},
+        domain::{Action, EntityId, Snapshot, Status},
         rules::RuleSet,
     };
 

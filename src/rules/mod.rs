@@ -21,10 +21,7 @@ use cel::{Env, Program};
 use serde::{Deserialize, Serialize};
 
 pub use self::verdict::{Decision, LabelDecision, Verdict};
-use self::{
-    check::check_names,
-    condition::{Signals, render_reason},
-};
+use self::{check::check_names, condition::render_reason};
 use crate::domain::{Action, AttributeReads, Declarations, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
@@ -209,10 +206,10 @@ impl RuleSet {
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
             let empty = Snapshot::empty_for_validation();
-            let signals = Arc::new(empty.signals.clone());
-            rule.matches(&env, &empty, &signals)
+            let context = condition::context(&env, &empty).map_err(&fail)?;
+            rule.matches(&context)
                 .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
-            rule.exempted(&env, &empty, &signals)
+            rule.exempted(&context)
                 .map_err(|e| fail(format!("cannot be evaluated: {e}")))?;
             rules.push(rule);
         }
@@ -328,16 +325,29 @@ impl RuleSet {
     /// Runs every rule that applies to the snapshot's kind.
     pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
         let mut verdict = Verdict::default();
-        // Shared by every rule's functions: one copy of the signals per evaluation.
-        let signals: Signals = Arc::new(snapshot.signals.clone());
+        // One context for every rule; should it fail to build, every rule reports why.
+        let context = condition::context(&self.env, snapshot);
         for rule in &self.rules {
             if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
                 continue;
             }
             // A condition that holds is checked against the rule's exemption, which the verdict
             // records when it holds too.
-            let matched = match rule.matches(&self.env, snapshot, &signals) {
-                Ok(true) => match rule.exempted(&self.env, snapshot, &signals) {
+            let context = match &context {
+                Ok(context) => context,
+                Err(error) if rule.shadow => {
+                    verdict
+                        .shadow_errors
+                        .push((rule.name.clone(), error.clone()));
+                    continue;
+                }
+                Err(error) => {
+                    verdict.errors.push((rule.name.clone(), error.clone()));
+                    continue;
+                }
+            };
+            let matched = match rule.matches(context) {
+                Ok(true) => match rule.exempted(context) {
                     Ok(true) => {
                         if !rule.shadow {
                             verdict.exempted.push(rule.name.clone());
