@@ -18,6 +18,7 @@ pub use self::{
 };
 use crate::{
     actions::{DeliverySettings, Dispatcher},
+    fleet,
     settings::{ConfigArgs, Settings},
     telemetry,
 };
@@ -87,8 +88,9 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     booted.run_beside_dispatcher(&settings, running).await
 }
 
-/// What serving and working both start from: the backends connected and checked, the rules
-/// reloaded on SIGHUP, and the shutdown token SIGTERM and ctrl-c cancel.
+/// What serving and working both start from: the backends connected and checked, the active
+/// rules version followed (and checked again on SIGHUP), and the shutdown token SIGTERM and
+/// ctrl-c cancel.
 struct Booted {
     backends: Backends,
     shutdown: CancellationToken,
@@ -103,10 +105,14 @@ async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
     backends.check_redis_durability().await;
     backends.check_schedule_matches_database(settings).await?;
     reload_rules_on_sighup(Arc::clone(&backends.rules), backends.store.clone());
-    Ok(Booted {
-        backends,
-        shutdown: shutdown_on_signal(),
-    })
+    let shutdown = shutdown_on_signal();
+    tokio::spawn(fleet::follow(
+        backends.store.clone(),
+        Arc::clone(&backends.rules),
+        settings.moderation.rules_poll_interval,
+        shutdown.clone(),
+    ));
+    Ok(Booted { backends, shutdown })
 }
 
 impl Booted {

@@ -352,7 +352,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     );
     let alert_text = std::fs::read_to_string(&alerts_path).unwrap();
     let alerts = alert_rules(&alert_text);
-    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    assert_eq!(alerts.len(), 7, "{alerts:?}");
 
     // 2. The dashboards are well formed.
     let dashboards = dashboards();

@@ -1,0 +1,258 @@
+//! Rules versions: the rules file seeds version 1, a publish (validated first) makes the next
+//! version active and every evaluation, action and webhook after it carries that version; the
+//! versions list pages; a rollback is a new activation; both are in the audit trail with the
+//! admin's token as their author.
+
+use std::time::Duration;
+
+use quiesce::credentials::{ApiToken, Role};
+use serde_json::{Value, json};
+
+use crate::{
+    helpers::{TestApp, TestOptions, call, claim_next, event, spawn_app},
+    secrets::{TOKEN_ADMIN, TOKEN_MODERATOR},
+};
+
+const HIDE_AT_TWO: &str = "[[rule]]\nname = \"hide_two\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 2'\naction = \"hide\"\nreason = \"{count.flag} flags\"\n";
+
+/// Two flags on `entity`, evaluated by a worker of the test; returns the evaluation's rules
+/// version and its action's, if any.
+async fn flag_twice(app: &TestApp, entity: &str) -> (Option<i64>, Option<i64>) {
+    let events: Vec<Value> = (0..2)
+        .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
+        .collect();
+    let (status, body) = call(app, "POST", "/v1/events", TOKEN_ADMIN, json!(events)).await;
+    assert_eq!(status, 202, "{body}");
+    let worker = app.worker();
+    let outcome = worker.process(claim_next(&worker).await).await;
+    assert!(
+        matches!(outcome, quiesce::worker::Outcome::Done(_)),
+        "{outcome:?}"
+    );
+    let evaluation: Option<i64> = sqlx::query_scalar(
+        "SELECT rules_version FROM evaluations WHERE entity = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(entity)
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let action: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT rules_version FROM actions WHERE entity = $1")
+            .bind(entity)
+            .fetch_optional(&app.pool)
+            .await
+            .unwrap();
+    (evaluation, action.flatten())
+}
+
+#[tokio::test]
+async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_undoes_it() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(10);
+        s.security.api_tokens = crate::helpers::api_tokens(vec![
+            ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ApiToken::spec_for(Role::Admin, TOKEN_ADMIN),
+        ]);
+    }))
+    .await;
+    let admin = ApiToken::parse(&ApiToken::spec_for(Role::Admin, TOKEN_ADMIN))
+        .unwrap()
+        .label();
+
+    // The default rules seeded version 1: the listing, readiness and the first evaluation say so.
+    let (_, listing) = call(&app, "GET", "/v1/rules", TOKEN_MODERATOR, json!(null)).await;
+    let seeded = &listing["version"];
+    assert_eq!(seeded["version"], 1, "{listing}");
+    assert_eq!(seeded["author"], "quiesce");
+    assert_eq!(seeded["text"], quiesce::rules::DEFAULT_RULES);
+    assert_eq!(
+        seeded["hash"],
+        quiesce::fleet::hash(quiesce::rules::DEFAULT_RULES)
+    );
+    assert_eq!(app.get("/readyz").await.1["rules_version"], 1);
+    assert_eq!(flag_twice(&app, "post:before").await, (Some(1), None));
+
+    // Refused: a rule that does not compile (named, with the position), a missing message,
+    // the wrong role. Nothing is stored.
+    let broken = "[[rule]]\nname = \"broken\"\nwhen = 'count(\"flag\") >='\naction = \"hide\"\nreason = \"x\"\n";
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules",
+        TOKEN_ADMIN,
+        json!({"rules": broken, "message": "oops"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_rules");
+    assert_eq!(body["error"]["field"], "rules");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("broken") && message.contains("1:"),
+        "{message}"
+    );
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules",
+        TOKEN_ADMIN,
+        json!({"rules": HIDE_AT_TWO}),
+    )
+    .await;
+    assert_eq!((status, &body["error"]["field"]), (422, &json!("message")));
+    let (status, _) = call(
+        &app,
+        "POST",
+        "/v1/rules",
+        TOKEN_MODERATOR,
+        json!({"rules": HIDE_AT_TWO, "message": "m"}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(app.scalar("SELECT count(*) FROM rules_versions").await, 1);
+
+    // Published: version 2, active at once here, on every evaluation, action and webhook after.
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules",
+        TOKEN_ADMIN,
+        json!({"rules": HIDE_AT_TWO, "message": "hide at two flags"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["version"], 2);
+    assert_eq!(body["hash"], quiesce::fleet::hash(HIDE_AT_TWO));
+    let (_, listing) = call(&app, "GET", "/v1/rules", TOKEN_MODERATOR, json!(null)).await;
+    assert_eq!(listing["version"]["version"], 2);
+    assert_eq!(listing["version"]["author"], admin.as_str());
+    assert_eq!(listing["version"]["message"], "hide at two flags");
+    assert_eq!(listing["version"]["text"], HIDE_AT_TWO);
+    assert_eq!(listing["rules"][0]["name"], "hide_two");
+    assert_eq!(flag_twice(&app, "post:after").await, (Some(2), Some(2)));
+    let payload: Value =
+        sqlx::query_scalar("SELECT payload FROM outbox WHERE payload->>'entity' = 'post:after'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(payload["rules_version"], 2, "{payload}");
+
+    // The versions, newest first, paged.
+    let (status, page) = call(
+        &app,
+        "GET",
+        "/v1/rules/versions?limit=1",
+        TOKEN_MODERATOR,
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["versions"][0]["version"], 2);
+    assert_eq!(page["versions"][0]["active"], true);
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let (_, page) = call(
+        &app,
+        "GET",
+        &format!("/v1/rules/versions?limit=1&cursor={cursor}"),
+        TOKEN_MODERATOR,
+        json!(null),
+    )
+    .await;
+    assert_eq!(page["versions"][0]["version"], 1);
+    assert_eq!(page["versions"][0]["active"], false);
+    assert!(page["versions"][0].get("text").is_none(), "{page}");
+
+    // Rolled back: version 1 active again, as a third activation.
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules/versions/9/activate",
+        TOKEN_ADMIN,
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules/versions/1/activate",
+        TOKEN_ADMIN,
+        json!({"message": "too strict"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let history: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, kind FROM rules_activations ORDER BY id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        history,
+        [
+            (1, "seed".to_owned()),
+            (2, "publish".to_owned()),
+            (1, "rollback".to_owned())
+        ]
+    );
+    assert_eq!(app.get("/readyz").await.1["rules_version"], 1);
+    assert_eq!(flag_twice(&app, "post:rolled").await, (Some(1), None));
+
+    // Both decisions are in the audit trail with the admin's token as their actor.
+    let (_, audit) = call(
+        &app,
+        "GET",
+        "/v1/audit?subject=rules",
+        TOKEN_ADMIN,
+        json!(null),
+    )
+    .await;
+    let entries = audit["entries"].as_array().unwrap();
+    let kinds: Vec<(&str, &str, &Value)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["actor"].as_str().unwrap(),
+                &e["after"]["version"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("rules.rollback", admin.as_str(), &json!(1)),
+            ("rules.publish", admin.as_str(), &json!(2)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_command_line_publishes_and_rolls_back() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let dir = std::env::temp_dir().join(format!("quiesce-publish-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, HIDE_AT_TWO).unwrap();
+    let out = app
+        .run_cli(&[
+            "rules",
+            "publish",
+            file.to_str().unwrap(),
+            "-m",
+            "from the shell",
+        ])
+        .await;
+    let published: Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(published["version"], 2);
+    let author: String = sqlx::query_scalar("SELECT author FROM rules_versions WHERE version = 2")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert!(author.starts_with("cli:"), "{author}");
+    let out = app.run_cli(&["rules", "rollback", "1"]).await;
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["version"], 1);
+    // This process hears of both (it follows only in a real boot: a reload reads it).
+    let (_, body) = app.post_json("/v1/rules/reload", json!(null)).await;
+    assert_eq!(body["version"], 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
