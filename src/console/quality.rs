@@ -165,7 +165,8 @@ pub async fn page(
             p.muted #rules-version {
                 (rules.rules().len()) " rules"
                 @if let Some(version) = rules.version() { ", rules version " (version) }
-                " (every process runs the active version)."
+                " (every process runs the active version). "
+                a href="/console/rules" { "All rules versions" }
             }
             div.table-wrap {
                 table.cards #rules {

@@ -41,7 +41,7 @@ async fn audit(app: &TestApp, query: &str) -> Vec<Value> {
 
 /// A console client signed in as `name` with `token`: the client, the session cookie and the
 /// CSRF token of its pages.
-async fn console_session(
+pub(crate) async fn console_session(
     app: &TestApp,
     name: &str,
     token: &str,

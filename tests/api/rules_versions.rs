@@ -1,16 +1,19 @@
 //! Rules versions: the rules file seeds version 1, a publish (validated first) makes the next
 //! version active and every evaluation, action and webhook after it carries that version; the
 //! versions list pages; a rollback is a new activation; both are in the audit trail with the
-//! admin's token as their author.
+//! admin's token as their author. The console's Backtest page publishes the candidate it ran,
+//! with its report, for admins only.
 
 use std::time::Duration;
 
 use quiesce::credentials::{ApiToken, Role};
+use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::{
+    audit::console_session,
     helpers::{TestApp, TestOptions, call, claim_next, event, spawn_app},
-    secrets::{TOKEN_ADMIN, TOKEN_MODERATOR},
+    secrets::{CONSOLE_SESSION_KEY, TOKEN_ADMIN, TOKEN_MODERATOR},
 };
 
 const HIDE_AT_TWO: &str = "[[rule]]\nname = \"hide_two\"\nkinds = [\"post\"]\nwhen = 'count(\"flag\") >= 2'\naction = \"hide\"\nreason = \"{count.flag} flags\"\n";
@@ -255,4 +258,150 @@ async fn the_command_line_publishes_and_rolls_back() {
     let (_, body) = app.post_json("/v1/rules/reload", json!(null)).await;
     assert_eq!(body["version"], 1);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn an_admin_publishes_the_backtested_candidate_from_the_console_with_its_report() {
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(10);
+        s.security.api_tokens = crate::helpers::api_tokens(vec![
+            ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ApiToken::spec_for(Role::Admin, TOKEN_ADMIN),
+        ]);
+        s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+    }))
+    .await;
+    // Three flags on each of four posts: the default rules send them to review; a candidate
+    // that hides at two flags would hide them instead.
+    for post in 0..4 {
+        let events: Vec<Value> = (0..3)
+            .map(|i| event(&format!("p{post}-{i}"), &format!("post:{post}"), "flag"))
+            .collect();
+        let (status, body) = call(&app, "POST", "/v1/events", TOKEN_ADMIN, json!(events)).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 4);
+
+    let run = |client: reqwest::Client, cookie: String, csrf: String| {
+        let app = &app;
+        async move {
+            client
+                .post(format!("{}/console/backtest", app.base))
+                .header(header::COOKIE, &cookie)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("rules", HIDE_AT_TWO),
+                    ("window", "24h"),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    // A moderator backtests but cannot publish.
+    let (client, cookie, csrf) = console_session(&app, "Morgan", TOKEN_MODERATOR).await;
+    let page = run(client.clone(), cookie.clone(), csrf.clone()).await;
+    assert!(page.contains("An admin can publish"), "{page}");
+    let refused = client
+        .post(format!("{}/console/backtest/publish", app.base))
+        .header(header::COOKIE, &cookie)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("rules", HIDE_AT_TWO),
+            ("window", "24h"),
+            ("message", "m"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+
+    // An admin backtests, then publishes the candidate from the report's page.
+    let (client, cookie, csrf) = console_session(&app, "Alex", TOKEN_ADMIN).await;
+    let page = run(client.clone(), cookie.clone(), csrf.clone()).await;
+    assert!(
+        page.contains(r#"action="/console/backtest/publish""#),
+        "{page}"
+    );
+    let publish = |message: &'static str| {
+        let (client, cookie, csrf) = (client.clone(), cookie.clone(), csrf.clone());
+        let base = app.base.clone();
+        async move {
+            client
+                .post(format!("{base}/console/backtest/publish"))
+                .header(header::COOKIE, &cookie)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("rules", HIDE_AT_TWO),
+                    ("window", "24h"),
+                    ("message", message),
+                ])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let refused = publish(" ").await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(app.scalar("SELECT count(*) FROM rules_versions").await, 1);
+    let published = publish("hide at two flags, backtested").await;
+    assert_eq!(published.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        published.headers()[header::LOCATION],
+        "/console/rules?published=2"
+    );
+
+    // The version keeps the report; the API's list and the console's page show its figures.
+    let (_, page) = call(
+        &app,
+        "GET",
+        "/v1/rules/versions",
+        TOKEN_MODERATOR,
+        json!(null),
+    )
+    .await;
+    let newest = &page["versions"][0];
+    assert_eq!(
+        (&newest["version"], &newest["author"]),
+        (&json!(2), &json!("Alex"))
+    );
+    let overall = &newest["backtest"]["overall"];
+    assert_eq!(
+        (&overall["added"], &overall["removed"]),
+        (&json!(4), &json!(4)),
+        "{newest}"
+    );
+    assert!(
+        overall["expected_reversal_rate"].is_null()
+            || overall["expected_reversal_rate"]["rate"].is_number()
+    );
+    let listing = client
+        .get(format!("{}/console/rules?published=2", app.base))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(listing.contains("Published as version 2"), "{listing}");
+    assert!(
+        listing.contains("+4 added") && listing.contains("−4 removed"),
+        "{listing}"
+    );
+    assert!(listing.contains("expected reversal rate"), "{listing}");
+    let (_, audit) = call(
+        &app,
+        "GET",
+        "/v1/audit?action=rules.publish",
+        TOKEN_ADMIN,
+        json!(null),
+    )
+    .await;
+    assert_eq!(audit["entries"][0]["actor"], "Alex", "{audit}");
+    assert_eq!(audit["entries"][0]["after"]["backtest"], true);
 }
