@@ -140,6 +140,10 @@ pub async fn publish(
     backtest: Option<&Value>,
 ) -> Result<i64, FleetError> {
     check_message(message)?;
+    // Postgres text holds no NUL; a TOML file has none outside a comment anyway.
+    if text.contains('\0') {
+        return Err(RulesError::Parse("the rules text must not contain NUL".into()).into());
+    }
     RuleSet::from_toml(text)?;
     let version = store
         .publish_rules(

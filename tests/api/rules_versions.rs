@@ -103,6 +103,18 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     )
     .await;
     assert_eq!((status, &body["error"]["field"]), (422, &json!("message")));
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/rules",
+        TOKEN_ADMIN,
+        json!({"rules": format!("# a NUL \u{0}\n{HIDE_AT_TWO}"), "message": "m"}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("invalid_rules"))
+    );
     let (status, _) = call(
         &app,
         "POST",
