@@ -55,6 +55,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         address = %app.address(),
         metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
         rules = booted.backends.rules.current().rules().len(),
+        rules_version = ?booted.backends.rules.current().version(),
         "quiesce is serving"
     );
     let shutdown = booted.shutdown.clone();
@@ -71,7 +72,11 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     let metrics =
         spawn_metrics_listener(&settings, &booted.backends, booted.shutdown.clone()).await?;
     // The banner once every listener is bound.
-    tracing::info!(workers = settings.worker.workers, "quiesce worker started");
+    tracing::info!(
+        workers = settings.worker.workers,
+        rules_version = ?booted.backends.rules.current().version(),
+        "quiesce worker started"
+    );
     let (backends, shutdown) = (&booted.backends, booted.shutdown.clone());
     let running = async {
         run_workers(
