@@ -1,7 +1,7 @@
 //! The audit trail as the edges use it: where a request came from, and recording a decision
 //! that took effect. Decisions that change a row are recorded in the store's own transaction
-//! (reversal, override); [`record`] is for the others (a redrive, a reload, a shard move, a
-//! sign-in), just after they took effect.
+//! (reversal, override, rules publish and rollback); [`record`] is for the others (a redrive, a
+//! reload, a shard move, a sign-in), just after they took effect.
 
 use std::net::SocketAddr;
 
@@ -86,13 +86,15 @@ pub fn command_line() -> Actor {
     Actor::named(format!("cli:{user}"), Some("cli"))
 }
 
-/// A reload of the rules file, from `before` rules to `after`.
-pub fn rules_reloaded(before: usize, after: usize) -> AuditEntry {
+/// A reload: the active rules version read again from Postgres, from `before` (the rule count
+/// and version in force) to `after`.
+pub fn rules_reloaded(before: (usize, Option<i64>), after: (usize, Option<i64>)) -> AuditEntry {
+    let state = |(rules, version): (usize, Option<i64>)| serde_json::json!({ "rules": rules, "version": version });
     AuditEntry {
         action: AuditAction::RulesReload,
         subject: "rules".into(),
-        before: Some(serde_json::json!({ "rules": before })),
-        after: Some(serde_json::json!({ "rules": after })),
+        before: Some(state(before)),
+        after: Some(state(after)),
     }
 }
 

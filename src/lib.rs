@@ -15,6 +15,7 @@ pub mod console;
 pub mod credentials;
 pub mod dead_letters;
 pub mod domain;
+pub mod fleet;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;

@@ -56,6 +56,7 @@ pub mod names {
     pub const HTTP_SECONDS: &str = "quiesce_http_request_duration_seconds";
     pub const HTTP_CONNECTIONS: &str = "quiesce_http_connections";
     pub const AUDIT_FAILURES: &str = "quiesce_audit_failures_total";
+    pub const RULES_VERSION: &str = "quiesce_rules_version";
 }
 
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.
@@ -212,6 +213,10 @@ fn describe() {
     describe_counter!(
         names::DELIVERIES,
         "Outbound webhook attempts by outcome (delivered, retried, gave_up)."
+    );
+    describe_gauge!(
+        names::RULES_VERSION,
+        "The rules version this process evaluates with (0: none stored yet)."
     );
     describe_gauge!(
         names::OUTBOX_BACKLOG,

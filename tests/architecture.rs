@@ -23,8 +23,9 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 12] = [
+const UPPER: [&str; 13] = [
     "audit",
+    "fleet",
     "cli",
     "http",
     "console",
@@ -38,7 +39,14 @@ const UPPER: [&str; 12] = [
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 5] = ["ingest", "moderation", "dead_letters", "actions", "audit"];
+const USE_CASES: [&str; 6] = [
+    "ingest",
+    "moderation",
+    "dead_letters",
+    "actions",
+    "audit",
+    "fleet",
+];
 /// The edges, which translate a command, a request or a form into a use-case call: no use case imports
 /// one.
 const EDGES: [&str; 4] = ["cli", "http", "console", "startup"];

@@ -4,7 +4,7 @@
 //! with their snapshots. The JSON of `--json` and `POST /v1/rules/backtest` is this, serialized.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{
     compare::RuleTally,
@@ -16,7 +16,7 @@ use crate::{domain::Status, rules::RuleSet};
 const Z95: f64 = 1.959_963_984_540_054;
 
 /// A share with its Wilson score interval (95%), from `reversed` of `of` actions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Estimate {
     pub rate: f64,
     pub low: f64,

@@ -64,7 +64,8 @@ enum Command {
     /// console sign-ins and sign-outs: who, from where, before and after), newest first: a
     /// table, or one JSON object per line with --json.
     Audit(audit::AuditArgs),
-    /// Check a rules file and print its rules, or backtest it against the evaluations of a window.
+    /// Check a rules file and print its rules, backtest it against the evaluations of a window,
+    /// publish it as the next rules version, or roll back to an earlier version.
     Rules {
         #[command(subcommand)]
         command: RulesCommand,

@@ -1,13 +1,17 @@
-//! `quiesce rules`: check a rules file, or backtest it.
+//! `quiesce rules`: check a rules file, backtest it, publish it as the next rules version, or
+//! roll back to an earlier one.
 
 use std::{path::PathBuf, sync::Arc};
 
+use anyhow::Context;
 use clap::Subcommand;
 
 use crate::{
+    audit,
     backtest::{self, DEFAULT_SAMPLE, MAX_SAMPLE},
+    fleet,
     rules::RuleSet,
-    settings::ConfigArgs,
+    settings::{ConfigArgs, Settings},
     startup::{connect_postgres, load_rules, load_settings},
     store::Store,
 };
@@ -20,6 +24,31 @@ pub(super) enum RulesCommand {
     Check {
         /// The rules file (TOML).
         file: PathBuf,
+    },
+    /// Publish a rules file as the next rules version and make it active: validated first
+    /// (exits non-zero with the rule and the problem, storing nothing, if it is invalid), then
+    /// stored in Postgres with its hash, the author (cli:<user>) and the message, and recorded
+    /// in the audit trail. Every serve and worker process puts it in force within moments.
+    /// Prints the new version as JSON.
+    Publish {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The rules file (TOML).
+        file: PathBuf,
+        /// Why this version.
+        #[arg(short, long)]
+        message: String,
+    },
+    /// Make an earlier rules version active again (a new activation in the history, recorded
+    /// in the audit trail); every process puts it in force within moments. Prints it as JSON.
+    Rollback {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// The version to make active.
+        version: i64,
+        /// Why (default: "rolled back to version N").
+        #[arg(short, long)]
+        message: Option<String>,
     },
     /// Replay a candidate rules file over the evaluations of the last --since (each on the
     /// snapshot the rules saw, in order per entity, with moderators' overrides and reversals as
@@ -71,8 +100,45 @@ pub(super) enum RulesCommand {
     },
 }
 
+/// The rules a candidate is compared with: the active rules version, or the rules file when
+/// no version is stored yet.
+async fn in_force(settings: &Settings, store: &Store) -> anyhow::Result<Arc<RuleSet>> {
+    let rules = load_rules(settings)?;
+    fleet::sync(store, &rules).await?;
+    Ok(rules.current())
+}
+
 pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
     match command {
+        RulesCommand::Publish {
+            config,
+            file,
+            message,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read the rules file {}", file.display()))?;
+            let settings = load_settings(&config)?;
+            let store = Store::new(connect_postgres(&settings).await?);
+            let version =
+                fleet::publish(&store, None, &audit::command_line(), &text, &message, None).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "version": version, "hash": fleet::hash(&text) })
+            );
+            Ok(())
+        }
+        RulesCommand::Rollback {
+            config,
+            version,
+            message,
+        } => {
+            let settings = load_settings(&config)?;
+            let store = Store::new(connect_postgres(&settings).await?);
+            let message = message.unwrap_or_else(|| format!("rolled back to version {version}"));
+            fleet::rollback(&store, None, &audit::command_line(), version, &message).await?;
+            println!("{}", serde_json::json!({ "version": version }));
+            Ok(())
+        }
         RulesCommand::Backtest {
             config,
             file,
@@ -82,8 +148,8 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let candidate = RuleSet::from_file(&file)?;
             let settings = load_settings(&config)?;
-            let in_force = load_rules(&settings)?.current();
             let store = Store::new(connect_postgres(&settings).await?);
+            let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
                 &store,
                 &backtest::Gate::default(),
@@ -116,8 +182,8 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let rules = RuleSet::from_file(&file)?;
             let settings = load_settings(&config)?;
-            let in_force = load_rules(&settings)?.current();
             let store = Store::new(connect_postgres(&settings).await?);
+            let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(
                 &store,
                 &backtest::Gate::default(),

@@ -3,7 +3,8 @@
 //! done over a window's evaluations: actions added and removed per rule, the reversals it would
 //! have saved, its expected reversal rate, the entities whose final status would differ, and a
 //! sample of the added actions with their snapshots. The run reads only (`crate::backtest`);
-//! it is a POST, with the console's CSRF token, as every form of the console is.
+//! it is a POST, with the console's CSRF token, as every form of the console is. Under the
+//! report, an admin can publish the candidate (`rules.rs` publishes it).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -36,7 +37,7 @@ const WINDOWS: [(&str, &str); 4] = [
     ("90days", "last 90 days"),
 ];
 
-fn window_of(raw: &str) -> Result<Duration, PageError> {
+pub(super) fn window_of(raw: &str) -> Result<Duration, PageError> {
     backtest::parse_window(raw).map_err(|problem| PageError::bad_field("window", &problem))
 }
 
@@ -85,6 +86,34 @@ fn form(visit: &Visit, rules: &str, window: &str, sample: usize, promote: Option
                     input #backtest-sample type="number" name="sample" min="0" max=(MAX_SAMPLE) value=(sample);
                 }
                 div { button type="submit" { "Run backtest" } }
+            }
+        }
+    }
+}
+
+/// The publish form under a backtest's report: admins publish the candidate (its text and
+/// window carried along), moderators are told who can.
+pub fn publish_form(visit: &Visit, rules: &str, window: &str) -> Markup {
+    html! {
+        section.card #publish aria-labelledby="publish-title" {
+            h2 #publish-title { "Publish this candidate" }
+            @if visit.user.is_admin() {
+                p.muted {
+                    "As the next rules version, active in every serve and worker process at once. The backtest is run "
+                    "again over the same window as it is published, and its figures (without the samples) are kept with the version."
+                }
+                form.stack.wide method="post" action="/console/backtest/publish" {
+                    (csrf::field(&visit.session))
+                    input type="hidden" name="rules" value=(rules);
+                    input type="hidden" name="window" value=(window);
+                    div.field {
+                        label for="publish-message" { "Why (kept with the version and in the audit trail)" }
+                        input #publish-message type="text" name="message" required maxlength=(crate::fleet::MAX_MESSAGE);
+                    }
+                    div { button type="submit" { "Publish" } }
+                }
+            } @else {
+                p.muted #publish-admins { "An admin can publish this candidate as the next rules version." }
             }
         }
     }
@@ -143,29 +172,11 @@ pub async fn run(
     let text = fields
         .optional("rules")
         .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
-    let candidate = RuleSet::from_toml(text)
-        .map_err(|error| PageError::bad_field("rules", &format!("do not load: {error}")))?;
     let window_name = fields.optional("window").unwrap_or("7days");
     let window = window_of(window_name)?;
     let sample = sample_of(fields.optional("sample"))?;
     let promote = fields.optional("promote");
-    let report = backtest::run(
-        &state.app.store,
-        &state.app.backtests,
-        Arc::new(candidate),
-        &state.app.rules.current(),
-        Options { window, sample },
-    )
-    .await
-    .map_err(|error| match error {
-        BacktestError::Store(error) => PageError::from(error),
-        BacktestError::Busy => PageError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Busy",
-            "A backtest is already running in this process. Nothing was changed; try again when it is done.",
-        ),
-        BacktestError::Replay(_) => PageError::internal(error),
-    })?;
+    let report = backtest_candidate(&state, text, window, sample).await?;
     let shadow_hits = match promote {
         Some(name) => Some((
             name,
@@ -182,9 +193,43 @@ pub async fn run(
     let body = html! {
         h1 { "Backtest" }
         (report_view(&report, shadow_hits))
+        (publish_form(&visit, text, window_name))
         (form(&visit, text, window_name, sample, promote))
     };
     Ok(layout::page(&visit, Section::Quality, "Backtest", body))
+}
+
+/// The backtest of the posted candidate `text` over `window`, against the rules in force.
+pub(super) async fn backtest_candidate(
+    state: &ConsoleState,
+    text: &str,
+    window: Duration,
+    sample: usize,
+) -> Result<Report, PageError> {
+    let candidate = RuleSet::from_toml(text)
+        .map_err(|error| PageError::bad_field("rules", &format!("do not load: {error}")))?;
+    backtest::run(
+        &state.app.store,
+        &state.app.backtests,
+        Arc::new(candidate),
+        &state.app.rules.current(),
+        Options { window, sample },
+    )
+    .await
+    .map_err(backtest_failed)
+}
+
+/// A backtest that could not run, as a page.
+fn backtest_failed(error: BacktestError) -> PageError {
+    match error {
+        BacktestError::Store(error) => PageError::from(error),
+        BacktestError::Busy => PageError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Busy",
+            "A backtest is already running in this process. Nothing was changed; try again when it is done.",
+        ),
+        BacktestError::Replay(_) => PageError::internal(error),
+    }
 }
 
 fn rule_row(r: &RuleReport, overall: bool) -> Markup {

@@ -188,6 +188,7 @@ fn evaluations_list(evaluations: &[EvaluationRecord]) -> Markup {
                         tr {
                             th scope="col" { "Started" }
                             th scope="col" { "Snapshot" }
+                            th scope="col" { "Rules" }
                             th scope="col" { "Live matches" }
                             th scope="col" { "Shadow matches" }
                             th scope="col" { "Decided" }
@@ -206,6 +207,12 @@ fn evaluations_list(evaluations: &[EvaluationRecord]) -> Markup {
                                 td data-label="Snapshot" {
                                     "version " (evaluation.moderation_version) ", " (evaluation.event_count) " events"
                                     (super::saw::attributes_seen(evaluation.snapshot.as_ref()))
+                                }
+                                td.rules-version data-label="Rules" {
+                                    @match evaluation.rules_version {
+                                        Some(version) => { "version " (version) }
+                                        None => span.muted { "before versions" },
+                                    }
                                 }
                                 td data-label="Live matches" {
                                     @for d in &verdict.matched { div { code { (d.rule) } " → " (d.action.as_str()) } }

@@ -11,7 +11,8 @@
 //!   setting an override;
 //! - [`quality`]: the reversal rate per day and rule, live and shadow matches, the rules;
 //! - [`backtest`]: a candidate rule set replayed over a window's evaluations (a shadow rule's
-//!   backtest is linked from Quality);
+//!   backtest is linked from Quality), which an admin can publish as the next rules version;
+//! - [`rules`]: the rules versions, each with the backtest figures it was published with;
 //! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
 //!
 //! Around them: the signed session cookie ([`session`]), the CSRF token of every form
@@ -32,6 +33,7 @@ mod layout;
 mod operations;
 mod quality;
 mod review;
+mod rules;
 mod saw;
 mod session;
 mod signin;
@@ -112,6 +114,8 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/quality", get(quality::page))
         .route("/backtest", get(backtest::page).post(backtest::run))
         .route("/backtest/sweep", post(sweep::run))
+        .route("/backtest/publish", post(rules::publish))
+        .route("/rules", get(rules::versions))
         .route("/operations", get(operations::page))
         .route("/audit", get(audit::page))
         .route("/dead-letters/redrive", post(operations::redrive_many))

@@ -162,7 +162,12 @@ pub async fn page(
         }
         section.card aria-labelledby="rules-title" {
             h2 #rules-title { "Rules in force" }
-            p.muted { (rules.rules().len()) " rules, as this process loaded them." }
+            p.muted #rules-version {
+                (rules.rules().len()) " rules"
+                @if let Some(version) = rules.version() { ", rules version " (version) }
+                " (every process runs the active version). "
+                a href="/console/rules" { "All rules versions" }
+            }
             div.table-wrap {
                 table.cards #rules {
                     thead { tr { th scope="col" { "Rule" } th scope="col" { "Kinds" } th scope="col" { "When" } th scope="col" { "Action" } } }

@@ -52,6 +52,10 @@ pub enum AuditAction {
     Redrive,
     #[serde(rename = "rules.reload")]
     RulesReload,
+    #[serde(rename = "rules.publish")]
+    RulesPublish,
+    #[serde(rename = "rules.rollback")]
+    RulesRollback,
     #[serde(rename = "shards.move")]
     ShardsMove,
     #[serde(rename = "console.sign_in")]
@@ -61,12 +65,14 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 8] = [
+    pub const ALL: [AuditAction; 10] = [
         AuditAction::Reverse,
         AuditAction::Override,
         AuditAction::TimerEnd,
         AuditAction::Redrive,
         AuditAction::RulesReload,
+        AuditAction::RulesPublish,
+        AuditAction::RulesRollback,
         AuditAction::ShardsMove,
         AuditAction::SignIn,
         AuditAction::SignOut,
@@ -79,6 +85,8 @@ impl AuditAction {
             AuditAction::TimerEnd => "timer.end",
             AuditAction::Redrive => "dead_letter.redrive",
             AuditAction::RulesReload => "rules.reload",
+            AuditAction::RulesPublish => "rules.publish",
+            AuditAction::RulesRollback => "rules.rollback",
             AuditAction::ShardsMove => "shards.move",
             AuditAction::SignIn => "console.sign_in",
             AuditAction::SignOut => "console.sign_out",
@@ -103,6 +111,6 @@ mod tests {
                 Value::String(action.as_str().into())
             );
         }
-        assert_eq!(AuditAction::parse("rules.publish"), None);
+        assert_eq!(AuditAction::parse("rules.delete"), None);
     }
 }

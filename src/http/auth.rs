@@ -23,6 +23,7 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
         | ("GET", "/v1/actions")
         | ("GET", "/v1/stats/reversal-rate")
         | ("GET", "/v1/rules")
+        | ("GET", "/v1/rules/versions")
         | ("POST", "/v1/rules/backtest")
         | ("POST", "/v1/actions/{id}/reverse")
         | ("POST", "/v1/entities/{entity}/override")

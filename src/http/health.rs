@@ -21,7 +21,7 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// Redis and Postgres answer within the backend timeout.
+/// Redis and Postgres answer within the backend timeout; with the rules version in force.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -50,6 +50,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         "status": if redis_ok && postgres_ok { "ready" } else { "unavailable" },
         "redis": describe(redis_ok, redis.ok().and_then(|r| r.err()).map(|e| e.to_string())),
         "postgres": describe(postgres_ok, postgres.ok().and_then(|r| r.err()).map(|e| e.to_string())),
+        "rules_version": state.rules.current().version(),
     });
     let status = if redis_ok && postgres_ok {
         StatusCode::OK
@@ -92,6 +93,9 @@ pub(super) async fn render_metrics(
         }
         Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
     }
+    // This process's rules version, read from its own handle (several apps may share one
+    // recorder in tests).
+    metrics::gauge!(names::RULES_VERSION).set(rules.current().version().unwrap_or(0) as f64);
     // The reversal rate comes from Postgres, so it survives restarts and is the same on every
     // process. Rules in force without actions read 0.
     let window = Duration::from_secs(24 * 3600);

@@ -17,6 +17,7 @@ pub mod openapi;
 mod params;
 mod read;
 mod rules;
+mod rules_versions;
 pub mod schemas;
 pub mod server;
 pub mod signature;
@@ -86,7 +87,12 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             post(moderation::override_entity),
         )
         .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
-        .route("/v1/rules", get(rules::list))
+        .route("/v1/rules", get(rules::list).post(rules_versions::publish))
+        .route("/v1/rules/versions", get(rules_versions::versions))
+        .route(
+            "/v1/rules/versions/{version}/activate",
+            post(rules_versions::activate),
+        )
         .route("/v1/rules/reload", post(rules::reload))
         .route("/v1/rules/backtest", post(backtest::backtest))
         .route("/v1/dead-letters", get(dead_letters::list))

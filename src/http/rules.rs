@@ -1,16 +1,18 @@
-//! The rules in force, with their hit counts, and reloading them.
+//! The rules in force, with their version and hit counts, and reading the active version
+//! again.
 
 use std::time::Duration;
 
-use axum::{Json, extract::State, http::StatusCode};
+use axum::{Json, extract::State};
 use serde_json::{Value, json};
 
 use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
+    rules_versions::fleet_error,
 };
-use crate::audit;
+use crate::{audit, fleet};
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -19,7 +21,7 @@ const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
     get,
     path = "/v1/rules",
     tag = "moderation",
-    description = "The rules in force, with their live and shadow matches over 24h, and the attributes they declare (what events and entity context may carry). Role moderator.",
+    description = "The rules in force in this process: the active rules version (number, hash, author, message, time, how it became active, and its text), each rule with its live and shadow matches over 24h, and the attributes they declare (what events and entity context may carry). Role moderator.",
     responses(
         (status = 200, description = "The rules", body = crate::http::schemas::RulesList),
         crate::http::schemas::TokenRouteErrors,
@@ -33,6 +35,16 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
         .await
         .map_err(store_error)?;
     let rules = state.rules.current();
+    // The stored version this process has in force (the active one, or just before it while
+    // a change reaches this process).
+    let version = match rules.version() {
+        Some(number) => state
+            .store
+            .rules_version(number)
+            .await
+            .map_err(store_error)?,
+        None => None,
+    };
     let listed: Vec<Value> = rules
         .rules()
         .iter()
@@ -52,21 +64,23 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
         })
         .collect();
     Ok(Json(json!({
+        "version": version,
         "rules": listed,
         "attributes": rules.declarations(),
     })))
 }
 
-/// `POST /v1/rules/reload`: reads the rules file again. An invalid file is refused with the
-/// error (422) and the rules in force stay. Reloads this process only; SIGHUP does the same.
+/// `POST /v1/rules/reload`: reads which rules version is active from Postgres again and puts it
+/// in force in this process (every process also does so by itself on a publish and on its
+/// poll; SIGHUP does the same). The rules file is not read: publish a new version instead.
 #[utoipa::path(
     post,
     path = "/v1/rules/reload",
     tag = "admin",
-    description = "Reads the rules file again (this process). Role admin.",
+    description = "Reads the active rules version from Postgres again and puts it in force in this process (processes also follow publishes by themselves). The rules file is not read again: publish a version with POST /v1/rules. Role admin.",
     responses(
-        (status = 200, description = "Reloaded", body = crate::http::schemas::RulesReloaded),
-        (status = 422, description = "The file is invalid; the rules in force stay (code invalid_rules)", body = crate::http::schemas::ErrorResponse),
+        (status = 200, description = "The version in force", body = crate::http::schemas::RulesReloaded),
+        (status = 422, description = "The active version does not load in this release; the rules in force stay (code invalid_rules)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::TokenRouteErrors,
     ),
     security(("bearer" = []))
@@ -75,18 +89,19 @@ pub async fn reload(
     State(state): State<AppState>,
     requester: Requester,
 ) -> Result<Json<Value>, ApiError> {
-    let before = state.rules.current().rules().len();
-    match state.rules.reload() {
-        Ok(count) => {
-            tracing::info!(rules = count, "rules reloaded");
-            let entry = audit::rules_reloaded(before, count);
-            audit::record(&state.store, &requester.token_actor(), entry).await;
-            Ok(Json(json!({ "rules": count })))
-        }
-        Err(error) => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_rules",
-            format!("{error}; the rules in force stay"),
-        )),
-    }
+    let current = state.rules.current();
+    let before = (current.rules().len(), current.version());
+    fleet::sync(&state.store, &state.rules)
+        .await
+        .map_err(|e| fleet_error(e, "rules"))?;
+    let current = state.rules.current();
+    let after = (current.rules().len(), current.version());
+    tracing::info!(rules = after.0, version = ?after.1, "rules reloaded");
+    audit::record(
+        &state.store,
+        &requester.token_actor(),
+        audit::rules_reloaded(before, after),
+    )
+    .await;
+    Ok(Json(json!({ "rules": after.0, "version": after.1 })))
 }

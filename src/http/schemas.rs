@@ -209,6 +209,8 @@ struct RuleView {
 
 #[derive(ToSchema)]
 pub struct RulesList {
+    /// The stored rules version in force in this process (null before one is stored).
+    version: Option<crate::store::RulesVersion>,
     rules: Vec<RuleView>,
     /// The attributes the rules declare: what events (`event`) and entity context (`entity`)
     /// may carry.
@@ -219,6 +221,48 @@ pub struct RulesList {
 pub struct RulesReloaded {
     /// Rules now in force.
     rules: usize,
+    /// The rules version now in force here.
+    version: Option<i64>,
+}
+
+/// A rules file to publish as the next version.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// A rules file, as `quiesce rules check` takes it.
+    rules: String,
+    /// Why this version: 1 to 1000 characters.
+    #[schema(min_length = 1, max_length = 1000)]
+    message: String,
+}
+
+#[derive(ToSchema)]
+pub struct RulesPublished {
+    /// The new version's number, now active.
+    version: i64,
+    /// Hex SHA-256 of the rules text.
+    hash: String,
+}
+
+/// A rollback's reason (optional: "rolled back to version N").
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivateRequest {
+    #[schema(min_length = 1, max_length = 1000)]
+    message: Option<String>,
+}
+
+#[derive(ToSchema)]
+pub struct RulesActivated {
+    /// The version now active.
+    version: i64,
+}
+
+#[derive(ToSchema)]
+pub struct RulesVersionsPage {
+    versions: Vec<crate::store::RulesVersionSummary>,
+    /// The `cursor` of the next page; null on the last.
+    next_cursor: Option<String>,
 }
 
 /// A backtest: the candidate is `rules` (a rules file's TOML) or `promote` (the rules in force
@@ -275,6 +319,8 @@ pub struct Readiness {
     /// `ok` or the error.
     redis: String,
     postgres: String,
+    /// The rules version this process evaluates with (null before one is stored).
+    rules_version: Option<i64>,
 }
 
 fn error_response(description: &str) -> utoipa::openapi::ResponseBuilder {

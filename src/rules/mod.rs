@@ -117,12 +117,35 @@ pub struct RuleSet {
     reads: AttributeReads,
     /// The trailing figures the rules read (`decay.rs`), over all kinds and by kind.
     windows: decay::ReadsByKind,
+    /// The rules file's text it was read from (`None`: built from another set's rules).
+    source: Option<String>,
+    /// The stored version it is (`None`: a file or a candidate, not a published version).
+    version: Option<i64>,
 }
 
 impl RuleSet {
     pub fn from_toml(text: &str) -> Result<Self, RulesError> {
         let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
-        Self::from_specs(file.rules, file.attributes)
+        let mut set = Self::from_specs(file.rules, file.attributes)?;
+        set.source = Some(text.to_owned());
+        Ok(set)
+    }
+
+    /// This set as the stored version `version`.
+    pub fn versioned(mut self, version: i64) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// The stored version this set is, if it is one: what an evaluation records.
+    pub fn version(&self) -> Option<i64> {
+        self.version
+    }
+
+    /// The rules file's text: the one it was read from, comments and all, or else
+    /// [`Self::to_toml`]. What a publish stores.
+    pub fn text(&self) -> String {
+        self.source.clone().unwrap_or_else(|| self.to_toml())
     }
 
     fn from_specs(specs: Vec<RuleSpec>, declarations: Declarations) -> Result<Self, RulesError> {
@@ -219,6 +242,8 @@ impl RuleSet {
             declarations,
             reads: attribute_reads,
             windows: decay::ReadsByKind::new(window_reads),
+            source: None,
+            version: None,
         })
     }
 
@@ -324,7 +349,10 @@ impl RuleSet {
 
     /// Runs every rule that applies to the snapshot's kind.
     pub fn evaluate(&self, snapshot: &Snapshot) -> Verdict {
-        let mut verdict = Verdict::default();
+        let mut verdict = Verdict {
+            rules_version: self.version,
+            ..Verdict::default()
+        };
         // One context for every rule; should it fail to build, every rule reports why.
         let context = condition::context(&self.env, snapshot);
         for rule in &self.rules {
@@ -396,34 +424,69 @@ impl RuleSet {
     }
 }
 
-/// The rule set in force, swapped whole on reload; evaluations hold the set they started with.
+/// The rule set in force, swapped whole when another version becomes active; an evaluation
+/// holds the set it started with, so it decides with one version from start to end.
 pub struct Rules {
-    current: RwLock<Arc<RuleSet>>,
+    current: RwLock<InForce>,
     source: Option<PathBuf>,
 }
 
+struct InForce {
+    set: Arc<RuleSet>,
+    /// The activation that made `set` active (`None`: not from the versions table yet).
+    activation: Option<i64>,
+}
+
 impl Rules {
+    /// `set` (the rules file's, or the built-in rules) until a stored version is installed;
+    /// `source` is the file it came from, which seeds an empty versions table.
     pub fn new(set: RuleSet, source: Option<PathBuf>) -> Self {
-        Self {
-            current: RwLock::new(Arc::new(set)),
+        let rules = Self {
+            current: RwLock::new(InForce {
+                set: Arc::new(set),
+                activation: None,
+            }),
             source,
-        }
+        };
+        rules.record_version();
+        rules
     }
 
     pub fn current(&self) -> Arc<RuleSet> {
-        Arc::clone(&self.current.read().expect("not poisoned"))
+        Arc::clone(&self.current.read().expect("not poisoned").set)
     }
 
-    /// Reads the rules file again; an invalid file is refused and the rules in force stay.
-    /// Returns the number of rules now in force.
-    pub fn reload(&self) -> Result<usize, RulesError> {
-        let set = match &self.source {
-            Some(path) => RuleSet::from_file(path)?,
-            None => RuleSet::default_rules(),
-        };
-        let count = set.rules().len();
-        *self.current.write().expect("not poisoned") = Arc::new(set);
-        Ok(count)
+    /// The file the rules were first read from, if any (the built-in rules otherwise).
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    /// The activation the rules in force came from, if any.
+    pub fn activation(&self) -> Option<i64> {
+        self.current.read().expect("not poisoned").activation
+    }
+
+    /// Puts `set` in force as of `activation`, unless a later activation is in force already
+    /// (two checks racing never put an older version back). Returns whether it did.
+    pub fn install(&self, set: RuleSet, activation: i64) -> bool {
+        {
+            let mut current = self.current.write().expect("not poisoned");
+            if current.activation.is_some_and(|known| known >= activation) {
+                return false;
+            }
+            *current = InForce {
+                set: Arc::new(set),
+                activation: Some(activation),
+            };
+        }
+        self.record_version();
+        true
+    }
+
+    /// The version in force as a gauge (0: not a stored version), for the fleet's alert.
+    fn record_version(&self) {
+        let version = self.current().version().unwrap_or(0);
+        metrics::gauge!(crate::telemetry::names::RULES_VERSION).set(version as f64);
     }
 }
 

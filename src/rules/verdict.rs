@@ -44,6 +44,10 @@ pub struct Verdict {
     /// Shadow rules that could not be evaluated: recorded, never a reason to fail.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shadow_errors: Vec<(String, String)>,
+    /// The rules version that concluded it (`None`: rules not from a stored version). Stored
+    /// in its own column of the evaluation and the action, not in this JSON.
+    #[serde(skip)]
+    pub rules_version: Option<i64>,
 }
 
 impl Verdict {

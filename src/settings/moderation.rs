@@ -8,17 +8,22 @@ use std::{
 use figment::value::Value;
 
 use super::{
-    declare::section,
+    declare::{nonzero, section},
     value::{Setting, text},
 };
 
 section! {
     /// The rules, and what follows a moderator's decision.
     pub struct Moderation("moderation", heading "Moderation"), flags ModerationFlags {
-        /// Rules file (TOML), read again on every reload. Default: rules/default.toml when the
-        /// working directory has it (a checkout, `make run`), else `built-in`, the copy of that file
-        /// compiled into the binary.
+        /// Rules file (TOML) that seeds rules version 1 when the database has no version yet.
+        /// Once versions exist the database's active version is in force and this file is not
+        /// read again (publish a new version instead). Default: rules/default.toml when the
+        /// working directory has it (a checkout, `make run`), else `built-in`, the copy of that
+        /// file compiled into the binary.
         rules: RulesSource = RulesSource::shipped();
+        /// How often each process checks which rules version is active, besides hearing of
+        /// publishes at once (Postgres LISTEN): what a lost notification can cost at most.
+        rules_poll_interval: Duration = Duration::from_secs(10), check nonzero;
         /// How long a reversal keeps automation from redoing the action (an implied override;
         /// also the default `until` of an override).
         override_after_reversal: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -40,8 +45,8 @@ fn fraction(value: &f64) -> Result<(), String> {
 /// The shipped rules file, relative to the working directory.
 pub const SHIPPED_RULES: &str = "rules/default.toml";
 
-/// Where the rules come from: a file, read again on every reload, or the copy of
-/// `rules/default.toml` compiled into the binary (for a binary run outside a checkout).
+/// Where the seed rules come from: a file, or the copy of `rules/default.toml` compiled into
+/// the binary (for a binary run outside a checkout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RulesSource {
     File(PathBuf),
@@ -49,8 +54,7 @@ pub enum RulesSource {
 }
 
 impl RulesSource {
-    /// The shipped file when the working directory has it, so that editing it and reloading
-    /// takes effect; else the built-in copy.
+    /// The shipped file when the working directory has it; else the built-in copy.
     pub fn shipped() -> Self {
         let path = Path::new(SHIPPED_RULES);
         if path.is_file() {

@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 use super::connect::{connect_postgres, connect_redis, database_address, keyspace};
 use crate::{
     credentials::redact_passwords,
+    fleet,
     maintenance::Maintenance,
     queue::{Queue, Wakeups},
     rules::Rules,
@@ -42,6 +43,10 @@ impl Backends {
         if let Err(error) = store.extend_partitions().await {
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not make the time partitions ahead of time");
         }
+        // The active rules version, not the file, is in force (the file seeds an empty table).
+        fleet::start(&store, &rules)
+            .await
+            .context("cannot put the active rules version in force")?;
         Ok(Self {
             store,
             queue: Queue::new(redis, keyspace(settings), settings.schedule.timing()),

@@ -18,6 +18,7 @@ pub use self::{
 };
 use crate::{
     actions::{DeliverySettings, Dispatcher},
+    fleet,
     settings::{ConfigArgs, Settings},
     telemetry,
 };
@@ -54,6 +55,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         address = %app.address(),
         metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
         rules = booted.backends.rules.current().rules().len(),
+        rules_version = ?booted.backends.rules.current().version(),
         "quiesce is serving"
     );
     let shutdown = booted.shutdown.clone();
@@ -70,7 +72,11 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     let metrics =
         spawn_metrics_listener(&settings, &booted.backends, booted.shutdown.clone()).await?;
     // The banner once every listener is bound.
-    tracing::info!(workers = settings.worker.workers, "quiesce worker started");
+    tracing::info!(
+        workers = settings.worker.workers,
+        rules_version = ?booted.backends.rules.current().version(),
+        "quiesce worker started"
+    );
     let (backends, shutdown) = (&booted.backends, booted.shutdown.clone());
     let running = async {
         run_workers(
@@ -87,8 +93,9 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     booted.run_beside_dispatcher(&settings, running).await
 }
 
-/// What serving and working both start from: the backends connected and checked, the rules
-/// reloaded on SIGHUP, and the shutdown token SIGTERM and ctrl-c cancel.
+/// What serving and working both start from: the backends connected and checked, the active
+/// rules version followed (and checked again on SIGHUP), and the shutdown token SIGTERM and
+/// ctrl-c cancel.
 struct Booted {
     backends: Backends,
     shutdown: CancellationToken,
@@ -103,10 +110,14 @@ async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
     backends.check_redis_durability().await;
     backends.check_schedule_matches_database(settings).await?;
     reload_rules_on_sighup(Arc::clone(&backends.rules), backends.store.clone());
-    Ok(Booted {
-        backends,
-        shutdown: shutdown_on_signal(),
-    })
+    let shutdown = shutdown_on_signal();
+    tokio::spawn(fleet::follow(
+        backends.store.clone(),
+        Arc::clone(&backends.rules),
+        settings.moderation.rules_poll_interval,
+        shutdown.clone(),
+    ));
+    Ok(Booted { backends, shutdown })
 }
 
 impl Booted {

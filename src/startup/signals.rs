@@ -1,12 +1,13 @@
-//! The process' signals: SIGTERM or ctrl-c stops it, SIGHUP reloads the rules.
+//! The process' signals: SIGTERM or ctrl-c stops it, SIGHUP reads the active rules version again.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{audit, domain::Actor, rules::Rules, store::Store};
+use crate::{audit, domain::Actor, fleet, rules::Rules, store::Store, telemetry::Chain};
 
-/// Reloads the rules on SIGHUP; an invalid file is refused and the rules in force stay. A
+/// On SIGHUP, reads which rules version is active from Postgres again and puts it in force
+/// (what the listener and the poll do by themselves; the rules file is not read again). A
 /// reload is recorded in the audit trail as `signal:SIGHUP`.
 pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
     #[cfg(unix)]
@@ -17,15 +18,18 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
             return;
         };
         while hangups.recv().await.is_some() {
-            let before = rules.current().rules().len();
-            match rules.reload() {
-                Ok(count) => {
-                    tracing::info!(rules = count, "rules reloaded");
+            let before = rules.current();
+            let before = (before.rules().len(), before.version());
+            match fleet::sync(&store, &rules).await {
+                Ok(synced) => {
+                    let after = rules.current();
+                    let after = (after.rules().len(), after.version());
+                    tracing::info!(rules = after.0, version = ?after.1, changed = synced.is_some_and(|s| s.changed), "rules reloaded");
                     let actor = Actor::named("signal:SIGHUP", None);
-                    audit::record(&store, &actor, audit::rules_reloaded(before, count)).await;
+                    audit::record(&store, &actor, audit::rules_reloaded(before, after)).await;
                 }
                 Err(error) => {
-                    tracing::error!(%error, "rules reload refused; the rules in force stay")
+                    tracing::error!(error = %Chain(&error), "rules reload failed; the rules in force stay")
                 }
             }
         }

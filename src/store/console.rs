@@ -24,6 +24,8 @@ pub struct EvaluationRecord {
     /// The snapshot the rules saw. Every evaluation keeps it now; one recorded by an earlier
     /// version kept it only when a shadow rule matched.
     pub snapshot: Option<serde_json::Value>,
+    /// The rules version that decided it (`None`: recorded before rules versions).
+    pub rules_version: Option<i64>,
 }
 
 /// A moderator's reversal or override, from the audit trail.
@@ -115,7 +117,7 @@ impl Store {
         Ok(sqlx::query_as!(
             EvaluationRecord,
             "SELECT id, worker, started_at, finished_at, due_at, moderation_version, event_count,
-                    decisions, action_id, snapshot
+                    decisions, action_id, snapshot, rules_version
              FROM evaluations WHERE entity = $1
              ORDER BY started_at DESC, id DESC LIMIT $2",
             entity.as_str(),

@@ -264,6 +264,12 @@ async fn record_fenced(
         .iter()
         .map(|e| Json(e.verdict.labels.as_slice()))
         .collect();
+    // The rules version that decided each: recorded on the evaluation, its action and the
+    // action's webhook.
+    let rules_versions: Vec<Option<i64>> = evaluations
+        .iter()
+        .map(|e| e.verdict.rules_version)
+        .collect();
     let durations: Vec<Option<f64>> = effects
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.duration))
@@ -274,10 +280,10 @@ async fn record_fenced(
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                     $12::text[], $13::text[], $14::text[], $15::float8[],
-                                    $16::jsonb[])
+                                    $16::jsonb[], $17::int8[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
-                        labels)
+                        labels, rules_version)
            ),
            locked AS MATERIALIZED (
                SELECT e.entity FROM entities e
@@ -288,7 +294,7 @@ async fn record_fenced(
            applied AS (
                INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
                                     snapshot, applied_version, dedup_key, ends_at,
-                                    displaced_timer)
+                                    displaced_timer, rules_version)
                SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
                       i.version, i.dedup_key, now() + make_interval(secs => i.duration),
                       -- A timed action over a timer in force keeps it, for its restore.
@@ -297,14 +303,15 @@ async fn record_fenced(
                                              'restores_to', e.timer_restores_to,
                                              'action_id', e.timer_action,
                                              'set_by', e.timer_set_by)
-                      END
+                      END,
+                      i.rules_version
                FROM input i JOIN locked l ON l.entity = i.entity
                JOIN entities e ON e.entity = i.entity
                WHERE i.action IS NOT NULL
                ORDER BY i.dedup_key
                ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
                RETURNING id, entity, action, rule, reason, previous_status, new_status,
-                         applied_version, dedup_key, ends_at
+                         applied_version, dedup_key, ends_at, rules_version
            ),
            notified AS (
                INSERT INTO outbox (topic, idempotency_key, payload)
@@ -313,7 +320,8 @@ async fn record_fenced(
                                          'action', a.action, 'rule', a.rule,
                                          'reason', a.reason, 'status', a.new_status,
                                          'moderation_version', a.applied_version + 1,
-                                         'ends_at', a.ends_at)
+                                         'ends_at', a.ends_at,
+                                         'rules_version', a.rules_version)
                FROM applied a
                ORDER BY a.id
            ),
@@ -379,9 +387,9 @@ async fn record_fenced(
                WHERE e.entity = i.entity AND e.moderation_version = i.version
                RETURNING e.entity, a.id AS action_id)
            INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
-                                    decisions, action_id, snapshot, due_at)
+                                    decisions, action_id, snapshot, due_at, rules_version)
            SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                  f.action_id, i.snapshot, i.due_at
+                  f.action_id, i.snapshot, i.due_at, i.rules_version
            FROM fenced f JOIN input i ON i.entity = f.entity
            RETURNING entity, action_id"#,
         &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
@@ -400,6 +408,7 @@ async fn record_fenced(
         &dedup_keys as &[Option<&str>],
         &durations as &[Option<f64>],
         &labels as &[Json<&[crate::rules::LabelDecision]>],
+        &rules_versions as &[Option<i64>],
     )
     .fetch_all(&mut *connection)
     .await?;

@@ -19,6 +19,7 @@ mod outbox;
 mod partitions;
 mod read;
 mod retention;
+mod rules_versions;
 mod snapshots;
 mod sweep;
 mod timers;
@@ -48,6 +49,10 @@ pub use self::{
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
     read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
+    rules_versions::{
+        ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
+        RulesVersionSummary,
+    },
     snapshots::{EntityRecord, Override},
     sweep::SweepCursor,
     timers::EndedTimer,

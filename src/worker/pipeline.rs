@@ -330,7 +330,10 @@ impl Worker {
         }
         let timer = snapshot.timer.clone();
         let verdict = if restoring {
-            Verdict::default()
+            Verdict {
+                rules_version: rules.version(),
+                ..Verdict::default()
+            }
         } else {
             step!("rules", claim).in_scope(|| rules.evaluate(&snapshot))
         };

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::{
     console::csrf_of,
-    helpers::{TestApp, TestOptions, event, spawn_app, wait_for},
+    helpers::{TestApp, TestOptions, call, event, spawn_app, wait_for},
     secrets::{CONSOLE_SESSION_KEY, TOKEN_ADMIN, TOKEN_INGEST, TOKEN_MODERATOR},
 };
 
@@ -24,25 +24,6 @@ fn label(role: Role, token: &str) -> String {
     ApiToken::parse(&ApiToken::spec_for(role, token))
         .unwrap()
         .label()
-}
-
-async fn call(app: &TestApp, method: &str, path: &str, token: &str, body: Value) -> (u16, Value) {
-    let request = match method {
-        "GET" => app.client.get(format!("{}{path}", app.base)),
-        _ => app.client.post(format!("{}{path}", app.base)),
-    };
-    let request = if body.is_null() {
-        request
-    } else {
-        request.json(&body)
-    };
-    let response = request.bearer_auth(token).send().await.unwrap();
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
 }
 
 async fn audit(app: &TestApp, query: &str) -> Vec<Value> {
@@ -60,7 +41,7 @@ async fn audit(app: &TestApp, query: &str) -> Vec<Value> {
 
 /// A console client signed in as `name` with `token`: the client, the session cookie and the
 /// CSRF token of its pages.
-async fn console_session(
+pub(crate) async fn console_session(
     app: &TestApp,
     name: &str,
     token: &str,
@@ -263,7 +244,7 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
     assert_eq!(first.len() + second.len(), 4);
     assert_eq!(second[0]["action"], "rules.reload");
     for (query, field) in [
-        ("?action=rules.publish", "action"),
+        ("?action=rules.delete", "action"),
         ("?since=yesterday", "since"),
         ("?limit=0", "limit"),
         ("?cursor=x", "cursor"),

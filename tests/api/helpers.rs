@@ -365,6 +365,33 @@ pub fn event(id: &str, entity: &str, signal: &str) -> Value {
     json!({ "id": id, "entity": entity, "type": signal })
 }
 
+/// A GET (or, for any other method, a POST) with `token`, and `body` as JSON unless null;
+/// returns the status and the JSON reply (its text as a string if it is not JSON).
+pub async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> (u16, Value) {
+    let request = match method {
+        "GET" => app.client.get(format!("{}{path}", app.base)),
+        _ => app.client.post(format!("{}{path}", app.base)),
+    };
+    let request = if body.is_null() {
+        request
+    } else {
+        request.json(&body)
+    };
+    let response = request.bearer_auth(token).send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
 /// Polls `condition` until it holds or `timeout` passes; panics with `what` on timeout.
 pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut condition: F)
 where

@@ -37,6 +37,7 @@ mod retention;
 mod retention_migration;
 mod roles;
 mod rules;
+mod rules_versions;
 mod shard_change;
 mod shard_index;
 mod signatures;

@@ -1,5 +1,5 @@
 //! Rules in a running service: shadow rules, windows over real buckets, the rules listing and
-//! hot reload.
+//! a new version put in force.
 
 use std::time::Duration;
 
@@ -96,7 +96,8 @@ reason = "{count.flag} flags from {actors.flag} actor"
 }
 
 #[tokio::test]
-async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
+async fn a_broken_rules_version_is_refused_and_the_old_rules_stay() {
+    // The rules file seeds version 1; later versions are published, not reloaded from it.
     let dir = std::env::temp_dir().join(format!("quiesce-rules-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("rules.toml");
@@ -108,43 +109,47 @@ async fn a_broken_rules_file_is_refused_on_reload_and_the_old_rules_stay() {
         ..TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10))
     })
     .await;
-    let reload = || async {
-        let response = app
-            .client
-            .post(format!("{}/v1/rules/reload", app.base))
-            .send()
+    let publish = |rules: String| {
+        let app = &app;
+        async move {
+            app.post_json(
+                "/v1/rules",
+                json!({"rules": rules, "message": "a new rule"}),
+            )
             .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json::<Value>().await.unwrap())
+        }
     };
 
-    std::fs::write(&file, "[[rule]]\nname = \"typo\"\nwhen = 'cuont(\"flag\") >= 2'\naction = \"hide\"\nreason = \"x\"\n").unwrap();
-    let (status, body) = reload().await;
+    let (status, body) = publish("[[rule]]\nname = \"typo\"\nwhen = 'cuont(\"flag\") >= 2'\naction = \"hide\"\nreason = \"x\"\n".into()).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "invalid_rules");
     assert!(
         body["error"]["message"].as_str().unwrap().contains("typo"),
         "{body}"
     );
+    // A reload reads the active version again: still the seeded one.
+    let (status, body) = app.post_json("/v1/rules/reload", json!(null)).await;
+    assert_eq!((status, body["version"].as_i64()), (200, Some(1)), "{body}");
     let (_, listing) = app.get("/v1/rules").await;
     assert_eq!(
         listing["rules"][0]["name"], "old_rule",
         "the old rules stay in force"
     );
+    assert_eq!(
+        listing["version"]["text"], first,
+        "the file seeded version 1"
+    );
     flags(&app, "post:a", 2).await;
     evaluate_next(&app).await;
     assert_eq!(app.status_of("post:a").await, "flagged");
 
-    std::fs::write(
-        &file,
+    let (status, body) = publish(
         first
             .replace("old_rule", "new_rule")
             .replace("\"flag\"\nreason", "\"hide\"\nreason"),
     )
-    .unwrap();
-    let (status, body) = reload().await;
-    assert_eq!((status, body["rules"].as_i64()), (200, Some(1)), "{body}");
+    .await;
+    assert_eq!((status, body["version"].as_i64()), (201, Some(2)), "{body}");
     flags(&app, "post:b", 2).await;
     evaluate_next(&app).await;
     assert_eq!(app.status_of("post:b").await, "hidden");

@@ -130,9 +130,14 @@ fn free_port() -> u16 {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `target` every second, with the alert rules' `for:` cut to
+    /// Starts Prometheus scraping `targets` every second, with the alert rules' `for:` cut to
     /// `for_override` so that a test can see them fire.
-    async fn start(target: &str, for_override: &str) -> Self {
+    async fn start(targets: &[&str], for_override: &str) -> Self {
+        let targets = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let dir = std::env::temp_dir().join(format!("quiesce-prom-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let alerts = std::fs::read_to_string(grafana_dir().join("prometheus/alerts.yml")).unwrap();
@@ -151,7 +156,7 @@ impl Prometheus {
         std::fs::write(
             dir.join("prometheus.yml"),
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [alerts.yml]\nscrape_configs:\n  - job_name: quiesce\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [alerts.yml]\nscrape_configs:\n  - job_name: quiesce\n    static_configs:\n      - targets: [{targets}]\n"
             ),
         )
         .unwrap();
@@ -352,7 +357,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     );
     let alert_text = std::fs::read_to_string(&alerts_path).unwrap();
     let alerts = alert_rules(&alert_text);
-    assert_eq!(alerts.len(), 6, "{alerts:?}");
+    assert_eq!(alerts.len(), 7, "{alerts:?}");
 
     // 2. The dashboards are well formed.
     let dashboards = dashboards();
@@ -415,7 +420,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     );
     tokio::spawn(dispatcher.run(stop_dispatcher.clone()));
     let target = app.metrics_base.trim_start_matches("http://").to_owned();
-    let prometheus = Prometheus::start(&target, "2s").await;
+    let prometheus = Prometheus::start(&[&target], "2s").await;
 
     // 4. Normal load: hides, reactions that act on nothing (shadow hits), duplicates, refused
     // requests, and one reversal in twelve.
@@ -677,4 +682,60 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     }
     app.postgres_proxy.as_ref().unwrap().restore();
     stop_dispatcher.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs prometheus; `make observability` runs it"]
+async fn processes_on_different_rules_versions_fire_the_disagreement_alert() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let (mut worker, worker_metrics) = app.spawn_ready_worker_process("obs-rules").await;
+    let app_metrics = app.metrics_base.trim_start_matches("http://").to_owned();
+    let worker_metrics = worker_metrics.to_string();
+    let prometheus = Prometheus::start(&[&app_metrics, &worker_metrics], "2s").await;
+    wait_for(
+        Duration::from_secs(30),
+        "both processes scraped at rules version 1",
+        || async { prometheus.scalar("count(quiesce_rules_version == 1)").await == Some(2.0) },
+    )
+    .await;
+    assert!(
+        !prometheus
+            .alerts()
+            .await
+            .iter()
+            .any(|(n, _)| n == "QuiesceRulesVersionsDisagree"),
+        "quiet while they agree"
+    );
+    // Version 2 made active in the database: the worker process follows it; this test's
+    // in-process app runs no follower, so it stays behind, as a process that cannot hear of it.
+    let text = std::fs::read_to_string(Path::new(ROOT).join("rules/default.toml")).unwrap();
+    sqlx::query(
+        "WITH v AS (INSERT INTO rules_versions (version, text, hash, author, message)
+                    VALUES (2, $1, $2, 'test', 'only some hear of it') RETURNING version)
+         INSERT INTO rules_activations (version, kind, author, message)
+         SELECT version, 'publish', 'test', 'only some hear of it' FROM v",
+    )
+    .bind(&text)
+    .bind(quiesce::fleet::hash(&text))
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    prometheus.wait_firing("QuiesceRulesVersionsDisagree").await;
+    // A reload brings the app to the active version: the fleet agrees again.
+    let (status, body) = app.post_json("/v1/rules/reload", json!(null)).await;
+    assert_eq!((status, &body["version"]), (200, &json!(2)), "{body}");
+    wait_for(
+        Duration::from_secs(60),
+        "the disagreement alert to resolve",
+        || async {
+            !prometheus
+                .alerts()
+                .await
+                .iter()
+                .any(|(n, _)| n == "QuiesceRulesVersionsDisagree")
+        },
+    )
+    .await;
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
 }

@@ -1,0 +1,177 @@
+//! Rules versions in the console: the versions list (each with the backtest figures it was
+//! published with) and, for admins, publishing the candidate the Backtest page just ran, with
+//! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::fleet`).
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{HeaderMap, Uri},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::{Markup, html};
+use serde_json::Value;
+
+use super::{
+    AdminVisit, ConsoleState, Visit,
+    backtest::{backtest_candidate, window_of},
+    errors::PageError,
+    forms::Fields,
+    layout::{self, Section},
+};
+use crate::{
+    backtest::Estimate,
+    fleet::{self, FleetError},
+    store::RulesVersionSummary,
+};
+
+const PAGE: i64 = 50;
+
+/// `POST /console/backtest/publish` with `csrf`, `rules`, `window`, `message` (admins): the
+/// candidate backtested again over the window and published with the report; then the
+/// versions list.
+pub async fn publish(
+    State(state): State<ConsoleState>,
+    AdminVisit(visit): AdminVisit,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let fields = Fields::posted(
+        &headers,
+        &body,
+        &visit.session,
+        &["rules", "window", "message"],
+    )?;
+    let text = fields
+        .optional("rules")
+        .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
+    let message = fields.optional("message").unwrap_or("");
+    fleet::check_message(message).map_err(published_error)?;
+    let window = window_of(fields.optional("window").unwrap_or("7days"))?;
+    let report = backtest_candidate(&state, text, window, 0).await?;
+    let report = serde_json::to_value(&report).map_err(PageError::internal)?;
+    let version = fleet::publish(
+        &state.app.store,
+        Some(&state.app.rules),
+        &visit.actor(),
+        text,
+        message,
+        Some(&report),
+    )
+    .await
+    .map_err(published_error)?;
+    Ok(Redirect::to(&format!("/console/rules?published={version}")).into_response())
+}
+
+fn published_error(error: FleetError) -> PageError {
+    match error {
+        FleetError::Invalid(error) => {
+            PageError::bad_field("rules", &format!("do not load: {error}"))
+        }
+        FleetError::Message(problem) => PageError::bad_field("message", &problem),
+        FleetError::Store(error) => PageError::from(error),
+        FleetError::Stored { .. } => PageError::internal(error),
+    }
+}
+
+/// The figures of a version's backtest: expected reversal rate, actions added and removed.
+fn figures(backtest: Option<&Value>) -> Markup {
+    let Some(report) = backtest else {
+        return html! { span.muted { "no backtest" } };
+    };
+    let overall = &report["overall"];
+    let rate: Option<Estimate> =
+        serde_json::from_value(overall["expected_reversal_rate"].clone()).unwrap_or(None);
+    html! {
+        div.backtest-figures {
+            "expected reversal rate " (layout::estimate(rate)) br;
+            span.added { "+" (overall["added"].as_i64().unwrap_or(0)) " added" } ", "
+            span.removed { "−" (overall["removed"].as_i64().unwrap_or(0)) " removed" }
+            br; span.muted { "over " (report["since"].as_str().unwrap_or("?")) " to " (report["until"].as_str().unwrap_or("?")) }
+        }
+    }
+}
+
+fn versions_table(versions: &[RulesVersionSummary]) -> Markup {
+    html! {
+        div.table-wrap {
+            table.cards #rules-versions {
+                thead {
+                    tr {
+                        th scope="col" { "Version" } th scope="col" { "Published" } th scope="col" { "By" }
+                        th scope="col" { "Message" } th scope="col" { "Backtest" }
+                    }
+                }
+                tbody {
+                    @for v in versions {
+                        tr data-version=(v.version) {
+                            th scope="row" data-label="Version" {
+                                (v.version)
+                                @if v.active { " " span.tag.active { "active" } }
+                                br; code.muted title=(v.hash) { (v.hash[..12.min(v.hash.len())]) }
+                            }
+                            td data-label="Published" { (layout::time(v.created_at)) }
+                            td.wrap data-label="By" { (v.author) }
+                            td.wrap data-label="Message" { (v.message) }
+                            td data-label="Backtest" { (figures(v.backtest.as_ref())) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /console/rules?before=&published=`: the rules versions, newest first.
+pub async fn versions(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    query
+        .only(&["before", "published"])
+        .map_err(PageError::bad_query)?;
+    let number = |field: &str| -> Result<Option<i64>, PageError> {
+        query
+            .optional(field)
+            .map(|raw| {
+                raw.parse::<i64>().map_err(|_| {
+                    PageError::bad_query(PageError::bad_field(field, "must be a version number"))
+                })
+            })
+            .transpose()
+    };
+    let before = number("before")?;
+    let published = number("published")?;
+    let versions = state.app.store.rules_versions_page(before, PAGE).await?;
+    let next = (versions.len() as i64 == PAGE)
+        .then(|| versions.last().map(|v| v.version))
+        .flatten();
+    let in_force = state.app.rules.current().version();
+    let body = html! {
+        h1 { "Rules versions" }
+        @if let Some(version) = published {
+            p.notice role="status" #published { "Published as version " (version) "; every process puts it in force within moments." }
+        }
+        p.muted {
+            "Every published rule set, newest first. One is active: every serve and worker process evaluates with it"
+            @if let Some(version) = in_force { " (this process: version " (version) ")" }
+            ". A version published from the Backtest page keeps that backtest's figures."
+        }
+        @if versions.is_empty() {
+            p.muted #no-versions { "No rules version stored yet." }
+        } @else {
+            (versions_table(&versions))
+            nav.pager aria-label="Pages" {
+                @if before.is_some() { a href="/console/rules" { "← Newest" } } @else { span {} }
+                @if let Some(next) = next { a rel="next" href=(format!("/console/rules?before={next}")) { "Next →" } }
+            }
+        }
+    };
+    Ok(layout::page(
+        &visit,
+        Section::Quality,
+        "Rules versions",
+        body,
+    ))
+}
