@@ -6,8 +6,9 @@
 # bench/backtest/data.py as CSV and loaded with psql's \copy, and EVENTS events (default
 # 5,000,000) made by generate_series in Postgres. Then it times `quiesce rules backtest` (release
 # build) twice with GNU time: the default rules (the identity check: nothing added or removed)
-# and the default rules with a hide threshold of 12 instead of 8.3; prints each report, the wall
-# time and the peak RSS, the row counts and the table sizes. The database is dropped on exit.
+# and the default rules with a hide threshold of 12 instead of 8.3; then times `quiesce rules sweep`
+# of that threshold over 10 values; prints each report, the wall time and the peak RSS, the row
+# counts and the table sizes. The database is dropped on exit.
 #
 # quiesce_bin=target/debug/quiesce bench/backtest/run.sh times a debug build instead.
 set -euo pipefail
@@ -95,3 +96,6 @@ for candidate in rules/default.toml "$work/hide-at-12.toml"; do
   /usr/bin/time -f 'backtest-bench: wall %e s, peak RSS %M kB, CPU %P' \
     "$quiesce_bin" rules backtest "$candidate" --since 7d --sample 3
 done
+say "sweep of hide_flag_pile_on's weight threshold over 7 days (10 values)"
+/usr/bin/time -f 'backtest-bench: wall %e s, peak RSS %M kB, CPU %P' \
+  "$quiesce_bin" rules sweep rules/default.toml --rule hide_flag_pile_on --since 7d

@@ -94,7 +94,7 @@ pub fn with_value(when: &str, literal: &Literal, value: f64) -> String {
 }
 
 /// `count` values evenly spaced from half the literal to one and a half times it (ints
-/// rounded, each value once), with the literal's own among them.
+/// rounded, each value once), and the literal's own when it is not one of them.
 pub fn default_values(literal: &Literal, count: usize) -> Vec<f64> {
     let (low, high) = (literal.value * 0.5, literal.value * 1.5);
     let mut values: Vec<f64> = (0..count.max(2))

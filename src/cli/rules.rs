@@ -73,8 +73,8 @@ pub(super) enum RulesCommand {
         sample: u64,
     },
     /// Pick a threshold from the reversals: replay the rules file with one numeric literal of
-    /// one rule's condition moved over a range of values (by default 10 values from half to one
-    /// and a half times it, its own among them), all in one read of the window, and print per
+    /// one rule's condition moved over a range of values (by default 10 values evenly spaced from
+    /// half to one and a half times it, plus its own), all in one read of the window, and print per
     /// value the rule's actions, the actions it keeps, adds and removes, the reversals it saves
     /// and its expected reversal rate with a 95% interval. Reads Postgres only.
     Sweep {
@@ -88,7 +88,7 @@ pub(super) enum RulesCommand {
         /// Which numeric literal of its condition, counted from 0 in the order written.
         #[arg(long, default_value_t = 0)]
         literal: usize,
-        /// The values to try, comma-separated (at most 50); default: 10 around the literal.
+        /// The values to try, comma-separated (at most 50); default: 10 around the literal, and the literal.
         #[arg(long, value_delimiter = ',')]
         values: Vec<f64>,
         /// How far back, as for backtest.
