@@ -43,6 +43,9 @@ pub struct WindowStats {
     /// The largest value, for a number attribute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
+    /// The value of the latest event in the window that carried it, for a number attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<f64>,
 }
 
 /// What a snapshot knows of one attribute over one signal's events.

@@ -23,10 +23,11 @@ use crate::domain::{AttributeStats, Attributes, Scalar, SignalStats, SnapshotAtt
 
 /// The functions of this module besides `count` (whose filter form is here too); `max` is
 /// among CEL's names already.
-pub(super) const FUNCTIONS: [&str; 6] = [
+pub(super) const FUNCTIONS: [&str; 7] = [
     "latest",
     "distinct",
     "max_in",
+    "latest_in",
     "distinct_in",
     "attr",
     "has_attr",
@@ -199,6 +200,20 @@ pub(super) fn register(
     let a = Arc::clone(attributes);
     context
         .add_function(
+            "latest_in",
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                let window = text(ftx, &args, 2)?;
+                let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
+                Ok(Value::Float(stats.and_then(|w| w.latest).unwrap_or(0.0)))
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let a = Arc::clone(attributes);
+    context
+        .add_function(
             "distinct",
             move |ftx: &FunctionContext,
                   Arguments(args): Arguments|
@@ -297,6 +312,7 @@ mod tests {
         let window = |values: &[(&str, i64)], max: Option<f64>| crate::domain::WindowStats {
             values: values.iter().map(|(v, n)| (v.to_string(), *n)).collect(),
             max,
+            latest: max.map(|m| m / 2.0),
         };
         flag.insert(
             "score".to_owned(),
@@ -361,6 +377,9 @@ mod tests {
             (r#"max_in("flag", "score", "5m") == 0.5"#, true),
             (r#"max_in("flag", "score", "24h") > 0.9"#, true),
             (r#"max_in("flag", "score", "1m") == 0.0"#, true),
+            (r#"latest_in("flag", "score", "5m") == 0.25"#, true),
+            (r#"latest_in("flag", "score", "24h") == 0.475"#, true),
+            (r#"latest_in("flag", "score", "1m") == 0.0"#, true),
             (r#"distinct_in("flag", "reason", "1h") == 1"#, true),
             (r#"distinct_in("flag", "reason", "5m") == 0"#, true),
         ];

@@ -139,7 +139,7 @@ fn check_call(
             check_window(name, call.args.get(2))?;
             check_filter(name, call.args.get(1), declared)
         }
-        "max_in" => {
+        "max_in" | "latest_in" => {
             arity(3)?;
             signal_literal()?;
             reads.events = true;
@@ -150,7 +150,7 @@ fn check_call(
                 Ok(())
             } else {
                 Err(format!(
-                    "max_in() reads a number attribute; {attribute:?} is a {}",
+                    "{name}() reads a number attribute; {attribute:?} is a {}",
                     kind.as_str()
                 ))
             }
@@ -333,6 +333,8 @@ mod tests {
             (r#"count_in("flag", {"colour": "red"}, "1h") > 1"#, "colour"),
             (r#"max_in("flag", "reason", "1h") > 1.0"#, "string"),
             (r#"max_in("flag", "score") > 1.0"#, "3 arguments"),
+            (r#"latest_in("flag", "reason", "1h") > 1.0"#, "string"),
+            (r#"latest_in("flag", "score", "7d") > 1.0"#, "window"),
             (r#"distinct_in("flag", "score", "1h") > 1"#, "number"),
             (r#"distinct_in("flag", "reason", "7d") > 1"#, "window"),
         ] {

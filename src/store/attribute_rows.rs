@@ -15,9 +15,9 @@ use crate::domain::{AttributeStats, Attributes, Scalar, WINDOWS};
 pub(super) type FoldedValues = Vec<(String, String, String, i64)>;
 /// (signal, attribute, max, latest) per folded number attribute.
 pub(super) type FoldedNumbers = Vec<(String, String, f64, f64)>;
-/// (signal, attribute, value ('' for a number), age in seconds of its minute, events, max) per
-/// folded minute bucket of the last 24 hours.
-pub(super) type FoldedBuckets = Vec<(String, String, String, i64, i64, Option<f64>)>;
+/// (signal, attribute, value ('' for a number), age in seconds of its minute, events, max,
+/// latest) per folded minute bucket of the last 24 hours.
+pub(super) type FoldedBuckets = Vec<(String, String, String, i64, i64, Option<f64>, Option<f64>)>;
 /// (signal, attributes, age in seconds of its minute, received within 24 hours) per event not
 /// folded yet, oldest first (by transaction, then id).
 pub(super) type UnfoldedAttributes = Vec<(String, Attributes, i64, bool)>;
@@ -64,16 +64,19 @@ pub(super) fn attribute_stats(rows: AttributeRows) -> Stats {
             }
         }
     }
-    if let Some(Json(buckets)) = rows.buckets {
+    if let Some(Json(mut buckets)) = rows.buckets {
         let in_window = |age: i64| WINDOWS.iter().filter(move |(_, seconds)| age <= *seconds);
-        for (signal, attribute, value, age, count, max) in buckets {
+        // Oldest first, then the unfolded events (newer than any folded one) in their order,
+        // so that each window's latest is the last one added.
+        buckets.sort_by_key(|bucket| std::cmp::Reverse(bucket.3));
+        for (signal, attribute, value, age, count, max, latest) in buckets {
             for (window, _) in in_window(age) {
+                let figures = Figures { count, max, latest };
                 add_to_window(
                     entry(&mut stats, &signal, &attribute),
                     window,
                     value.clone(),
-                    count,
-                    max,
+                    figures,
                 );
             }
         }
@@ -83,11 +86,25 @@ pub(super) fn attribute_stats(rows: AttributeRows) -> Stats {
             }
             for (window, _) in in_window(*age) {
                 for (attribute, value) in attributes {
-                    let (value, max) = match value {
-                        Scalar::Num(n) => (String::new(), Some(*n)),
-                        other => (other.key(), None),
+                    let (value, figures) = match value {
+                        Scalar::Num(n) => (
+                            String::new(),
+                            Figures {
+                                count: 1,
+                                max: Some(*n),
+                                latest: Some(*n),
+                            },
+                        ),
+                        other => (
+                            other.key(),
+                            Figures {
+                                count: 1,
+                                max: None,
+                                latest: None,
+                            },
+                        ),
                     };
-                    add_to_window(entry(&mut stats, signal, attribute), window, value, 1, max);
+                    add_to_window(entry(&mut stats, signal, attribute), window, value, figures);
                 }
             }
         }
@@ -105,18 +122,23 @@ fn entry<'a>(stats: &'a mut Stats, signal: &str, attribute: &str) -> &'a mut Att
         .or_default()
 }
 
-/// Adds one bucket or event to a window: a number's maximum, or a value's events.
-fn add_to_window(
-    stats: &mut AttributeStats,
-    window: &str,
-    value: String,
+/// What one bucket or event adds to a window: a number's maximum and latest value, or a value's
+/// events.
+struct Figures {
     count: i64,
     max: Option<f64>,
-) {
+    latest: Option<f64>,
+}
+
+/// Adds one bucket or event to a window, after every older one.
+fn add_to_window(stats: &mut AttributeStats, window: &str, value: String, figures: Figures) {
     let window = stats.windows.entry(window.to_owned()).or_default();
-    match max {
-        Some(max) => window.max = Some(window.max.map_or(max, |m| m.max(max))),
-        None => *window.values.entry(value).or_default() += count,
+    match figures.max {
+        Some(max) => {
+            window.max = Some(window.max.map_or(max, |m| m.max(max)));
+            window.latest = figures.latest.or(window.latest);
+        }
+        None => *window.values.entry(value).or_default() += figures.count,
     }
 }
 
@@ -190,13 +212,31 @@ mod tests {
             values: None,
             numbers: None,
             buckets: Some(Json(vec![
-                ("flag".into(), "reason".into(), "spam".into(), 120, 2, None),
+                (
+                    "flag".into(),
+                    "reason".into(),
+                    "spam".into(),
+                    120,
+                    2,
+                    None,
+                    None,
+                ),
+                (
+                    "flag".into(),
+                    "score".into(),
+                    String::new(),
+                    120,
+                    1,
+                    Some(0.2),
+                    Some(0.2),
+                ),
                 (
                     "flag".into(),
                     "score".into(),
                     String::new(),
                     3_000,
                     1,
+                    Some(0.9),
                     Some(0.9),
                 ),
             ])),
@@ -225,8 +265,42 @@ mod tests {
         assert_eq!(reason.windows["5m"].values["spam"], 3);
         assert_eq!(reason.windows["24h"].values["spam"], 3);
         let score = &stats["flag"]["score"];
+        assert_eq!(score.windows["1m"].max, Some(0.4));
         assert_eq!(score.windows["5m"].max, Some(0.4));
         assert_eq!(score.windows["1h"].max, Some(0.9));
+        // The latest is the newest event's: the unfolded one, then the newest bucket's.
+        assert_eq!(score.windows["1h"].latest, Some(0.4));
+        assert_eq!(score.windows["24h"].latest, Some(0.4));
         assert_eq!(score.max, None);
+    }
+
+    #[test]
+    fn a_windows_latest_without_unfolded_events_is_its_newest_buckets() {
+        let bucket = |age: i64, score: f64| {
+            (
+                "flag".into(),
+                "score".into(),
+                String::new(),
+                age,
+                1,
+                Some(score),
+                Some(score),
+            )
+        };
+        let rows = AttributeRows {
+            values: None,
+            numbers: None,
+            buckets: Some(Json(vec![
+                bucket(120, 0.2),
+                bucket(3_000, 0.9),
+                bucket(60, 0.5),
+            ])),
+            unfolded: Some(Json(vec![])),
+        };
+        let stats = attribute_stats(rows);
+        let windows = &stats["flag"]["score"].windows;
+        assert_eq!(windows["1m"].latest, Some(0.5));
+        assert_eq!(windows["1h"].latest, Some(0.5));
+        assert_eq!(windows["1h"].max, Some(0.9));
     }
 }

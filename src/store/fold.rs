@@ -102,20 +102,25 @@ impl Store {
                        -- The same per receive minute, for the windows (number: value '').
                        attribute_minutes AS (
                            INSERT INTO attribute_buckets (entity, signal, attribute, value,
-                                                          bucket_start, count, max)
+                                                          bucket_start, count, max, latest)
                            SELECT entity, signal, attribute,
                                   CASE WHEN jsonb_typeof(value) = 'number' THEN ''
                                        ELSE value #>> '{}' END,
                                   date_trunc('minute', received_at), count(*),
                                   max(CASE WHEN jsonb_typeof(value) = 'number'
-                                           THEN value::float8 END)
+                                           THEN value::float8 END),
+                                  (array_agg(CASE WHEN jsonb_typeof(value) = 'number'
+                                                  THEN value::float8 END
+                                             ORDER BY xid DESC, id DESC))[1]
                            FROM attributes
                            WHERE received_at >= now() - $2::interval
                            GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+                           -- A later fold's events are newer: their latest replaces the bucket's.
                            ON CONFLICT (entity, signal, attribute, value, bucket_start)
                            DO UPDATE SET
                                count = attribute_buckets.count + EXCLUDED.count,
-                               max = greatest(attribute_buckets.max, EXCLUDED.max)
+                               max = greatest(attribute_buckets.max, EXCLUDED.max),
+                               latest = coalesce(EXCLUDED.latest, attribute_buckets.latest)
                        ),
                        days AS (
                            INSERT INTO signal_days (entity, signal, day, count, weight_sum)

@@ -218,7 +218,7 @@ impl Store {
                     (SELECT coalesce(json_agg(json_build_array(
                                 b.signal, b.attribute, b.value,
                                 extract(epoch FROM date_trunc('minute', now()) - b.bucket_start)::int8,
-                                b.count, b.max)), '[]')
+                                b.count, b.max, b.latest)), '[]')
                      FROM attribute_buckets b
                      WHERE b.entity = e.entity AND b.bucket_start >= now() - interval '24 hours')
                     END AS "folded_buckets?: Json<FoldedBuckets>",

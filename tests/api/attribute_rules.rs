@@ -330,12 +330,15 @@ reason = "a surge of spam reports"
             by["reason"].windows.get("1h").map(|w| w.values["spam"]),
             by["score"].windows.get("1h").and_then(|w| w.max),
             by["score"].windows.get("24h").and_then(|w| w.max),
+            // latest_in: the last event recorded (one commit: the greatest id), old-2 / new-2.
+            by["score"].windows.get("1h").and_then(|w| w.latest),
+            by["score"].windows.get("24h").and_then(|w| w.latest),
         )
     };
     let old = app.snapshot("post:old").await;
     assert_eq!(
         windows(&old),
-        (Some(1), Some(0.2), Some(0.9)),
+        (Some(1), Some(0.2), Some(0.9), Some(0.2), Some(0.2)),
         "the aged report is past 1h"
     );
     assert_eq!(
@@ -343,7 +346,10 @@ reason = "a surge of spam reports"
         "but in the total"
     );
     let new = app.snapshot("post:new").await;
-    assert_eq!(windows(&new), (Some(2), Some(0.9), Some(0.9)));
+    assert_eq!(
+        windows(&new),
+        (Some(2), Some(0.9), Some(0.9), Some(0.2), Some(0.2))
+    );
     // Folded, the figures read the same (the fold keeps minute buckets as for the counts).
     let store = &app.backends.store;
     fold_all(&app, &["post:old", "post:new"]).await;
