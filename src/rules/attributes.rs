@@ -19,7 +19,9 @@ use cel::{
 };
 
 use super::declared::attribute_window;
-use crate::domain::{AttributeStats, Attributes, Scalar, SignalStats, SnapshotAttributes};
+use crate::domain::{
+    AttributeStats, Attributes, Scalar, SignalStats, SnapshotAttributes, WindowStats,
+};
 
 /// The functions of this module besides `count` (whose filter form is here too); `max` is
 /// among CEL's names already.
@@ -183,34 +185,32 @@ pub(super) fn register(
             )
             .map_err(|e| e.to_string())?;
     }
-    let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "max_in",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
-                let window = text(ftx, &args, 2)?;
-                let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
-                Ok(Value::Float(stats.and_then(|w| w.max).unwrap_or(0.0)))
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "latest_in",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
-                let window = text(ftx, &args, 2)?;
-                let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
-                Ok(Value::Float(stats.and_then(|w| w.latest).unwrap_or(0.0)))
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    // The same over a trailing window.
+    fn max_in(stats: &WindowStats) -> Option<f64> {
+        stats.max
+    }
+    fn latest_in(stats: &WindowStats) -> Option<f64> {
+        stats.latest
+    }
+    for (name, pick) in [
+        ("max_in", max_in as fn(&WindowStats) -> Option<f64>),
+        ("latest_in", latest_in),
+    ] {
+        let a = Arc::clone(attributes);
+        context
+            .add_function(
+                name,
+                move |ftx: &FunctionContext,
+                      Arguments(args): Arguments|
+                      -> Result<Value, ExecutionError> {
+                    let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                    let window = text(ftx, &args, 2)?;
+                    let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
+                    Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
+                },
+            )
+            .map_err(|e| e.to_string())?;
+    }
     let a = Arc::clone(attributes);
     context
         .add_function(
