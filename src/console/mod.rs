@@ -24,6 +24,7 @@
 mod assets;
 mod audit;
 mod backtest;
+mod canaries;
 mod charts;
 mod csrf;
 mod entity;

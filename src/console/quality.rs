@@ -1,7 +1,8 @@
 //! Quality: the share of automated actions moderators reversed within 24h, over a chosen
 //! window, per day and per rule (the same counts as `GET /v1/stats/reversal-rate`); live and
 //! shadow matches per rule (what a moderator weighs before promoting a shadow rule), each shadow
-//! rule linked to its backtest (the rules in force with it turned live); and the rules in force.
+//! rule linked to its backtest (the rules in force with it turned live); canaries' two groups
+//! (`console/canaries.rs`); and the rules in force.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -10,7 +11,7 @@ use chrono::Utc;
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, charts,
+    ConsoleState, Visit, canaries, charts,
     errors::PageError,
     forms::Fields,
     layout::{self, Section, rate},
@@ -62,12 +63,14 @@ pub async fn page(
         })?;
     let window: Duration = humantime::parse_duration(window_name).expect("a listed window");
     let store = &state.app.store;
-    let ((total, by_rule), days, hits) = tokio::try_join!(
+    let rules = state.app.rules.current();
+    let ((total, by_rule), days, hits, canaries) = tokio::try_join!(
         store.reversal_counts(window),
         store.daily_reversals(window),
         store.rule_hits(window),
+        canaries::canary_rows(store, &rules, window),
     )?;
-    let rules = state.app.rules.current();
+    let reversals: BTreeMap<String, ReversalCounts> = by_rule.iter().cloned().collect();
     let mut rows: BTreeMap<String, RuleRow> = BTreeMap::new();
     for rule in rules.rules() {
         rows.entry(rule.name.clone()).or_default().in_force = Some((rule.effects(), rule.shadow));
@@ -75,7 +78,7 @@ pub async fn page(
     for (rule, counts) in by_rule {
         rows.entry(rule).or_default().counts = counts;
     }
-    for (rule, (live, shadow)) in hits {
+    for (rule, (live, shadow)) in hits.clone() {
         let row = rows.entry(rule).or_default();
         row.live = live;
         row.shadow = shadow;
@@ -160,7 +163,8 @@ pub async fn page(
                 }
             }
         }
-        section.card aria-labelledby="rules-title" {
+        (canaries::section(&canaries, &hits, &reversals))
+                section.card aria-labelledby="rules-title" {
             h2 #rules-title { "Rules in force" }
             p.muted #rules-version {
                 (rules.rules().len()) " rules"

@@ -391,3 +391,98 @@ rollout = 0.5
         "every live evaluation matched: {report}"
     );
 }
+
+#[tokio::test]
+async fn quality_shows_a_canarys_two_groups_with_their_evaluations_and_matches_per_1000() {
+    use quiesce::credentials::{ApiToken, Role};
+    use reqwest::header;
+
+    use crate::secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR};
+    const CANARY: &str = r#"
+[[rule]]
+name = "trial_flag"
+kinds = ["post"]
+when = 'count("flag") >= 2'
+action = "flag"
+reason = "{count.flag} flags"
+rollout = 0.5
+"#;
+    let rules = RuleSet::from_toml(CANARY).unwrap();
+    let app = spawn_app(TestOptions {
+        rules: Some(RuleSet::from_toml(CANARY).unwrap()),
+        ..TestOptions::default().with(|s| {
+            s.security.api_tokens = crate::helpers::api_tokens(vec![
+                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+            ]);
+            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+        })
+    })
+    .await;
+    // 30 posts with two flags (the rule matches wherever it runs) and 10 with one (it matches
+    // nowhere), each evaluated once.
+    let posts: Vec<(String, usize)> = (0..40)
+        .map(|i| (format!("post:q{i}"), if i < 30 { 2 } else { 1 }))
+        .collect();
+    let events: Vec<Value> = posts
+        .iter()
+        .flat_map(|(p, n)| (0..*n).map(move |i| event(&format!("{p}-{i}"), p, "flag")))
+        .collect();
+    let sent = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(&events)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), reqwest::StatusCode::ACCEPTED);
+    app.wait_settled(Duration::from_secs(30)).await;
+    let rule = &rules.rules()[0];
+    let live_for = |p: &str| rule.live_for(&quiesce::domain::EntityId::parse(p).unwrap());
+    let count = |live: bool, flags: usize| {
+        posts
+            .iter()
+            .filter(|(p, n)| live_for(p) == live && (flags == 0 || *n == flags))
+            .count()
+    };
+    let evaluated = app.scalar("SELECT count(*) FROM evaluations").await;
+    assert_eq!(evaluated, 40, "each post evaluated once");
+    let per_1000 = |matches: usize, evaluations: usize| {
+        format!("{:.1}", 1000.0 * matches as f64 / evaluations as f64)
+    };
+    let (cookie, _) = crate::console::sign_in(&app).await;
+    let quality = app
+        .client
+        .get(format!("{}/console/quality?window=24h", app.base))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let row = quality
+        .split(r#"<tr data-rule="trial_flag">"#)
+        .nth(2)
+        .unwrap_or_else(|| panic!("a canary row after the per-rule row: {quality}"));
+    let cell = |class: &str| {
+        let start = row.find(&format!(r#"class="num {class}""#)).unwrap();
+        let text = &row[start..];
+        let open = text.find('>').unwrap() + 1;
+        text[open..open + text[open..].find('<').unwrap()].to_owned()
+    };
+    let (live, shadow) = (count(true, 0), count(false, 0));
+    assert!(
+        live > 5 && shadow > 5,
+        "both groups hold posts: {live} / {shadow}"
+    );
+    assert_eq!(cell("live-evaluations"), live.to_string(), "{row}");
+    assert_eq!(cell("shadow-evaluations"), shadow.to_string(), "{row}");
+    assert_eq!(cell("live-rate"), per_1000(count(true, 2), live), "{row}");
+    assert_eq!(
+        cell("shadow-rate"),
+        per_1000(count(false, 2), shadow),
+        "{row}"
+    );
+}
