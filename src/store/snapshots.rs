@@ -222,17 +222,8 @@ impl Store {
                      FROM attribute_buckets b
                      WHERE b.entity = e.entity AND b.bucket_start >= now() - interval '24 hours')
                     END AS "folded_buckets?: Json<FoldedBuckets>",
-                    CASE WHEN $12 OR $14 THEN
-                    (SELECT coalesce(json_agg(json_build_array(
-                                ev.signal, ev.attributes,
-                                extract(epoch FROM date_trunc('minute', now())
-                                                   - date_trunc('minute', ev.received_at))::int8,
-                                ev.received_at >= now() - interval '24 hours')
-                                ORDER BY ev.xid, ev.id), '[]')
-                     FROM events ev
-                     WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
-                       AND ev.attributes IS NOT NULL)
-                    END AS "unfolded_attributes?: Json<UnfoldedAttributes>",
+                    CASE WHEN $12 OR $14 THEN coalesce(u.attributes, '[]') END
+                        AS "unfolded_attributes?: Json<UnfoldedAttributes>",
                     -- Context: the entity's latest, and its author's status, context and counts.
                     CASE WHEN $13 THEN
                         (SELECT c.attributes FROM entity_context c WHERE c.entity = e.entity
@@ -255,7 +246,16 @@ impl Store {
                  SELECT count(*) AS n, min(ev.received_at) AS first_at,
                         max(ev.received_at) AS last_at,
                         (array_agg(ev.author ORDER BY ev.xid DESC)
-                             FILTER (WHERE ev.author IS NOT NULL))[1] AS author
+                             FILTER (WHERE ev.author IS NOT NULL))[1] AS author,
+                        -- Their attributes, as they are, for store/attribute_rows.rs: in the
+                        -- same scan of the entity's unfolded events.
+                        json_agg(json_build_array(
+                                     ev.signal, ev.attributes,
+                                     extract(epoch FROM date_trunc('minute', now())
+                                                        - date_trunc('minute', ev.received_at))::int8,
+                                     ev.received_at >= now() - interval '24 hours')
+                                 ORDER BY ev.xid, ev.id)
+                            FILTER (WHERE ($12 OR $14) AND ev.attributes IS NOT NULL) AS attributes
                  FROM events ev WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
              ) u
              CROSS JOIN LATERAL (SELECT coalesce(u.author, e.author) AS id) au
