@@ -34,6 +34,8 @@ pub mod names {
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
+    pub const GUARD_DEMOTIONS: &str = "quiesce_rule_guard_demotions_total";
+    pub const GUARD_DEMOTED_AT: &str = "quiesce_rule_guard_demoted_timestamp_seconds";
     pub const SHADOW_HITS: &str = "quiesce_shadow_hits_total";
     pub const DELIVERIES: &str = "quiesce_webhook_deliveries_total";
     pub const OUTBOX_BACKLOG: &str = "quiesce_outbox_backlog";
@@ -225,6 +227,15 @@ fn describe() {
     describe_counter!(
         names::REVERSALS,
         "Automated actions reversed by a moderator, by rule."
+    );
+    describe_counter!(
+        names::GUARD_DEMOTIONS,
+        "Live rules the guard turned to shadow for their reversal rate, by rule."
+    );
+    describe_gauge!(
+        names::GUARD_DEMOTED_AT,
+        Unit::Seconds,
+        "When the guard last turned the rule to shadow (Unix time), in the process that did."
     );
     describe_gauge!(
         names::LEASE_SECONDS,
