@@ -319,6 +319,9 @@ pub fn record_baseline(
         metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+    // Rule-less and at 0 (never within the alert's hour): the alert's series exists before
+    // any demotion.
+    metrics::gauge!(names::GUARD_DEMOTED_AT).set(0.0);
     for budget in rate_budgets {
         metrics::counter!(names::RATE_LIMITED, "source" => budget).increment(0);
     }
