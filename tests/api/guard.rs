@@ -130,6 +130,20 @@ async fn a_rule_reversed_past_the_threshold_is_turned_to_shadow_and_an_opted_out
     reverse(&app, hides[0]).await;
     reverse(&app, hides[1]).await;
     assert_eq!(active(&app).await["version"], 1);
+    let (_, listed) = call(&app, "GET", "/v1/rules", TOKEN_ADMIN, Value::Null).await;
+    let guards: Vec<(&Value, &Value)> = listed["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (&r["name"], &r["guard"]))
+        .collect();
+    assert_eq!(
+        guards,
+        [
+            (&json!("guarded_posts"), &json!(true)),
+            (&json!("kept_comments"), &json!(false))
+        ]
+    );
     // The third crosses it: by the time the reversal is answered, quiesce has published.
     reverse(&app, hides[2]).await;
     let version = active(&app).await;
