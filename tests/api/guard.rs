@@ -2,7 +2,8 @@
 //! reversals cross the threshold is turned to shadow by the reversal that crossed it (a new
 //! rules version by quiesce-guard carrying the figures), takes no more live actions, and the
 //! audit trail, the metric the alert watches and an outbound webhook each say so; a rule with
-//! `guard = false` stays live past the same figures.
+//! `guard = false` stays live past the same figures; a rollback re-arms the rule and the
+//! reversals from before it are not counted again.
 
 use std::{
     sync::{Arc, Mutex},
@@ -101,6 +102,29 @@ fn is_shadow(version: &Value, rule: &str) -> bool {
     set.rules().iter().any(|r| r.name == rule && r.shadow)
 }
 
+/// Waits until the worker process serving metrics at `metrics` runs rules `version`.
+async fn worker_on(metrics: std::net::SocketAddr, version: i64) {
+    let client = reqwest::Client::new();
+    let line = format!(" {version}");
+    wait_for(
+        WAIT,
+        &format!("the worker process on version {version}"),
+        || async {
+            let text = client
+                .get(format!("http://{metrics}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .any(|l| l.starts_with("quiesce_rules_version") && l.ends_with(&line))
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_reversed_past_the_threshold_is_turned_to_shadow_and_an_opted_out_one_is_not() {
     let (hook_url, inbox) = start_receiver().await;
@@ -174,20 +198,7 @@ async fn a_rule_reversed_past_the_threshold_is_turned_to_shadow_and_an_opted_out
 
     // The worker process follows version 2: the guarded rule matches in shadow only, the
     // opted-out one still acts.
-    let client = reqwest::Client::new();
-    wait_for(WAIT, "the worker process on version 2", || async {
-        let text = client
-            .get(format!("http://{worker_metrics}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .any(|l| l.starts_with("quiesce_rules_version") && l.ends_with(" 2"))
-    })
-    .await;
+    worker_on(worker_metrics, 2).await;
     flag_twice(&app, &["post:guard9".into(), "comment:guard9".into()]).await;
     assert_eq!(
         action_ids(&app, "guarded_posts").await,
@@ -292,6 +303,24 @@ async fn a_rule_reversed_past_the_threshold_is_turned_to_shadow_and_an_opted_out
         (&json!("guarded_posts"), &json!(2), &json!(1), &json!(3)),
         "{data}"
     );
+
+    // A rollback to version 1 re-arms the rule, and the guard counts only the actions taken
+    // since: 1 of 2 new ones reversed is below the full sample. (Counting the reversed
+    // actions from before the rollback, 3 of the last 4 would trip it again.)
+    let body = json!({"message": "the reversals were wrong"});
+    let path = "/v1/rules/versions/1/activate";
+    let (status, reply) = call(&app, "POST", path, TOKEN_ADMIN, body).await;
+    assert_eq!(status, 200, "{reply}");
+    worker_on(worker_metrics, 1).await;
+    flag_twice(&app, &["post:guard10".into(), "post:guard11".into()]).await;
+    let rearmed = action_ids(&app, "guarded_posts").await;
+    assert_eq!(
+        rearmed.len(),
+        hides.len() + 2,
+        "live again after the rollback"
+    );
+    reverse(&app, rearmed[hides.len()]).await;
+    assert_eq!(active(&app).await["version"], 1);
 
     worker.start_kill().unwrap();
     worker.wait().await.unwrap();
