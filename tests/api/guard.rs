@@ -110,14 +110,8 @@ async fn worker_on(metrics: std::net::SocketAddr, version: i64) {
         WAIT,
         &format!("the worker process on version {version}"),
         || async {
-            let text = client
-                .get(format!("http://{metrics}/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let response = client.get(format!("http://{metrics}/metrics")).send();
+            let text = response.await.unwrap().text().await.unwrap();
             text.lines()
                 .any(|l| l.starts_with("quiesce_rules_version") && l.ends_with(&line))
         },
