@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::{
     audit,
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
+    fleet::Guard,
     queue::Queue,
     store::{EndedTimer, Reversal, Store, StoreError},
     telemetry::{Chain, names},
@@ -29,7 +30,8 @@ pub fn acceptable_text(text: &str) -> bool {
 }
 
 /// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
-/// counted, and the author's compensated signal scheduled.
+/// counted, the author's compensated signal scheduled, and the action's rule weighed by the
+/// `guard` (its reversal rate changed just now).
 #[tracing::instrument(skip_all, fields(action = id))]
 pub async fn reverse(
     store: &Store,
@@ -38,9 +40,11 @@ pub async fn reverse(
     by: &Actor,
     reason: &str,
     override_for: Duration,
+    guard: &Guard,
 ) -> Result<Reversal, StoreError> {
     let reversal = store.reverse_action(id, by, reason, override_for).await?;
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
+    guard.after_reversal(store, &reversal.action.rule).await;
     if let Some(author) = &reversal.author {
         // The compensation is committed; if this schedule is lost the repair sweep finds it.
         if let Err(error) = queue.schedule(&[(author.clone(), Priority::Normal)]).await {

@@ -34,6 +34,8 @@ pub mod names {
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
+    pub const GUARD_DEMOTIONS: &str = "quiesce_rule_guard_demotions_total";
+    pub const GUARD_DEMOTED_AT: &str = "quiesce_rule_guard_demoted_timestamp_seconds";
     pub const SHADOW_HITS: &str = "quiesce_shadow_hits_total";
     pub const DELIVERIES: &str = "quiesce_webhook_deliveries_total";
     pub const OUTBOX_BACKLOG: &str = "quiesce_outbox_backlog";
@@ -226,6 +228,15 @@ fn describe() {
         names::REVERSALS,
         "Automated actions reversed by a moderator, by rule."
     );
+    describe_counter!(
+        names::GUARD_DEMOTIONS,
+        "Live rules the guard turned to shadow for their reversal rate, by rule."
+    );
+    describe_gauge!(
+        names::GUARD_DEMOTED_AT,
+        Unit::Seconds,
+        "When the guard last turned the rule to shadow (Unix time), in the process that did."
+    );
     describe_gauge!(
         names::LEASE_SECONDS,
         Unit::Seconds,
@@ -308,6 +319,9 @@ pub fn record_baseline(
         metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
+    // Rule-less and at 0 (never within the alert's hour): the alert's series exists before
+    // any demotion.
+    metrics::gauge!(names::GUARD_DEMOTED_AT).set(0.0);
     for budget in rate_budgets {
         metrics::counter!(names::RATE_LIMITED, "source" => budget).increment(0);
     }

@@ -81,6 +81,8 @@ pub struct App {
     pub backtests: Arc<Gate>,
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
+    /// What a reversal's rule is weighed against.
+    pub guard: crate::fleet::Guard,
 }
 
 /// The state of the process the console is mounted in (the API's): what it lends the console.

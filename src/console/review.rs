@@ -389,6 +389,7 @@ pub async fn reverse(
         &visit.actor(),
         &reason,
         override_for,
+        &app.guard,
     )
     .await?;
     tracing::info!(action = id, token = %visit.user.token, "console reversal");

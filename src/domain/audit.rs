@@ -56,6 +56,9 @@ pub enum AuditAction {
     RulesPublish,
     #[serde(rename = "rules.rollback")]
     RulesRollback,
+    /// The guard turned a rule to shadow (its actor is quiesce-guard).
+    #[serde(rename = "rules.guard")]
+    RulesGuard,
     #[serde(rename = "shards.move")]
     ShardsMove,
     #[serde(rename = "console.sign_in")]
@@ -65,7 +68,7 @@ pub enum AuditAction {
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 10] = [
+    pub const ALL: [AuditAction; 11] = [
         AuditAction::Reverse,
         AuditAction::Override,
         AuditAction::TimerEnd,
@@ -73,6 +76,7 @@ impl AuditAction {
         AuditAction::RulesReload,
         AuditAction::RulesPublish,
         AuditAction::RulesRollback,
+        AuditAction::RulesGuard,
         AuditAction::ShardsMove,
         AuditAction::SignIn,
         AuditAction::SignOut,
@@ -87,6 +91,7 @@ impl AuditAction {
             AuditAction::RulesReload => "rules.reload",
             AuditAction::RulesPublish => "rules.publish",
             AuditAction::RulesRollback => "rules.rollback",
+            AuditAction::RulesGuard => "rules.guard",
             AuditAction::ShardsMove => "shards.move",
             AuditAction::SignIn => "console.sign_in",
             AuditAction::SignOut => "console.sign_out",

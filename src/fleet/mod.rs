@@ -6,11 +6,15 @@
 //! file (or the built-in rules) seeds version 1 ([`start`]).
 
 mod follow;
+mod guard;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use self::follow::follow;
+pub use self::{
+    follow::follow,
+    guard::{GUARD_AUTHOR, Guard},
+};
 use crate::{
     domain::Actor,
     rules::{RuleSet, Rules, RulesError},

@@ -53,6 +53,7 @@ impl crate::console::ConsoleApp for AppState {
             auth: Arc::clone(&self.auth),
             backtests: Arc::clone(&self.backtests),
             override_after_reversal: self.settings.moderation.override_after_reversal,
+            guard: crate::fleet::Guard::new(&self.settings.moderation, Some(self.rules.clone())),
         }
     }
 }

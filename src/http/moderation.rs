@@ -19,6 +19,7 @@ use super::{
 };
 use crate::{
     domain::Status,
+    fleet::Guard,
     moderation::{self, Overridden, OverrideRequest, TEXT_RULE, acceptable_text},
     store::ActionFilter,
 };
@@ -179,6 +180,7 @@ pub async fn reverse(
         &requester.actor(moderator),
         reason,
         override_for,
+        &Guard::new(&state.settings.moderation, Some(state.rules.clone())),
     )
     .await
     .map_err(store_error)?;

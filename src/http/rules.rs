@@ -59,6 +59,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
                 "kinds": rule.kinds,
                 "when": rule.when,
                 "shadow": rule.shadow,
+                "guard": rule.guard,
                 "hits_24h": { "live": live, "shadow": shadow },
             })
         })

@@ -105,7 +105,7 @@ pub async fn publish(
     get,
     path = "/v1/rules/versions",
     tag = "moderation",
-    description = "The rules versions, newest first: number, hash, author, message, time, whether it is the active one, and the backtest report it was published with (if any). Role moderator.",
+    description = "The rules versions, newest first: number, hash, author (quiesce-guard for a version the guard published to turn a rule reversed too often to shadow, its message carrying the figures), message, time, whether it is the active one, and the backtest report it was published with (if any). Role moderator.",
     params(
         ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size, default 50"),
         ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}$", description = "next_cursor of the previous page"),

@@ -204,6 +204,8 @@ struct RuleView {
     kinds: Vec<String>,
     when: String,
     shadow: bool,
+    /// Whether the guard may turn it to shadow (false: `guard = false` in the rules file).
+    guard: bool,
     hits_24h: RuleHits,
 }
 

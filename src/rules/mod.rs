@@ -78,6 +78,17 @@ struct RuleSpec {
     /// is live; for the others it runs as a shadow rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rollout: Option<f64>,
+    /// `false`: the guard never turns this rule to shadow, whatever its reversal rate.
+    #[serde(default = "armed", skip_serializing_if = "is_armed")]
+    guard: bool,
+}
+
+fn armed() -> bool {
+    true
+}
+
+fn is_armed(guard: &bool) -> bool {
+    *guard
 }
 
 #[derive(Debug)]
@@ -96,6 +107,8 @@ pub struct Rule {
     duration_text: Option<String>,
     /// A canary's share of entities (`rollout`); `None`: live for all (or shadow for all).
     pub rollout: Option<f64>,
+    /// Whether the guard may turn it to shadow (`guard`, default true).
+    pub guard: bool,
     reason: String,
     program: Program,
 }
@@ -217,6 +230,7 @@ impl RuleSet {
                 duration,
                 duration_text: spec.duration,
                 rollout: spec.rollout,
+                guard: spec.guard,
                 name: spec.name.clone(),
                 kinds: spec.kinds,
                 action: spec.action,
@@ -277,6 +291,7 @@ impl RuleSet {
                 shadow: rule.shadow,
                 duration: rule.duration_text.clone(),
                 rollout: rule.rollout,
+                guard: rule.guard,
             })
             .collect()
     }
@@ -300,6 +315,22 @@ impl RuleSet {
         Some(
             Self::from_specs(specs, self.declarations.clone())
                 .expect("rules that compiled once compile again"),
+        )
+    }
+
+    /// The same rules with the live rule `name` turned to shadow, as a rules file (without
+    /// comments): what the guard publishes when it cannot edit the file's own text. `None` if
+    /// there is no live rule of that name.
+    pub fn demoting(&self, name: &str) -> Option<String> {
+        let mut specs = self.specs();
+        let spec = specs.iter_mut().find(|s| s.name == name && !s.shadow)?;
+        spec.shadow = true;
+        Some(
+            toml::to_string(&RulesFile {
+                rules: specs,
+                attributes: self.declarations.clone(),
+            })
+            .expect("a rule set serializes"),
         )
     }
 

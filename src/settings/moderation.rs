@@ -31,6 +31,18 @@ section! {
         /// quiesce_reversal_rate_alert_threshold.
         #[value_name = "FRACTION"]
         reversal_alert_threshold: f64 = 0.2, check fraction;
+        /// The guard: a live rule whose last `guard_actions` actions (within `guard_window`)
+        /// moderators reversed at a rate above `guard_threshold` is turned to shadow by quiesce
+        /// (a new rules version by quiesce-guard). A rule with `guard = false` is left alone.
+        guard: bool = true;
+        /// How many of a rule's latest actions the guard weighs; it acts only once the rule has
+        /// taken this many within the window.
+        guard_actions: u32 = 50, check nonzero;
+        /// The reversal rate over those actions above which the guard turns the rule to shadow.
+        #[value_name = "FRACTION"]
+        guard_threshold: f64 = 0.5, check fraction;
+        /// How far back the guard looks for those actions.
+        guard_window: Duration = Duration::from_secs(7 * 24 * 3600), check nonzero;
     }
 }
 

@@ -13,6 +13,7 @@ mod entity_rows;
 mod evaluations;
 mod events;
 mod fold;
+mod guard;
 pub mod loadgen;
 mod moderation;
 mod outbox;
@@ -45,6 +46,7 @@ pub use self::{
     context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     evaluations::{Completion, FencedEvaluation, Recorded},
+    guard::{Demotion, RuleFigures},
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},

@@ -178,26 +178,7 @@ impl Store {
     pub async fn publish_rules(&self, actor: &Actor, rules: NewRulesVersion<'_>) -> Result<i64> {
         let mut tx = self.pool.begin().await?;
         lock_versions(&mut tx).await?;
-        let before = active_in(&mut tx).await?;
-        let version = sqlx::query_scalar!(
-            "SELECT COALESCE(MAX(version), 0) + 1 AS \"next!\" FROM rules_versions"
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        insert_version(&mut tx, version, actor, &rules).await?;
-        activate(&mut tx, version, "publish", actor, rules.message).await?;
-        let entry = AuditEntry {
-            action: AuditAction::RulesPublish,
-            subject: "rules".into(),
-            before: before.map(|v| serde_json::json!({ "version": v })),
-            after: Some(serde_json::json!({
-                "version": version,
-                "hash": rules.hash,
-                "message": rules.message,
-                "backtest": rules.backtest.is_some(),
-            })),
-        };
-        record_audit_in(&mut *tx, actor, &entry).await?;
+        let version = publish_in(&mut tx, actor, &rules).await?;
         tx.commit().await?;
         Ok(version)
     }
@@ -232,16 +213,46 @@ impl Store {
     }
 }
 
+/// Stores `rules` as the next version and makes it active, with its audit entry, in `tx`
+/// (which holds [`lock_versions`]); returns the new version's number.
+pub(super) async fn publish_in(
+    tx: &mut PgConnection,
+    actor: &Actor,
+    rules: &NewRulesVersion<'_>,
+) -> Result<i64> {
+    let before = active_in(tx).await?;
+    let version = sqlx::query_scalar!(
+        "SELECT COALESCE(MAX(version), 0) + 1 AS \"next!\" FROM rules_versions"
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    insert_version(tx, version, actor, rules).await?;
+    activate(tx, version, "publish", actor, rules.message).await?;
+    let entry = AuditEntry {
+        action: AuditAction::RulesPublish,
+        subject: "rules".into(),
+        before: before.map(|v| serde_json::json!({ "version": v })),
+        after: Some(serde_json::json!({
+            "version": version,
+            "hash": rules.hash,
+            "message": rules.message,
+            "backtest": rules.backtest.is_some(),
+        })),
+    };
+    record_audit_in(&mut *tx, actor, &entry).await?;
+    Ok(version)
+}
+
 /// Publishes, rollbacks and the seed take turns: each reads the newest version and
 /// activation and appends after them.
-async fn lock_versions(tx: &mut PgConnection) -> Result<()> {
+pub(super) async fn lock_versions(tx: &mut PgConnection) -> Result<()> {
     sqlx::query!("LOCK TABLE rules_versions, rules_activations IN EXCLUSIVE MODE")
         .execute(&mut *tx)
         .await?;
     Ok(())
 }
 
-async fn active_in(tx: &mut PgConnection) -> Result<Option<i64>> {
+pub(super) async fn active_in(tx: &mut PgConnection) -> Result<Option<i64>> {
     Ok(
         sqlx::query_scalar!("SELECT version FROM rules_activations ORDER BY id DESC LIMIT 1")
             .fetch_optional(&mut *tx)

@@ -24,6 +24,7 @@ mod effects;
 mod example_discord;
 mod examples;
 mod fold;
+mod guard;
 mod ingest;
 mod limits;
 mod loadgen;
