@@ -387,18 +387,12 @@ reason = "a surge of spam reports"
 
 #[tokio::test]
 async fn the_console_shows_what_the_rules_saw_of_attributes_and_context() {
-    use quiesce::credentials::{ApiToken, Role};
-
-    use crate::secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR};
+    use crate::secrets::TOKEN_INGEST;
     let app = spawn_app(TestOptions {
         rules: Some(RuleSet::from_toml(&rules()).unwrap()),
         ..TestOptions::default().with(|s| {
             s.schedule.debounce_window = Duration::from_millis(50);
-            s.security.api_tokens = crate::helpers::api_tokens(vec![
-                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
-                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-            ]);
-            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
+            crate::console::with_console(s);
         })
     })
     .await;

@@ -5,17 +5,14 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use quiesce::{
-    credentials::{ApiToken, Role},
-    rules::{DEFAULT_RULES, RuleSet},
-};
+use quiesce::rules::{DEFAULT_RULES, RuleSet};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::{
     console::{csrf_of, sign_in},
     helpers::{TestApp, TestOptions, event, spawn_app},
-    secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR},
+    secrets::{TOKEN_INGEST, TOKEN_MODERATOR},
 };
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -307,13 +304,7 @@ async fn bad_backtest_requests_name_the_field_and_the_console_links_a_shadow_rul
     );
     let app = spawn_app(TestOptions {
         rules: Some(RuleSet::from_toml(&rules).unwrap()),
-        ..TestOptions::default().with(|s| {
-            s.security.api_tokens = crate::helpers::api_tokens(vec![
-                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
-                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-            ]);
-            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
-        })
+        ..TestOptions::default().with(crate::console::with_console)
     })
     .await;
     let authed = |path: &str| {

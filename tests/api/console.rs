@@ -11,14 +11,17 @@ use crate::{
 };
 
 pub(crate) async fn console_app() -> TestApp {
-    spawn_app(TestOptions::idle().with(|s| {
-        s.security.api_tokens = crate::helpers::api_tokens(vec![
-            ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
-            ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-        ]);
-        s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
-    }))
-    .await
+    spawn_app(TestOptions::idle().with(with_console)).await
+}
+
+/// Settings for a test that signs in to the console: an ingest and a moderator token, and the
+/// console's session key.
+pub(crate) fn with_console(s: &mut quiesce::settings::Settings) {
+    s.security.api_tokens = crate::helpers::api_tokens(vec![
+        ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
+        ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
+    ]);
+    s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
 }
 
 /// A form's fields.

@@ -324,10 +324,8 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
     assert_eq!(folded("auto.hide.reversed").await, 1);
 }
 
-#[tokio::test]
-async fn a_canary_rule_acts_only_on_its_share_of_entities_and_the_backtest_compares_the_two_groups()
-{
-    const CANARY: &str = r#"
+/// A canary: flags a post with two flags, live for half of the posts.
+const CANARY: &str = r#"
 [[rule]]
 name = "trial_flag"
 kinds = ["post"]
@@ -336,6 +334,10 @@ action = "flag"
 reason = "{count.flag} flags"
 rollout = 0.5
 "#;
+
+#[tokio::test]
+async fn a_canary_rule_acts_only_on_its_share_of_entities_and_the_backtest_compares_the_two_groups()
+{
     let rules = quiesce::rules::RuleSet::from_toml(CANARY).unwrap();
     let app = crate::helpers::spawn_app(crate::helpers::TestOptions {
         rules: Some(quiesce::rules::RuleSet::from_toml(CANARY).unwrap()),
@@ -394,29 +396,13 @@ rollout = 0.5
 
 #[tokio::test]
 async fn quality_shows_a_canarys_two_groups_with_their_evaluations_and_matches_per_1000() {
-    use quiesce::credentials::{ApiToken, Role};
     use reqwest::header;
 
-    use crate::secrets::{CONSOLE_SESSION_KEY, TOKEN_INGEST, TOKEN_MODERATOR};
-    const CANARY: &str = r#"
-[[rule]]
-name = "trial_flag"
-kinds = ["post"]
-when = 'count("flag") >= 2'
-action = "flag"
-reason = "{count.flag} flags"
-rollout = 0.5
-"#;
+    use crate::secrets::TOKEN_INGEST;
     let rules = RuleSet::from_toml(CANARY).unwrap();
     let app = spawn_app(TestOptions {
         rules: Some(RuleSet::from_toml(CANARY).unwrap()),
-        ..TestOptions::default().with(|s| {
-            s.security.api_tokens = crate::helpers::api_tokens(vec![
-                ApiToken::spec_for(Role::Ingest, TOKEN_INGEST),
-                ApiToken::spec_for(Role::Moderator, TOKEN_MODERATOR),
-            ]);
-            s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
-        })
+        ..TestOptions::default().with(crate::console::with_console)
     })
     .await;
     // 30 posts with two flags (the rule matches wherever it runs) and 10 with one (it matches
