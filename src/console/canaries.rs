@@ -1,8 +1,8 @@
 //! Quality's canaries: for each rule in force with a `rollout`, its two groups of entities side
 //! by side over the window. In the live share it acts (its matches are live matches and its
-//! actions can be reversed); in the rest it runs as a shadow rule. Each group's evaluations are
-//! counted per entity and split with the rule's own hash (`rules/rollout.rs`), so the groups
-//! are exactly the ones the evaluations ran in.
+//! actions can be reversed); in the rest it runs as a shadow rule. The window's evaluations are
+//! read once, counted per entity, and split for each canary with its own hash
+//! (`rules/rollout.rs`), so the groups are exactly the ones the evaluations ran in.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -29,17 +29,32 @@ pub async fn canary_rows(
     rules: &RuleSet,
     window: Duration,
 ) -> Result<Vec<CanaryRow>, StoreError> {
+    let canaries: Vec<_> = rules
+        .rules()
+        .iter()
+        .filter_map(|rule| Some((rule, rule.rollout.filter(|_| !rule.shadow)?)))
+        .collect();
+    if canaries.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One read for every canary: each takes the entities of its kinds.
+    let evaluated: Vec<(EntityId, i64)> = store
+        .evaluations_per_entity(window)
+        .await?
+        .into_iter()
+        .filter_map(|(entity, n)| Some((EntityId::parse(&entity).ok()?, n)))
+        .collect();
     let mut rows = Vec::new();
-    for rule in rules.rules() {
-        let Some(rollout) = rule.rollout.filter(|_| !rule.shadow) else {
-            continue;
-        };
+    for (rule, rollout) in canaries {
         let (mut live_evaluations, mut shadow_evaluations) = (0, 0);
-        for (entity, evaluations) in store.evaluations_per_entity(window, &rule.kinds).await? {
-            match EntityId::parse(&entity) {
-                Ok(id) if rule.live_for(&id) => live_evaluations += evaluations,
-                Ok(_) => shadow_evaluations += evaluations,
-                Err(_) => {}
+        let of_its_kinds = evaluated
+            .iter()
+            .filter(|(id, _)| rule.kinds.is_empty() || rule.kinds.iter().any(|k| k == id.kind()));
+        for (id, evaluations) in of_its_kinds {
+            if rule.live_for(id) {
+                live_evaluations += evaluations;
+            } else {
+                shadow_evaluations += evaluations;
             }
         }
         rows.push(CanaryRow {

@@ -156,21 +156,18 @@ impl Store {
             .collect())
     }
 
-    /// Evaluations finished in the last `window` per entity, of the entities whose kind is one
-    /// of `kinds` (every kind when empty): what a canary's two groups are counted from.
+    /// Evaluations finished in the last `window`, per entity: what a canary's two groups are
+    /// counted from.
     pub async fn evaluations_per_entity(
         &self,
         window: std::time::Duration,
-        kinds: &[String],
     ) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query!(
             r#"SELECT entity, count(*) AS "evaluations!"
              FROM evaluations
              WHERE finished_at >= now() - $1::interval
-               AND (cardinality($2::text[]) = 0 OR split_part(entity, ':', 1) = ANY($2))
              GROUP BY entity"#,
             interval(window),
-            kinds,
         )
         .fetch_all(&self.pool)
         .await?;
