@@ -7,27 +7,9 @@ use std::{collections::BTreeMap, sync::Arc};
 use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value, extractors::Arguments};
 
 use super::Rule;
-use crate::domain::{
-    DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, SnapshotAttributes, WINDOWS,
-};
+use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
 
 pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
-
-/// What the rules of one evaluation read, shared by every rule's functions: one copy of the
-/// snapshot's figures per evaluation, not per rule.
-struct Figures {
-    signals: Signals,
-    attributes: Arc<SnapshotAttributes>,
-}
-
-impl Figures {
-    fn of(snapshot: &Snapshot) -> Self {
-        Self {
-            signals: Arc::new(snapshot.signals.clone()),
-            attributes: Arc::new(snapshot.attributes.clone()),
-        }
-    }
-}
 
 fn window_totals(
     signals: &Signals,
@@ -73,8 +55,9 @@ pub(super) fn context<'p>(
     env: &Arc<Env>,
     snapshot: &Snapshot,
 ) -> Result<Context<'p, 'static>, String> {
-    let figures = Figures::of(snapshot);
-    let (signals, attributes) = (&figures.signals, &figures.attributes);
+    // One copy of the snapshot's figures, shared by every function of every rule.
+    let signals: &Signals = &Arc::new(snapshot.signals.clone());
+    let attributes = &Arc::new(snapshot.attributes.clone());
     let mut context = Context::with_env(Arc::clone(env));
     // `count` (with its filter and author forms) and the attribute functions.
     super::attributes::register(&mut context, signals, attributes)?;
