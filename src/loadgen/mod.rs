@@ -235,7 +235,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let per_second = std::mem::take(&mut *per_second.lock().expect("tally lock"));
 
     let drain = match &config.database_url {
-        Some(url) => Some(drain(&config, url, &planned, started).await?),
+        Some(url) => Some(drain(&config, url, &planned, accepted, started).await?),
         None => None,
     };
     Ok(Report {

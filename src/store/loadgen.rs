@@ -16,7 +16,23 @@ pub struct RunEvaluation {
     pub delay_ms: Option<f64>,
 }
 
-/// How many of the run's entities are recorded, and how many of them are owed an evaluation.
+/// How many of the run's entities are recorded, and the events their evaluations have covered
+/// so far: a cheap read of the entity rows alone (no event is read), for polling while the run
+/// drains. The events covered only ever reach the events accepted; [`drain_progress`] confirms.
+pub async fn covered_events(pool: &PgPool, pattern: &str) -> sqlx::Result<(i64, i64)> {
+    let row = sqlx::query!(
+        r#"SELECT count(*) AS "entities!",
+                coalesce(sum(evaluated_event_count), 0)::int8 AS "covered!"
+         FROM entities WHERE entity LIKE $1"#,
+        pattern,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.entities, row.covered))
+}
+
+/// How many of the run's entities are recorded, and how many of them are owed an evaluation:
+/// exact (it counts every entity's events not folded yet), and as costly as that.
 pub async fn drain_progress(pool: &PgPool, pattern: &str) -> sqlx::Result<(i64, i64)> {
     let row = sqlx::query!(
         r#"SELECT count(*) AS "entities!",
