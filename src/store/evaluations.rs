@@ -285,9 +285,14 @@ async fn record_fenced(
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
                         labels, rules_version)
            ),
+           -- Each row that passes the fence, locked, with its input and the timer it holds:
+           -- every later part reads this and nothing else of the input. (The planner takes an
+           -- UNNEST for ten rows, so each join of the input to another part was a nested loop,
+           -- a scan of the whole input per row: quadratic in the batch.)
            locked AS MATERIALIZED (
-               SELECT e.entity FROM entities e
-               JOIN input i ON i.entity = e.entity AND e.moderation_version = i.version
+               SELECT i.*, e.timer_ends_at, e.timer_restores_to, e.timer_action, e.timer_set_by
+               FROM input i
+               JOIN entities e ON e.entity = i.entity AND e.moderation_version = i.version
                ORDER BY e.entity
                FOR UPDATE OF e SKIP LOCKED
            ),
@@ -295,20 +300,19 @@ async fn record_fenced(
                INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
                                     snapshot, applied_version, dedup_key, ends_at,
                                     displaced_timer, rules_version)
-               SELECT i.entity, i.action, i.rule, i.reason, i.status, i.new_status, i.snapshot,
-                      i.version, i.dedup_key, now() + make_interval(secs => i.duration),
+               SELECT l.entity, l.action, l.rule, l.reason, l.status, l.new_status, l.snapshot,
+                      l.version, l.dedup_key, now() + make_interval(secs => l.duration),
                       -- A timed action over a timer in force keeps it, for its restore.
-                      CASE WHEN i.duration IS NOT NULL AND e.timer_ends_at IS NOT NULL THEN
-                          jsonb_build_object('ends_at', e.timer_ends_at,
-                                             'restores_to', e.timer_restores_to,
-                                             'action_id', e.timer_action,
-                                             'set_by', e.timer_set_by)
+                      CASE WHEN l.duration IS NOT NULL AND l.timer_ends_at IS NOT NULL THEN
+                          jsonb_build_object('ends_at', l.timer_ends_at,
+                                             'restores_to', l.timer_restores_to,
+                                             'action_id', l.timer_action,
+                                             'set_by', l.timer_set_by)
                       END,
-                      i.rules_version
-               FROM input i JOIN locked l ON l.entity = i.entity
-               JOIN entities e ON e.entity = i.entity
-               WHERE i.action IS NOT NULL
-               ORDER BY i.dedup_key
+                      l.rules_version
+               FROM locked l
+               WHERE l.action IS NOT NULL
+               ORDER BY l.dedup_key
                ON CONFLICT ON CONSTRAINT actions_dedup_key_unique DO NOTHING
                RETURNING id, entity, action, rule, reason, previous_status, new_status,
                          applied_version, dedup_key, ends_at, rules_version
@@ -327,9 +331,9 @@ async fn record_fenced(
            ),
            labelled AS (
                INSERT INTO entity_labels (entity, label, rule, reason)
-               SELECT i.entity, l.label, l.rule, l.reason
-               FROM input i JOIN locked k ON k.entity = i.entity
-               CROSS JOIN LATERAL jsonb_to_recordset(i.labels) AS l(rule text, label text,
+               SELECT k.entity, l.label, l.rule, l.reason
+               FROM locked k
+               CROSS JOIN LATERAL jsonb_to_recordset(k.labels) AS l(rule text, label text,
                                                                     reason text)
                ORDER BY 1, 2
                ON CONFLICT (entity, label) DO NOTHING
@@ -381,8 +385,7 @@ async fn record_fenced(
                                         ELSE e.pending_since END,
                    evaluation_count = e.evaluation_count + 1,
                    last_evaluated_at = now()
-               FROM input i
-               JOIN locked l ON l.entity = i.entity
+               FROM locked i
                LEFT JOIN applied a ON a.entity = i.entity
                WHERE e.entity = i.entity AND e.moderation_version = i.version
                RETURNING e.entity, a.id AS action_id)
@@ -390,7 +393,7 @@ async fn record_fenced(
                                     decisions, action_id, snapshot, due_at, rules_version)
            SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
                   f.action_id, i.snapshot, i.due_at, i.rules_version
-           FROM fenced f JOIN input i ON i.entity = f.entity
+           FROM fenced f JOIN locked i ON i.entity = f.entity
            RETURNING entity, action_id"#,
         &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
         &versions,
