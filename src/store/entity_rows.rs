@@ -21,6 +21,8 @@ use crate::domain::{
 
 /// (signal, count, weight) per signal.
 pub(super) type Totals = Vec<(String, i64, f64)>;
+/// (signal, weight) per event not folded yet.
+pub(super) type UnfoldedSignals = Vec<(String, f64)>;
 /// (signal, window, count, weight) per row; NULL when the windows were not read.
 pub(super) type WindowRows = Vec<(String, String, i64, f64)>;
 /// (signal, distinct actors) per signal; NULL when the actors were not counted.
@@ -51,6 +53,7 @@ pub(super) struct EntityRow {
     pub(super) timer_set_by: Option<String>,
     pub(super) author: Option<String>,
     pub(super) totals: Json<Totals>,
+    pub(super) unfolded_signals: Json<UnfoldedSignals>,
     pub(super) windows: Option<Json<WindowRows>>,
     pub(super) days: Option<Json<WindowRows>>,
     pub(super) decayed: Option<Json<Decayed>>,
@@ -65,7 +68,9 @@ pub(super) struct EntityRow {
 
 /// The figures of a row's signals that [`Store::entity_records`] read.
 struct Figures {
+    /// The folded totals; `unfolded` adds the events not folded yet.
     totals: Json<Totals>,
+    unfolded: Json<UnfoldedSignals>,
     windows: Option<Json<WindowRows>>,
     days: Option<Json<WindowRows>>,
     decayed: Option<Json<Decayed>>,
@@ -77,14 +82,22 @@ struct Figures {
 /// read, distinct actors, each a JSON array of tuples. A figure read and found empty is 0, so
 /// that a snapshot tells what was read (and a backtest what it may replay).
 fn signal_stats_from(figures: Figures, read: &Windows) -> BTreeMap<String, SignalStats> {
-    let Json(totals) = figures.totals;
+    let Json(folded) = figures.totals;
+    let Json(unfolded) = figures.unfolded;
     let mut stats: BTreeMap<String, SignalStats> = BTreeMap::new();
+    for (signal, count, weight) in folded {
+        let entry = stats.entry(signal).or_default();
+        entry.count += count;
+        entry.weight += weight;
+    }
+    for (signal, weight) in unfolded {
+        let entry = stats.entry(signal).or_default();
+        entry.count += 1;
+        entry.weight += weight;
+    }
     let minutes = WINDOWS.iter().filter(|_| read.minutes);
     let days = DAY_WINDOWS.iter().filter(|_| read.days);
-    for (signal, count, weight) in totals {
-        let entry = stats.entry(signal).or_default();
-        entry.count = count;
-        entry.weight = weight;
+    for entry in stats.values_mut() {
         for (name, _) in minutes.clone().chain(days.clone()) {
             entry
                 .windows
@@ -151,6 +164,7 @@ pub(super) fn entity_record_from(
     let signals = signal_stats_from(
         Figures {
             totals: row.totals,
+            unfolded: row.unfolded_signals,
             windows: row.windows,
             days: row.days,
             decayed: row.decayed,

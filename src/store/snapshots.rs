@@ -11,7 +11,9 @@ use super::{
     Result, Store, StoreError,
     attribute_rows::{FoldedBuckets, FoldedNumbers, FoldedValues, UnfoldedAttributes},
     entity_or_report,
-    entity_rows::{Actors, Decayed, EntityRow, Totals, WindowRows, entity_record_from},
+    entity_rows::{
+        Actors, Decayed, EntityRow, Totals, UnfoldedSignals, WindowRows, entity_record_from,
+    },
 };
 use crate::domain::{
     AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, DAYS_KEPT, EntityId, SignalStats,
@@ -149,8 +151,11 @@ impl Store {
                     e.override_status, e.override_until, e.override_by, e.override_reason,
                     e.timer_ends_at, e.timer_restores_to, e.timer_action, e.timer_set_by,
                     coalesce(u.author, e.author) AS author,
+                    -- The folded totals; the events not folded yet are added from the scan of
+                    -- them below (u), not read a second time through the signal_counts view.
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
-                     FROM signal_counts t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
+                     FROM signal_totals t WHERE t.entity = e.entity) AS "totals!: Json<Totals>",
+                    coalesce(u.signals, '[]') AS "unfolded_signals!: Json<UnfoldedSignals>",
                     CASE WHEN $5 THEN
                     (SELECT coalesce(json_agg(json_build_array(w.signal, w.name, w.count, w.weight)), '[]')
                      FROM (SELECT b.signal, win.name, sum(b.count)::int8 AS count,
@@ -247,6 +252,7 @@ impl Store {
                         max(ev.received_at) AS last_at,
                         (array_agg(ev.author ORDER BY ev.xid DESC)
                              FILTER (WHERE ev.author IS NOT NULL))[1] AS author,
+                        json_agg(json_build_array(ev.signal, ev.weight)) AS signals,
                         -- Their attributes, as they are, for store/attribute_rows.rs: in the
                         -- same scan of the entity's unfolded events.
                         json_agg(json_build_array(
