@@ -388,12 +388,15 @@ async fn record_fenced(
                FROM locked i
                LEFT JOIN applied a ON a.entity = i.entity
                WHERE e.entity = i.entity AND e.moderation_version = i.version
-               RETURNING e.entity, a.id AS action_id)
+               -- The evaluation's own columns come along: joining the locked rows again would
+               -- be another nested loop over the batch (see locked).
+               RETURNING e.entity, a.id AS action_id, i.worker, i.started_at, i.version,
+                         i.event_count, i.decisions, i.snapshot, i.due_at, i.rules_version)
            INSERT INTO evaluations (entity, worker, started_at, moderation_version, event_count,
                                     decisions, action_id, snapshot, due_at, rules_version)
-           SELECT i.entity, i.worker, i.started_at, i.version, i.event_count, i.decisions,
-                  f.action_id, i.snapshot, i.due_at, i.rules_version
-           FROM fenced f JOIN locked i ON i.entity = f.entity
+           SELECT f.entity, f.worker, f.started_at, f.version, f.event_count, f.decisions,
+                  f.action_id, f.snapshot, f.due_at, f.rules_version
+           FROM fenced f
            RETURNING entity, action_id"#,
         &strings(evaluations, |e| Some(e.snapshot.entity.as_str())) as &[Option<&str>],
         &versions,
