@@ -1,0 +1,175 @@
+// The BullMQ peer doing quiesce's work: the debounce of bench.js (deduplication in debounce
+// mode: extend + replace + delay), with each job doing what a platform would write to get
+// quiesce's decision (../decide.mjs): read the entity's counts per type from Postgres, run the
+// default rules, record the decision, take a version-checked action. The adds are the
+// platform's ingest: each event is inserted into Postgres before its job is added. bench.js
+// stays the scheduler-only reference. Prints one JSON line.
+//
+//   node work.js --redis redis://127.0.0.1:6379 --database-url postgres://postgres@127.0.0.1:5432/postgres \
+//                --database bullmq_work_<id> --prefix bench-bullmq-work-<id> --events 100000 \
+//                --entities 50000 [--window-ms 2000] [--in-flight 256] [--concurrency 50] \
+//                [--pool 20] [--ingest-pool 10] [--seed 1] [--rate 2000] [--max-drain-seconds 300]
+//
+// Event i goes to entity post:<i % entities> with the type quiesce's load generator gives event
+// i of `--scenario burst` with the same seed (../plan.mjs). --database is created on the server
+// of --database-url and dropped at the end; the queue's keys under --prefix are obliterated.
+// Settings and where they come from: ../SETTINGS.md.
+import { readFileSync } from 'fs';
+import { Queue, Worker } from 'bullmq';
+import IORedis from 'ioredis';
+import pg from 'pg';
+
+import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
+import { burstSignals } from '../plan.mjs';
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((pairs, arg, i, all) => {
+    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
+    return pairs;
+  }, []),
+);
+const redisUrl = new URL(args.redis ?? 'redis://127.0.0.1:6379');
+const client = () => new IORedis(redisUrl.toString(), { maxRetriesPerRequest: null });
+const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
+const database = args.database ?? `bullmq_work_${process.pid}`;
+if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`--database: ${database} is not [a-z0-9_]+`);
+const events = Number(args.events ?? 100000);
+const entities = Number(args.entities ?? 50000);
+const windowMs = Number(args['window-ms'] ?? 2000);
+const inFlight = Number(args['in-flight'] ?? 256);
+const prefix = args.prefix ?? `bench-bullmq-work-${process.pid}`;
+const rate = Number(args.rate ?? 0);
+const seed = Number(args.seed ?? 1);
+const maxDrainSeconds = Number(args['max-drain-seconds'] ?? 300);
+// BullMQ's concurrency page sets `concurrency: 50` for async (I/O-bound) processors; the job
+// pool is node-postgres's size for a service with a fixed instance count (SETTINGS.md).
+const settings = {
+  concurrency: Number(args.concurrency ?? 50),
+  pool: Number(args.pool ?? 20),
+  ingest_pool: Number(args['ingest-pool'] ?? 10),
+  in_flight: inFlight,
+};
+
+const databaseUrl = new URL(serverUrl);
+databaseUrl.pathname = `/${database}`;
+async function admin(sql) {
+  const c = new pg.Client({ connectionString: serverUrl.toString() });
+  await c.connect();
+  try {
+    return await c.query(sql);
+  } finally {
+    await c.end();
+  }
+}
+
+await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+await admin(`CREATE DATABASE "${database}"`);
+let result;
+try {
+  result = await bench();
+} catch (error) {
+  console.error(`bullmq work: ${error.stack}`);
+  process.exitCode = 1;
+} finally {
+  await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+}
+if (result) console.log(JSON.stringify(result));
+process.exit();
+
+async function bench() {
+  const ingestPool = new pg.Pool({ connectionString: databaseUrl.toString(), max: settings.ingest_pool });
+  const jobPool = new pg.Pool({ connectionString: databaseUrl.toString(), max: settings.pool });
+  // An idle client's error (the database dropped under it) is not the run's error.
+  for (const pool of [ingestPool, jobPool]) pool.on('error', (e) => console.error(`bullmq work: idle client: ${e.message}`));
+  await ingestPool.query(SCHEMA);
+  const signals = burstSignals(events, seed);
+
+  const queue = new Queue('debounce', { connection: client(), prefix });
+  // When each entity's last event was added: its job is due at that time + the window.
+  const lastAdd = new Map();
+  // When each entity's latest job started: a job that started after the last add saw it.
+  const lastStart = new Map();
+  const processed = new Map();
+  const done = [];
+  const delays = [];
+  const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
+  let lastDone = 0;
+
+  const worker = new Worker(
+    'debounce',
+    async (job) => {
+      const entity = job.data.entity;
+      lastStart.set(entity, Date.now());
+      const c = await jobPool.connect();
+      try {
+        outcomes[await evaluate(c, entity)] += 1;
+      } catch (error) {
+        outcomes.failed += 1;
+        console.error(`bullmq work: job for ${entity} failed: ${error.message}`);
+        throw error;
+      } finally {
+        c.release();
+      }
+      const now = Date.now();
+      processed.set(entity, (processed.get(entity) ?? 0) + 1);
+      done.push(now);
+      delays.push(now - ((lastAdd.get(entity) ?? job.timestamp) + windowMs));
+      lastDone = now;
+    },
+    { connection: client(), prefix, concurrency: settings.concurrency },
+  );
+  await worker.waitUntilReady();
+
+  const started = Date.now();
+  let next = 0;
+  async function adder() {
+    while (true) {
+      const i = next++;
+      if (i >= events) return;
+      if (rate > 0) {
+        const wait = started + (i / rate) * 1000 - Date.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      }
+      const entity = `post:${i % entities}`;
+      await ingest(ingestPool, [[String(i), entity, signals[i], `user:${i % 997}`]]);
+      lastAdd.set(entity, Date.now());
+      await queue.add(
+        'evaluate',
+        { entity, event: i },
+        { delay: windowMs, deduplication: { id: entity, ttl: windowMs, extend: true, replace: true },
+          removeOnComplete: true, removeOnFail: true },
+      );
+    }
+  }
+  await Promise.all(Array.from({ length: inFlight }, adder));
+  const addSeconds = (Date.now() - started) / 1000;
+
+  // Until every entity had a job start after its last add, then a window and a second more
+  // with no job done (so that an extra job would be counted).
+  const covered = () => [...lastAdd].every(([entity, at]) => (lastStart.get(entity) ?? 0) >= at);
+  const deadline = Date.now() + maxDrainSeconds * 1000;
+  while (Date.now() < deadline) {
+    if (covered() && Date.now() - lastDone > windowMs + 1000) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await worker.close();
+  await queue.obliterate({ force: true });
+  await queue.close();
+  const notCovered = [...lastAdd].filter(([entity, at]) => (lastStart.get(entity) ?? 0) < at).length;
+  const checked = await outcome(ingestPool, signals, entities);
+  await ingestPool.end();
+  await jobPool.end();
+
+  const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
+  const version = JSON.parse(readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url))).version;
+  return {
+    peer: `bullmq ${version}`, mode: 'work', settings,
+    events, entities, window_ms: windowMs, seed, rate: rate || null,
+    add_seconds: addSeconds, adds_per_second: events / addSeconds,
+    jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
+    entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
+    entities_not_covered: notCovered,
+    ...timing(done, delays),
+    outcomes, ...checked,
+  };
+}
