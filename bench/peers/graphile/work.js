@@ -84,6 +84,13 @@ try {
   console.error(`graphile work: ${error.stack}`);
   process.exitCode = 1;
 } finally {
+  // Pools resolve their end() before the server has seen every connection close; a client
+  // still closing when the drop forces it out would raise an error nobody listens to.
+  for (let waited = 0; waited < 5000; waited += 100) {
+    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
+    if (rows[0].n === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
 }
 if (result) console.log(JSON.stringify(result));
@@ -93,6 +100,17 @@ async function bench() {
   const utils = await makeWorkerUtils({
     connectionString: databaseUrl.toString(), maxPoolSize: inFlight, logger: quiet,
   });
+  let runner;
+  try {
+    return await measure(utils, (r) => (runner = r));
+  } finally {
+    // On failure too: no client of the database is left behind.
+    await runner?.stop();
+    await utils.release();
+  }
+}
+
+async function measure(utils, onRunner) {
   await utils.migrate();
   await utils.withPgClient((client) => client.query(SCHEMA));
   const signals = burstSignals(events, seed);
@@ -128,6 +146,7 @@ async function bench() {
       },
     },
   });
+  onRunner(runner);
 
   const started = Date.now();
   let next = 0;
@@ -176,11 +195,11 @@ async function bench() {
     await new Promise((r) => setTimeout(r, 100));
   }
   await runner.stop();
+  onRunner(null);
   const notCovered = [...lastAdd].filter(([entity, at]) => (lastStart.get(entity) ?? 0) < at).length;
   const checked = await utils.withPgClient((client) => outcome(client, signals, entities));
   const left = await utils.withPgClient((client) =>
     client.query('SELECT count(*)::int AS jobs FROM graphile_worker._private_jobs'));
-  await utils.release();
 
   const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
   const version = JSON.parse(readFileSync(new URL('./node_modules/graphile-worker/package.json', import.meta.url))).version;
