@@ -194,9 +194,10 @@ export async function outcome(client, signals, entities) {
   };
 }
 
-// The timing figures of the jobs: `done` holds each job's completion time (ms), `delays` the
-// fire delay of each (completion minus the entity's last add plus the window).
-export function timing(done, delays) {
+// The timing figures of the jobs: `done` holds each job's completion time (ms), `delays` its
+// fire delay (completion minus the entity's last add plus the window) and `startDelays` the same
+// from the job's start, as quiesce records an evaluation's delay.
+export function timing(done, delays, startDelays) {
   const sorted = [...done].sort((a, b) => a - b);
   const span = sorted.length ? Math.max((sorted[sorted.length - 1] - sorted[0]) / 1000, 1) : 1;
   // The busiest one-second window over every start, as quiesce's load generator finds it.
@@ -206,12 +207,17 @@ export function timing(done, delays) {
     while (sorted[start] <= sorted[end] - 1000) start++;
     busiest = Math.max(busiest, end + 1 - start);
   }
-  const lags = [...delays].sort((a, b) => a - b);
-  const pick = (q) => (lags.length ? lags[Math.min(lags.length - 1, Math.floor(q * lags.length))] : null);
   return {
     evaluations_per_second_mean: sorted.length / span,
     evaluations_per_second_peak: busiest,
     drain_span_seconds: sorted.length ? (sorted[sorted.length - 1] - sorted[0]) / 1000 : 0,
-    fire_delay_ms: { p50: pick(0.5), p99: pick(0.99), max: lags.length ? lags[lags.length - 1] : null },
+    fire_delay_ms: quantiles(delays),
+    fire_delay_at_start_ms: quantiles(startDelays),
   };
+}
+
+function quantiles(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const pick = (q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : null);
+  return { p50: pick(0.5), p99: pick(0.99), max: sorted.length ? sorted[sorted.length - 1] : null };
 }

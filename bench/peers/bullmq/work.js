@@ -121,6 +121,7 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
   const processed = new Map();
   const done = [];
   const delays = [];
+  const startDelays = [];
   const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
   let lastDone = 0;
 
@@ -128,7 +129,10 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
     'debounce',
     async (job) => {
       const entity = job.data.entity;
-      lastStart.set(entity, Date.now());
+      const begun = Date.now();
+      // Due when the entity's latest add so far was made, plus the window.
+      const due = (lastAdd.get(entity) ?? job.timestamp) + windowMs;
+      lastStart.set(entity, begun);
       const c = await jobPool.connect();
       try {
         outcomes[await evaluate(c, entity)] += 1;
@@ -142,7 +146,8 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
       const now = Date.now();
       processed.set(entity, (processed.get(entity) ?? 0) + 1);
       done.push(now);
-      delays.push(now - ((lastAdd.get(entity) ?? job.timestamp) + windowMs));
+      delays.push(now - due);
+      startDelays.push(begun - due);
       lastDone = now;
     },
     { connection: client(), prefix, concurrency: settings.concurrency },
@@ -200,7 +205,7 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
     jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
     entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
     entities_not_covered: notCovered,
-    ...timing(done, delays),
+    ...timing(done, delays, startDelays),
     outcomes, ...checked,
   };
 }

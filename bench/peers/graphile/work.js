@@ -122,6 +122,7 @@ async function measure(utils, onRunner) {
   const processed = new Map();
   const done = [];
   const delays = [];
+  const startDelays = [];
   const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
   let lastDone = 0;
   const runner = await run({
@@ -131,7 +132,10 @@ async function measure(utils, onRunner) {
     taskList: {
       evaluate: async (payload, helpers) => {
         const entity = payload[0].entity;
-        lastStart.set(entity, Date.now());
+        const begun = Date.now();
+        // Due when the entity's latest add so far was made, plus the window.
+        const due = lastAdd.get(entity) + windowMs;
+        lastStart.set(entity, begun);
         try {
           outcomes[await helpers.withPgClient((client) => evaluate(client, entity))] += 1;
         } catch (error) {
@@ -141,7 +145,8 @@ async function measure(utils, onRunner) {
         const now = Date.now();
         processed.set(entity, (processed.get(entity) ?? 0) + 1);
         done.push(now);
-        delays.push(now - (lastAdd.get(entity) + windowMs));
+        delays.push(now - due);
+        startDelays.push(begun - due);
         lastDone = now;
       },
     },
@@ -211,7 +216,7 @@ async function measure(utils, onRunner) {
     jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
     entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
     entities_not_covered: notCovered, jobs_left: left.rows[0].jobs,
-    ...timing(done, delays),
+    ...timing(done, delays, startDelays),
     outcomes, ...checked,
   };
 }
