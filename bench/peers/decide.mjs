@@ -45,7 +45,7 @@ CREATE TABLE actions (
 `;
 
 // The platform's ingest: the events (one multi-row insert) and their entities' rows, in one
-// statement. Each event is [id, entity, type, actor]; weight 1 as quiesce gives an event
+// statement; entity rows in entity order, so concurrent requests lock them in one order. Each event is [id, entity, type, actor]; weight 1 as quiesce gives an event
 // without one (the load generator sends none).
 export async function ingest(client, events) {
   const values = [];
@@ -59,7 +59,7 @@ export async function ingest(client, events) {
        INSERT INTO events (id, entity, type, actor, weight, occurred_at)
        VALUES ${rows.join(', ')}
        RETURNING entity)
-     INSERT INTO entities (entity) SELECT DISTINCT entity FROM new ON CONFLICT DO NOTHING`,
+     INSERT INTO entities (entity) SELECT DISTINCT entity FROM new ORDER BY entity ON CONFLICT DO NOTHING`,
     values,
   );
 }
