@@ -1,0 +1,222 @@
+// The Graphile Worker peer doing quiesce's work: the debounce of bench.js (a job per entity
+// under a job key, run_at moved to now + the window by every add), with each job doing what a
+// platform would write to get quiesce's decision (../decide.mjs): read the entity's counts per
+// type from Postgres, run the default rules, record the decision, take a version-checked
+// action, on Graphile Worker's own pool (helpers.withPgClient, as its task docs show). The adds
+// are the platform's ingest: a batch's events are inserted into Postgres before their jobs are
+// added. bench.js stays the scheduler-only reference. Prints one JSON line.
+//
+//   node work.js --database-url postgres://postgres@127.0.0.1:5432/postgres \
+//                --database graphile_work_<id> --events 100000 --entities 50000 \
+//                [--mode batched|single] [--batch 100] [--window-ms 2000] [--in-flight 16] \
+//                [--seed 1] [--rate 2000] [--max-drain-seconds 300]
+//
+// Event i goes to entity post:<i % entities> with the type quiesce's load generator gives event
+// i of `--scenario burst` with the same seed (../plan.mjs). --database is created on the server
+// of --database-url and dropped at the end. Modes as in bench.js: batched is one insert and one
+// addJobs per --batch events (the events of one entity in a batch merged into one job spec),
+// single is one insert and one addJob per event. The worker runs in this process with the
+// configuration of Graphile Worker's performance page (--concurrency, --max-pool-size,
+// --local-queue-size, --complete-job-batch-delay, --fail-job-batch-delay, --poll-interval
+// change it); where each setting comes from: ../SETTINGS.md.
+import { readFileSync } from 'fs';
+import pg from 'pg';
+import { Logger, makeWorkerUtils, run } from 'graphile-worker';
+
+import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
+import { burstSignals } from '../plan.mjs';
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((pairs, arg, i, all) => {
+    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
+    return pairs;
+  }, []),
+);
+const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
+const database = args.database ?? `graphile_work_${process.pid}`;
+if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`--database: ${database} is not [a-z0-9_]+`);
+const mode = args.mode ?? 'batched';
+if (mode !== 'batched' && mode !== 'single') throw new Error(`--mode: batched or single, not ${mode}`);
+const events = Number(args.events ?? 100000);
+const entities = Number(args.entities ?? 50000);
+const windowMs = Number(args['window-ms'] ?? 2000);
+// Adds in flight, each on a connection of its own (as in bench.js).
+const inFlight = Number(args['in-flight'] ?? 16);
+const batch = mode === 'batched' ? Number(args.batch ?? 100) : 1;
+const rate = Number(args.rate ?? 0);
+const seed = Number(args.seed ?? 1);
+const maxDrainSeconds = Number(args['max-drain-seconds'] ?? 300);
+
+// The "Performance" page's configuration, with bench.js's lower poll interval: a debounced job
+// falls due in the future and is found by a poll.
+const worker = {
+  concurrentJobs: Number(args.concurrency ?? 24),
+  maxPoolSize: Number(args['max-pool-size'] ?? 25),
+  localQueue: { size: Number(args['local-queue-size'] ?? 500) },
+  completeJobBatchDelay: Number(args['complete-job-batch-delay'] ?? 0),
+  failJobBatchDelay: Number(args['fail-job-batch-delay'] ?? 0),
+  pollInterval: Number(args['poll-interval'] ?? 100),
+};
+
+const databaseUrl = new URL(serverUrl);
+databaseUrl.pathname = `/${database}`;
+async function admin(sql) {
+  const client = new pg.Client({ connectionString: serverUrl.toString() });
+  await client.connect();
+  try {
+    return await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+await admin(`CREATE DATABASE "${database}"`);
+// Quiet: Graphile Worker logs every job at info.
+const quiet = new Logger(() => (level, message) => {
+  if (level === 'error' || level === 'warning') console.error(`graphile: ${message}`);
+});
+
+let result;
+try {
+  result = await bench();
+} catch (error) {
+  console.error(`graphile work: ${error.stack}`);
+  process.exitCode = 1;
+} finally {
+  // Pools resolve their end() before the server has seen every connection close; a client
+  // still closing when the drop forces it out would raise an error nobody listens to.
+  for (let waited = 0; waited < 5000; waited += 100) {
+    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
+    if (rows[0].n === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+}
+if (result) console.log(JSON.stringify(result));
+process.exit();
+
+async function bench() {
+  const utils = await makeWorkerUtils({
+    connectionString: databaseUrl.toString(), maxPoolSize: inFlight, logger: quiet,
+  });
+  let runner;
+  try {
+    return await measure(utils, (r) => (runner = r));
+  } finally {
+    // On failure too: no client of the database is left behind.
+    await runner?.stop();
+    await utils.release();
+  }
+}
+
+async function measure(utils, onRunner) {
+  await utils.migrate();
+  await utils.withPgClient((client) => client.query(SCHEMA));
+  const signals = burstSignals(events, seed);
+
+  // When each entity's last event was added: its job is due at that time + the window.
+  const lastAdd = new Map();
+  // When each entity's latest job started: a job that started after the last add saw it.
+  const lastStart = new Map();
+  const processed = new Map();
+  const done = [];
+  const delays = [];
+  const startDelays = [];
+  const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
+  let lastDone = 0;
+  const runner = await run({
+    preset: { worker: { connectionString: databaseUrl.toString(), ...worker } },
+    noHandleSignals: true,
+    logger: quiet,
+    taskList: {
+      evaluate: async (payload, helpers) => {
+        const entity = payload[0].entity;
+        const begun = Date.now();
+        // Due when the entity's latest add so far was made, plus the window.
+        const due = lastAdd.get(entity) + windowMs;
+        lastStart.set(entity, begun);
+        try {
+          outcomes[await helpers.withPgClient((client) => evaluate(client, entity))] += 1;
+        } catch (error) {
+          outcomes.failed += 1;
+          throw error;
+        }
+        const now = Date.now();
+        processed.set(entity, (processed.get(entity) ?? 0) + 1);
+        done.push(now);
+        delays.push(now - due);
+        startDelays.push(begun - due);
+        lastDone = now;
+      },
+    },
+  });
+  onRunner(runner);
+
+  const started = Date.now();
+  let next = 0;
+  async function adder() {
+    while (true) {
+      const first = next;
+      next += batch;
+      if (first >= events) return;
+      if (rate > 0) {
+        const wait = started + (first / rate) * 1000 - Date.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      }
+      const rows = [];
+      const perEntity = new Map();
+      for (let i = first; i < Math.min(first + batch, events); i++) {
+        const entity = `post:${i % entities}`;
+        rows.push([String(i), entity, signals[i], `user:${i % 997}`]);
+        if (!perEntity.has(entity)) perEntity.set(entity, []);
+        perEntity.get(entity).push({ entity, event: i });
+      }
+      await utils.withPgClient((client) => ingest(client, rows));
+      // run_at after the insert: the window starts when the job is added.
+      const runAt = new Date(Date.now() + windowMs);
+      const now = Date.now();
+      for (const entity of perEntity.keys()) lastAdd.set(entity, now);
+      if (mode === 'batched') {
+        // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
+        await utils.addJobs([...perEntity].map(([entity, payload]) => ({
+          identifier: 'evaluate', payload, jobKey: entity, runAt,
+        })));
+      } else {
+        const [[entity, payload]] = perEntity;
+        await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: inFlight }, adder));
+  const addSeconds = (Date.now() - started) / 1000;
+
+  // Until every entity had a job start after its last add, then a window and a second more
+  // with no job done (so that an extra job would be counted).
+  const covered = () => [...lastAdd].every(([entity, at]) => (lastStart.get(entity) ?? 0) >= at);
+  const deadline = Date.now() + maxDrainSeconds * 1000;
+  while (Date.now() < deadline) {
+    if (covered() && Date.now() - lastDone > windowMs + 1000) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await runner.stop();
+  onRunner(null);
+  const notCovered = [...lastAdd].filter(([entity, at]) => (lastStart.get(entity) ?? 0) < at).length;
+  const checked = await utils.withPgClient((client) => outcome(client, signals, entities));
+  const left = await utils.withPgClient((client) =>
+    client.query('SELECT count(*)::int AS jobs FROM graphile_worker._private_jobs'));
+
+  const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
+  const version = JSON.parse(readFileSync(new URL('./node_modules/graphile-worker/package.json', import.meta.url))).version;
+  return {
+    peer: `graphile-worker ${version}`, mode: 'work', add_mode: mode, batch,
+    settings: { ...worker, in_flight: inFlight },
+    events, entities, window_ms: windowMs, seed, rate: rate || null,
+    add_seconds: addSeconds, adds_per_second: events / addSeconds,
+    jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
+    entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
+    entities_not_covered: notCovered, jobs_left: left.rows[0].jobs,
+    ...timing(done, delays, startDelays),
+    outcomes, ...checked,
+  };
+}
