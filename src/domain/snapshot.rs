@@ -54,6 +54,10 @@ pub struct Snapshot {
     /// this evaluation collapses.
     #[serde(skip)]
     pub previously_evaluated: i64,
+    /// Of `event_count`, the events not folded into the figures yet when it was read: the
+    /// worker folds an entity that has gathered many (`worker/batches.rs`).
+    #[serde(skip)]
+    pub unfolded: i64,
     pub signals: BTreeMap<String, SignalStats>,
     pub taken_at: DateTime<Utc>,
     /// A moderator's override in force: automation does not go past this status.
@@ -78,6 +82,7 @@ impl Snapshot {
             moderation_version: 0,
             event_count: 0,
             previously_evaluated: 0,
+            unfolded: 0,
             signals: BTreeMap::new(),
             taken_at: DateTime::<Utc>::UNIX_EPOCH,
             override_cap: None,

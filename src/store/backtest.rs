@@ -105,6 +105,7 @@ impl StoredSnapshot {
             moderation_version: self.moderation_version,
             event_count: self.event_count,
             previously_evaluated: 0,
+            unfolded: 0,
             signals: self.signals,
             taken_at: self.taken_at,
             override_cap: self.override_cap,

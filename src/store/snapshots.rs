@@ -29,6 +29,9 @@ pub struct EntityRecord {
     pub moderation_version: i64,
     pub event_count: i64,
     pub evaluated_event_count: i64,
+    /// Of `event_count`, those not folded yet.
+    #[serde(skip)]
+    pub unfolded_count: i64,
     pub pending_since: Option<DateTime<Utc>>,
     pub last_event_at: DateTime<Utc>,
     pub evaluation_count: i64,
@@ -95,6 +98,7 @@ impl Store {
                     moderation_version: record.moderation_version,
                     event_count: record.event_count,
                     previously_evaluated: record.evaluated_event_count,
+                    unfolded: record.unfolded_count,
                     override_cap: record
                         .override_decision
                         .filter(|o| o.until > record.read_at)
@@ -141,7 +145,7 @@ impl Store {
         let rows = sqlx::query_as!(
             EntityRow,
             r#"SELECT e.entity, e.kind, e.status, e.moderation_version,
-                    e.event_count + u.n AS "event_count!",
+                    e.event_count + u.n AS "event_count!", u.n AS "unfolded_count!",
                     e.evaluated_event_count,
                     coalesce(e.pending_since,
                              CASE WHEN e.event_count + u.n > e.evaluated_event_count
