@@ -9,7 +9,7 @@ section! {
     pub struct Worker("worker", heading "Workers"), flags WorkerFlags {
         /// Evaluations this process runs at once; they share their Postgres statements, so more
         /// of them means fewer, larger statements.
-        workers: usize = 256, check nonzero;
+        workers: usize = 1024, check nonzero;
         /// Longest lifetime of a claim and its entity lock without renewal; the lease in use is
         /// p99 evaluation time x 2 + 1s, within lease_floor..lease, renewed every third of it.
         lease: Duration = Duration::from_secs(30), check at_least(Duration::from_millis(300));
