@@ -3,6 +3,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use quiesce::cli::{self, Cli};
 
+// mimalloc instead of the system allocator: single-event ingest allocates per request, and
+// mimalloc's per-thread free lists measured faster there (BENCHMARKS.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match cli::run(Cli::parse()).await {
