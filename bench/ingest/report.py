@@ -212,6 +212,8 @@ def main(out):
                      f"{r['wal_bytes']:,} | {r['wal_bytes_per_event']:,.0f} |")
     if (out / "batched-attributes.json").exists():
         lines += attributes_table(out, batched, single)
+    if (out / "quiesce-big.json").exists():
+        lines += evaluations_table(out, batched)
     table = "\n".join(lines)
     print(table)
     (out / "table.md").write_text(table + "\n")
@@ -268,6 +270,51 @@ def attributes_table(out, batched, single):
     for figure, without, with_, r, target, met in rows:
         mark = "" if met is None else ("yes" if met else "**no**")
         lines.append(f"| {figure} | {without} | {with_} | {r} | {target} | {mark} |")
+    return lines
+
+
+def evaluations_table(out, batched):
+    """Evaluations at this machine's limit: quiesce and the evaluation floor build on the 10,000- and
+    50,000-entity bursts, and the peers whose jobs do the same work on the larger one."""
+    big, floor_big, floor_small = load(out, "quiesce-big"), load(out, "floor-big"), load(out, "floor-batched")
+    peers = [load(out, "peers-work-bullmq"), load(out, "peers-work-graphile")]
+    seconds = lambda ms: f"{ms / 1000:.2f} s"
+
+    def ours(name, run, note=""):
+        d = run["drain"]
+        return (name, f"{d['entities']:,}", f"{d['evaluations_per_second_mean']:,.0f}",
+                f"{d['evaluations_per_second_peak']:,}",
+                f"{seconds(d['fire_delay_ms']['p50'])} / {seconds(d['fire_delay_ms']['p99'])}",
+                f"{d['evaluations_per_entity']:.2f}", note, d["evaluations_per_second_mean"])
+
+    def peer(run):
+        s = run["settings"]
+        settings = (f"concurrency {s['concurrency']}, pool {s['pool']}" if run["peer"].startswith("bullmq")
+                    else f"concurrency {s['concurrentJobs']}, pool {s['maxPoolSize']}, "
+                         f"local queue {s['localQueue']['size']}")
+        d = run["fire_delay_at_start_ms"]
+        return (f"{run['peer']} doing the same work ({settings})", f"{run['entities']:,}",
+                f"{run['evaluations_per_second_mean']:,.0f}", f"{run['evaluations_per_second_peak']:,}",
+                f"{seconds(d['p50'])} / {seconds(d['p99'])}", f"{run['jobs_per_entity']:.2f}",
+                f"{run['duplicate_actions']} duplicate, {run['wrong_actions']} wrong actions",
+                run["evaluations_per_second_mean"])
+
+    mean = big["drain"]["evaluations_per_second_mean"]
+    rows = [ours("quiesce, default rules", batched),
+            ours("evaluation floor build", floor_small, "no rules, no fence, no action"),
+            ours("quiesce, default rules", big),
+            ours("evaluation floor build", floor_big, "no rules, no fence, no action")]
+    rows += [peer(run) for run in peers]
+    lines = ["", "Evaluations at this machine's limit: the batched burst and a burst of "
+             f"{big['drain']['entities']:,} entities (2 events each), quiesce beside the evaluation floor "
+             "build and the peers whose jobs do the same work (fire delay from the evaluation's or job's "
+             "start, as quiesce records it), in this run:", "",
+             "| run | entities | evaluations/s, mean | busiest second | fire delay p50 / p99 | per entity "
+             "| note | quiesce (same burst) / it |", "|---|---|---|---|---|---|---|---|"]
+    for i, (name, entities, m, peak, delay, per, note, value) in enumerate(rows):
+        base = batched["drain"]["evaluations_per_second_mean"] if i < 2 else mean
+        ratio = "" if i in (0, 2) else f"{base / max(value, 1e-9):.2f} x"
+        lines.append(f"| {name} | {entities} | {m} | {peak} | {delay} | {per} | {note} | {ratio} |")
     return lines
 
 

@@ -26,6 +26,7 @@ if [ "${BENCH_CEILINGS:-1}" != 0 ]; then
   ceilings=(events-only http-only)
   for name in "${ceilings[@]}"; do build_variant "$name"; done
 fi
+if [ "${BENCH_EVALUATIONS:-1}" != 0 ]; then build_variant evaluation-floor; fi
 peer_deps bullmq
 peer_deps graphile
 if [ ! -x .local/bench-venv/bin/python ]; then
@@ -62,6 +63,31 @@ if [ "${BENCH_ATTRIBUTES:-1}" != 0 ]; then
   run_loadgen single-attributes --scenario burst --events "$events" --entities "$entities" --batch 1 \
     --connections 128 --window 2s --database-url "$DATABASE_URL_RUN" "${with_attributes[@]}"
   stop_server
+fi
+
+# 1c. Evaluations at this machine's limit (issue 27): a burst of 50,000 entities (2 events each,
+# BENCH_BIG_ENTITIES) on this build; the same burst and the 10,000-entity one on the evaluation
+# floor build (bench/ceilings/evaluation-floor.patch: the same claim, lock and ack, with one
+# statement per batch that reads the counts and writes a minimal evaluation: no rules, no
+# fence, no action); then the peers whose jobs do the same work as an evaluation
+# (bench/peers/work.sh) on the 50,000-entity burst. Skipped with BENCH_EVALUATIONS=0.
+if [ "${BENCH_EVALUATIONS:-1}" != 0 ]; then
+  big=${BENCH_BIG_ENTITIES:-50000}
+  burst_runs() {
+    run_loadgen "$1-big" --scenario burst --events $((big * 2)) --entities "$big" --batch 100 \
+      --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
+  }
+  start_server big QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
+  burst_runs quiesce
+  stop_server
+  floor_bin=$ceilings_work/bin/quiesce-evaluation-floor
+  quiesce_bin=$floor_bin start_server floor QUIESCE_DEBOUNCE_WINDOW=2s QUIESCE_MAX_WAIT=60s
+  burst_runs floor
+  run_loadgen floor-batched --scenario burst --events "$events" --entities "$entities" --batch 100 \
+    --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
+  stop_server
+  drop_runs
+  bench/peers/work.sh $((big * 2)) "$big" "$out" >"$out/peers-work.md"
 fi
 
 # 2. The naive baseline: evaluate as events arrive (a 1 ms window and max wait).
