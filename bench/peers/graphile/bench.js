@@ -78,6 +78,14 @@ let result;
 try {
   result = await bench();
 } finally {
+  // Pools resolve their end() before the server has seen every connection close; a client
+  // still closing when the drop forces it out raises an error nobody listens to, which ends
+  // the process (seen in a make bench run). Wait for them first, as work.js does.
+  for (let waited = 0; waited < 5000; waited += 100) {
+    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
+    if (rows[0].n === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
 }
 console.log(JSON.stringify(result));
