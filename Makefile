@@ -112,7 +112,8 @@ observability:
 ## bench: the ingest targets table: quiesce vs its peers and ceilings (bench/ingest/, BENCHMARKS.md)
 # quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and the
 # events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them), with hot entities and
-# WAL per event.
+# WAL per event; a burst of 50,000 entities on this build, on the evaluation floor build and on
+# the peers whose jobs do the same work (bench/peers/work.sh; BENCH_EVALUATIONS=0 skips them).
 bench:
 	@$(WITH_SERVICES) bench/ingest/run.sh
 
