@@ -8,12 +8,9 @@
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
-    return pairs;
-  }, []),
-);
+import { options } from '../common.mjs';
+
+const args = options();
 const redisUrl = new URL(args.redis ?? 'redis://127.0.0.1:6379');
 // BullMQ 6 takes ready clients in native ESM; workers need maxRetriesPerRequest: null.
 const client = () => new IORedis(redisUrl.toString(), { maxRetriesPerRequest: null });

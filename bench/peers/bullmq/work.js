@@ -22,21 +22,16 @@ import { readFileSync } from 'fs';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 import pg from 'pg';
+import { options, scratchDatabase } from '../common.mjs';
 
 import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
-    return pairs;
-  }, []),
-);
+const args = options();
 const redisUrl = new URL(args.redis ?? 'redis://127.0.0.1:6379');
 const client = () => new IORedis(redisUrl.toString(), { maxRetriesPerRequest: null });
 const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
 const database = args.database ?? `bullmq_work_${process.pid}`;
-if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`--database: ${database} is not [a-z0-9_]+`);
 const events = Number(args.events ?? 100000);
 const entities = Number(args.entities ?? 50000);
 const windowMs = Number(args['window-ms'] ?? 2000);
@@ -58,20 +53,10 @@ const settings = {
   ingest_pool: Number(args['ingest-pool'] ?? Math.min(inFlight, 16)),
 };
 
-const databaseUrl = new URL(serverUrl);
-databaseUrl.pathname = `/${database}`;
-async function admin(sql) {
-  const c = new pg.Client({ connectionString: serverUrl.toString() });
-  await c.connect();
-  try {
-    return await c.query(sql);
-  } finally {
-    await c.end();
-  }
-}
+const scratch = scratchDatabase(pg, serverUrl, database);
+const { admin, url: databaseUrl } = scratch;
 
-await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-await admin(`CREATE DATABASE "${database}"`);
+await scratch.create();
 let result;
 try {
   result = await bench();
@@ -79,14 +64,7 @@ try {
   console.error(`bullmq work: ${error.stack}`);
   process.exitCode = 1;
 } finally {
-  // Pools resolve their end() before the server has seen every connection close; a client
-  // still closing when the drop forces it out would raise an error nobody listens to.
-  for (let waited = 0; waited < 5000; waited += 100) {
-    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
-    if (rows[0].n === 0) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await scratch.drop();
 }
 if (result) console.log(JSON.stringify(result));
 process.exit();

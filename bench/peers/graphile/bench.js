@@ -17,16 +17,11 @@
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { readFileSync } from 'fs';
+import { options, scratchDatabase } from '../common.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
-    return pairs;
-  }, []),
-);
+const args = options();
 const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
 const database = args.database ?? `graphile_bench_${process.pid}`;
-if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`--database: ${database} is not [a-z0-9_]+`);
 const mode = args.mode ?? 'batched';
 if (mode !== 'batched' && mode !== 'single') throw new Error(`--mode: batched or single, not ${mode}`);
 const events = Number(args.events ?? 100000);
@@ -52,23 +47,13 @@ const worker = {
   pollInterval: Number(args['poll-interval'] ?? 100),
 };
 
-const databaseUrl = new URL(serverUrl);
-databaseUrl.pathname = `/${database}`;
-async function admin(sql) {
-  const client = new pg.Client({ connectionString: serverUrl.toString() });
-  await client.connect();
-  try {
-    return await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
+const scratch = scratchDatabase(pg, serverUrl, database);
+const { admin, url: databaseUrl } = scratch;
 const walLsn = async () => (await admin('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn;
 const walDiff = async (from, to) =>
   Number((await admin(`SELECT pg_wal_lsn_diff('${to}', '${from}') AS d`)).rows[0].d);
 
-await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-await admin(`CREATE DATABASE "${database}"`);
+await scratch.create();
 // Quiet: Graphile Worker logs every job at info.
 const quiet = new Logger(() => (level, message) => {
   if (level === 'error' || level === 'warning') console.error(`graphile: ${message}`);
@@ -78,15 +63,7 @@ let result;
 try {
   result = await bench();
 } finally {
-  // Pools resolve their end() before the server has seen every connection close; a client
-  // still closing when the drop forces it out raises an error nobody listens to, which ends
-  // the process (seen in a make bench run). Wait for them first, as work.js does.
-  for (let waited = 0; waited < 5000; waited += 100) {
-    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
-    if (rows[0].n === 0) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await scratch.drop();
 }
 console.log(JSON.stringify(result));
 process.exit(0);

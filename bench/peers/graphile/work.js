@@ -22,19 +22,14 @@
 import { readFileSync } from 'fs';
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
+import { options, scratchDatabase } from '../common.mjs';
 
 import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((pairs, arg, i, all) => {
-    if (arg.startsWith('--')) pairs.push([arg.slice(2), all[i + 1]]);
-    return pairs;
-  }, []),
-);
+const args = options();
 const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
 const database = args.database ?? `graphile_work_${process.pid}`;
-if (!/^[a-z0-9_]+$/.test(database)) throw new Error(`--database: ${database} is not [a-z0-9_]+`);
 const mode = args.mode ?? 'batched';
 if (mode !== 'batched' && mode !== 'single') throw new Error(`--mode: batched or single, not ${mode}`);
 const events = Number(args.events ?? 100000);
@@ -58,20 +53,10 @@ const worker = {
   pollInterval: Number(args['poll-interval'] ?? 100),
 };
 
-const databaseUrl = new URL(serverUrl);
-databaseUrl.pathname = `/${database}`;
-async function admin(sql) {
-  const client = new pg.Client({ connectionString: serverUrl.toString() });
-  await client.connect();
-  try {
-    return await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
+const scratch = scratchDatabase(pg, serverUrl, database);
+const { admin, url: databaseUrl } = scratch;
 
-await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
-await admin(`CREATE DATABASE "${database}"`);
+await scratch.create();
 // Quiet: Graphile Worker logs every job at info.
 const quiet = new Logger(() => (level, message) => {
   if (level === 'error' || level === 'warning') console.error(`graphile: ${message}`);
@@ -84,14 +69,7 @@ try {
   console.error(`graphile work: ${error.stack}`);
   process.exitCode = 1;
 } finally {
-  // Pools resolve their end() before the server has seen every connection close; a client
-  // still closing when the drop forces it out would raise an error nobody listens to.
-  for (let waited = 0; waited < 5000; waited += 100) {
-    const { rows } = await admin(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = '${database}'`);
-    if (rows[0].n === 0) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  await admin(`DROP DATABASE IF EXISTS "${database}" WITH (FORCE)`);
+  await scratch.drop();
 }
 if (result) console.log(JSON.stringify(result));
 process.exit();
