@@ -46,5 +46,21 @@ export function scratchDatabase(pg, serverUrl, name) {
       }
       await admin(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
     },
+    // Makes the database, runs `bench`, drops the database (also when the run fails), prints
+    // the result as one JSON line and ends the process (the peers' clients keep it alive).
+    async run(label, bench) {
+      await this.create();
+      let result;
+      try {
+        result = await bench();
+      } catch (error) {
+        console.error(`${label}: ${error.stack}`);
+        process.exitCode = 1;
+      } finally {
+        await this.drop();
+      }
+      if (result) console.log(JSON.stringify(result));
+      process.exit();
+    },
   };
 }

@@ -56,18 +56,7 @@ const settings = {
 const scratch = scratchDatabase(pg, serverUrl, database);
 const { admin, url: databaseUrl } = scratch;
 
-await scratch.create();
-let result;
-try {
-  result = await bench();
-} catch (error) {
-  console.error(`bullmq work: ${error.stack}`);
-  process.exitCode = 1;
-} finally {
-  await scratch.drop();
-}
-if (result) console.log(JSON.stringify(result));
-process.exit();
+await scratch.run('bullmq work', bench);
 
 async function bench() {
   const ingestPool = new pg.Pool({ connectionString: databaseUrl.toString(), max: settings.ingest_pool });

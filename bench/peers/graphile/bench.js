@@ -53,20 +53,12 @@ const walLsn = async () => (await admin('SELECT pg_current_wal_lsn()::text AS ls
 const walDiff = async (from, to) =>
   Number((await admin(`SELECT pg_wal_lsn_diff('${to}', '${from}') AS d`)).rows[0].d);
 
-await scratch.create();
 // Quiet: Graphile Worker logs every job at info.
 const quiet = new Logger(() => (level, message) => {
   if (level === 'error' || level === 'warning') console.error(`graphile: ${message}`);
 });
 
-let result;
-try {
-  result = await bench();
-} finally {
-  await scratch.drop();
-}
-console.log(JSON.stringify(result));
-process.exit(0);
+await scratch.run('graphile', bench);
 
 async function bench() {
   const utils = await makeWorkerUtils({

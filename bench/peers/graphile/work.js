@@ -56,23 +56,12 @@ const worker = {
 const scratch = scratchDatabase(pg, serverUrl, database);
 const { admin, url: databaseUrl } = scratch;
 
-await scratch.create();
 // Quiet: Graphile Worker logs every job at info.
 const quiet = new Logger(() => (level, message) => {
   if (level === 'error' || level === 'warning') console.error(`graphile: ${message}`);
 });
 
-let result;
-try {
-  result = await bench();
-} catch (error) {
-  console.error(`graphile work: ${error.stack}`);
-  process.exitCode = 1;
-} finally {
-  await scratch.drop();
-}
-if (result) console.log(JSON.stringify(result));
-process.exit();
+await scratch.run('graphile work', bench);
 
 async function bench() {
   const utils = await makeWorkerUtils({
