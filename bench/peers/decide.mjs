@@ -221,3 +221,71 @@ function quantiles(values) {
   const pick = (q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : null);
   return { p50: pick(0.5), p99: pick(0.99), max: sorted.length ? sorted[sorted.length - 1] : null };
 }
+
+// What a work peer records of its adds and jobs, and the figures it reports from them: both
+// peers run their jobs through `run` and wait with `drained`.
+export class Jobs {
+  constructor(windowMs) {
+    this.windowMs = windowMs;
+    // When each entity's last event was added: its job is due at that time + the window.
+    this.lastAdd = new Map();
+    // When each entity's latest job started: a job that started after the last add saw it.
+    this.lastStart = new Map();
+    this.processed = new Map();
+    this.done = [];
+    this.delays = [];
+    this.startDelays = [];
+    this.outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
+    this.lastDone = 0;
+  }
+
+  added(entity, at = Date.now()) {
+    this.lastAdd.set(entity, at);
+  }
+
+  // Runs one job of `entity` (`evaluate` answers its outcome) and records it; a failure is
+  // counted and thrown on to the library. `addedAt` stands in for an entity with no add seen.
+  async run(entity, evaluate, addedAt) {
+    const begun = Date.now();
+    // Due when the entity's latest add so far was made, plus the window.
+    const due = (this.lastAdd.get(entity) ?? addedAt) + this.windowMs;
+    this.lastStart.set(entity, begun);
+    try {
+      this.outcomes[await evaluate()] += 1;
+    } catch (error) {
+      this.outcomes.failed += 1;
+      throw error;
+    }
+    const now = Date.now();
+    this.processed.set(entity, (this.processed.get(entity) ?? 0) + 1);
+    this.done.push(now);
+    this.delays.push(now - due);
+    this.startDelays.push(begun - due);
+    this.lastDone = now;
+  }
+
+  notCovered() {
+    return [...this.lastAdd].filter(([entity, at]) => (this.lastStart.get(entity) ?? 0) < at).length;
+  }
+
+  // Until every entity had a job start after its last add, then a window and a second more
+  // with no job done (so that an extra job would be counted), or `maxSeconds`.
+  async drained(maxSeconds) {
+    const deadline = Date.now() + maxSeconds * 1000;
+    while (Date.now() < deadline) {
+      if (this.notCovered() === 0 && Date.now() - this.lastDone > this.windowMs + 1000) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  figures(entities) {
+    const jobs = [...this.processed.values()].reduce((a, b) => a + b, 0);
+    return {
+      jobs, entities_evaluated: this.processed.size, jobs_per_entity: jobs / entities,
+      entities_evaluated_more_than_once: [...this.processed.values()].filter((n) => n > 1).length,
+      entities_not_covered: this.notCovered(),
+      ...timing(this.done, this.delays, this.startDelays),
+      outcomes: this.outcomes,
+    };
+  }
+}

@@ -24,7 +24,7 @@ import IORedis from 'ioredis';
 import pg from 'pg';
 import { options, scratchDatabase } from '../common.mjs';
 
-import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
+import { Jobs, SCHEMA, evaluate, ingest, outcome } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
 
 const args = options();
@@ -81,41 +81,23 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
   await ingestPool.query(SCHEMA);
   const signals = burstSignals(events, seed);
 
-  // When each entity's last event was added: its job is due at that time + the window.
-  const lastAdd = new Map();
-  // When each entity's latest job started: a job that started after the last add saw it.
-  const lastStart = new Map();
-  const processed = new Map();
-  const done = [];
-  const delays = [];
-  const startDelays = [];
-  const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
-  let lastDone = 0;
+  const tally = new Jobs(windowMs);
 
   const worker = new Worker(
     'debounce',
     async (job) => {
       const entity = job.data.entity;
-      const begun = Date.now();
-      // Due when the entity's latest add so far was made, plus the window.
-      const due = (lastAdd.get(entity) ?? job.timestamp) + windowMs;
-      lastStart.set(entity, begun);
-      const c = await jobPool.connect();
-      try {
-        outcomes[await evaluate(c, entity)] += 1;
-      } catch (error) {
-        outcomes.failed += 1;
-        console.error(`bullmq work: job for ${entity} failed: ${error.message}`);
-        throw error;
-      } finally {
-        c.release();
-      }
-      const now = Date.now();
-      processed.set(entity, (processed.get(entity) ?? 0) + 1);
-      done.push(now);
-      delays.push(now - due);
-      startDelays.push(begun - due);
-      lastDone = now;
+      await tally.run(entity, async () => {
+        const c = await jobPool.connect();
+        try {
+          return await evaluate(c, entity);
+        } catch (error) {
+          console.error(`bullmq work: job for ${entity} failed: ${error.message}`);
+          throw error;
+        } finally {
+          c.release();
+        }
+      }, job.timestamp);
     },
     { connection: client(), prefix, concurrency: settings.concurrency },
   );
@@ -138,7 +120,7 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
       await ingest(ingestPool, indexes.map((i) => [String(i), `post:${i % entities}`, signals[i], `user:${i % 997}`]));
       await Promise.all(indexes.map((i) => {
         const entity = `post:${i % entities}`;
-        lastAdd.set(entity, Date.now());
+        tally.added(entity);
         return queue.add(
           'evaluate',
           { entity, event: i },
@@ -151,28 +133,15 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
   await Promise.all(Array.from({ length: inFlight }, adder));
   const addSeconds = (Date.now() - started) / 1000;
 
-  // Until every entity had a job start after its last add, then a window and a second more
-  // with no job done (so that an extra job would be counted).
-  const covered = () => [...lastAdd].every(([entity, at]) => (lastStart.get(entity) ?? 0) >= at);
-  const deadline = Date.now() + maxDrainSeconds * 1000;
-  while (Date.now() < deadline) {
-    if (covered() && Date.now() - lastDone > windowMs + 1000) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await tally.drained(maxDrainSeconds);
   await worker.close();
-  const notCovered = [...lastAdd].filter(([entity, at]) => (lastStart.get(entity) ?? 0) < at).length;
   const checked = await outcome(ingestPool, signals, entities);
 
-  const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
   const version = JSON.parse(readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url))).version;
   return {
     peer: `bullmq ${version}`, mode: 'work', settings,
     events, entities, window_ms: windowMs, seed, rate: rate || null,
     add_seconds: addSeconds, adds_per_second: events / addSeconds,
-    jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
-    entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
-    entities_not_covered: notCovered,
-    ...timing(done, delays, startDelays),
-    outcomes, ...checked,
+    ...tally.figures(entities), ...checked,
   };
 }

@@ -24,7 +24,7 @@ import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { options, scratchDatabase } from '../common.mjs';
 
-import { SCHEMA, evaluate, ingest, outcome, timing } from '../decide.mjs';
+import { Jobs, SCHEMA, evaluate, ingest, outcome } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
 
 const args = options();
@@ -82,16 +82,7 @@ async function measure(utils, onRunner) {
   await utils.withPgClient((client) => client.query(SCHEMA));
   const signals = burstSignals(events, seed);
 
-  // When each entity's last event was added: its job is due at that time + the window.
-  const lastAdd = new Map();
-  // When each entity's latest job started: a job that started after the last add saw it.
-  const lastStart = new Map();
-  const processed = new Map();
-  const done = [];
-  const delays = [];
-  const startDelays = [];
-  const outcomes = { none: 0, applied: 0, fenced: 0, duplicate: 0, failed: 0 };
-  let lastDone = 0;
+  const tally = new Jobs(windowMs);
   const runner = await run({
     preset: { worker: { connectionString: databaseUrl.toString(), ...worker } },
     noHandleSignals: true,
@@ -99,22 +90,7 @@ async function measure(utils, onRunner) {
     taskList: {
       evaluate: async (payload, helpers) => {
         const entity = payload[0].entity;
-        const begun = Date.now();
-        // Due when the entity's latest add so far was made, plus the window.
-        const due = lastAdd.get(entity) + windowMs;
-        lastStart.set(entity, begun);
-        try {
-          outcomes[await helpers.withPgClient((client) => evaluate(client, entity))] += 1;
-        } catch (error) {
-          outcomes.failed += 1;
-          throw error;
-        }
-        const now = Date.now();
-        processed.set(entity, (processed.get(entity) ?? 0) + 1);
-        done.push(now);
-        delays.push(now - due);
-        startDelays.push(begun - due);
-        lastDone = now;
+        await tally.run(entity, () => helpers.withPgClient((client) => evaluate(client, entity)));
       },
     },
   });
@@ -143,7 +119,7 @@ async function measure(utils, onRunner) {
       // run_at after the insert: the window starts when the job is added.
       const runAt = new Date(Date.now() + windowMs);
       const now = Date.now();
-      for (const entity of perEntity.keys()) lastAdd.set(entity, now);
+      for (const entity of perEntity.keys()) tally.added(entity, now);
       if (mode === 'batched') {
         // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
         await utils.addJobs([...perEntity].map(([entity, payload]) => ({
@@ -158,32 +134,19 @@ async function measure(utils, onRunner) {
   await Promise.all(Array.from({ length: inFlight }, adder));
   const addSeconds = (Date.now() - started) / 1000;
 
-  // Until every entity had a job start after its last add, then a window and a second more
-  // with no job done (so that an extra job would be counted).
-  const covered = () => [...lastAdd].every(([entity, at]) => (lastStart.get(entity) ?? 0) >= at);
-  const deadline = Date.now() + maxDrainSeconds * 1000;
-  while (Date.now() < deadline) {
-    if (covered() && Date.now() - lastDone > windowMs + 1000) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await tally.drained(maxDrainSeconds);
   await runner.stop();
   onRunner(null);
-  const notCovered = [...lastAdd].filter(([entity, at]) => (lastStart.get(entity) ?? 0) < at).length;
   const checked = await utils.withPgClient((client) => outcome(client, signals, entities));
   const left = await utils.withPgClient((client) =>
     client.query('SELECT count(*)::int AS jobs FROM graphile_worker._private_jobs'));
 
-  const jobs = [...processed.values()].reduce((a, b) => a + b, 0);
   const version = JSON.parse(readFileSync(new URL('./node_modules/graphile-worker/package.json', import.meta.url))).version;
   return {
     peer: `graphile-worker ${version}`, mode: 'work', add_mode: mode, batch,
     settings: { ...worker, in_flight: inFlight },
     events, entities, window_ms: windowMs, seed, rate: rate || null,
     add_seconds: addSeconds, adds_per_second: events / addSeconds,
-    jobs, entities_evaluated: processed.size, jobs_per_entity: jobs / entities,
-    entities_evaluated_more_than_once: [...processed.values()].filter((n) => n > 1).length,
-    entities_not_covered: notCovered, jobs_left: left.rows[0].jobs,
-    ...timing(done, delays, startDelays),
-    outcomes, ...checked,
+    ...tally.figures(entities), jobs_left: left.rows[0].jobs, ...checked,
   };
 }
