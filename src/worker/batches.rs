@@ -125,9 +125,9 @@ async fn read_snapshots(
     // The entities that gathered many unfolded events have them folded into their figures, in
     // one statement for all of them (store/fold.rs), once their snapshots are read: a snapshot
     // adds what is not folded, so it is exact either way. The snapshot tells which need it, so
-    // a batch of entities with a few events each (a burst) costs no fold statement at all; it
-    // cost a fifth of the evaluation statements' time when every batch ran one. A failed fold
-    // only leaves the work for the next one.
+    // a batch of entities with a few events each (a burst) costs no fold statement at all; when
+    // every batch ran one, it took 7-17% of the evaluation statements' Postgres time in the
+    // profiled bursts (BENCHMARKS.md). A failed fold only leaves the work for the next one.
     let past: Vec<&str> = requests
         .iter()
         .zip(&answers)
