@@ -64,3 +64,25 @@ export function scratchDatabase(pg, serverUrl, name) {
     },
   };
 }
+
+// Sends events 0..events-1 in batches of `batch`, `inFlight` batches under way at once, paced at
+// `rate` events a second when it is set: `send(first, end)` sends events first..end-1. Resolves
+// with the seconds the sending took.
+export async function sendBatches({ events, batch, inFlight, rate }, send) {
+  const started = Date.now();
+  let next = 0;
+  async function sender() {
+    while (true) {
+      const first = next;
+      next += batch;
+      if (first >= events) return;
+      if (rate > 0) {
+        const wait = started + (first / rate) * 1000 - Date.now();
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      }
+      await send(first, Math.min(first + batch, events));
+    }
+  }
+  await Promise.all(Array.from({ length: inFlight }, sender));
+  return (Date.now() - started) / 1000;
+}

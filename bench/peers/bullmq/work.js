@@ -22,7 +22,7 @@ import { readFileSync } from 'fs';
 import { Queue, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 import pg from 'pg';
-import { options, scratchDatabase } from '../common.mjs';
+import { options, scratchDatabase, sendBatches } from '../common.mjs';
 
 import { Jobs, SCHEMA, evaluate, ingest, outcome } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
@@ -104,34 +104,21 @@ async function measure(ingestPool, jobPool, queue, onWorker) {
   onWorker(worker);
   await worker.waitUntilReady();
 
-  const started = Date.now();
-  let next = 0;
-  async function adder() {
-    while (true) {
-      const first = next;
-      next += batch;
-      if (first >= events) return;
-      if (rate > 0) {
-        const wait = started + (first / rate) * 1000 - Date.now();
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      }
-      const indexes = [];
-      for (let i = first; i < Math.min(first + batch, events); i++) indexes.push(i);
-      await ingest(ingestPool, indexes.map((i) => [String(i), `post:${i % entities}`, signals[i], `user:${i % 997}`]));
-      await Promise.all(indexes.map((i) => {
-        const entity = `post:${i % entities}`;
-        tally.added(entity);
-        return queue.add(
-          'evaluate',
-          { entity, event: i },
-          { delay: windowMs, deduplication: { id: entity, ttl: windowMs, extend: true, replace: true },
-            removeOnComplete: true, removeOnFail: true },
-        );
-      }));
-    }
-  }
-  await Promise.all(Array.from({ length: inFlight }, adder));
-  const addSeconds = (Date.now() - started) / 1000;
+  const addSeconds = await sendBatches({ events, batch, inFlight, rate }, async (first, end) => {
+    const indexes = [];
+    for (let i = first; i < end; i++) indexes.push(i);
+    await ingest(ingestPool, indexes.map((i) => [String(i), `post:${i % entities}`, signals[i], `user:${i % 997}`]));
+    await Promise.all(indexes.map((i) => {
+      const entity = `post:${i % entities}`;
+      tally.added(entity);
+      return queue.add(
+        'evaluate',
+        { entity, event: i },
+        { delay: windowMs, deduplication: { id: entity, ttl: windowMs, extend: true, replace: true },
+          removeOnComplete: true, removeOnFail: true },
+      );
+    }));
+  });
 
   await tally.drained(maxDrainSeconds);
   await worker.close();

@@ -18,6 +18,7 @@ import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { readFileSync } from 'fs';
 import { options, scratchDatabase } from '../common.mjs';
+import { workerSettings } from './settings.mjs';
 
 const args = options();
 const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
@@ -35,17 +36,7 @@ const rate = Number(args.rate ?? 0);
 // With --max-seconds, no add starts after that many seconds (one add per event is slow).
 const maxSeconds = Number(args['max-seconds'] ?? 0);
 
-// The configuration of the "Performance" page of Graphile Worker's documentation (its fastest
-// measured setup), with the poll interval lowered: a debounced job is due in the future, and a
-// job that becomes due is found by a poll (the NOTIFY of an add arrives before it is due).
-const worker = {
-  concurrentJobs: Number(args.concurrency ?? 24),
-  maxPoolSize: Number(args['max-pool-size'] ?? 25),
-  localQueue: { size: Number(args['local-queue-size'] ?? 500) },
-  completeJobBatchDelay: Number(args['complete-job-batch-delay'] ?? 0),
-  failJobBatchDelay: Number(args['fail-job-batch-delay'] ?? 0),
-  pollInterval: Number(args['poll-interval'] ?? 100),
-};
+const worker = workerSettings(args);
 
 const scratch = scratchDatabase(pg, serverUrl, database);
 const { admin, url: databaseUrl } = scratch;

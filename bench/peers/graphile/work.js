@@ -22,7 +22,8 @@
 import { readFileSync } from 'fs';
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
-import { options, scratchDatabase } from '../common.mjs';
+import { options, scratchDatabase, sendBatches } from '../common.mjs';
+import { workerSettings } from './settings.mjs';
 
 import { Jobs, SCHEMA, evaluate, ingest, outcome } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
@@ -42,16 +43,7 @@ const rate = Number(args.rate ?? 0);
 const seed = Number(args.seed ?? 1);
 const maxDrainSeconds = Number(args['max-drain-seconds'] ?? 300);
 
-// The "Performance" page's configuration, with bench.js's lower poll interval: a debounced job
-// falls due in the future and is found by a poll.
-const worker = {
-  concurrentJobs: Number(args.concurrency ?? 24),
-  maxPoolSize: Number(args['max-pool-size'] ?? 25),
-  localQueue: { size: Number(args['local-queue-size'] ?? 500) },
-  completeJobBatchDelay: Number(args['complete-job-batch-delay'] ?? 0),
-  failJobBatchDelay: Number(args['fail-job-batch-delay'] ?? 0),
-  pollInterval: Number(args['poll-interval'] ?? 100),
-};
+const worker = workerSettings(args);
 
 const scratch = scratchDatabase(pg, serverUrl, database);
 const { admin, url: databaseUrl } = scratch;
@@ -96,43 +88,30 @@ async function measure(utils, onRunner) {
   });
   onRunner(runner);
 
-  const started = Date.now();
-  let next = 0;
-  async function adder() {
-    while (true) {
-      const first = next;
-      next += batch;
-      if (first >= events) return;
-      if (rate > 0) {
-        const wait = started + (first / rate) * 1000 - Date.now();
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      }
-      const rows = [];
-      const perEntity = new Map();
-      for (let i = first; i < Math.min(first + batch, events); i++) {
-        const entity = `post:${i % entities}`;
-        rows.push([String(i), entity, signals[i], `user:${i % 997}`]);
-        if (!perEntity.has(entity)) perEntity.set(entity, []);
-        perEntity.get(entity).push({ entity, event: i });
-      }
-      await utils.withPgClient((client) => ingest(client, rows));
-      // run_at after the insert: the window starts when the job is added.
-      const runAt = new Date(Date.now() + windowMs);
-      const now = Date.now();
-      for (const entity of perEntity.keys()) tally.added(entity, now);
-      if (mode === 'batched') {
-        // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
-        await utils.addJobs([...perEntity].map(([entity, payload]) => ({
-          identifier: 'evaluate', payload, jobKey: entity, runAt,
-        })));
-      } else {
-        const [[entity, payload]] = perEntity;
-        await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
-      }
+  const addSeconds = await sendBatches({ events, batch, inFlight, rate }, async (first, end) => {
+    const rows = [];
+    const perEntity = new Map();
+    for (let i = first; i < end; i++) {
+      const entity = `post:${i % entities}`;
+      rows.push([String(i), entity, signals[i], `user:${i % 997}`]);
+      if (!perEntity.has(entity)) perEntity.set(entity, []);
+      perEntity.get(entity).push({ entity, event: i });
     }
-  }
-  await Promise.all(Array.from({ length: inFlight }, adder));
-  const addSeconds = (Date.now() - started) / 1000;
+    await utils.withPgClient((client) => ingest(client, rows));
+    // run_at after the insert: the window starts when the job is added.
+    const runAt = new Date(Date.now() + windowMs);
+    const now = Date.now();
+    for (const entity of perEntity.keys()) tally.added(entity, now);
+    if (mode === 'batched') {
+      // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
+      await utils.addJobs([...perEntity].map(([entity, payload]) => ({
+        identifier: 'evaluate', payload, jobKey: entity, runAt,
+      })));
+    } else {
+      const [[entity, payload]] = perEntity;
+      await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
+    }
+  });
 
   await tally.drained(maxDrainSeconds);
   await runner.stop();
