@@ -6,22 +6,7 @@
 base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 redis_url=${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
-# A random port nobody listens on, nor on the one after it (a metrics listener's), below the
-# kernel's range of ephemeral ports (a client's socket waiting there after a run would refuse
-# the server's bind).
-free_port() {
-  local p low
-  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-  [ "$low" -gt 21000 ] 2>/dev/null || low=30000
-  while :; do
-    p=$((20000 + RANDOM % (low - 20002)))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
-      ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 1))") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-}
+source scripts/dev/free-port.sh
 port=$(free_port)
 loadgen=target/release/quiesce-loadgen
 quiesce_bin=${quiesce_bin:-target/release/quiesce}

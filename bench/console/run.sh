@@ -19,7 +19,8 @@ suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 db="quiesce_console_bench_$suffix"
 database_url="${base_db%/*}/$db"
 prefix="console-bench-$suffix"
-port=$((20000 + RANDOM % 20000))
+source scripts/dev/free-port.sh
+port=$(free_port)
 work=$(mktemp -d)
 server=
 

@@ -16,7 +16,8 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
   "$venv/bin/pip" install -q -r scripts/dev/api-fuzz-requirements.txt
 fi
 
-port=$((20000 + RANDOM % 20000))
+source scripts/dev/free-port.sh
+port=$(free_port)
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 token=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')

@@ -6,13 +6,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-port=${SMOKE_PORT:-$((20000 + RANDOM % 20000))}
+# A port that is taken all the same by the time make run binds it is replaced by another (below).
+source scripts/dev/free-port.sh
+port=${SMOKE_PORT:-$(free_port)}
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 base_db=${QUIESCE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quiesce}
 export QUIESCE_DATABASE_URL="${base_db%/*}/quiesce_smoke_$suffix"
 export QUIESCE_REDIS_PREFIX="smoke-$suffix"
-export QUIESCE_LISTEN="127.0.0.1:$port"
-export QUIESCE_METRICS_LISTEN="127.0.0.1:$((port + 1))"
 log=$(mktemp)
 
 fail() {
@@ -39,14 +39,31 @@ trap cleanup EXIT
 # Build first (make run builds the same), so that the readiness deadline below measures the
 # server, not the compiler.
 make -s build
-setsid make run >"$log" 2>&1 &
-pid=$!
+
+# Starts make run on $port and waits (deadline 120 s) until it is ready or has exited.
+start_make_run() {
+  export QUIESCE_LISTEN="127.0.0.1:$port"
+  export QUIESCE_METRICS_LISTEN="127.0.0.1:$((port + 1))"
+  setsid make run >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    if curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=
+  return 1
+}
 
 ready=
-for _ in $(seq 600); do
-  if curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then ready=1; break; fi
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.2
+for attempt in 1 2 3; do
+  if start_make_run; then ready=1; break; fi
+  # Another process held the port between the pick and the bind: try another one.
+  grep -q "Address already in use" "$log" && [ -z "${SMOKE_PORT:-}" ] || break
+  echo "smoke: port $port or $((port + 1)) was taken (attempt $attempt); trying another" >&2
+  port=$(free_port)
 done
 [ -n "$ready" ] || fail "make run did not become ready on port $port; its output:"
 grep -q "curl" "$log" || fail "make run did not print the example request; its output:"
