@@ -80,7 +80,9 @@ impl Maintenance {
         }
         // Entities with events that arrived since the last pass and that no evaluation saw
         // are marked owed first (ingest marks only an entity's first event).
-        let marked = Store::mark_unevaluated(&mut tx, self.settings.sweep_grace, MARK_SPAN)
+        let marked = self
+            .store
+            .mark_unevaluated(&mut tx, self.settings.sweep_grace, MARK_SPAN)
             .timed_query("mark_unevaluated")
             .await?;
         if marked > 0 {

@@ -6,6 +6,9 @@ use sqlx::{Postgres, Transaction};
 
 use super::{Result, Store, interval};
 
+/// Entities one short transaction of the mark updates.
+const MARK_CHUNK: usize = 500;
+
 /// Where the repair sweep continues: the last (pending since, entity) it examined.
 pub type SweepCursor = (DateTime<Utc>, String);
 
@@ -34,7 +37,16 @@ impl Store {
     /// The read goes up to the start of the oldest transaction still open in the database (and
     /// no later than `grace` ago): an event's `received_at` is its transaction's start, so every
     /// event before that bound is committed and seen, and the next mark starts there.
+    ///
+    /// The entities found are marked in short transactions of their own, [`MARK_CHUNK`] at a
+    /// time, before the sweep's transaction moves the mark on. An entity row updated by a
+    /// transaction still open makes ingest's insert of the entity wait for it (its uniqueness
+    /// check waits for the updater), so marking inside the sweep's transaction held every
+    /// group that sent an event for a marked entity until the whole pass committed: seconds
+    /// under sustained load. A mark that commits while the pass fails later is harmless: the
+    /// next pass reads the same span again and marks nothing twice.
     pub async fn mark_unevaluated(
+        &self,
         tx: &mut Transaction<'static, Postgres>,
         grace: std::time::Duration,
         span: std::time::Duration,
@@ -57,29 +69,50 @@ impl Store {
         if window.to <= window.from {
             return Ok(0);
         }
-        let marked = sqlx::query_scalar!(
-            r#"WITH seen AS (
+        // A read: it locks nothing, however long it takes.
+        let seen = sqlx::query!(
+            r#"SELECT s.entity AS "entity!", s.first_at AS "first_at!" FROM (
                    SELECT ev.entity, min(ev.received_at) AS first_at FROM events ev
                    WHERE ev.received_at >= $1 AND ev.received_at < $2
                    GROUP BY ev.entity
-               ),
-               marked AS (
-                   UPDATE entities e SET pending_since = s.first_at
-                   FROM seen s JOIN entity_counts c ON c.entity = s.entity
-                   WHERE e.entity = s.entity AND e.pending_since IS NULL
-                     AND c.event_count > c.evaluated_event_count
-                   RETURNING 1
-               ),
-               moved AS (
-                   UPDATE sweep_marks SET scanned_to = $2 WHERE name = 'events'
-               )
-               SELECT count(*) AS "marked!" FROM marked"#,
+               ) s
+               JOIN entities e ON e.entity = s.entity
+               JOIN entity_counts c ON c.entity = s.entity
+               WHERE e.pending_since IS NULL AND c.event_count > c.evaluated_event_count
+               ORDER BY s.entity"#,
             window.from,
             window.to,
         )
-        .fetch_one(&mut **tx)
+        .fetch_all(&mut **tx)
         .await?;
-        Ok(marked.max(0) as u64)
+        let mut marked = 0;
+        for chunk in seen.chunks(MARK_CHUNK) {
+            let entities: Vec<&str> = chunk.iter().map(|row| row.entity.as_str()).collect();
+            let first_at: Vec<DateTime<Utc>> = chunk.iter().map(|row| row.first_at).collect();
+            let mut mark = self.pool.begin().await?;
+            super::events::lock_in_order(&mut mark, &entities).await?;
+            // The conditions again: an evaluation may have seen the events since the read.
+            marked += sqlx::query!(
+                r#"UPDATE entities e SET pending_since = s.first_at
+                   FROM UNNEST($1::text[], $2::timestamptz[]) AS s(entity, first_at)
+                   JOIN entity_counts c ON c.entity = s.entity
+                   WHERE e.entity = s.entity AND e.pending_since IS NULL
+                     AND c.event_count > c.evaluated_event_count"#,
+                &entities as &[&str],
+                &first_at,
+            )
+            .execute(&mut *mark)
+            .await?
+            .rows_affected();
+            mark.commit().await?;
+        }
+        sqlx::query!(
+            "UPDATE sweep_marks SET scanned_to = $1 WHERE name = 'events'",
+            window.to
+        )
+        .execute(&mut **tx)
+        .await?;
+        Ok(marked)
     }
 
     /// Entities owed an evaluation (events, folded or not, that no evaluation has seen) whose

@@ -197,3 +197,31 @@ async fn an_id_reused_for_another_entity_is_a_duplicate_and_schedules_only_the_r
     );
     assert_eq!(app.scalar("SELECT count(*) FROM entities").await, 1);
 }
+
+#[tokio::test]
+async fn ingest_does_not_wait_for_an_open_transaction_that_updated_the_entity() {
+    // A worker's evaluation (or the sweep's mark) updates an entity's row in a transaction of
+    // its own; a sender's events for the entity must not queue behind it.
+    let app = spawn_app(TestOptions::idle()).await;
+    app.send(&json!([event("first", "post:busy", "flag")]))
+        .await;
+    let mut updater = app.pool.begin().await.unwrap();
+    sqlx::query("UPDATE entities SET pending_since = NULL WHERE entity = 'post:busy'")
+        .execute(&mut *updater)
+        .await
+        .unwrap();
+
+    let sent = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.post_events(&json!([event("second", "post:busy", "upvote")])),
+    )
+    .await;
+    updater.rollback().await.unwrap();
+    let response = sent.expect("the request is answered while the other transaction is open");
+    assert_eq!(response.status(), 202);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events WHERE entity = 'post:busy'")
+            .await,
+        2
+    );
+}

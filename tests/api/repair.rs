@@ -58,6 +58,57 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
 }
 
 #[tokio::test]
+async fn the_sweeps_mark_is_committed_before_its_pass_ends() {
+    // The mark's updates of entity rows are short transactions of their own: a pass that goes
+    // on (Redis calls, more reads) holds no entity row, and what it marked is seen by all.
+    let app = spawn_app(TestOptions::idle()).await;
+    app.send(&json!([event("m1", "post:marked", "flag")])).await;
+    // As after an evaluation that saw an earlier event: not pending, an event unevaluated.
+    sqlx::query("UPDATE entities SET pending_since = NULL WHERE entity = 'post:marked'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let store = &app.backends.store;
+    let lock_name = format!("quiesce-sweep:{}", app.settings.redis.redis_prefix);
+    // The event counts once the grace has passed since it was received (a pass reads up to
+    // its transaction's start less the grace).
+    wait_for(Duration::from_secs(10), "the grace to pass", || async {
+        app.scalar("SELECT count(*) FROM events WHERE id = 'm1' AND received_at < now() - interval '300 ms'")
+            .await
+            == 1
+    })
+    .await;
+    let mut pass = store
+        .begin_sweep(&lock_name)
+        .await
+        .unwrap()
+        .expect("lock free");
+    let marked = store
+        .mark_unevaluated(
+            &mut pass,
+            Duration::from_millis(200),
+            Duration::from_secs(300),
+        )
+        .await
+        .unwrap();
+    assert_eq!(marked, 1);
+
+    // The pass is still open: its mark is seen outside it, and ingest goes on for the entity.
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE entity = 'post:marked' AND pending_since IS NOT NULL")
+            .await,
+        1
+    );
+    let sent = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.post_events(&json!([event("m2", "post:marked", "flag")])),
+    )
+    .await;
+    pass.rollback().await.unwrap();
+    assert_eq!(sent.expect("answered while the pass is open").status(), 202);
+}
+
+#[tokio::test]
 async fn entities_whose_schedule_redis_lost_are_still_evaluated_once() {
     let app = spawn_app(TestOptions::default().with(|s| {
         s.database.backend_timeout = Duration::from_secs(1);
