@@ -149,25 +149,29 @@ def burst(directory):
         "in total_commands_processed), INFO and REPLCONF left out, between snapshots just before and "
         "after the load generator's run (ingest, drain and its check's 2 + 1 s idle pause); "
         "commands/s over that window. Keys: the run's prefix on each master after the run (what "
-        "stays: the applied-action cache keys, 24 h, and the shard index)."
+        "stays: the applied-action cache keys, 24 h, and the shard index). Small requests: the same "
+        "events, 20 a request from 4 senders, on the same server after the burst."
     )
     print()
     print("| redis | master | slots | keys after | commands | commands/s | EVALSHA/s | CPU s |")
     print("|---|---|---|---|---|---|---|---|")
     summary = []
-    for target in ("cluster", "node"):
-        label = f"burst-{target}"
+    for kind, target in (("burst", "cluster"), ("small", "cluster"), ("burst", "node"), ("small", "node")):
+        label = f"{kind}-{target}"
+        if not os.path.exists(os.path.join(directory, f"{label}.json")):
+            continue
+        name = target if kind == "burst" else f"{target}, small requests"
         nodes = nodes_of(directory, f"{label}-before")
         deltas = {node: delta(directory, f"{label}-before", f"{label}-after", node) for node in nodes}
         masters = [node for node in nodes if deltas[node]["role"] == "master"]
-        keys = keys_of(directory, label)
+        keys = keys_of(directory, f"burst-{target}")
         for node in masters:
             d = deltas[node]
-            listing = os.path.join(directory, "info", f"{label}-keys-{node}.list")
+            listing = os.path.join(directory, "info", f"burst-{target}-keys-{node}.list")
             index = os.path.exists(listing) and any("}:shards:" in k for k in open(listing))
             shown = f"{node} (shard index)" if index and len(masters) > 1 else node
             print(
-                f"| {target} | {shown} | {n(slots[node]) if node in slots else '-'} "
+                f"| {name} | {shown} | {n(slots[node]) if node in slots else '-'} "
                 f"| {n(keys.get(node, (0, 0, 0))[0])} | {n(d['commands'])} "
                 f"| {n(d['commands'] / d['seconds'])} | {n(d['calls']['evalsha'] / d['seconds'])} "
                 f"| {d['cpu']:.2f} |"
@@ -176,11 +180,11 @@ def burst(directory):
         for node in replicas:
             d = deltas[node]
             print(
-                f"| {target} (replica) | {node} | - | - | {n(d['commands'])} "
+                f"| {name} (replica) | {node} | - | - | {n(d['commands'])} "
                 f"| {n(d['commands'] / d['seconds'])} | - | {d['cpu']:.2f} |"
             )
         run = json.load(open(os.path.join(directory, f"{label}.json")))
-        summary.append((target, run, [deltas[m] for m in masters], script_calls(directory, label)))
+        summary.append((name, run, [deltas[m] for m in masters], script_calls(directory, label)))
     print()
     print(
         "| redis | events/s | evaluations per entity | fire delay p50 / p99 / max ms "

@@ -35,23 +35,34 @@ redis-cli -p "$cluster_first" cluster nodes >"$out/cluster-nodes.txt"
 
 scrape() { curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$out/$1.prom"; }
 
+# measured LABEL LOADGEN-ARGS...: a load generator's run with the nodes' INFO and the server's
+# metrics before and after it. The snapshots bracket the whole run: ingest, drain and its
+# check's pause (the window + 1 s, idle). Metrics are scraped outside the snapshots (a scrape
+# reads every shard's depth).
+measured() {
+  local label=$1; shift
+  scrape "$label-before"
+  snapshot_nodes "$redis_url" "$label-before"
+  run_loadgen "$label" "$@" --window 2s --database-url "$DATABASE_URL_RUN"
+  snapshot_nodes "$redis_url" "$label-after"
+  scrape "$label-after"
+}
+
 # run_target NAME URL: the burst and the pending run against one Redis.
 run_target() {
   local name=$1
   redis_url=$2
-  # 1. The batched burst. The snapshots bracket the load generator's whole run: ingest, drain
-  # and its check's pause (the window + 1 s, idle). Metrics are scraped outside the snapshots
-  # (a scrape reads every shard's depth).
+  # 1. The batched burst.
   start_server "burst-$name" QUIESCE_SHARDS="$shards" QUIESCE_DEBOUNCE_WINDOW=2s \
     QUIESCE_MAX_WAIT=60s QUIESCE_METRICS_LISTEN="127.0.0.1:$metrics_port"
   local prefix=$REDIS_PREFIX_RUN
-  scrape "burst-$name-before"
-  snapshot_nodes "$redis_url" "burst-$name-before"
-  run_loadgen "burst-$name" --scenario burst --events "$events" --entities "$entities" \
-    --batch 100 --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
-  snapshot_nodes "$redis_url" "burst-$name-after"
-  scrape "burst-$name-after"
+  measured "burst-$name" --scenario burst --events "$events" --entities "$entities" \
+    --batch 100 --connections 64
   count_prefix_keys "$redis_url" "$prefix" "burst-$name"
+  # 2. Small requests: the same events, 20 a request from 4 senders (a platform that sends as
+  # events come), where each request's schedule reports to the shard index on its own.
+  measured "small-$name" --scenario burst --events "$events" --entities "$entities" \
+    --batch 20 --connections 4
   # The fire-delay run of `make bench`, on the same server: one event for each entity over 5 s,
   # so that due times spread out and the delay is the scheduler's, not a queue's.
   run_loadgen "paced-$name" --scenario burst --events "$entities" --entities "$entities" \
@@ -59,7 +70,7 @@ run_target() {
   stop_server
   drop_runs
 
-  # 2. Entities pending: one event each and a window longer than the run (entity ids as in
+  # 3. Entities pending: one event each and a window longer than the run (entity ids as in
   # `make bench`'s memory run, 17 characters).
   start_server "pending-$name" QUIESCE_SHARDS="$shards" QUIESCE_DEBOUNCE_WINDOW=10m \
     QUIESCE_MAX_WAIT=20m
