@@ -156,11 +156,13 @@ def burst(directory):
     print("| redis | master | slots | keys after | commands | commands/s | EVALSHA/s | CPU s |")
     print("|---|---|---|---|---|---|---|---|")
     summary = []
-    for kind, target in (("burst", "cluster"), ("small", "cluster"), ("burst", "node"), ("small", "node")):
+    kinds = {"burst": "", "small": ", small requests", "paced": ", paced: 10,000 entities over 5 s"}
+    runs = [(target, kind) for target in ("cluster", "node") for kind in kinds]
+    for target, kind in runs:
         label = f"{kind}-{target}"
-        if not os.path.exists(os.path.join(directory, f"{label}.json")):
+        if not os.path.exists(os.path.join(directory, f"{label}-before.prom")):
             continue
-        name = target if kind == "burst" else f"{target}, small requests"
+        name = f"{target}{kinds[kind]}"
         nodes = nodes_of(directory, f"{label}-before")
         deltas = {node: delta(directory, f"{label}-before", f"{label}-after", node) for node in nodes}
         masters = [node for node in nodes if deltas[node]["role"] == "master"]
@@ -204,18 +206,6 @@ def burst(directory):
             f"| {ratio([m['commands'] for m in masters])} "
             f"| {ratio([m['calls']['evalsha'] for m in masters])} "
             f"| {ratio([m['cpu'] for m in masters])} |"
-        )
-    for target in ("cluster", "node"):
-        path = os.path.join(directory, f"paced-{target}.json")
-        if not os.path.exists(path):
-            continue
-        run = json.load(open(path))
-        d = run["drain"]
-        fire = d["fire_delay_ms"]
-        print(
-            f"| {target}, paced: {n(run['events_accepted'])} entities over 5 s | {n(run['events_per_second'])} "
-            f"| {d['evaluations_per_entity']:.2f} | {fire['p50']:.0f} / {fire['p99']:.0f} / {fire['max']:.0f} "
-            f"| {d['duplicate_actions']} / {d['wrong_actions']} | {str(d['drained']).lower()} | | | | |"
         )
     print()
     print(

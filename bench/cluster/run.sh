@@ -65,8 +65,8 @@ run_target() {
     --batch 20 --connections 4
   # The fire-delay run of `make bench`, on the same server: one event for each entity over 5 s,
   # so that due times spread out and the delay is the scheduler's, not a queue's.
-  run_loadgen "paced-$name" --scenario burst --events "$entities" --entities "$entities" \
-    --batch 20 --connections 16 --rate $((entities / 5)) --window 2s --database-url "$DATABASE_URL_RUN"
+  measured "paced-$name" --scenario burst --events "$entities" --entities "$entities" \
+    --batch 20 --connections 16 --rate $((entities / 5))
   stop_server
   drop_runs
 
