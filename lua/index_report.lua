@@ -18,10 +18,8 @@ local earliest = nil
 for i = 2, #ARGV, 2 do
   local shard = ARGV[i]
   local at = tonumber(ARGV[i + 1])
-  local current = tonumber(redis.call('ZSCORE', KEYS[1], shard))
-  if not current or at < current then
-    redis.call('ZADD', KEYS[1], at, shard)
-  end
+  -- LT: only a lower time replaces the shard's (one command instead of a read and a write).
+  redis.call('ZADD', KEYS[1], 'LT', at, shard)
   redis.call('HINCRBY', KEYS[2], shard, 1)
   if not earliest or at < earliest then earliest = at end
 end

@@ -29,10 +29,7 @@ for n, shard in ipairs(shards) do
       end
       set = set + 1
     elseif at >= 0 then
-      local current = tonumber(redis.call('ZSCORE', KEYS[1], shard))
-      if not current or at < current then
-        redis.call('ZADD', KEYS[1], at, shard)
-      end
+      redis.call('ZADD', KEYS[1], 'LT', at, shard)
     end
   end
 end

@@ -61,6 +61,12 @@ pub enum Failed {
     TakenOver,
 }
 
+/// Lease deadlines that claims owe the lease index, told in one call by
+/// [`Queue::report_leases`].
+#[derive(Debug, Default)]
+#[must_use = "the lease index must be told (Queue::report_leases)"]
+pub struct LeaseReports(Vec<(Shard, i64)>);
+
 impl Queue {
     /// Claims up to `limit` due entities of one shard, and reports their lease deadline to the
     /// lease index when it is the shard's earliest.
@@ -70,6 +76,28 @@ impl Queue {
         limit: usize,
         busy_delay: Duration,
         lease: Duration,
+    ) -> Result<ClaimBatch> {
+        let mut leases = LeaseReports::default();
+        let claimed = self
+            .claim_deferring(shard, limit, busy_delay, lease, &mut leases)
+            .await;
+        self.report_leases(leases).await;
+        claimed
+    }
+
+    /// [`Self::claim`], with the lease index's report added to `leases` instead of made: a
+    /// worker that claims in many shards in one round tells the index once, in one call to
+    /// its master, instead of once per shard (under a trickle of events nearly every claim
+    /// finds its shard's leases empty, and the index's master took one report per claim).
+    /// A lease lasts seconds; a report made a round later is still made long before it ends,
+    /// and one a crash loses is found by the index rescan, as any report a crash loses.
+    pub async fn claim_deferring(
+        &self,
+        shard: Shard,
+        limit: usize,
+        busy_delay: Duration,
+        lease: Duration,
+        leases: &mut LeaseReports,
     ) -> Result<ClaimBatch> {
         let lease_ms = lease.as_millis().max(1) as u64;
         let keys = self.keys.for_shard(shard);
@@ -93,19 +121,21 @@ impl Queue {
             Err(error) => {
                 // The script may have run with its answer lost: its leases are then known only
                 // to the shard. A report at 0 has the reaper look (reports only lower a time).
-                self.report(IndexKind::Leases, &[(shard, 0)]).await;
+                leases.0.push((shard, 0));
                 return Err(error.into());
             }
         };
         let batch = parse_claim_reply(shard, lease_ms, reply)?;
         if batch.leases_moved_earlier {
-            self.report(
-                IndexKind::Leases,
-                &[(shard, batch.now_ms + lease_ms as i64)],
-            )
-            .await;
+            leases.0.push((shard, batch.now_ms + lease_ms as i64));
         }
         Ok(batch)
+    }
+
+    /// Tells the lease index what claims made with [`Self::claim_deferring`] owe it, in one
+    /// call.
+    pub async fn report_leases(&self, leases: LeaseReports) {
+        self.report(IndexKind::Leases, &leases.0).await;
     }
 
     /// Finishes a claim and releases the entity lock if it is still ours; false if the claim

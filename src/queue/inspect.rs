@@ -212,6 +212,27 @@ impl Queue {
         Ok(Some(nodes))
     }
 
+    /// Each primary's Redis version (`INFO server`'s `redis_version`), as (major, minor).
+    pub async fn server_versions(&self) -> Result<Vec<(String, (u32, u32))>> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let mut versions = Vec::new();
+        for (node, reply) in self.redis.on_primaries(cmd).await? {
+            let info: String = redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
+            let version = info
+                .lines()
+                .find_map(|line| line.strip_prefix("redis_version:"))
+                .and_then(|v| {
+                    let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().ok());
+                    Some((parts.next()??, parts.next()??))
+                });
+            if let Some(version) = version {
+                versions.push((node, version));
+            }
+        }
+        Ok(versions)
+    }
+
     /// Every key under the prefix, SCANned on every primary (for tests and operators).
     pub async fn keys_under_prefix(&self) -> Result<Vec<String>> {
         let escaped: String = self

@@ -21,6 +21,9 @@ use crate::{
 /// Scheduled entities sampled per shard, per set, by the startup check of the schedule.
 const SCHEDULE_SAMPLE: usize = 3;
 
+/// The oldest Redis the scripts run on (`ZADD LT`, in the shard index's scripts, came in 6.2).
+const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
+
 /// Postgres, Redis and the rules: what both the API and the workers run on.
 #[derive(Clone)]
 pub struct Backends {
@@ -56,8 +59,19 @@ impl Backends {
         })
     }
 
-    /// Warns loudly when Redis may drop queue keys (eviction) or lose them on restart (no AOF).
+    /// Warns loudly when Redis may drop queue keys (eviction) or lose them on restart (no AOF),
+    /// or is older than the scripts need.
     pub async fn check_redis_durability(&self) {
+        if let Ok(versions) = self.queue.server_versions().await {
+            for (node, (major, minor)) in versions {
+                if (major, minor) < MIN_REDIS_VERSION {
+                    tracing::error!(
+                        node,
+                        "Redis {major}.{minor} is older than 6.2, which the shard index's scripts need (ZADD LT): its reports fail, and due entities wait for the index rescan; upgrade Redis"
+                    );
+                }
+            }
+        }
         match self.queue.durability().await {
             Ok(Some(nodes)) => {
                 for (node, durability) in nodes {

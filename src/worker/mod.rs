@@ -34,7 +34,7 @@ pub use self::{
 };
 use crate::{
     domain::Snapshot,
-    queue::{Claim, FailingShards, IndexKind, Queue, QueueError, Settle, Wakeups},
+    queue::{Claim, FailingShards, IndexKind, LeaseReports, Queue, QueueError, Settle, Wakeups},
     rules::Rules,
     settings,
     store::Store,
@@ -150,6 +150,7 @@ impl Worker {
         let mut paused = 0;
         let mut settled = Vec::with_capacity(read.shards.len());
         let mut failures = Vec::new();
+        let mut leases = LeaseReports::default();
         for read_shard in read.shards {
             let shard = read_shard.shard;
             let remaining = limit.saturating_sub(round.claims.len());
@@ -165,11 +166,12 @@ impl Worker {
             }
             let claimed = self
                 .queue
-                .claim(
+                .claim_deferring(
                     shard,
                     remaining.min(self.settings.claim_batch),
                     self.jittered(self.settings.retry_delay),
                     lease,
+                    &mut leases,
                 )
                 .instrument(tracing::debug_span!("claim", %shard))
                 .await;
@@ -209,6 +211,8 @@ impl Worker {
         if full_read && paused < settled.len() {
             next_due_in = Some(0);
         }
+        // The round's leases in one report to the lease index, before anything is processed.
+        self.queue.report_leases(leases).await;
         if let Err(error) = self.queue.settle_index(IndexKind::Due, &settled).await {
             // The shards keep their earlier (lower) times: read again, nothing missed.
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index");

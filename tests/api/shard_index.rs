@@ -197,6 +197,53 @@ async fn the_lease_index_hears_of_a_claim_only_when_its_lease_ends_first_in_the_
 }
 
 #[tokio::test]
+async fn a_worker_round_tells_the_lease_index_of_every_shard_it_claimed_in() {
+    // The round's lease reports go in one call after its claims: each shard claimed in must
+    // still be known to the reaper's index, with the lease's end.
+    let app = spawn_app(TestOptions::idle()).await;
+    let queue = &app.backends.queue;
+    let mut shards = std::collections::BTreeMap::new();
+    for i in 0.. {
+        let entity = EntityId::parse(&format!("post:round-{i}")).unwrap();
+        shards
+            .entry(queue.keys().shard_of(&entity))
+            .or_insert(entity);
+        if shards.len() == 3 {
+            break;
+        }
+    }
+    let pairs: Vec<_> = shards
+        .values()
+        .map(|e| (e.clone(), Priority::Critical))
+        .collect();
+    queue.schedule(&pairs).await.unwrap();
+
+    let round = app.worker().claim_once(10).await.unwrap();
+    assert_eq!(round.claims.len(), 3);
+    let mut redis = queue.connection();
+    for shard in shards.keys() {
+        assert_eq!(
+            reports(queue, IndexKind::Leases, *shard).await,
+            1,
+            "{shard}"
+        );
+        let ends: Option<f64> = redis::cmd("ZSCORE")
+            .arg(queue.keys().index().times(IndexKind::Leases))
+            .arg(shard.id())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let ends = ends.expect("the shard's lease is in the index") as i64;
+        let claim = round.claims.iter().find(|c| c.shard == *shard).unwrap();
+        assert!(
+            ends > chrono::Utc::now().timestamp_millis(),
+            "{shard}: {ends}"
+        );
+        assert!(ends >= claim.due_at_ms, "{shard}");
+    }
+}
+
+#[tokio::test]
 async fn the_rescan_rebuilds_an_index_redis_lost_a_slice_of_shards_at_a_time() {
     let app = spawn_app(TestOptions::idle()).await;
     let queue = &app.backends.queue;
