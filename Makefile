@@ -118,8 +118,9 @@ bench:
 	@$(WITH_SERVICES) bench/ingest/run.sh
 
 ## bench-cluster: the batched burst on a private Redis Cluster and one node (bench/cluster/, SCALING.md)
-# 3 masters and 3 replicas from QUIESCE_CLUSTER_PORT (default 7101), and a private single node:
-# keys and commands/s per master, max/min, fire delay, Redis bytes per pending entity.
+# 3 masters and 3 replicas from QUIESCE_CLUSTER_PORT (default 7101), and a private single node;
+# the burst, the same events in small requests and the paced run: keys and commands/s per
+# master, max/min, fire delay; Redis bytes per pending entity.
 bench-cluster:
 	@$(WITH_SERVICES_AND_REDIS_SERVER) bench/cluster/run.sh
 
@@ -132,7 +133,9 @@ idle-cost:
 ceilings:
 	@$(WITH_SERVICES) bench/ceilings/run.sh
 
-## soak: RSS of serve and worker under steady load, /metrics unscraped (bench/soak/, RELIABILITY.md)
+## soak: steady load at 80% of a closed-loop probe's rate: latency, Postgres waits, RSS (bench/soak/)
+# SOAK_SECONDS (180), SOAK_SHARE (0.8) of the probe's sustained rate (SOAK_PROBE_EVENTS, 1,000,000),
+# or SOAK_RATE events/s without the probe; /metrics unscraped; RELIABILITY.md has the figures.
 soak:
 	@$(WITH_SERVICES) bench/soak/run.sh
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make bench-cluster`: the batched burst of `make bench` (100k events over 10k entities, 100
 # events a request, 64 connections, a 2 s window) on a private Redis Cluster of 3 masters and 3
-# replicas (scripts/dev/redis-cluster.sh) and on a private single node, then its paced fire-delay
-# run (10k entities over 5 s), then 100k entities left pending on each; prints per master the
-# keys, the commands of the burst (INFO commandstats, which counts the commands run inside Lua
+# replicas (scripts/dev/redis-cluster.sh) and on a private single node, then the same events in
+# small requests (20 a request, 4 senders), then its paced fire-delay run (10k entities over 5 s),
+# then 100k entities left pending on each; prints per master the keys, the commands of each run
+# (INFO commandstats, which counts the commands run inside Lua
 # scripts), commands per second and CPU, the max/min across masters, events/s, evaluations per
 # entity, fire delay and the load generator's duplicate and wrong actions, and Redis bytes per
 # pending entity (bench/cluster/report.py). Every run's figures land in bench/results/cluster/.
