@@ -41,7 +41,7 @@ cleanup() {
   fi
   psql "${base_db%/*}/postgres" -qc "DROP DATABASE IF EXISTS quiesce_fuzz_$suffix WITH (FORCE)" >/dev/null 2>&1 || true
   if command -v redis-cli >/dev/null; then
-    redis-cli -u "${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}" --scan --pattern "{fuzz-$suffix:*" |
+    redis-cli -u "${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}" --scan --pattern "{fuzz-$suffix[:}]*" |
       xargs -r redis-cli -u "${QUIESCE_REDIS_URL:-redis://127.0.0.1:6379}" del >/dev/null || true
   fi
   rm -rf "$log" "$report"
