@@ -18,7 +18,7 @@ import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { readFileSync } from 'fs';
 import { options, scratchDatabase } from '../common.mjs';
-import { workerSettings } from './settings.mjs';
+import { addDebounced, workerSettings } from './settings.mjs';
 
 const args = options();
 const serverUrl = new URL(args['database-url'] ?? 'postgres://postgres@127.0.0.1:5432/postgres');
@@ -108,15 +108,7 @@ async function bench() {
       }
       const now = Date.now();
       for (const entity of perEntity.keys()) lastAdd.set(entity, now);
-      if (mode === 'batched') {
-        // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
-        await utils.addJobs([...perEntity].map(([entity, payload]) => ({
-          identifier: 'evaluate', payload, jobKey: entity, runAt,
-        })));
-      } else {
-        const [[entity, payload]] = perEntity;
-        await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
-      }
+      await addDebounced(utils, mode, perEntity, runAt);
     }
   }
   await Promise.all(Array.from({ length: inFlight }, adder));

@@ -13,3 +13,18 @@ export function workerSettings(args) {
     pollInterval: Number(args['poll-interval'] ?? 100),
   };
 }
+
+// Adds (or pushes back) the debounced `evaluate` job of each entity of `perEntity` (entity ->
+// payload), due at `runAt`: one addJobs call in batched mode, else the one entity's addJob with
+// jobKeyMode 'replace' (the documented debounce).
+export async function addDebounced(utils, mode, perEntity, runAt) {
+  if (mode === 'batched') {
+    // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
+    await utils.addJobs([...perEntity].map(([entity, payload]) => ({
+      identifier: 'evaluate', payload, jobKey: entity, runAt,
+    })));
+  } else {
+    const [[entity, payload]] = perEntity;
+    await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
+  }
+}

@@ -23,7 +23,7 @@ import { readFileSync } from 'fs';
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 import { options, scratchDatabase, sendBatches } from '../common.mjs';
-import { workerSettings } from './settings.mjs';
+import { addDebounced, workerSettings } from './settings.mjs';
 
 import { Jobs, SCHEMA, evaluate, ingest, outcome } from '../decide.mjs';
 import { burstSignals } from '../plan.mjs';
@@ -102,15 +102,7 @@ async function measure(utils, onRunner) {
     const runAt = new Date(Date.now() + windowMs);
     const now = Date.now();
     for (const entity of perEntity.keys()) tally.added(entity, now);
-    if (mode === 'batched') {
-      // addJobs takes no jobKeyMode: a job key always replaces (run_at included).
-      await utils.addJobs([...perEntity].map(([entity, payload]) => ({
-        identifier: 'evaluate', payload, jobKey: entity, runAt,
-      })));
-    } else {
-      const [[entity, payload]] = perEntity;
-      await utils.addJob('evaluate', payload, { jobKey: entity, jobKeyMode: 'replace', runAt });
-    }
+    await addDebounced(utils, mode, perEntity, runAt);
   });
 
   await tally.drained(maxDrainSeconds);
