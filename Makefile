@@ -75,8 +75,9 @@ console:
 	$(WITH_SERVICES) \
 	$(CARGO) test --test console -- --ignored --test-threads 2
 
-## console-bench: the console's Review page timed with 100k actions (bench/console/, BENCHMARKS.md)
-# 100k actions in a scratch database: first, middle, last and filtered pages timed over HTTP.
+## console-bench: the console's Review page with 100k actions and its queue with 100k waiting items, timed (bench/console/, BENCHMARKS.md)
+# 100k actions and 100k waiting flags in a scratch database: first, middle, last and filtered pages
+# of Review, the queue and its API timed over HTTP.
 console-bench:
 	@$(WITH_SERVICES) bench/console/run.sh
 

@@ -22,6 +22,7 @@ pub mod loadgen;
 pub mod maintenance;
 pub mod moderation;
 pub mod queue;
+pub mod review;
 pub mod rules;
 pub mod settings;
 pub mod startup;

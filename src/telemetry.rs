@@ -34,6 +34,9 @@ pub mod names {
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
     pub const REVERSALS: &str = "quiesce_reversals_total";
+    pub const REVIEW_DECISIONS: &str = "quiesce_review_decisions_total";
+    pub const REVIEW_WAITING: &str = "quiesce_review_waiting";
+    pub const REVIEW_OLDEST_WAIT: &str = "quiesce_review_oldest_wait_seconds";
     pub const GUARD_DEMOTIONS: &str = "quiesce_rule_guard_demotions_total";
     pub const GUARD_DEMOTED_AT: &str = "quiesce_rule_guard_demoted_timestamp_seconds";
     pub const SHADOW_HITS: &str = "quiesce_shadow_hits_total";
@@ -227,6 +230,19 @@ fn describe() {
     describe_counter!(
         names::REVERSALS,
         "Automated actions reversed by a moderator, by rule."
+    );
+    describe_counter!(
+        names::REVIEW_DECISIONS,
+        "Moderators' decisions on review queue items, by decision (approve, hide, dismiss, escalate)."
+    );
+    describe_gauge!(
+        names::REVIEW_WAITING,
+        "Review queue items waiting for a moderator (read at scrape time)."
+    );
+    describe_gauge!(
+        names::REVIEW_OLDEST_WAIT,
+        Unit::Seconds,
+        "How long the oldest waiting review queue item has waited (0: none waits; read at scrape time)."
     );
     describe_counter!(
         names::GUARD_DEMOTIONS,

@@ -23,7 +23,7 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 13] = [
+const UPPER: [&str; 14] = [
     "audit",
     "fleet",
     "cli",
@@ -34,14 +34,16 @@ const UPPER: [&str; 13] = [
     "maintenance",
     "ingest",
     "moderation",
+    "review",
     "dead_letters",
     "actions",
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 6] = [
+const USE_CASES: [&str; 7] = [
     "ingest",
     "moderation",
+    "review",
     "dead_letters",
     "actions",
     "audit",

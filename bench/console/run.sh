@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The console's Review page with 100k automated actions in the database (make console-bench;
-# figures in BENCHMARKS.md): loads 100,000 actions (over 30 days, four rules, a tenth of them
-# reversed) into a scratch database, starts `quiesce serve` on it, signs in as a moderator, and
+# The console's Review page with 100k automated actions in the database, and its review queue
+# with 100k waiting items (make console-bench; figures in BENCHMARKS.md): loads 100,000 actions
+# (over 30 days, four rules, a tenth of them reversed) and 100,000 flags no moderator has decided
+# (a tenth of them claimed) into a scratch database, starts `quiesce serve` on it, signs in as a moderator, and
 # times over HTTP, with curl on one kept-alive connection, the first page, a page in the middle
 # and the last page of the keyset paging, and filtered first pages; then prints Postgres' plan of
 # the first page. The database and the Redis prefix are dropped on exit.
@@ -79,6 +80,19 @@ FROM generate_series(1, :n) i,
                                  WHEN 'suspend_repeat_offender' THEN 'suspend' ELSE 'hide' END AS action,
                      CASE k.rule WHEN 'review_repeated_flags' THEN 'flagged'
                                  WHEN 'suspend_repeat_offender' THEN 'suspended' ELSE 'hidden' END AS status) r;
+-- The review queue: 100,000 flagged entities whose flag waits, a tenth of them claimed.
+INSERT INTO entities (entity, kind, status, moderation_version, event_count, evaluated_event_count,
+                      evaluation_count, last_evaluated_at)
+SELECT 'post:queue-' || i, 'post', 'flagged', 1, 3, 3, 1, now()
+FROM generate_series(1, :n) i;
+INSERT INTO actions (entity, action, rule, reason, previous_status, new_status, snapshot,
+                     applied_version, dedup_key, created_at, review_claimed_by, review_claim_until)
+SELECT 'post:queue-' || i, 'flag', CASE WHEN i % 4 = 0 THEN 'review_reports' ELSE 'review_repeated_flags' END,
+       '3 flags', 'visible', 'flagged', '{}'::jsonb, 0, md5('queue' || i),
+       now() - (:n - i) * interval '6 seconds',
+       CASE WHEN i % 10 = 0 THEN 'Morgan' END,
+       CASE WHEN i % 10 = 0 THEN now() + interval '1 day' END
+FROM generate_series(1, :n) i;
 VACUUM ANALYZE entities;
 VACUUM ANALYZE actions;
 SQL
@@ -104,17 +118,18 @@ max_id=$(psql "$database_url" -Atc "SELECT max(id) FROM actions")
 middle=$(( (min_id + max_id) / 2 ))
 last=$(( min_id + 50 ))
 
-# time_page NAME PATH: RUNS requests of PATH on one connection (after 10 to warm up); prints
-# a table row with p50, p95 and max in ms, and checks the page holds a full set of rows.
+# time_page NAME PATH [ROW_MARKER]: RUNS requests of PATH on one connection (after 10 to warm
+# up); prints a table row with p50, p95 and max in ms, and the rows the page holds (counted by
+# ROW_MARKER, default an action row's attribute).
 time_page() {
-  local name=$1 path=$2 urls=() i
+  local name=$1 path=$2 marker=${3:-data-action-id=} urls=() i
   local rows
-  rows=$(curl -sf -b "$jar" "$base$path" | { grep -o 'data-action-id=' || true; } | wc -l)
+  rows=$(curl -sf -b "$jar" -H "Authorization: Bearer $token" "$base$path" | { grep -o "$marker" || true; } | wc -l)
   for i in $(seq 10); do urls+=(-o /dev/null "$base$path"); done
-  curl -sf -b "$jar" "${urls[@]}"
+  curl -sf -b "$jar" -H "Authorization: Bearer $token" "${urls[@]}"
   urls=()
   for i in $(seq "$runs"); do urls+=(-o /dev/null "$base$path"); done
-  curl -sf -b "$jar" -w '%{time_total}\n' "${urls[@]}" | sort -n |
+  curl -sf -b "$jar" -H "Authorization: Bearer $token" -w '%{time_total}\n' "${urls[@]}" | sort -n |
     awk -v name="$name" -v path="$path" -v rows="$rows" '{ t[NR] = $1 * 1000 }
       END { printf "| %s | `%s` | %d | %.1f | %.1f | %.1f |\n", name, path, rows,
             t[int(NR * 0.5)], t[int(NR * 0.95)], t[NR] }'
@@ -130,6 +145,16 @@ time_page "last page (about 2,000 pages in)" "/console/review?before=$last"
 time_page "first page, reversed only" "/console/review?reversed=reversed"
 time_page "first page, a 1% rule" "/console/review?rule=suspend_repeat_offender"
 time_page "first page, a filter nothing matches" "/console/review?rule=no_such_rule"
+queue_first=$(psql "$database_url" -Atc "SELECT min(id) FROM actions WHERE entity LIKE 'post:queue-%'")
+queue_middle=$(( queue_first + actions / 2 ))
+time_page "queue, first page (100k waiting)" "/console/queue" 'data-item-id='
+time_page "queue, a page in the middle" "/console/queue?after=$queue_middle" 'data-item-id='
+time_page "queue, unclaimed only" "/console/queue?claimed_by=nobody" 'data-item-id='
+time_page "queue, claimed by one moderator" "/console/queue?claimed_by=Morgan" 'data-item-id='
+time_page "queue, a quarter's rule, waiting over an hour" "/console/queue?rule=review_reports&older_than=1h" 'data-item-id='
+time_page "queue API, first page" "/v1/review" '"entity":'
+time_page "queue API, claimed by nobody, 500 a page" "/v1/review?claimed=false&limit=500" '"entity":'
+time_page "Quality (with the queue's figures)" "/console/quality" 'id="queue-waiting"'
 echo
 echo "Postgres' plans of the first and the last page (generic, as the pool plans every statement):"
 psql "$database_url" -At <<'SQL' | sed 's/^/    /'

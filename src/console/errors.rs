@@ -143,6 +143,16 @@ impl From<StoreError> for PageError {
                 "Superseded",
                 format!("{error}. Nothing was changed."),
             ),
+            StoreError::Conflict { .. } => PageError::new(
+                StatusCode::CONFLICT,
+                "Not done",
+                format!("{error}. Nothing was changed."),
+            ),
+            StoreError::VersionConflict { .. } => PageError::new(
+                StatusCode::CONFLICT,
+                "The entity changed",
+                "The entity changed since this page was read. Nothing was changed: look again and decide on what it is now.",
+            ),
             _ => PageError::internal(error),
         }
     }

@@ -161,6 +161,21 @@ pub fn parse_until(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Strin
     Ok(until)
 }
 
+/// The query string of a list's filters as typed (those given) and its keyset cursor, for the
+/// links that page through it.
+pub fn page_query(filters: &[(&str, &Option<String>)], cursor: Option<(&str, i64)>) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in filters {
+        if let Some(value) = value {
+            query.append_pair(name, value);
+        }
+    }
+    if let Some((name, id)) = cursor {
+        query.append_pair(name, &id.to_string());
+    }
+    query.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

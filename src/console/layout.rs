@@ -11,6 +11,7 @@ use crate::backtest::Estimate;
 /// Which section of the console a page belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
+    Queue,
     Review,
     Quality,
     Operations,
@@ -53,6 +54,7 @@ pub fn page(visit: &Visit, section: Section, title: &str, body: Markup) -> Marku
                     a.brand href="/console/review" { "quiesce" span { " console" } }
                     nav aria-label="Console sections" {
                         ul {
+                            (item(Section::Queue, "/console/queue", "Queue"))
                             (item(Section::Review, "/console/review", "Review"))
                             (item(Section::Quality, "/console/quality", "Quality"))
                             @if user.is_admin() {

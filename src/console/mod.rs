@@ -5,6 +5,8 @@
 //! not import the HTTP layer: the API's state lends it what it uses ([`ConsoleApp`]).
 //!
 //! - [`signin`]: sign in with a moderator or admin token (an ingest token is refused), sign out;
+//! - [`review_queue`]: the review queue, what automation flagged, oldest first: claim an item, then
+//!   approve, hide, dismiss or escalate it;
 //! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
 //!   snapshot the rules saw beside the entity now; reversing it;
 //! - [`entity`]: one entity's status, events per minute, evaluations, actions and decisions;
@@ -34,6 +36,7 @@ mod layout;
 mod operations;
 mod quality;
 mod review;
+mod review_queue;
 mod rules;
 mod saw;
 mod session;
@@ -81,6 +84,8 @@ pub struct App {
     pub backtests: Arc<Gate>,
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
+    /// How long a claim on a review queue item lasts.
+    pub review_claim: std::time::Duration,
     /// What a reversal's rule is weighed against.
     pub guard: crate::fleet::Guard,
 }
@@ -108,6 +113,11 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/", get(|| async { Redirect::to("/console/review") }))
         .route("/login", get(signin::form).post(signin::sign_in))
         .route("/logout", post(signin::sign_out))
+        .route("/queue", get(review_queue::list))
+        .route("/queue/next", post(review_queue::claim_next))
+        .route("/queue/{id}", get(review_queue::item))
+        .route("/queue/{id}/claim", post(review_queue::claim))
+        .route("/queue/{id}/decide", post(review_queue::decide))
         .route("/review", get(review::list))
         .route("/actions/{id}", get(review::action))
         .route("/actions/{id}/reverse", post(review::reverse))

@@ -64,11 +64,12 @@ pub async fn page(
     let window: Duration = humantime::parse_duration(window_name).expect("a listed window");
     let store = &state.app.store;
     let rules = state.app.rules.current();
-    let ((total, by_rule), days, hits, canaries) = tokio::try_join!(
+    let ((total, by_rule), days, hits, canaries, queue) = tokio::try_join!(
         store.reversal_counts(window),
         store.daily_reversals(window),
         store.rule_hits(window),
         canaries::canary_rows(store, &rules, window),
+        store.review_figures(window),
     )?;
     let reversals: BTreeMap<String, ReversalCounts> = by_rule.iter().cloned().collect();
     let mut rows: BTreeMap<String, RuleRow> = BTreeMap::new();
@@ -101,6 +102,7 @@ pub async fn page(
             li { span.muted { "Reversed within 24h" } strong #reversal-rate { (rate(total.reversed, total.actions)) } }
             li { span.muted { "Automated actions" } strong #action-count { (total.actions) } }
         }
+        (review_queue_section(&queue, window, window_label))
         section.card aria-labelledby="per-day-title" {
             h2 #per-day-title { "Reversal rate per day" }
             (charts::reversal_rate_per_day(&days, first, now))
@@ -195,4 +197,51 @@ pub async fn page(
         }
     };
     Ok(layout::page(&visit, Section::Quality, "Quality", body))
+}
+
+/// The review queue's figures: what waits now, and the window's decisions.
+fn review_queue_section(
+    queue: &crate::store::ReviewFigures,
+    window: Duration,
+    window_label: &str,
+) -> Markup {
+    let hours = window.as_secs_f64() / 3600.0;
+    let oldest = queue.oldest_flagged_at.map(|at| {
+        humantime::format_duration(Duration::from_secs(
+            (Utc::now() - at).num_seconds().max(0) as u64
+        ))
+        .to_string()
+    });
+    html! {
+        section.card aria-labelledby="queue-title" {
+            h2 #queue-title { "Review queue" }
+            ul.figures {
+                li { span.muted { "Waiting now" } strong #queue-waiting { (queue.waiting) } }
+                li { span.muted { "Oldest wait" } strong #queue-oldest { (oldest.as_deref().unwrap_or("none waits")) } }
+                li {
+                    span.muted { "Decisions agreeing with automation (hide), " (window_label) }
+                    strong #queue-agreement { (rate(queue.agreed, queue.decided)) }
+                }
+            }
+            @if queue.per_moderator.is_empty() {
+                p.muted #queue-no-decisions { "No decision in the " (window_label) "." }
+            } @else {
+                div.table-wrap {
+                    table #queue-moderators {
+                        caption { "Decisions per moderator, " (window_label) }
+                        thead { tr { th scope="col" { "Moderator" } th scope="col" { "Decisions" } th scope="col" { "Per hour" } } }
+                        tbody {
+                            @for (moderator, decided) in &queue.per_moderator {
+                                tr {
+                                    td data-label="Moderator" { (moderator) }
+                                    td data-label="Decisions" { (decided) }
+                                    td data-label="Per hour" { (format!("{:.2}", *decided as f64 / hours)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -15,7 +15,7 @@ use super::{
     ConsoleState, Visit, csrf,
     entity::{override_form, signals_table},
     errors::PageError,
-    forms::{Fields, parse_utc},
+    forms::{Fields, page_query, parse_utc},
     layout::{self, Section},
 };
 use crate::{
@@ -42,21 +42,15 @@ struct Filters {
 impl Filters {
     /// The query string of these filters (and a cursor).
     fn query(&self, before: Option<i64>) -> String {
-        let mut query = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in [
-            ("rule", &self.rule),
-            ("action", &self.action),
-            ("reversed", &self.reversed),
-            ("since", &self.since),
-        ] {
-            if let Some(value) = value {
-                query.append_pair(name, value);
-            }
-        }
-        if let Some(before) = before {
-            query.append_pair("before", &before.to_string());
-        }
-        query.finish()
+        page_query(
+            &[
+                ("rule", &self.rule),
+                ("action", &self.action),
+                ("reversed", &self.reversed),
+                ("since", &self.since),
+            ],
+            before.map(|id| ("before", id)),
+        )
     }
 }
 

@@ -65,10 +65,13 @@ pub enum AuditAction {
     SignIn,
     #[serde(rename = "console.sign_out")]
     SignOut,
+    /// A moderator's decision on a review queue item (approve, hide, dismiss, escalate).
+    #[serde(rename = "review.decide")]
+    ReviewDecide,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 11] = [
+    pub const ALL: [AuditAction; 12] = [
         AuditAction::Reverse,
         AuditAction::Override,
         AuditAction::TimerEnd,
@@ -80,6 +83,7 @@ impl AuditAction {
         AuditAction::ShardsMove,
         AuditAction::SignIn,
         AuditAction::SignOut,
+        AuditAction::ReviewDecide,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +99,7 @@ impl AuditAction {
             AuditAction::ShardsMove => "shards.move",
             AuditAction::SignIn => "console.sign_in",
             AuditAction::SignOut => "console.sign_out",
+            AuditAction::ReviewDecide => "review.decide",
         }
     }
 

@@ -28,7 +28,7 @@ pub use self::{
     ids::{EntityId, EventId, Signal},
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
-    status::{Action, Status},
+    status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };

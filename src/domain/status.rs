@@ -79,3 +79,56 @@ mod tests {
         assert_eq!(Action::Hide.status(), Status::Hidden);
     }
 }
+
+/// A moderator's decision on an item of the review queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewDecision {
+    /// The content is fine: visible, and automation does not flag it again for a while.
+    Approve,
+    /// The content goes: hidden, and automation does not undo it for a while.
+    Hide,
+    /// The flags were not worth acting on: visible, and automation is free to act again.
+    Dismiss,
+    /// An admin should decide: the item stays waiting, for admins only.
+    Escalate,
+}
+
+impl ReviewDecision {
+    pub const ALL: [ReviewDecision; 4] = [
+        ReviewDecision::Approve,
+        ReviewDecision::Hide,
+        ReviewDecision::Dismiss,
+        ReviewDecision::Escalate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewDecision::Approve => "approve",
+            ReviewDecision::Hide => "hide",
+            ReviewDecision::Dismiss => "dismiss",
+            ReviewDecision::Escalate => "escalate",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, Invalid> {
+        Self::ALL
+            .into_iter()
+            .find(|d| d.as_str() == raw)
+            .ok_or_else(|| invalid(format!("unknown decision {raw:?}")))
+    }
+
+    /// The status the decision sets (`None`: escalate sets none).
+    pub fn sets(self) -> Option<Status> {
+        match self {
+            ReviewDecision::Approve | ReviewDecision::Dismiss => Some(Status::Visible),
+            ReviewDecision::Hide => Some(Status::Hidden),
+            ReviewDecision::Escalate => None,
+        }
+    }
+
+    /// Whether the decision holds automation off with an override.
+    pub fn keeps_automation_off(self) -> bool {
+        matches!(self, ReviewDecision::Approve | ReviewDecision::Hide)
+    }
+}

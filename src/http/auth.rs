@@ -27,7 +27,10 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
         | ("POST", "/v1/rules/backtest")
         | ("POST", "/v1/actions/{id}/reverse")
         | ("POST", "/v1/entities/{entity}/override")
-        | ("POST", "/v1/entities/{entity}/timer/end") => Some(Role::Moderator),
+        | ("POST", "/v1/entities/{entity}/timer/end")
+        | ("GET", "/v1/review")
+        | ("POST", "/v1/review/{id}/claim")
+        | ("POST", "/v1/review/{id}/decide") => Some(Role::Moderator),
         (_, route) if route.starts_with("/v1/") => Some(Role::Admin),
         _ => None,
     }

@@ -190,6 +190,14 @@ pub fn store_error(error: StoreError) -> ApiError {
             "already_reversed",
             error.to_string(),
         ),
+        StoreError::Conflict { code, .. } => {
+            ApiError::new(axum::http::StatusCode::CONFLICT, code, error.to_string())
+        }
+        StoreError::VersionConflict { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "version_conflict",
+            error.to_string(),
+        ),
         StoreError::Superseded { .. } => ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "superseded",

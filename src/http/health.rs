@@ -93,6 +93,19 @@ pub(super) async fn render_metrics(
         }
         Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
     }
+    match tokio::time::timeout(timeout, store.review_figures(Duration::from_secs(3600))).await {
+        Ok(Ok(figures)) => {
+            metrics::gauge!(names::REVIEW_WAITING).set(figures.waiting as f64);
+            let oldest = figures.oldest_flagged_at.map_or(0.0, |at| {
+                (chrono::Utc::now() - at).num_milliseconds().max(0) as f64 / 1000.0
+            });
+            metrics::gauge!(names::REVIEW_OLDEST_WAIT).set(oldest);
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "review queue unavailable for the scrape")
+        }
+        Err(_) => tracing::warn!("review queue timed out for the scrape"),
+    }
     // This process's rules version, read from its own handle (several apps may share one
     // recorder in tests).
     metrics::gauge!(names::RULES_VERSION).set(rules.current().version().unwrap_or(0) as f64);

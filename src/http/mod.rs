@@ -16,6 +16,7 @@ pub mod moderation;
 pub mod openapi;
 mod params;
 mod read;
+mod review;
 mod rules;
 mod rules_versions;
 pub mod schemas;
@@ -53,6 +54,7 @@ impl crate::console::ConsoleApp for AppState {
             auth: Arc::clone(&self.auth),
             backtests: Arc::clone(&self.backtests),
             override_after_reversal: self.settings.moderation.override_after_reversal,
+            review_claim: self.settings.moderation.review_claim,
             guard: crate::fleet::Guard::new(&self.settings.moderation, Some(self.rules.clone())),
         }
     }
@@ -88,6 +90,9 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             post(moderation::override_entity),
         )
         .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
+        .route("/v1/review", get(review::list))
+        .route("/v1/review/{id}/claim", post(review::claim))
+        .route("/v1/review/{id}/decide", post(review::decide))
         .route("/v1/rules", get(rules::list).post(rules_versions::publish))
         .route("/v1/rules/versions", get(rules_versions::versions))
         .route(

@@ -133,7 +133,10 @@ pub(super) fn invalid(field: Option<&str>, message: &str) -> ApiError {
     }
 }
 
-fn required_text<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
+pub(super) fn required_text<'a>(
+    object: &'a Map<String, Value>,
+    field: &str,
+) -> Result<&'a str, ApiError> {
     match object.get(field) {
         Some(Value::String(text)) if acceptable_text(text) => Ok(text),
         None | Some(Value::Null) => Err(invalid(Some(field), "is required")),

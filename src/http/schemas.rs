@@ -389,3 +389,42 @@ impl utoipa::IntoResponses for TokenRouteErrors {
         responses
     }
 }
+
+#[derive(ToSchema)]
+pub struct ReviewPage {
+    items: Vec<crate::store::ReviewItem>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// A claim on a review queue item.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    moderator: String,
+}
+
+/// A decision on a review queue item the moderator holds a claim on.
+#[derive(ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecideRequest {
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    moderator: String,
+    decision: crate::domain::ReviewDecision,
+    #[schema(
+        max_length = 1000,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x20\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    reason: String,
+    /// The entity's moderation_version the decision was made on (the item's, as listed or
+    /// claimed); a later change to the entity makes the decision a 409.
+    #[schema(minimum = 0)]
+    moderation_version: i64,
+}

@@ -27,6 +27,9 @@ section! {
         /// How long a reversal keeps automation from redoing the action (an implied override;
         /// also the default `until` of an override).
         override_after_reversal: Duration = Duration::from_secs(7 * 24 * 3600);
+        /// How long a moderator's claim on a review queue item lasts; past it another
+        /// moderator may claim the item.
+        review_claim: Duration = Duration::from_secs(10 * 60), check nonzero;
         /// A rule's 24h reversal rate above which the reversal-rate alert fires; exported as
         /// quiesce_reversal_rate_alert_threshold.
         #[value_name = "FRACTION"]

@@ -194,7 +194,7 @@ impl Store {
                       count(*) FILTER (WHERE reversed_at IS NOT NULL
                                          AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
              FROM actions
-             WHERE created_at >= now() - $1::interval AND action <> 'restore'
+             WHERE created_at >= now() - $1::interval AND action NOT IN ('restore', 'review')
              GROUP BY 1, 2 ORDER BY 1, 2"#,
             interval(window),
         )

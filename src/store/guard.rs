@@ -48,7 +48,7 @@ impl Store {
                ),
                recent AS (
                    SELECT reversed_at IS NOT NULL AS reversed FROM actions
-                   WHERE rule = $1 AND action <> 'restore'
+                   WHERE rule = $1 AND action NOT IN ('restore', 'review')
                      AND created_at >= GREATEST($2, (SELECT at FROM armed))
                    ORDER BY rule, id DESC
                    LIMIT $3

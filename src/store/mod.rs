@@ -20,6 +20,7 @@ mod outbox;
 mod partitions;
 mod read;
 mod retention;
+mod review;
 mod rules_versions;
 mod snapshots;
 mod sweep;
@@ -51,6 +52,7 @@ pub use self::{
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
     read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
+    review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
     rules_versions::{
         ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
         RulesVersionSummary,
@@ -74,6 +76,10 @@ pub enum StoreError {
     Corrupt(Corruption),
     #[error("{0}")]
     NotFound(String),
+    /// The request cannot be carried out in the state it found (a review item claimed by
+    /// someone else, already decided, ...): `code` names which, for the API's error body.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("action {id} was already reversed by {by} at {at}")]
     AlreadyReversed {
         id: i64,

@@ -109,7 +109,7 @@ impl Store {
                                        AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
              FROM actions
              -- A timer's restore is no rule's decision: it is not in the reversal rate.
-             WHERE created_at >= now() - $1::interval AND action <> 'restore'
+             WHERE created_at >= now() - $1::interval AND action NOT IN ('restore', 'review')
              GROUP BY rule ORDER BY rule"#,
             interval(window),
         )

@@ -36,6 +36,7 @@ mod read_api;
 mod repair;
 mod retention;
 mod retention_migration;
+mod review_queue;
 mod roles;
 mod rules;
 mod rules_versions;

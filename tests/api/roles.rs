@@ -56,6 +56,19 @@ async fn every_route_answers_each_role_as_documented() {
             json!({"moderator": "m", "reason": "r"}),
             &["moderator", "admin"],
         ),
+        ("GET", "/v1/review", json!(null), &["moderator", "admin"]),
+        (
+            "POST",
+            "/v1/review/1/claim",
+            json!({"moderator": "m"}),
+            &["moderator", "admin"],
+        ),
+        (
+            "POST",
+            "/v1/review/1/decide",
+            json!({"moderator": "m", "decision": "hide", "reason": "r", "moderation_version": 1}),
+            &["moderator", "admin"],
+        ),
         (
             "POST",
             "/v1/rules/backtest",

@@ -15,6 +15,7 @@ mod proxy;
 mod secrets;
 
 mod browser;
+mod queue;
 
 use std::{
     sync::{
@@ -535,6 +536,11 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
         .await;
     browser.click("#reverse button").await;
     browser.find("#done").await;
+    browser.goto("/console/queue").await;
+    browser.click("#claim-next").await;
+    browser.find("#decide").await;
+    pages.push(("queue", "/console/queue".into()));
+    pages.push(("queue-item", browser.path().await));
     pages.push(("review", "/console/review".into()));
     pages.push(("action", format!("/console/actions/{launch}")));
     pages.push(("entity", "/console/entities/post:launch-day".into()));

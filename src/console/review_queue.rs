@@ -1,0 +1,420 @@
+//! The review queue: what automation flagged, oldest first, for moderators to work through.
+//! A moderator claims an item (so two do not work the same one) and decides it: approve,
+//! hide, dismiss or escalate, with a reason. The decision buttons carry access keys (the
+//! browser's own shortcut, no script): Alt+A approve, Alt+H hide, Alt+D dismiss, Alt+E
+//! escalate, Alt+N the next unclaimed item (Alt+Shift in Firefox, Ctrl+Option on a Mac).
+
+use axum::{
+    body::Bytes,
+    extract::{Path, State, rejection::PathRejection},
+    http::{HeaderMap, Uri},
+    response::{IntoResponse, Redirect, Response},
+};
+use chrono::Utc;
+use maud::{Markup, html};
+
+use super::{
+    ConsoleState, Visit, csrf,
+    errors::PageError,
+    forms::{Fields, page_query},
+    layout::{self, Section},
+};
+use crate::{
+    domain::ReviewDecision,
+    review,
+    store::{ReviewFilter, ReviewItem},
+};
+
+/// Items per page.
+const PAGE: i64 = 50;
+const MAX_RULE: usize = 200;
+
+/// The list's filters as the query string gives them (kept as typed, for the form and links).
+#[derive(Debug, Default)]
+struct Filters {
+    rule: Option<String>,
+    older_than: Option<String>,
+    /// `me`, `nobody`, or a moderator's name.
+    claimed_by: Option<String>,
+    escalated: Option<String>,
+}
+
+impl Filters {
+    fn query(&self, after: Option<i64>) -> String {
+        page_query(
+            &[
+                ("rule", &self.rule),
+                ("older_than", &self.older_than),
+                ("claimed_by", &self.claimed_by),
+                ("escalated", &self.escalated),
+            ],
+            after.map(|id| ("after", id)),
+        )
+    }
+}
+
+fn read_filters(fields: &Fields, visit: &Visit) -> Result<(Filters, ReviewFilter), PageError> {
+    fields.only(&["rule", "older_than", "claimed_by", "escalated", "after"])?;
+    let mut filters = Filters::default();
+    let mut filter = ReviewFilter {
+        limit: PAGE + 1,
+        ..Default::default()
+    };
+    if let Some(rule) = fields.optional("rule") {
+        if rule.contains('\0') || rule.chars().count() > MAX_RULE {
+            return Err(PageError::bad_field(
+                "rule",
+                "must be at most 200 characters",
+            ));
+        }
+        filters.rule = Some(rule.to_owned());
+        filter.rule = Some(rule.to_owned());
+    }
+    if let Some(raw) = fields.optional("older_than") {
+        let age = humantime::parse_duration(raw)
+            .ok()
+            .and_then(|age| chrono::Duration::from_std(age).ok())
+            .and_then(|age| Utc::now().checked_sub_signed(age))
+            .ok_or_else(|| {
+                PageError::bad_field("older_than", "must be a duration such as 10m or 2h")
+            })?;
+        filters.older_than = Some(raw.to_owned());
+        filter.flagged_before = Some(age);
+    }
+    if let Some(who) = fields.optional("claimed_by") {
+        if who.contains('\0') || who.chars().count() > 1000 {
+            return Err(PageError::bad_field(
+                "claimed_by",
+                "must be at most 1000 characters",
+            ));
+        }
+        match who {
+            "nobody" => filter.claimed = Some(false),
+            "me" => filter.claimed_by = Some(visit.user.name.clone()),
+            name => filter.claimed_by = Some(name.to_owned()),
+        }
+        filters.claimed_by = Some(who.to_owned());
+    }
+    if let Some(escalated) = fields.optional("escalated") {
+        filter.escalated = Some(match escalated {
+            "yes" => true,
+            "no" => false,
+            _ => return Err(PageError::bad_field("escalated", "must be yes or no")),
+        });
+        filters.escalated = Some(escalated.to_owned());
+    }
+    if let Some(after) = fields.optional("after") {
+        filter.after = Some(
+            after
+                .parse::<i64>()
+                .ok()
+                .filter(|id| *id > 0)
+                .ok_or_else(|| {
+                    PageError::bad_field("after", "must be an item id (the Next link's)")
+                })?,
+        );
+    }
+    Ok((filters, filter))
+}
+
+fn filter_form(filters: &Filters) -> Markup {
+    let selected = |field: &Option<String>, value: &str| field.as_deref() == Some(value);
+    html! {
+        form.filters.card method="get" action="/console/queue" aria-label="Filter the queue" {
+            div.field {
+                label for="q-rule" { "Rule" }
+                input #q-rule name="rule" type="text" value=[filters.rule.as_deref()] placeholder="any rule";
+            }
+            div.field {
+                label for="q-age" { "Waiting at least" }
+                input #q-age name="older_than" type="text" value=[filters.older_than.as_deref()] placeholder="e.g. 30m";
+            }
+            div.field {
+                label for="q-claimed" { "Claimed by" }
+                input #q-claimed name="claimed_by" type="text" list="q-claimed-choices"
+                    value=[filters.claimed_by.as_deref()] placeholder="anyone";
+                datalist #q-claimed-choices { option value="me" {} option value="nobody" {} }
+            }
+            div.field {
+                label for="q-escalated" { "Escalated" }
+                select #q-escalated name="escalated" {
+                    option value="" { "either" }
+                    option value="yes" selected[selected(&filters.escalated, "yes")] { "yes" }
+                    option value="no" selected[selected(&filters.escalated, "no")] { "no" }
+                }
+            }
+            div.actions-row {
+                button type="submit" { "Filter" }
+                a.button.secondary href="/console/queue" { "Clear" }
+            }
+        }
+    }
+}
+
+fn claim_form(visit: &Visit, item: &ReviewItem, label: &str) -> Markup {
+    html! {
+        form.inline method="post" action={ "/console/queue/" (item.id) "/claim" } {
+            (csrf::field(&visit.session))
+            button type="submit" aria-label={ (label) " item " (item.id) " on " (item.entity) } { (label) }
+        }
+    }
+}
+
+/// Whether this visitor may claim the item: no one holds it, and an escalated one is for
+/// admins.
+fn claimable(visit: &Visit, item: &ReviewItem) -> bool {
+    item.claimed_by.is_none() && (item.escalated_at.is_none() || visit.user.is_admin())
+}
+
+fn items_table(visit: &Visit, items: &[ReviewItem]) -> Markup {
+    let now = Utc::now();
+    html! {
+        div.table-wrap {
+            table.cards #queue-items {
+                caption { "Waiting, oldest first" }
+                thead {
+                    tr {
+                        th scope="col" { "Waiting" }
+                        th scope="col" { "Entity" }
+                        th scope="col" { "Rule" }
+                        th scope="col" { "Reason" }
+                        th scope="col" { "Status" }
+                        th scope="col" { "Claimed by" }
+                        th scope="col" { span.muted { "Work" } }
+                    }
+                }
+                tbody {
+                    @for item in items {
+                        tr data-item-id=(item.id) {
+                            td data-label="Waiting" {
+                                (wait(now - item.flagged_at)) " " span.muted { "since " (layout::time(item.flagged_at)) }
+                                @if item.escalated_at.is_some() { " " span.badge.escalated { "escalated" } }
+                            }
+                            td data-label="Entity" { (layout::entity_link(&item.entity)) }
+                            td data-label="Rule" { code { (item.rule) } }
+                            td data-label="Reason" { (item.reason) }
+                            td data-label="Status" { (layout::status(&item.status)) }
+                            td data-label="Claimed by" {
+                                @match &item.claimed_by {
+                                    Some(who) => { (who) }
+                                    None => span.muted { "nobody" },
+                                }
+                            }
+                            td data-label="Work" {
+                                @if item.claimed_by.as_deref() == Some(visit.user.name.as_str()) {
+                                    a.open href={ "/console/queue/" (item.id) } { "Open #" (item.id) }
+                                } @else if claimable(visit, item) {
+                                    (claim_form(visit, item, "Claim"))
+                                } @else {
+                                    a.open href={ "/console/queue/" (item.id) } { "View #" (item.id) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A wait as `3h 04m`, `12m 30s` or `8s`.
+fn wait(waited: chrono::Duration) -> String {
+    let seconds = waited.num_seconds().max(0);
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s:02}s"),
+        _ => format!("{h}h {m:02}m"),
+    }
+}
+
+/// `GET /console/queue`: what waits, oldest first.
+pub async fn list(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    uri: Uri,
+) -> Result<Markup, PageError> {
+    let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
+    let (filters, filter) = read_filters(&fields, &visit).map_err(PageError::bad_query)?;
+    let mut items = state.app.store.review_items(&filter).await?;
+    let more = items.len() as i64 > PAGE;
+    items.truncate(PAGE as usize);
+    let next = more.then(|| items.last().map(|i| i.id)).flatten();
+    let body = html! {
+        h1 { "Queue" }
+        p.muted {
+            "What automation flagged, oldest first. Claim an item to work it: no one else can while your claim lasts ("
+            (humantime::format_duration(state.app.review_claim)) ")."
+        }
+        form.inline method="post" action="/console/queue/next" {
+            (csrf::field(&visit.session))
+            button #claim-next type="submit" accesskey="n" { "Claim the oldest unclaimed item" }
+        }
+        (filter_form(&filters))
+        @if items.is_empty() {
+            p.notice #queue-empty { "Nothing waits that matches these filters." }
+        } @else {
+            (items_table(&visit, &items))
+        }
+        nav.pager aria-label="Pages" {
+            @if filter.after.is_some() {
+                a href={ "/console/queue?" (filters.query(None)) } { "← Oldest" }
+            } @else { span {} }
+            @if let Some(next) = next {
+                a #next-page rel="next" href={ "/console/queue?" (filters.query(Some(next))) } { "Newer →" }
+            }
+        }
+    };
+    Ok(layout::page(&visit, Section::Queue, "Queue", body))
+}
+
+fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
+    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
+    raw.parse::<i64>()
+        .map_err(|_| PageError::not_found("There is no such item: an item id is a whole number."))
+}
+
+/// `GET /console/queue/{id}`: one item and, for the moderator who holds its claim, the
+/// decision form.
+pub async fn item(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Markup, PageError> {
+    let id = item_id(path)?;
+    let item = state
+        .app
+        .store
+        .review_item(id)
+        .await?
+        .ok_or_else(|| PageError::not_found(format!("There is no review item {id}.")))?;
+    let mine = item.claimed_by.as_deref() == Some(visit.user.name.as_str());
+    let title = format!("Item #{id}");
+    let body = html! {
+        h1 { "Item #" (id) " · " (item.entity) }
+        dl.facts.card {
+            dt { "Entity" } dd { (layout::entity_link(&item.entity)) }
+            dt { "Flagged by" } dd { code { (item.rule) } ", " (layout::time(item.flagged_at)) }
+            dt { "Reason" } dd { (item.reason) }
+            dt { "Status now" } dd { (layout::status(&item.status)) " (version " (item.moderation_version) ")" }
+            dt { "Claimed by" } dd #claimed-by {
+                @match (&item.claimed_by, item.claim_until) {
+                    (Some(who), Some(until)) => { (who) " until " (layout::time(until)) }
+                    _ => span.muted { "nobody" },
+                }
+            }
+            @if let Some(at) = item.escalated_at { dt { "Escalated" } dd { (layout::time(at)) } }
+        }
+        @if mine {
+            section.card #decide aria-labelledby="decide-title" {
+                h2 #decide-title { "Decide" }
+                p.muted {
+                    "Approve: visible, and automation does not flag it again for "
+                    (humantime::format_duration(state.app.override_after_reversal))
+                    ". Hide: hidden, held as long. Dismiss: visible, automation free to act again. Escalate: an admin decides."
+                }
+                form.stack method="post" action={ "/console/queue/" (id) "/decide" } {
+                    (csrf::field(&visit.session))
+                    input type="hidden" name="version" value=(item.moderation_version);
+                    div.field {
+                        label for="reason" { "Reason" }
+                        textarea #reason name="reason" required maxlength="1000" {}
+                    }
+                    div.actions-row {
+                        button #approve type="submit" name="decision" value="approve" accesskey="a" { "Approve " kbd { "A" } }
+                        button.danger #hide type="submit" name="decision" value="hide" accesskey="h" { "Hide " kbd { "H" } }
+                        button.secondary #dismiss type="submit" name="decision" value="dismiss" accesskey="d" { "Dismiss flags " kbd { "D" } }
+                        button.secondary #escalate type="submit" name="decision" value="escalate" accesskey="e" { "Escalate " kbd { "E" } }
+                    }
+                }
+            }
+        } @else if claimable(&visit, &item) {
+            (claim_form(&visit, &item, "Claim"))
+        }
+        p { a href="/console/queue" { "Back to the queue" } }
+    };
+    Ok(layout::page(&visit, Section::Queue, &title, body))
+}
+
+/// `POST /console/queue/{id}/claim`.
+pub async fn claim(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    Fields::posted(&headers, &body, &visit.session, &[])?;
+    let id = item_id(path)?;
+    review::claim(&state.app.store, id, &visit.actor(), state.app.review_claim).await?;
+    Ok(Redirect::to(&format!("/console/queue/{id}")).into_response())
+}
+
+/// `POST /console/queue/next`: claims the oldest item no one holds (escalated ones for
+/// admins only).
+pub async fn claim_next(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    Fields::posted(&headers, &body, &visit.session, &[])?;
+    let actor = visit.actor();
+    let filter = ReviewFilter {
+        claimed: Some(false),
+        escalated: (!visit.user.is_admin()).then_some(false),
+        limit: 20,
+        ..Default::default()
+    };
+    // Another moderator may take one between the read and the claim: try the next.
+    for item in state.app.store.review_items(&filter).await? {
+        match review::claim(&state.app.store, item.id, &actor, state.app.review_claim).await {
+            Ok(_) => {
+                return Ok(Redirect::to(&format!("/console/queue/{}", item.id)).into_response());
+            }
+            Err(crate::store::StoreError::Conflict { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(Redirect::to("/console/queue?claimed_by=nobody").into_response())
+}
+
+/// `POST /console/queue/{id}/decide` with `csrf`, `decision`, `reason` and `version`.
+pub async fn decide(
+    State(state): State<ConsoleState>,
+    visit: Visit,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let fields = Fields::posted(
+        &headers,
+        &body,
+        &visit.session,
+        &["decision", "reason", "version"],
+    )?;
+    let id = item_id(path)?;
+    let decision = fields
+        .optional("decision")
+        .and_then(|raw| ReviewDecision::parse(raw).ok())
+        .ok_or_else(|| {
+            PageError::bad_field("decision", "must be approve, hide, dismiss or escalate")
+        })?;
+    let reason = fields.text("reason")?;
+    let version = fields
+        .optional("version")
+        .and_then(|raw| raw.parse::<i64>().ok())
+        .ok_or_else(|| PageError::bad_field("version", "must be the version the page showed"))?;
+    review::decide(
+        &state.app.store,
+        id,
+        &visit.actor(),
+        decision,
+        &reason,
+        version,
+        state.app.override_after_reversal,
+    )
+    .await?;
+    tracing::info!(item = id, decision = decision.as_str(), token = %visit.user.token, "console review decision");
+    Ok(Redirect::to("/console/queue").into_response())
+}

@@ -1,0 +1,450 @@
+//! The review queue: the actions automation flagged, waiting for a moderator, oldest first.
+//! An item is the flag action's own row; a moderator claims it (for a while, so two do not
+//! work the same one) and decides. A decision that changes the entity's status is an action
+//! of its own (kind `review`): version-checked against what the moderator saw, deduplicated
+//! by the item, delivered through the outbox and reversible like any other.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{
+    Result, Store, StoreError, audit::record_audit_in, interval, moderation::record_decision,
+};
+use crate::domain::{Actor, AuditAction, AuditEntry, ReviewDecision, Status};
+
+/// One waiting item, with the entity as it is now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReviewItem {
+    /// The flag action's id, which is the item's.
+    pub id: i64,
+    pub entity: String,
+    pub rule: String,
+    pub reason: String,
+    /// When automation flagged it: the item waits from then.
+    pub flagged_at: DateTime<Utc>,
+    /// The entity's status and version now; a decision names the version it was made on.
+    pub status: String,
+    pub moderation_version: i64,
+    /// Who holds the claim, while it lasts.
+    pub claimed_by: Option<String>,
+    pub claim_until: Option<DateTime<Utc>>,
+    /// Escalated to an admin: only an admin may claim it now.
+    pub escalated_at: Option<DateTime<Utc>>,
+}
+
+/// Which waiting items to list: all filters optional, a page after `after` (an item id).
+#[derive(Debug, Clone, Default)]
+pub struct ReviewFilter {
+    pub rule: Option<String>,
+    /// Only items flagged at or before this time (waiting at least so long).
+    pub flagged_before: Option<DateTime<Utc>>,
+    /// Only items this moderator holds a live claim on.
+    pub claimed_by: Option<String>,
+    /// Only claimed (true) or unclaimed (false) items; an expired claim is no claim.
+    pub claimed: Option<bool>,
+    pub escalated: Option<bool>,
+    pub after: Option<i64>,
+    pub limit: i64,
+}
+
+/// A decision as recorded.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReviewOutcome {
+    pub item: i64,
+    pub entity: String,
+    pub decision: ReviewDecision,
+    /// The moderator's action, when the decision changed the status (not for `escalate`).
+    pub action_id: Option<i64>,
+    pub status: String,
+    pub moderation_version: i64,
+}
+
+/// The queue's figures for the Quality page.
+#[derive(Debug, Clone, Default)]
+pub struct ReviewFigures {
+    pub waiting: i64,
+    pub oldest_flagged_at: Option<DateTime<Utc>>,
+    /// Decisions per moderator over the window, most first.
+    pub per_moderator: Vec<(String, i64)>,
+    /// Of the window's decisions, those that agreed with automation (hide) and all of them.
+    pub agreed: i64,
+    pub decided: i64,
+}
+
+impl Store {
+    /// Waiting items, oldest first.
+    pub async fn review_items(&self, filter: &ReviewFilter) -> Result<Vec<ReviewItem>> {
+        let rows = sqlx::query_as!(
+            ReviewItem,
+            r#"SELECT a.id, a.entity, a.rule, a.reason, a.created_at AS flagged_at,
+                      e.status, e.moderation_version,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claimed_by END AS claimed_by,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claim_until END AS claim_until,
+                      a.review_escalated_at AS escalated_at
+               FROM actions a JOIN entities e ON e.entity = a.entity
+               WHERE a.action = 'flag' AND a.reviewed_at IS NULL AND a.reversed_at IS NULL
+                 AND a.id > $1
+                 AND ($2::text IS NULL OR a.rule = $2)
+                 AND ($3::timestamptz IS NULL OR a.created_at <= $3)
+                 AND ($4::text IS NULL OR (a.review_claimed_by = $4 AND a.review_claim_until > now()))
+                 AND ($5::bool IS NULL OR (a.review_claim_until IS NOT NULL
+                                           AND a.review_claim_until > now()) = $5)
+                 AND ($6::bool IS NULL OR (a.review_escalated_at IS NOT NULL) = $6)
+               ORDER BY a.id
+               LIMIT $7"#,
+            filter.after.unwrap_or(0),
+            filter.rule,
+            filter.flagged_before,
+            filter.claimed_by,
+            filter.claimed,
+            filter.escalated,
+            filter.limit,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    /// One item, waiting or not (`None`: no flag action has this id).
+    pub async fn review_item(&self, id: i64) -> Result<Option<ReviewItem>> {
+        Ok(sqlx::query_as!(
+            ReviewItem,
+            r#"SELECT a.id, a.entity, a.rule, a.reason, a.created_at AS flagged_at,
+                      e.status, e.moderation_version,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claimed_by END AS claimed_by,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claim_until END AS claim_until,
+                      a.review_escalated_at AS escalated_at
+               FROM actions a JOIN entities e ON e.entity = a.entity
+               WHERE a.id = $1 AND a.action = 'flag'"#,
+            id,
+        )
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// `moderator` claims item `id` for `claim_for`: refused while someone else's claim
+    /// lasts, once the item is decided or its flag reversed, and for an escalated item
+    /// unless `admin`. Claiming again extends one's own claim.
+    pub async fn claim_review(
+        &self,
+        id: i64,
+        moderator: &str,
+        admin: bool,
+        claim_for: std::time::Duration,
+    ) -> Result<ReviewItem> {
+        let claimed = sqlx::query_scalar!(
+            "UPDATE actions SET review_claimed_by = $2, review_claim_until = now() + $3
+             WHERE id = $1 AND action = 'flag' AND reviewed_at IS NULL AND reversed_at IS NULL
+               AND (review_claim_until IS NULL OR review_claim_until <= now()
+                    OR review_claimed_by = $2)
+               AND (review_escalated_at IS NULL OR $4)
+             RETURNING id",
+            id,
+            moderator,
+            interval(claim_for),
+            admin,
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        let item = self.waiting_item(id).await?;
+        if claimed.is_none() {
+            return Err(refusal(&item, moderator, admin));
+        }
+        Ok(item)
+    }
+
+    /// The item, or why there is none waiting under this id.
+    async fn waiting_item(&self, id: i64) -> Result<ReviewItem> {
+        self.review_item(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))
+    }
+
+    /// `by` decides item `id`, which they must hold a live claim on, having seen the entity
+    /// at `seen_version`. Approve, hide and dismiss set the status (approve and hide with an
+    /// override lasting `override_for`, so automation does not flag it again meanwhile;
+    /// dismiss without one) as an action of kind `review`, and close the item; escalate
+    /// hands it to the admins (claim released, still waiting).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn decide_review(
+        &self,
+        id: i64,
+        by: &Actor,
+        admin: bool,
+        decision: ReviewDecision,
+        reason: &str,
+        seen_version: i64,
+        override_for: std::time::Duration,
+    ) -> Result<ReviewOutcome> {
+        let moderator = by.name.as_str();
+        let mut tx = self.pool.begin().await?;
+        let item = sqlx::query!(
+            "SELECT entity, rule, reviewed_at, reversed_at, review_escalated_at,
+                    CASE WHEN review_claim_until > now() THEN review_claimed_by END AS claimed_by
+             FROM actions WHERE id = $1 AND action = 'flag' FOR UPDATE",
+            id,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))?;
+        if item.reviewed_at.is_some() {
+            return Err(conflict(
+                "already_decided",
+                format!("review item {id} is decided already"),
+            ));
+        }
+        if item.reversed_at.is_some() {
+            return Err(conflict(
+                "reversed",
+                format!("the flag of review item {id} was reversed; nothing is left to decide"),
+            ));
+        }
+        if item.review_escalated_at.is_some() && !admin {
+            return Err(conflict(
+                "escalated",
+                format!("review item {id} was escalated; an admin decides it"),
+            ));
+        }
+        if item.claimed_by.as_deref() != Some(moderator) {
+            return Err(conflict(
+                "not_claimed",
+                match item.claimed_by {
+                    Some(holder) => format!("review item {id} is claimed by {holder}"),
+                    None => format!("claim review item {id} before deciding it"),
+                },
+            ));
+        }
+        let entity = sqlx::query!(
+            "SELECT status, moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
+            item.entity,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if entity.moderation_version != seen_version {
+            return Err(StoreError::VersionConflict {
+                read: entity.moderation_version,
+            });
+        }
+        let after = serde_json::json!({ "item": id, "decision": decision, "reason": reason });
+        let outcome = match decision.sets() {
+            None => {
+                sqlx::query!(
+                    "UPDATE actions SET review_escalated_at = now(), review_claimed_by = NULL,
+                            review_claim_until = NULL
+                     WHERE id = $1",
+                    id,
+                )
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query!(
+                    "INSERT INTO outbox (topic, idempotency_key, payload)
+                     VALUES ('review.escalated', $1, $2)",
+                    format!("review-escalated:{id}"),
+                    serde_json::json!({ "item": id, "entity": item.entity, "rule": item.rule,
+                                        "moderator": moderator, "reason": reason }),
+                )
+                .execute(&mut *tx)
+                .await?;
+                ReviewOutcome {
+                    item: id,
+                    entity: item.entity.clone(),
+                    decision,
+                    action_id: None,
+                    status: entity.status.clone(),
+                    moderation_version: entity.moderation_version,
+                }
+            }
+            Some(status) => {
+                self.apply_decision(
+                    &mut tx,
+                    id,
+                    &item.entity,
+                    &entity.status,
+                    status,
+                    decision,
+                    moderator,
+                    reason,
+                    seen_version,
+                    override_for,
+                )
+                .await?
+            }
+        };
+        record_decision(
+            &mut tx,
+            &item.entity,
+            "review",
+            outcome.action_id,
+            moderator,
+            reason,
+            &outcome.status,
+            None,
+        )
+        .await?;
+        record_audit_in(
+            &mut *tx,
+            by,
+            &AuditEntry {
+                action: AuditAction::ReviewDecide,
+                subject: item.entity.clone(),
+                before: Some(serde_json::json!({
+                    "status": entity.status, "moderation_version": entity.moderation_version,
+                })),
+                after: Some(after),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// The status change of an approve, hide or dismiss: the moderator's action, the entity
+    /// (an override for approve and hide), the item closed, the platform told.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_decision(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        id: i64,
+        entity: &str,
+        previous: &str,
+        status: Status,
+        decision: ReviewDecision,
+        moderator: &str,
+        reason: &str,
+        seen_version: i64,
+        override_for: std::time::Duration,
+    ) -> Result<ReviewOutcome> {
+        let dedup_key = format!("review:{id}");
+        let action_reason = format!("{} by {moderator}: {reason}", decision.as_str());
+        let action_id = sqlx::query_scalar!(
+            "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                  snapshot, applied_version, dedup_key)
+             VALUES ($1, 'review', 'review', $2, $3, $4, $5, $6, $7)
+             RETURNING id",
+            entity,
+            action_reason,
+            previous,
+            status.as_str(),
+            serde_json::json!({ "review_item": id, "decision": decision, "moderator": moderator,
+                                "status": previous, "moderation_version": seen_version }),
+            seen_version,
+            dedup_key,
+        )
+        .fetch_one(&mut **tx)
+        .await?;
+        // An override keeps automation from flagging it again (approve) or from undoing the
+        // hide; a dismiss leaves automation free. Either way the decision replaces any timer.
+        let lasting = decision.keeps_automation_off();
+        let version = sqlx::query_scalar!(
+            "UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = CASE WHEN $3 THEN $2 END,
+                 override_until = CASE WHEN $3 THEN now() + $4 END,
+                 override_by = CASE WHEN $3 THEN $5 END,
+                 override_reason = CASE WHEN $3 THEN $6 END,
+                 timer_ends_at = NULL, timer_restores_to = NULL, timer_action = NULL,
+                 timer_set_by = NULL
+             WHERE entity = $1
+             RETURNING moderation_version",
+            entity,
+            status.as_str(),
+            lasting,
+            interval(override_for),
+            moderator,
+            reason,
+        )
+        .fetch_one(&mut **tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE actions SET reviewed_at = now(), reviewed_by = $2, review_decision = $3,
+                    review_reason = $4, review_action = $5, review_claimed_by = NULL,
+                    review_claim_until = NULL
+             WHERE id = $1",
+            id,
+            moderator,
+            decision.as_str(),
+            reason,
+            action_id,
+        )
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.applied', $1, $2)",
+            dedup_key,
+            serde_json::json!({
+                "action_id": action_id,
+                "entity": entity,
+                "action": "review",
+                "decision": decision,
+                "review_item": id,
+                "rule": "review",
+                "reason": action_reason,
+                "status": status,
+                "moderation_version": version,
+            }),
+        )
+        .execute(&mut **tx)
+        .await?;
+        Ok(ReviewOutcome {
+            item: id,
+            entity: entity.to_owned(),
+            decision,
+            action_id: Some(action_id),
+            status: status.as_str().to_owned(),
+            moderation_version: version,
+        })
+    }
+
+    /// The queue now, and its decisions over the last `window`.
+    pub async fn review_figures(&self, window: std::time::Duration) -> Result<ReviewFigures> {
+        let waiting = sqlx::query!(
+            r#"SELECT count(*) AS "waiting!", min(created_at) AS oldest FROM actions
+               WHERE action = 'flag' AND reviewed_at IS NULL AND reversed_at IS NULL"#,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let rows = sqlx::query!(
+            r#"SELECT reviewed_by AS "moderator!", count(*) AS "decided!",
+                      count(*) FILTER (WHERE review_decision = 'hide') AS "agreed!"
+               FROM actions WHERE reviewed_at >= now() - $1::interval
+               GROUP BY reviewed_by ORDER BY count(*) DESC, reviewed_by"#,
+            interval(window),
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ReviewFigures {
+            waiting: waiting.waiting,
+            oldest_flagged_at: waiting.oldest,
+            agreed: rows.iter().map(|r| r.agreed).sum(),
+            decided: rows.iter().map(|r| r.decided).sum(),
+            per_moderator: rows.into_iter().map(|r| (r.moderator, r.decided)).collect(),
+        })
+    }
+}
+
+fn conflict(code: &'static str, message: String) -> StoreError {
+    StoreError::Conflict { code, message }
+}
+
+/// Why a claim was refused, from the item as it is now.
+fn refusal(item: &ReviewItem, moderator: &str, admin: bool) -> StoreError {
+    let id = item.id;
+    match &item.claimed_by {
+        _ if item.escalated_at.is_some() && !admin => conflict(
+            "escalated",
+            format!("review item {id} was escalated; an admin claims it"),
+        ),
+        Some(holder) if holder != moderator => conflict(
+            "claimed",
+            format!(
+                "review item {id} is claimed by {holder} until {}",
+                item.claim_until.map(|t| t.to_rfc3339()).unwrap_or_default()
+            ),
+        ),
+        _ => conflict(
+            "not_waiting",
+            format!("review item {id} is not waiting: it was decided or its flag reversed"),
+        ),
+    }
+}
