@@ -15,8 +15,8 @@
 //! - [`rules`]: the rules versions, each with the backtest figures it was published with;
 //! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
 //!
-//! Around them: the signed session cookie ([`session`]), the CSRF token of every form
-//! ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
+//! Around them: the signed session cookie ([`session`]), sign-in attempts per address
+//! ([`throttle`]), the CSRF token of every form ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
 //! ([`errors`]), SVG charts ([`charts`]) and the embedded stylesheet ([`assets`]). Every
 //! response carries a Content-Security-Policy that allows only the console's own stylesheet and
 //! images, and no script at all (the console has none).
