@@ -81,6 +81,11 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
 
 /// The form that sets an override on `entity`.
 pub fn override_form(visit: &Visit, entity: &str, current: Status) -> Markup {
+    override_form_with(visit, entity, current, "")
+}
+
+/// The override form with its reason filled in (one written before the session ended).
+pub fn override_form_with(visit: &Visit, entity: &str, current: Status, reason: &str) -> Markup {
     html! {
         section.card #set-override aria-labelledby="override-title" {
             h2 #override-title { "Set an override" }
@@ -102,7 +107,7 @@ pub fn override_form(visit: &Visit, entity: &str, current: Status) -> Markup {
                 }
                 div.field {
                     label for="override-reason" { "Reason" }
-                    textarea #override-reason name="reason" required maxlength="1000" {}
+                    textarea #override-reason name="reason" required maxlength="1000" { (reason) }
                 }
                 div { button type="submit" { "Set override" } }
             }
@@ -250,7 +255,7 @@ pub async fn page(
     let entity = parse_entity(path)?;
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
     query
-        .only(&["minutes", "done"])
+        .only(&["minutes", "done", "override_reason", "timer_reason"])
         .map_err(PageError::bad_query)?;
     let minutes = match query.optional("minutes") {
         None => 60,
@@ -262,11 +267,6 @@ pub async fn page(
                 PageError::bad_query(PageError::bad_field("minutes", "must be 60, 360 or 1440"))
             })?,
     };
-    let done = query.get("done").and_then(|done| match done {
-        "override" => Some("Override set."),
-        "timer" => Some("Timed action ended: restored."),
-        _ => None,
-    });
     let store = &state.app.store;
     let labels = store.labels_of(&entity).await?;
     let record = store
@@ -295,6 +295,35 @@ pub async fn page(
     // The schedule is Redis': without it the page still shows what Postgres knows.
     let schedule = state.app.queue.state_of(&entity).await.ok();
     let millis = |ms: i64| chrono::DateTime::<Utc>::from_timestamp_millis(ms);
+    // A reason written before the session ended, carried through signing in again
+    // (`signin::resume`); shown to send again, never sent by itself.
+    let draft = |field: &str| -> String {
+        query
+            .get(field)
+            .unwrap_or_default()
+            .chars()
+            .take(1000)
+            .collect()
+    };
+    // A notice only when the page shows the same: an override in force, or no timer left and
+    // the latest decision the ending of one.
+    let done = query.get("done").and_then(|done| match done {
+        "override"
+            if record
+                .override_decision
+                .as_ref()
+                .is_some_and(|o| o.until > Utc::now()) =>
+        {
+            Some("Override set.")
+        }
+        "timer"
+            if record.timer.is_none()
+                && decisions.first().is_some_and(|d| d.kind == "timer_end") =>
+        {
+            Some("Timed action ended: restored.")
+        }
+        _ => None,
+    });
     let body = html! {
         (layout::done_notice(done))
         h1 { (entity) " " span #entity-status { (layout::status(record.status.as_str())) } }
@@ -322,7 +351,7 @@ pub async fn page(
             }
             (override_block(&record.override_decision))
         }
-        (super::timer::block(&visit, entity.as_str(), &record.timer))
+        (super::timer::block(&visit, entity.as_str(), &record.timer, &draft("timer_reason")))
         (super::timer::labels(&labels))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
@@ -404,7 +433,7 @@ pub async fn page(
                 (signals_table("author", &derived))
             }
         }
-        (override_form(&visit, entity.as_str(), record.status))
+        (override_form_with(&visit, entity.as_str(), record.status, &draft("override_reason")))
     };
     Ok(layout::page(&visit, Section::Review, entity.as_str(), body))
 }

@@ -88,6 +88,18 @@ impl PageError {
         }
     }
 
+    /// A form larger than the console reads ([`super::forms::MAX_FORM_BYTES`]): 413.
+    pub fn too_large() -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Too large",
+            format!(
+                "The form is larger than the console takes: at most {} KiB. Nothing was changed; shorten it and send it again.",
+                super::forms::MAX_FORM_BYTES / 1024
+            ),
+        )
+    }
+
     /// Something of ours failed: opaque to the moderator, its cause logged once.
     pub fn internal(cause: impl Error + Send + Sync + 'static) -> Self {
         Self {

@@ -17,8 +17,8 @@
 //! - [`rules`]: the rules versions, each with the backtest figures it was published with;
 //! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
 //!
-//! Around them: the signed session cookie ([`session`]), the CSRF token of every form
-//! ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
+//! Around them: the signed session cookie ([`session`]), sign-in attempts per address
+//! ([`throttle`]), the CSRF token of every form ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
 //! ([`errors`]), SVG charts ([`charts`]) and the embedded stylesheet ([`assets`]). Every
 //! response carries a Content-Security-Policy that allows only the console's own stylesheet and
 //! images, and no script at all (the console has none).
@@ -42,6 +42,7 @@ mod saw;
 mod session;
 mod signin;
 mod sweep;
+mod throttle;
 mod timer;
 
 use std::sync::Arc;
@@ -100,6 +101,8 @@ pub trait ConsoleApp: Clone + Send + Sync + 'static {
 pub struct ConsoleState {
     app: App,
     sessions: Arc<Sessions>,
+    /// Sign-in attempts per client address.
+    signins: Arc<throttle::SignInLimit>,
 }
 
 /// The console's routes, to mount beside the API (`http::router_with`, which also bounds
@@ -107,6 +110,7 @@ pub struct ConsoleState {
 pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
     let state = ConsoleState {
         app: app.console_app(),
+        signins: Arc::new(throttle::SignInLimit::new(sessions.signin_limit)),
         sessions: Arc::new(sessions),
     };
     let pages = Router::new()
@@ -152,14 +156,21 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
                 "This console page does not take that method.",
             )
         })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            forms_need_a_session,
+        ))
         .layer(DefaultBodyLimit::max(forms::MAX_FORM_BYTES))
+        .layer(middleware::from_fn(refusals_as_pages))
         .layer(middleware::from_fn(security_headers))
         .with_state(state);
-    // The nested `/` answers `/console` itself.
+    // The nested `/` answers `/console` itself; `/console/` is outside the nest, so it takes
+    // the same headers on its own.
     Router::new()
         .route(
             "/console/",
-            get(|| async { Redirect::to("/console/review") }),
+            get(|| async { Redirect::to("/console/review") })
+                .layer(middleware::from_fn(security_headers)),
         )
         .nest("/console", pages)
 }
@@ -182,6 +193,58 @@ async fn security_headers(request: Request, next: Next) -> Response {
         set(headers, "cache-control", "no-store");
     }
     response
+}
+
+/// A form posted without a live session (it expired, its key or token changed) is not handed
+/// to its page: [`signin::resume`] answers it, with the sign-in form that leads back to the
+/// form's page (from the console's own pages) or the bare refusal (from anywhere else).
+async fn forms_need_a_session(
+    axum::extract::State(state): axum::extract::State<ConsoleState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if request.method() != Method::POST
+        || path == "/login"
+        || path == "/logout"
+        || live_session(&state, request.headers()).is_some()
+    {
+        return next.run(request).await;
+    }
+    let path = path.to_owned();
+    let (parts, body) = request.into_parts();
+    signin::resume(&state, &path, &parts.headers, body).await
+}
+
+/// What axum's extractors refuse in plain text, as console pages: a body over the console's
+/// limit (413) gets the page that names the limit.
+async fn refusals_as_pages(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let plain = !response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE && plain {
+        return PageError::too_large().into_response();
+    }
+    response
+}
+
+/// The request's session and who signed in, if it verifies, has not expired, and its token
+/// is still configured.
+fn live_session(
+    state: &ConsoleState,
+    headers: &axum::http::HeaderMap,
+) -> Option<(Session, SignedIn)> {
+    let session = state.sessions.read(headers)?;
+    let user = session.user.clone()?;
+    // A session of a token that is no longer configured has ended.
+    state
+        .app
+        .auth
+        .still_configured(user.role, &user.token)
+        .then_some((session, user))
 }
 
 /// A signed-in moderator or admin, with their session; what every page but sign-in needs. A
@@ -211,12 +274,7 @@ impl FromRequestParts<ConsoleState> for Visit {
         parts: &mut Parts,
         state: &ConsoleState,
     ) -> Result<Self, Self::Rejection> {
-        let session = state.sessions.read(&parts.headers);
-        if let Some(session) = session
-            && let Some(user) = session.user.clone()
-            // A session of a token that is no longer configured has ended.
-            && state.app.auth.still_configured(user.role, &user.token)
-        {
+        if let Some((session, user)) = live_session(state, &parts.headers) {
             return Ok(Visit {
                 session,
                 user,

@@ -20,9 +20,9 @@ use super::{
 };
 use crate::{
     dead_letters::{self, DeadLetterError},
-    domain::{DeadReason, EntityId},
+    domain::{AuditAction, DeadReason, EntityId},
     queue::ShardDepth,
-    store::DeadLetterKey,
+    store::{AuditFilter, DeadLetterKey},
 };
 
 /// Dead letters per page.
@@ -69,6 +69,7 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
     query
+        // `count` is what older redirects carried; it is not shown (see `last_redrive`).
         .only(&["after", "done", "count"])
         .map_err(PageError::bad_query)?;
     let after = match query.optional("after") {
@@ -80,13 +81,8 @@ pub async fn page(
             ))
         })?),
     };
-    let done = match (
-        query.get("done"),
-        query.get("count").and_then(|c| c.parse::<u64>().ok()),
-    ) {
-        (Some("redriven"), Some(n)) => {
-            Some(format!("Redrove {n}: due again, with fresh attempts."))
-        }
+    let done = match query.get("done") {
+        Some("redriven") => last_redrive(&state, &visit).await?,
         _ => None,
     };
     let app = &state.app;
@@ -197,8 +193,37 @@ pub async fn page(
     ))
 }
 
-fn redriven(count: usize) -> Response {
-    Redirect::to(&format!("/console/operations?done=redriven&count={count}")).into_response()
+/// How long after a redrive its notice still shows on a reload.
+const NOTICE_FOR: chrono::Duration = chrono::Duration::minutes(2);
+
+/// The notice after a redrive, from the audit trail rather than the address: the latest redrive
+/// of this admin's (name and token) in the last minutes, and how many it made due. None when
+/// there is none: `?done=redriven` alone says nothing.
+async fn last_redrive(
+    state: &ConsoleState,
+    visit: &super::Visit,
+) -> Result<Option<String>, PageError> {
+    let latest = state
+        .app
+        .store
+        .audit_page(&AuditFilter {
+            actor: Some(visit.user.name.clone()),
+            action: Some(AuditAction::Redrive.as_str().to_owned()),
+            subject: None,
+            since: Some(Utc::now() - NOTICE_FOR),
+            before: None,
+            limit: 1,
+        })
+        .await?;
+    Ok(latest
+        .into_iter()
+        .find(|r| r.credential.as_deref() == Some(visit.user.token.as_str()))
+        .and_then(|r| r.after?.get("redriven")?.as_u64())
+        .map(|n| format!("Redrove {n}: due again, with fresh attempts.")))
+}
+
+fn redriven() -> Response {
+    Redirect::to("/console/operations?done=redriven").into_response()
 }
 
 /// `POST /console/dead-letters/{entity}/redrive` with `csrf`.
@@ -223,7 +248,7 @@ pub async fn redrive_one(
         )));
     }
     tracing::info!(%entity, token = %visit.user.token, "console redrive");
-    Ok(redriven(1))
+    Ok(redriven())
 }
 
 /// `POST /console/dead-letters/redrive` with `csrf` and `reason` (empty: all).
@@ -248,5 +273,5 @@ pub async fn redrive_many(
         .await
         .map_err(redrive_error)?;
     tracing::info!(count, reason, token = %visit.user.token, "console redrive");
-    Ok(redriven(count))
+    Ok(redriven())
 }

@@ -274,10 +274,19 @@ pub async fn action(
         .entity_with(&entity, true, &Windows::ALL)
         .await?;
     let query = Fields::from_query(uri.query()).unwrap_or_default();
+    // Only what the action itself shows: `?done=reversed` on a standing action says nothing.
     let done = query.get("done").and_then(|done| match done {
-        "reversed" => Some("Reversed. The entity is back to its previous status, and an override keeps automation from redoing the action."),
+        "reversed" if action.reversed_at.is_some() => Some("Reversed. The entity is back to its previous status, and an override keeps automation from redoing the action."),
         _ => None,
     });
+    // A reason written before the session ended, carried through signing in again
+    // (`signin::resume`); shown to send again, never sent by itself.
+    let draft: String = query
+        .get("reason")
+        .unwrap_or_default()
+        .chars()
+        .take(1000)
+        .collect();
     let then = &action.snapshot;
     let reversible = action.reversed_at.is_none()
         && now
@@ -346,7 +355,7 @@ pub async fn action(
                     (csrf::field(&visit.session))
                     div.field {
                         label for="reason" { "Reason" }
-                        textarea #reason name="reason" required maxlength="1000" {}
+                        textarea #reason name="reason" required maxlength="1000" { (draft) }
                     }
                     div { button.danger type="submit" { "Reverse" } }
                 }

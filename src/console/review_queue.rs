@@ -280,8 +280,18 @@ pub async fn item(
     State(state): State<ConsoleState>,
     visit: Visit,
     path: Result<Path<String>, PathRejection>,
+    uri: Uri,
 ) -> Result<Markup, PageError> {
     let id = item_id(path)?;
+    // A reason written before the session ended, carried through signing in again
+    // (`signin::resume`); shown to send again, never sent by itself.
+    let query = Fields::from_query(uri.query()).unwrap_or_default();
+    let draft: String = query
+        .get("reason")
+        .unwrap_or_default()
+        .chars()
+        .take(1000)
+        .collect();
     let item = state
         .app
         .store
@@ -318,7 +328,7 @@ pub async fn item(
                     input type="hidden" name="version" value=(item.moderation_version);
                     div.field {
                         label for="reason" { "Reason" }
-                        textarea #reason name="reason" required maxlength="1000" {}
+                        textarea #reason name="reason" required maxlength="1000" { (draft) }
                     }
                     div.actions-row {
                         button #approve type="submit" name="decision" value="approve" accesskey="a" { "Approve " kbd { "A" } }

@@ -29,6 +29,9 @@ const COOKIE_PATH: &str = "/console";
 const ANONYMOUS_TTL_SECS: i64 = 3600;
 /// The claims' format; another one is refused.
 const VERSION: u8 = 1;
+/// The longest `Set-Cookie` value the console sends: a browser keeps a cookie of at most 4,096
+/// bytes (name, value and attributes; RFC 6265 section 6.1) and silently drops a larger one.
+pub const MAX_COOKIE_BYTES: usize = 4096;
 /// The token label of a session signed in without a token (`--insecure-dev`, none configured).
 pub const INSECURE_DEV: &str = "insecure-dev";
 
@@ -80,6 +83,8 @@ pub struct Sessions {
     key: Key,
     ttl: chrono::Duration,
     secure: SecureCookie,
+    /// Sign-in attempts per client address per minute (`console_signin_limit`).
+    pub(super) signin_limit: u32,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -105,6 +110,7 @@ impl Sessions {
             ttl: chrono::Duration::from_std(settings.console_session_ttl)
                 .unwrap_or(chrono::Duration::hours(8)),
             secure: settings.console_secure_cookie,
+            signin_limit: settings.console_signin_limit,
         }
     }
 
@@ -251,6 +257,7 @@ mod tests {
             console_session_key: Some(SecretString::from(key)),
             console_session_ttl: Duration::from_secs(600),
             console_secure_cookie: secure,
+            ..ConsoleSettings::default()
         })
     }
 
@@ -283,6 +290,17 @@ mod tests {
         let read = sessions.read(&echoed(&cookie)).expect("verifies");
         assert_eq!(read.user, Some(user()));
         assert_eq!(read.csrf, session.csrf);
+    }
+
+    #[test]
+    fn a_name_of_a_thousand_cjk_characters_makes_a_cookie_a_browser_drops() {
+        let sessions = sessions("k".repeat(40).as_str(), SecureCookie::Always);
+        let with = |name: String| {
+            let session = sessions.signed_in(SignedIn { name, ..user() });
+            sessions.set_cookie(&session, &HeaderMap::new()).len()
+        };
+        assert!(with("審".repeat(1000)) > MAX_COOKIE_BYTES);
+        assert!(with("a".repeat(1000)) <= MAX_COOKIE_BYTES);
     }
 
     #[test]

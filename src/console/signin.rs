@@ -17,7 +17,7 @@ use super::{
     errors::PageError,
     forms::Fields,
     layout,
-    session::{INSECURE_DEV, Session, SignedIn},
+    session::{INSECURE_DEV, MAX_COOKIE_BYTES, Session, SignedIn},
 };
 use crate::{
     audit::{self, Origin},
@@ -45,14 +45,31 @@ fn next_page(next: Option<&str>) -> String {
     }
 }
 
-fn form_page(session: &Session, next: &str, enforced: bool, notice: Option<&str>) -> Markup {
+/// What the sign-in form shows around its fields: a notice, or the error of the last attempt
+/// (with the name typed, which is kept; the token never is).
+#[derive(Default)]
+struct Shown<'a> {
+    notice: Option<&'a str>,
+    error: Option<&'a PageError>,
+    name: &'a str,
+}
+
+fn form_page(session: &Session, next: &str, enforced: bool, shown: Shown<'_>) -> Markup {
     layout::bare(
         "Sign in",
         html! {
             section.card.signin {
                 h1 { "Sign in to the moderator console" }
-                @if let Some(notice) = notice {
+                @if let Some(notice) = shown.notice {
                     p.notice.ok role="status" { (notice) }
+                }
+                @if let Some(error) = shown.error {
+                    div.notice.error role="alert" {
+                        p #error-message { (error.message) }
+                        @if let Some(field) = &error.field {
+                            p { "Field: " code #error-field { (field) } }
+                        }
+                    }
                 }
                 form.stack method="post" action="/console/login" {
                     (csrf::field(session))
@@ -61,7 +78,7 @@ fn form_page(session: &Session, next: &str, enforced: bool, notice: Option<&str>
                         label for="name" { "Your name" }
                         span.hint #name-hint { "Recorded with every reversal and override you make." }
                         input #name name="name" type="text" required autocomplete="name"
-                            maxlength="1000" aria-describedby="name-hint";
+                            maxlength="1000" aria-describedby="name-hint" value=(shown.name);
                     }
                     div.field {
                         label for="token" { "API token" }
@@ -87,6 +104,24 @@ fn form_page(session: &Session, next: &str, enforced: bool, notice: Option<&str>
     )
 }
 
+/// The sign-in form again after a refused attempt: `error`'s status and message, the name and
+/// the page asked for kept, the same anonymous session (its cookie is unchanged).
+fn refused(state: &ConsoleState, session: &Session, fields: &Fields, error: PageError) -> Response {
+    let next = next_page(fields.get("next"));
+    let name = fields.get("name").unwrap_or_default();
+    let page = form_page(
+        session,
+        &next,
+        state.app.auth.enforced(),
+        Shown {
+            error: Some(&error),
+            name,
+            ..Shown::default()
+        },
+    );
+    (error.status, page).into_response()
+}
+
 /// `GET /console/login?next=`: the form, with an anonymous session for its CSRF token (a
 /// signed-in visitor goes straight on).
 pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMap) -> Response {
@@ -103,7 +138,15 @@ pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMa
     let session = existing
         .filter(|s| s.user.is_none())
         .unwrap_or_else(|| state.sessions.anonymous());
-    let page = form_page(&session, &next, state.app.auth.enforced(), notice);
+    let page = form_page(
+        &session,
+        &next,
+        state.app.auth.enforced(),
+        Shown {
+            notice,
+            ..Shown::default()
+        },
+    );
     (
         [(
             header::SET_COOKIE,
@@ -114,20 +157,33 @@ pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMa
         .into_response()
 }
 
-/// `POST /console/login` with `csrf`, `name`, `token` and `next`.
+/// `POST /console/login` with `csrf`, `name`, `token` and `next`. An attempt first takes one
+/// from its address's bucket ([`super::throttle`]); a refused one shows the form again with the
+/// error, the name and `next` kept.
 pub async fn sign_in(
     State(state): State<ConsoleState>,
     origin: Origin,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     body: Bytes,
 ) -> Result<Response, PageError> {
+    if let Err(too_many) = state.signins.check(&extensions) {
+        tracing::info!(
+            retry_after = too_many.retry_after,
+            "console sign-in refused: too many attempts from one address"
+        );
+        return Ok(too_many.into_response());
+    }
     let Some(session) = state.sessions.read(&headers) else {
         return Err(PageError::forbidden(
             "The sign-in form has expired, or the browser did not send its cookie. Open the sign-in page again.",
         ));
     };
     let fields = Fields::posted(&headers, &body, &session, &["name", "token", "next"])?;
-    let name = fields.text("name")?;
+    let name = match fields.text("name") {
+        Ok(name) => name,
+        Err(error) => return Ok(refused(&state, &session, &fields, error)),
+    };
     let auth = &state.app.auth;
     let user = if !auth.enforced() {
         SignedIn {
@@ -136,24 +192,27 @@ pub async fn sign_in(
             token: INSECURE_DEV.to_owned(),
         }
     } else {
-        let presented = fields
-            .optional("token")
-            .ok_or_else(|| PageError::bad_field("token", "is required"))?;
+        let Some(presented) = fields.optional("token") else {
+            let error = PageError::bad_field("token", "is required");
+            return Ok(refused(&state, &session, &fields, error));
+        };
         let Some(token) = auth.identify(presented) else {
             tracing::info!("console sign-in refused: not a configured token");
-            return Err(PageError::new(
+            let error = PageError::new(
                 StatusCode::UNAUTHORIZED,
                 "Not signed in",
                 "token is not a valid API token. Nothing was changed.",
             )
-            .with_field("token"));
+            .with_field("token");
+            return Ok(refused(&state, &session, &fields, error));
         };
         if token.role == Role::Ingest {
             tracing::info!(token = %token.label(), "console sign-in refused: an ingest token");
-            return Err(PageError::forbidden(
+            let error = PageError::forbidden(
                 "token is an ingest token, which may only send events; the console needs a moderator or admin token.",
             )
-            .with_field("token"));
+            .with_field("token");
+            return Ok(refused(&state, &session, &fields, error));
         }
         SignedIn {
             role: token.role,
@@ -161,6 +220,23 @@ pub async fn sign_in(
             token: token.label(),
         }
     };
+    let signed_in = state.sessions.signed_in(user.clone());
+    let cookie = state.sessions.set_cookie(&signed_in, &headers);
+    // A browser drops a larger cookie without a word, and the moderator would stay signed out.
+    if cookie.len() > MAX_COOKIE_BYTES {
+        tracing::info!(
+            bytes = cookie.len(),
+            "console sign-in refused: the name makes the session cookie too large"
+        );
+        let error = PageError::bad_field(
+            "name",
+            &format!(
+                "is too long to keep in the session cookie: a browser keeps at most {MAX_COOKIE_BYTES} bytes, and this name makes it {}. Use a shorter name (characters outside ASCII take 2 to 4 bytes each)",
+                cookie.len()
+            ),
+        );
+        return Ok(refused(&state, &session, &fields, error));
+    }
     tracing::info!(role = user.role.as_str(), token = %user.token, "console sign-in");
     let actor = origin.actor(&user.name, Some(&user.token), Some(user.role.as_str()));
     audit::record(
@@ -169,15 +245,109 @@ pub async fn sign_in(
         session_entry(AuditAction::SignIn, &user),
     )
     .await;
-    let signed_in = state.sessions.signed_in(user);
     Ok((
-        [(
-            header::SET_COOKIE,
-            state.sessions.set_cookie(&signed_in, &headers),
-        )],
+        [(header::SET_COOKIE, cookie)],
         Redirect::to(&next_page(fields.get("next"))),
     )
         .into_response())
+}
+
+/// Where a form posted to `path` (inside `/console`) came from, and the query field that page
+/// fills its reason from: the page to return to after signing in again.
+fn form_page_of(path: &str) -> (String, Option<&'static str>) {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["actions", id, "reverse"] => (format!("/console/actions/{id}"), Some("reason")),
+        ["queue", id, "decide"] => (format!("/console/queue/{id}"), Some("reason")),
+        ["queue", ..] => ("/console/queue".into(), None),
+        ["entities", entity, "override"] => (
+            format!("/console/entities/{entity}"),
+            Some("override_reason"),
+        ),
+        ["entities", entity, "timer", "end"] => {
+            (format!("/console/entities/{entity}"), Some("timer_reason"))
+        }
+        ["dead-letters", ..] => ("/console/operations".into(), None),
+        ["backtest", ..] => ("/console/backtest".into(), None),
+        _ => (HOME.into(), None),
+    }
+}
+
+/// Whether the browser says the form came from the console's own pages: `Sec-Fetch-Site:
+/// same-origin`, or, where a browser sends no fetch metadata (plain HTTP to a host other than
+/// localhost), an `Origin` naming the `Host` it was sent to.
+fn from_our_pages(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match text("sec-fetch-site") {
+        Some(site) => site == "same-origin",
+        None => match (text("origin"), text("host")) {
+            (Some(origin), Some(host)) => origin
+                .split_once("://")
+                .is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host)),
+            _ => false,
+        },
+    }
+}
+
+/// A form posted (to `path`, inside `/console`) without a live session: nothing of it is done.
+/// From the console's own pages, the sign-in form is shown, and after signing in the browser
+/// returns to the form's page with the reason typed filled in again, to send with a fresh CSRF
+/// token (the form itself is never replayed). From anywhere else (another site's form), only
+/// the refusal: no cookie is set and nothing is carried.
+pub async fn resume(
+    state: &ConsoleState,
+    path: &str,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if !from_our_pages(headers) {
+        return PageError::signed_out().into_response();
+    }
+    let Ok(body) = axum::body::to_bytes(body, super::forms::MAX_FORM_BYTES).await else {
+        return PageError::too_large().into_response();
+    };
+    let (page, field) = form_page_of(path);
+    let reason = form_urlencoded::parse(&body)
+        .find(|(name, _)| name == "reason")
+        .map(|(_, value)| value.trim().chars().take(1000).collect::<String>())
+        .filter(|reason| !reason.is_empty());
+    let next = match (field, reason) {
+        (Some(field), Some(reason)) => {
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair(field, &reason)
+                .finish();
+            format!("{page}?{query}")
+        }
+        _ => page,
+    };
+    let session = state
+        .sessions
+        .read(headers)
+        .filter(|s| s.user.is_none())
+        .unwrap_or_else(|| state.sessions.anonymous());
+    let error = PageError::new(
+        StatusCode::UNAUTHORIZED,
+        "Signed out",
+        "Your console session has ended (or you never signed in), so nothing was changed. Sign in again: you will return to the page you were on, with what you wrote in its reason kept, to send it again.",
+    );
+    let page = form_page(
+        &session,
+        &next_page(Some(&next)),
+        state.app.auth.enforced(),
+        Shown {
+            error: Some(&error),
+            ..Shown::default()
+        },
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            header::SET_COOKIE,
+            state.sessions.set_cookie(&session, headers),
+        )],
+        page,
+    )
+        .into_response()
 }
 
 /// `POST /console/logout` with `csrf`: the cookie is cleared (a copy kept elsewhere still
@@ -247,5 +417,32 @@ mod tests {
             assert_eq!(next_page(Some(elsewhere)), HOME, "{elsewhere}");
         }
         assert_eq!(next_page(None), HOME);
+    }
+
+    #[test]
+    fn a_form_sent_signed_out_returns_to_its_page_and_only_from_ours() {
+        assert_eq!(
+            form_page_of("/actions/7/reverse"),
+            ("/console/actions/7".into(), Some("reason"))
+        );
+        assert_eq!(
+            form_page_of("/entities/post:1/timer/end"),
+            ("/console/entities/post:1".into(), Some("timer_reason"))
+        );
+        assert_eq!(
+            form_page_of("/queue/12/decide"),
+            ("/console/queue/12".into(), Some("reason"))
+        );
+        assert_eq!(form_page_of("/queue/next"), ("/console/queue".into(), None));
+        assert_eq!(form_page_of("/logout"), (HOME.into(), None));
+        let mut headers = HeaderMap::new();
+        assert!(!from_our_pages(&headers));
+        headers.insert("origin", "http://q.example:8080".parse().unwrap());
+        headers.insert("host", "q.example:8080".parse().unwrap());
+        assert!(from_our_pages(&headers));
+        headers.insert("sec-fetch-site", "same-site".parse().unwrap());
+        assert!(!from_our_pages(&headers), "another origin of the site");
+        headers.insert("sec-fetch-site", "same-origin".parse().unwrap());
+        assert!(from_our_pages(&headers));
     }
 }

@@ -45,9 +45,10 @@ pub fn labels(labels: &[LabelRecord]) -> Markup {
     }
 }
 
-/// The timer in force on `entity`, with the form that ends it now; a line saying there is
-/// none otherwise.
-pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>) -> Markup {
+/// The timer in force on `entity`, with the form that ends it now (its reason filled in with
+/// `reason`: one written before the session ended, else empty); a line saying there is none
+/// otherwise.
+pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>, reason: &str) -> Markup {
     html! {
         @match timer {
             Some(t) => {
@@ -70,7 +71,7 @@ pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>) -> Markup {
                         (csrf::field(&visit.session))
                         div.field {
                             label for="timer-reason" { "Reason" }
-                            textarea #timer-reason name="reason" required maxlength="1000" {}
+                            textarea #timer-reason name="reason" required maxlength="1000" { (reason) }
                         }
                         div { button type="submit" { "End it now" } }
                     }

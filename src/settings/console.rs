@@ -1,12 +1,15 @@
-//! The moderator console under `/console`: how its sessions are signed, how long they last, and
-//! when their cookie is marked Secure.
+//! The moderator console under `/console`: how its sessions are signed, how long they last,
+//! when their cookie is marked Secure, and how often one address may try to sign in.
 
 use std::time::Duration;
 
 use figment::value::Value;
 use secrecy::{ExposeSecret, SecretString};
 
-use super::{declare::section, value::Setting};
+use super::{
+    declare::{nonzero, section},
+    value::Setting,
+};
 
 section! {
     /// The moderator console under /console: its session cookie.
@@ -23,6 +26,11 @@ section! {
         /// behind TLS; never for plain-HTTP development.
         #[value_name = "WHEN"]
         console_secure_cookie: SecureCookie = SecureCookie::Auto;
+        /// Sign-in attempts (POST /console/login) one client address may make per minute, in
+        /// a burst of as many; more are answered 429 with Retry-After. Per process; the
+        /// address is the connection's (behind a proxy, the proxy's), never X-Forwarded-For.
+        #[value_name = "ATTEMPTS"]
+        console_signin_limit: u32 = 10, check nonzero;
     }
 }
 

@@ -213,17 +213,23 @@ impl Browser {
         self.client.execute(script, vec![]).await.unwrap()
     }
 
-    /// A full-page screenshot at `width` CSS pixels, written to `docs/console/<name>-<width>.png`.
-    /// Returns whether the page fits the width (no horizontal scrolling).
-    pub async fn screenshot(&self, name: &str, width: u32) -> bool {
+    /// Makes the viewport `width` CSS pixels wide (900 high); returns the window's frame, what
+    /// its outer size adds to the viewport.
+    pub async fn set_viewport(&self, width: u32) -> i64 {
         self.client.set_window_size(width, 900).await.unwrap();
         let inner = self.script("return window.innerWidth").await;
-        // The window's frame, if any, is what its outer size adds to the viewport.
         let frame = width as i64 - inner.as_i64().unwrap_or(width as i64);
         self.client
             .set_window_size((width as i64 + frame) as u32, 900)
             .await
             .unwrap();
+        frame
+    }
+
+    /// A full-page screenshot at `width` CSS pixels, written to `docs/console/<name>-<width>.png`.
+    /// Returns whether the page fits the width (no horizontal scrolling).
+    pub async fn screenshot(&self, name: &str, width: u32) -> bool {
+        let frame = self.set_viewport(width).await;
         let height = self
             .script("return Math.ceil(document.documentElement.scrollHeight)")
             .await

@@ -15,6 +15,7 @@ mod proxy;
 mod secrets;
 
 mod browser;
+mod probe;
 mod queue;
 
 use std::{
