@@ -50,6 +50,21 @@ export QUIESCE_DATABASE_URL="$database_url" QUIESCE_REDIS_URL="$redis_url" QUIES
 say "loading $actions actions into $db"
 start=$(date +%s.%N)
 psql "$database_url" -q -v ON_ERROR_STOP=1 -v n="$actions" >/dev/null <<'SQL'
+-- The review queue first: 100,000 flagged entities whose flag waits, a tenth of them claimed,
+-- older (lower ids) than every action Review pages through, so that its pages read what they
+-- read without them.
+INSERT INTO entities (entity, kind, status, moderation_version, event_count, evaluated_event_count,
+                      evaluation_count, last_evaluated_at)
+SELECT 'post:queue-' || i, 'post', 'flagged', 1, 3, 3, 1, now()
+FROM generate_series(1, :n) i;
+INSERT INTO actions (entity, action, rule, reason, previous_status, new_status, snapshot,
+                     applied_version, dedup_key, created_at, review_claimed_by, review_claim_until)
+SELECT 'post:queue-' || i, 'flag', CASE WHEN i % 4 = 0 THEN 'review_reports' ELSE 'review_repeated_flags' END,
+       '3 flags', 'visible', 'flagged', '{}'::jsonb, 0, md5('queue' || i),
+       now() - interval '31 days' - (:n - i) * interval '6 seconds',
+       CASE WHEN i % 10 = 0 THEN 'Morgan' END,
+       CASE WHEN i % 10 = 0 THEN now() + interval '1 day' END
+FROM generate_series(1, :n) i;
 INSERT INTO entities (entity, kind, status, moderation_version, event_count, evaluated_event_count,
                       evaluation_count, last_evaluated_at)
 SELECT 'post:bench-' || i, 'post', CASE WHEN i % 10 = 0 THEN 'visible' ELSE 'hidden' END,
@@ -80,19 +95,6 @@ FROM generate_series(1, :n) i,
                                  WHEN 'suspend_repeat_offender' THEN 'suspend' ELSE 'hide' END AS action,
                      CASE k.rule WHEN 'review_repeated_flags' THEN 'flagged'
                                  WHEN 'suspend_repeat_offender' THEN 'suspended' ELSE 'hidden' END AS status) r;
--- The review queue: 100,000 flagged entities whose flag waits, a tenth of them claimed.
-INSERT INTO entities (entity, kind, status, moderation_version, event_count, evaluated_event_count,
-                      evaluation_count, last_evaluated_at)
-SELECT 'post:queue-' || i, 'post', 'flagged', 1, 3, 3, 1, now()
-FROM generate_series(1, :n) i;
-INSERT INTO actions (entity, action, rule, reason, previous_status, new_status, snapshot,
-                     applied_version, dedup_key, created_at, review_claimed_by, review_claim_until)
-SELECT 'post:queue-' || i, 'flag', CASE WHEN i % 4 = 0 THEN 'review_reports' ELSE 'review_repeated_flags' END,
-       '3 flags', 'visible', 'flagged', '{}'::jsonb, 0, md5('queue' || i),
-       now() - (:n - i) * interval '6 seconds',
-       CASE WHEN i % 10 = 0 THEN 'Morgan' END,
-       CASE WHEN i % 10 = 0 THEN now() + interval '1 day' END
-FROM generate_series(1, :n) i;
 VACUUM ANALYZE entities;
 VACUUM ANALYZE actions;
 SQL
@@ -113,8 +115,8 @@ curl -sf -b "$jar" -c "$jar" -o /dev/null --data-urlencode "csrf=$csrf" --data-u
   --data-urlencode "token=$token" "$base/console/login"
 curl -sf -b "$jar" -o /dev/null "$base/console/review" || { say "sign-in failed"; cat "$work/serve.log" >&2; exit 1; }
 
-min_id=$(psql "$database_url" -Atc "SELECT min(id) FROM actions")
-max_id=$(psql "$database_url" -Atc "SELECT max(id) FROM actions")
+min_id=$(psql "$database_url" -Atc "SELECT min(id) FROM actions WHERE entity LIKE 'post:bench-%'")
+max_id=$(psql "$database_url" -Atc "SELECT max(id) FROM actions WHERE entity LIKE 'post:bench-%'")
 middle=$(( (min_id + max_id) / 2 ))
 last=$(( min_id + 50 ))
 
