@@ -146,6 +146,18 @@ impl Store {
         )
         .fetch_one(&mut *tx)
         .await?;
+        if action.action == "review" {
+            // A moderator's queue decision undone: its item waits again, undecided.
+            sqlx::query!(
+                "UPDATE actions SET reviewed_at = NULL, reviewed_by = NULL, review_decision = NULL,
+                        review_reason = NULL, review_action = NULL
+                 WHERE id = ($1::jsonb ->> 'review_item')::int8 AND review_action = $2",
+                action.snapshot,
+                id,
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         let override_until = entity_row.override_until;
         let new_version = entity_row.moderation_version;
         record_decision(

@@ -144,6 +144,11 @@ async fn two_moderators_cannot_claim_one_item_and_a_decision_is_a_reversible_act
         .await;
     assert_eq!(status, 200, "{reversal}");
     assert_eq!(app.status_of("post:q1").await, "flagged");
+    assert_eq!(
+        waiting(&app, "").await,
+        ids,
+        "the item waits again, undecided"
+    );
     // Automation's reversal figures leave moderators' own decisions out.
     let (_, rate) = app.get("/v1/stats/reversal-rate").await;
     assert_eq!(rate["actions"], 2, "{rate}");
