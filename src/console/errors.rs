@@ -88,14 +88,14 @@ impl PageError {
         }
     }
 
-    /// A form larger than the console reads ([`super::forms::MAX_FORM_BYTES`]): 413.
-    pub fn too_large() -> Self {
+    /// A form larger than the console reads (`limit` bytes, `forms::MAX_FORM_BYTES`): 413.
+    pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Too large",
             format!(
                 "The form is larger than the console takes: at most {} KiB. Nothing was changed; shorten it and send it again.",
-                super::forms::MAX_FORM_BYTES / 1024
+                limit / 1024
             ),
         )
     }

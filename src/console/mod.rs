@@ -226,7 +226,7 @@ async fn refusals_as_pages(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/html"));
     if response.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE && plain {
-        return PageError::too_large().into_response();
+        return PageError::too_large(forms::MAX_FORM_BYTES).into_response();
     }
     response
 }

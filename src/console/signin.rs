@@ -304,7 +304,7 @@ pub async fn resume(
         return PageError::signed_out().into_response();
     }
     let Ok(body) = axum::body::to_bytes(body, super::forms::MAX_FORM_BYTES).await else {
-        return PageError::too_large().into_response();
+        return PageError::too_large(super::forms::MAX_FORM_BYTES).into_response();
     };
     let (page, field) = form_page_of(path);
     let reason = form_urlencoded::parse(&body)
