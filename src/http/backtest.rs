@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use axum::{Json, body::Bytes, extract::State, http::StatusCode};
+use axum::{Json, extract::State, http::StatusCode};
 use serde_json::Value;
 
 use super::{
     AppState,
+    body::RequestBody,
     error::{ApiError, store_error},
     moderation::{invalid, json_object},
 };
@@ -33,13 +34,13 @@ const DEFAULT_WINDOW: &str = "7d";
         (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it; invalid_rules for rules that do not load)", body = crate::http::schemas::ErrorResponse),
         (status = 429, description = "A backtest is already running in this process (code backtest_running); sent with Retry-After", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
 pub async fn backtest(
     State(state): State<AppState>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Report>, ApiError> {
     let object = json_object(&body, &["rules", "promote", "since", "sample"])?;
     let text = |field: &str| match object.get(field) {

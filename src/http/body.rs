@@ -1,18 +1,47 @@
-//! Reading an ingest body within its size and its pace: a sender that trickles a body (one byte,
-//! then nothing) is cut off with 408 after a short grace instead of holding its slot for the whole
-//! request_timeout.
+//! Reading a body within its size: an ingest body also within its pace (a sender that trickles
+//! a body, one byte then nothing, is cut off with 408 after a short grace instead of holding its
+//! slot for the whole request_timeout), every other route's through [`RequestBody`].
 
 use std::time::Duration;
 
 use axum::{
     body::{Body, Bytes},
-    http::StatusCode,
+    extract::{FromRequest, Request},
+    http::{StatusCode, header},
 };
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tokio::time::Instant;
 
-use super::error::ApiError;
+use super::{AppState, error::ApiError};
 use crate::settings::Http;
+
+/// The body of a route that takes JSON (every route but ingest's), at most `body_limit` bytes.
+/// A larger one gets the API's JSON 413, `payload_too_large`: axum's own `Bytes` extractor
+/// answers a plain-text one.
+pub struct RequestBody(pub Bytes);
+
+impl FromRequest<AppState> for RequestBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.settings.http.body_limit;
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > limit as u64) {
+            return Err(ApiError::payload_too_large(limit));
+        }
+        match Limited::new(request.into_body(), limit).collect().await {
+            Ok(collected) => Ok(Self(collected.to_bytes())),
+            Err(error) if error.is::<LengthLimitError>() => Err(ApiError::payload_too_large(limit)),
+            Err(error) => Err(ApiError::bad_request(
+                "unreadable_body",
+                format!("the body could not be read: {error}"),
+            )),
+        }
+    }
+}
 
 /// The slowest upload accepted: `min_rate` bytes per second on average, after `grace`.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,6 @@
 
 use axum::{
     Extension, Json,
-    body::Bytes,
     extract::{Path, State, rejection::PathRejection},
     http::StatusCode,
 };
@@ -14,6 +13,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     auth::Caller,
+    body::RequestBody,
     error::{ApiError, store_error},
     params::{parse_entity, path_param},
 };
@@ -44,7 +44,7 @@ fn invalid(error: AttributeError) -> ApiError {
         (status = 200, description = "The context recorded", body = crate::http::schemas::ContextResult),
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "An attribute that is not declared, of the wrong type, not among its values, too long, or too many (code invalid_attributes; field names the attribute, e.g. attributes.role)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -52,7 +52,7 @@ pub async fn put_attributes(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;

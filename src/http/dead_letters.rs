@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
 };
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     auth::Requester,
+    body::RequestBody,
     error::{ApiError, store_error},
     params::{bad_query, parse_entity, path_param, unknown_parameters},
 };
@@ -132,14 +132,14 @@ pub async fn redrive_one(
         (status = 200, description = "How many were redriven", body = crate::http::schemas::Redriven),
         (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad body (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
 pub async fn redrive_many(
     State(state): State<AppState>,
     requester: Requester,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let reason = if body.iter().all(u8::is_ascii_whitespace) {
         None

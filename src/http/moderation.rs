@@ -4,7 +4,6 @@ use std::{collections::HashMap, time::Duration};
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
 };
@@ -14,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::{
     AppState,
     auth::Requester,
+    body::RequestBody,
     error::{ApiError, store_error},
     params::{bad_query, page_cursor, page_limit, parse_entity, path_param, unknown_parameters},
 };
@@ -158,7 +158,7 @@ pub(super) fn required_text<'a>(
         (status = 404, description = "No such action", body = crate::http::schemas::ErrorResponse),
         (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -166,7 +166,7 @@ pub async fn reverse(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "id")?;
     let id: i64 = raw.parse().map_err(|_| {
@@ -206,7 +206,7 @@ pub async fn reverse(
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such entity", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -214,7 +214,7 @@ pub async fn override_entity(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
@@ -319,7 +319,7 @@ pub async fn override_entity(
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such entity, or no timed action in force", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -327,7 +327,7 @@ pub async fn end_timer(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
 };
 use chrono::Utc;
@@ -14,6 +13,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     auth::Requester,
+    body::RequestBody,
     error::{ApiError, store_error},
     moderation::{invalid, json_object, required_text},
     params::{bad_query, page_cursor, page_limit, path_param, unknown_parameters},
@@ -149,7 +149,7 @@ fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
         (status = 404, description = "No such item", body = crate::http::schemas::ErrorResponse),
         (status = 409, description = "Claimed by someone else (code claimed), escalated (escalated), or no longer waiting (not_waiting)", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -157,7 +157,7 @@ pub async fn claim(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let id = item_id(path)?;
     let object = json_object(&body, &["moderator"])?;
@@ -188,7 +188,7 @@ pub async fn claim(
         (status = 404, description = "No such item", body = crate::http::schemas::ErrorResponse),
         (status = 409, description = "Not claimed by this moderator (not_claimed), decided already (already_decided), its flag reversed (reversed), escalated (escalated), or the entity changed since moderation_version (version_conflict)", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -196,7 +196,7 @@ pub async fn decide(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let id = item_id(path)?;
     let object = json_object(

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use axum::{
     Json,
-    body::Bytes,
     extract::{Path, Query, State, rejection::PathRejection},
     http::StatusCode,
 };
@@ -16,6 +15,7 @@ use serde_json::{Value, json};
 use super::{
     AppState,
     auth::Requester,
+    body::RequestBody,
     error::{ApiError, store_error},
     moderation::{invalid, json_object},
     params::{page_cursor, page_limit, path_param, unknown_parameters},
@@ -68,14 +68,14 @@ fn text_field<'a>(
         (status = 201, description = "Published and active", body = crate::http::schemas::RulesPublished),
         (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it; invalid_rules for rules that do not load)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
 pub async fn publish(
     State(state): State<AppState>,
     requester: Requester,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let object = json_object(&body, &["rules", "message"])?;
     let rules = text_field(&object, "rules")?
@@ -150,7 +150,7 @@ pub async fn versions(
         (status = 400, description = "A bad path or malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such version", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field, or a version this release cannot load (invalid_rules)", body = crate::http::schemas::ErrorResponse),
-        crate::http::schemas::TokenRouteErrors,
+        crate::http::schemas::BodyRouteErrors,
     ),
     security(("bearer" = []))
 )]
@@ -158,7 +158,7 @@ pub async fn activate(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    body: Bytes,
+    RequestBody(body): RequestBody,
 ) -> Result<Json<Value>, ApiError> {
     let raw = path_param(path, "version")?;
     let version = raw.parse::<i64>().ok().filter(|v| *v >= 1).ok_or_else(|| {

@@ -390,6 +390,23 @@ impl utoipa::IntoResponses for TokenRouteErrors {
     }
 }
 
+/// [`TokenRouteErrors`] and the body limit's 413: what every token route that takes a body
+/// may answer.
+pub struct BodyRouteErrors;
+
+impl utoipa::IntoResponses for BodyRouteErrors {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+        let mut responses = <TokenRouteErrors as utoipa::IntoResponses>::responses();
+        responses.insert(
+            "413".to_owned(),
+            error_response("The body is larger than body_limit (code payload_too_large)")
+                .build()
+                .into(),
+        );
+        responses
+    }
+}
+
 #[derive(ToSchema)]
 pub struct ReviewPage {
     items: Vec<crate::store::ReviewItem>,

@@ -1,7 +1,8 @@
 //! The HTTP edge against slow and hostile clients: requests nobody has authenticated hold no
 //! ingest slot, a body above the limit is refused from its declared length, a trickled body is
 //! cut off at the pace floor, connections that send nothing (or too little, or stay idle) are
-//! closed, open connections are capped, and malformed paths and field names get the JSON error.
+//! closed, open connections are capped, malformed paths and field names get the JSON error, and
+//! every route that takes a body answers one over the limit with the JSON 413.
 
 use std::time::Duration;
 
@@ -264,4 +265,83 @@ async fn an_unknown_field_is_named_within_a_bound() {
     let field = body["error"]["field"].as_str().unwrap();
     assert!(field.starts_with("fff"), "{field}");
     assert!(field.chars().count() <= 65, "{} characters", field.len());
+}
+
+#[tokio::test]
+async fn every_route_that_takes_a_body_answers_one_over_the_limit_with_the_json_413() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.http.body_limit = 1000;
+        s.security.sources = vec![source("shop", &[SHOP_SECRET])];
+        s.security.api_tokens = crate::helpers::api_tokens(vec![ApiToken::spec_for(
+            Role::Admin,
+            crate::secrets::TOKEN_ADMIN,
+        )]);
+    }))
+    .await;
+    let (_, doc) = app.get("/openapi.json").await;
+    // A JSON object a little over the limit: declared (content-length), and streamed without
+    // a declared length (chunked), which only reading can find too large.
+    let big = json!({"moderator": "mod:ana", "reason": "x".repeat(1200)}).to_string();
+    let mut checked = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if operation.get("requestBody").is_none() {
+                continue;
+            }
+            assert!(
+                operation["responses"]["413"].is_object(),
+                "{method} {path} documents its 413"
+            );
+            let concrete = path
+                .replace("{id}", "1")
+                .replace("{entity}", "post:big")
+                .replace("{source}", "shop")
+                .replace("{version}", "1");
+            for streamed in [false, true] {
+                let body = if streamed {
+                    let chunks = big
+                        .as_bytes()
+                        .chunks(100)
+                        .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+                        .collect::<Vec<_>>();
+                    reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+                } else {
+                    reqwest::Body::from(big.clone())
+                };
+                let response = app
+                    .client
+                    .request(
+                        method.to_uppercase().parse().unwrap(),
+                        format!("{}{concrete}", app.base),
+                    )
+                    .bearer_auth(crate::secrets::TOKEN_ADMIN)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let text = response.text().await.unwrap();
+                assert_eq!(
+                    status, 413,
+                    "{method} {concrete} (streamed {streamed}): {text}"
+                );
+                let answer: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|_| panic!("{method} {concrete} answers JSON: {text}"));
+                assert_eq!(answer["error"]["code"], "payload_too_large", "{text}");
+                assert!(
+                    answer["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("1000 bytes"),
+                    "the limit is named: {text}"
+                );
+            }
+            checked.push(format!("{method} {path}"));
+        }
+    }
+    // At least ingest (2 routes), attributes, reverse, override, review claim and decide, rules
+    // publish and activate, backtest and redrive: the document says which take a body.
+    assert!(checked.len() >= 11, "routes with a body: {checked:?}");
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
 }
