@@ -213,14 +213,11 @@ impl RedisConnection {
         match self {
             RedisConnection::Node(redis) => cmd.query_async(&mut redis.clone()).await,
             RedisConnection::Cluster(redis) => {
-                let (host, port) = node.rsplit_once(':').ok_or_else(|| {
+                let (host, port) = node_address(node).ok_or_else(|| {
                     redis::RedisError::from((
                         redis::ErrorKind::Client,
-                        "cluster node address without a port",
+                        "cluster node address is not host:port",
                     ))
-                })?;
-                let port = port.parse().map_err(|_| {
-                    redis::RedisError::from((redis::ErrorKind::Client, "cluster node port"))
                 })?;
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                     host: host.to_owned(),
@@ -301,9 +298,39 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
     )
 }
 
+/// A node's host and port from its address: `host:port`, `[v6]:port`, or an IPv6 address and
+/// its port as the redis crate writes them (`::1:7000`, without brackets). The host is given
+/// without brackets, as the redis crate keys its connections.
+fn node_address(node: &str) -> Option<(&str, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(host);
+    (!host.is_empty()).then_some((host, port))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::cluster_nodes;
+    use super::{cluster_nodes, node_address};
+
+    #[test]
+    fn node_addresses_give_their_host_and_port_for_names_ipv4_and_ipv6() {
+        assert_eq!(node_address("10.0.0.1:7000"), Some(("10.0.0.1", 7000)));
+        assert_eq!(
+            node_address("redis-a.internal:7001"),
+            Some(("redis-a.internal", 7001))
+        );
+        assert_eq!(node_address("[::1]:7000"), Some(("::1", 7000)));
+        assert_eq!(node_address("[fd00:1::5]:6379"), Some(("fd00:1::5", 6379)));
+        assert_eq!(node_address("::1:7000"), Some(("::1", 7000)));
+        assert_eq!(node_address("fd00:1::5:6379"), Some(("fd00:1::5", 6379)));
+        assert_eq!(node_address("10.0.0.1"), None);
+        assert_eq!(node_address("10.0.0.1:port"), None);
+        assert_eq!(node_address(":7000"), None);
+        assert_eq!(node_address("[]:7000"), None);
+    }
 
     #[test]
     fn cluster_urls_name_their_seed_nodes_with_the_same_credentials_and_parameters() {
@@ -318,6 +345,10 @@ mod tests {
                 "rediss://app:p@ss@h1:7000/?protocol=resp3",
                 "rediss://app:p@ss@h2:7000/?protocol=resp3"
             ]
+        );
+        assert_eq!(
+            cluster_nodes("redis+cluster://[::1]:7000,[fd00::2]:7001").unwrap(),
+            ["redis://[::1]:7000", "redis://[fd00::2]:7001"]
         );
         assert!(cluster_nodes("redis+cluster://").unwrap().is_empty());
     }
