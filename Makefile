@@ -89,7 +89,7 @@ backtest-bench:
 
 ## chaos: the chaos suite (SIGKILLed workers, Redis flushed and restarted, Postgres cut off)
 chaos:
-	@$(WITH_SERVICES_AND_REDIS_SERVER) \
+	@$(call services_env,QUIESCE_NEED_REDIS_SERVER=1 QUIESCE_NEED_FAKETIME=1 ) \
 	$(CARGO) test --test chaos -- --ignored --test-threads 1 --nocapture
 
 ## cluster: the schedule's API tests and the cluster suite on a fresh private Redis Cluster

@@ -96,6 +96,12 @@ if [ -n "${QUIESCE_NEED_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/nu
   install_packages redis-server redis-server QUIESCE_REDIS_URL
 fi
 
+# The chaos suite runs a worker process whose wall clock lags, under libfaketime.
+libfaketime() { compgen -G "/usr/lib/*/faketime/libfaketime.so.1" | head -n 1; }
+if [ -n "${QUIESCE_NEED_FAKETIME:-}" ] && [ -z "$(libfaketime)" ]; then
+  install_packages libfaketime libfaketime QUIESCE_LIBFAKETIME
+fi
+
 if redis_ok "$redis_url"; then
   say "redis reachable at $(host_port "$redis_url" 6379 | tr ' ' ':')"
 elif [ -n "${QUIESCE_REDIS_URL:-}" ]; then
@@ -136,3 +142,4 @@ fi
 
 echo "export QUIESCE_REDIS_URL='$redis_url'"
 echo "export QUIESCE_DATABASE_URL='$database_url'"
+if [ -n "${QUIESCE_NEED_FAKETIME:-}" ]; then echo "export QUIESCE_LIBFAKETIME='$(libfaketime)'"; fi

@@ -3,10 +3,14 @@
 //! which the API lists and redrives from. Here: the shard-by-shard listing the repair sweep
 //! reconciles into Postgres, the restore of entries Redis lost, and the redrive step.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::{Queue, Result, scripts::SCRIPTS};
 use crate::domain::{DeadLetter, EntityId, FailureRecord};
+
+/// How far ahead of Redis' clock a lease counts as expiring: the reap that follows the read
+/// of the failure floors may run that much later.
+const EXPIRING_MARGIN: Duration = Duration::from_secs(1);
 
 /// Position in a dead-letter listing: a shard and an offset in its set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -201,22 +205,16 @@ impl Queue {
         Ok(restored)
     }
 
-    /// Entities of one shard whose lease has expired, or will within a second, by this
-    /// process' clock (at most `limit`): those the next reap may count an attempt for.
+    /// Entities of one shard whose lease has expired, or will within a second, by Redis' clock
+    /// (at most `limit`): those the next reap may count an attempt for.
     pub async fn expiring_leases(&self, shard: super::Shard, limit: usize) -> Result<Vec<String>> {
-        let soon = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-            + 1000;
         let mut redis = self.redis.clone();
-        Ok(redis::cmd("ZRANGEBYSCORE")
-            .arg(self.keys.for_shard(shard).inflight())
-            .arg("-inf")
-            .arg(soon)
-            .arg("LIMIT")
-            .arg(0)
+        Ok(SCRIPTS
+            .expiring
+            .key(self.keys.for_shard(shard).inflight())
+            .arg(EXPIRING_MARGIN.as_millis() as u64)
             .arg(limit)
-            .query_async(&mut redis)
+            .invoke_async(&mut redis)
             .await?)
     }
 }

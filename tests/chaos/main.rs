@@ -351,3 +351,94 @@ async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
         app.scalar("SELECT count(*) FROM evaluations").await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos suite: make chaos"]
+async fn a_worker_whose_clock_lags_redis_reaps_with_the_attempts_postgres_kept() {
+    let libfaketime = std::env::var("QUIESCE_LIBFAKETIME")
+        .expect("QUIESCE_LIBFAKETIME, the path of libfaketime.so.1 (make chaos sets it)");
+    // The worker process' wall clock runs an hour behind Redis'; its monotonic clock (its
+    // timers) is left alone.
+    let lagging = [
+        ("LD_PRELOAD", libfaketime.as_str()),
+        ("FAKETIME", "-3600"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let lag = {
+        let faked = std::process::Command::new("date")
+            .arg("+%s")
+            .envs(lagging)
+            .output()
+            .expect("date under libfaketime");
+        let faked: i64 = String::from_utf8_lossy(&faked.stdout)
+            .trim()
+            .parse()
+            .unwrap();
+        chrono::Utc::now().timestamp() - faked
+    };
+    assert!(
+        (3590..=3610).contains(&lag),
+        "libfaketime puts the clock back an hour ({lag} s)"
+    );
+
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.worker.lease = Duration::from_millis(600);
+        s.schedule.max_attempts = 3;
+    }))
+    .await;
+    app.send(&helpers::event("k1", "post:lagging", "flag"))
+        .await;
+    // A worker claims the entity and dies: its lease expires, a failed attempt.
+    let _lost = helpers::claim_next(&app.worker()).await;
+    // Postgres kept two earlier failed attempts that Redis' copy lost (a flush, a failover).
+    sqlx::query(
+        "INSERT INTO entity_failures (entity, attempts, first_failure_at, last_failure_at, last_error)
+         VALUES ('post:lagging', 2, now(), now(), 'timed out')",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let mut worker = app
+        .worker_command("lagging", None)
+        .envs(lagging)
+        .spawn()
+        .expect("start a worker process under libfaketime");
+
+    // The reaper finds the expired lease by Redis' clock, as reap.lua expires it, and so reads
+    // its floor from Postgres: the lost lease is the third attempt, and the last. With the
+    // process' clock an hour behind it would find no lease expiring, count from Redis' record
+    // alone (one attempt) and evaluate the entity again.
+    wait_for(
+        Duration::from_secs(30),
+        "post:lagging to be dead-lettered on its third attempt",
+        || async {
+            app.scalar("SELECT count(*) FROM dead_letters WHERE entity = 'post:lagging'")
+                .await
+                == 1
+                || app
+                    .scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:lagging'")
+                    .await
+                    > 0
+        },
+    )
+    .await;
+    assert_eq!(
+        app.scalar(
+            "SELECT attempts::bigint FROM dead_letters
+             WHERE entity = 'post:lagging' AND reason = 'attempts_exhausted'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:lagging'")
+            .await,
+        0,
+        "a dead-lettered entity is not evaluated"
+    );
+    let _ = worker.kill().await;
+    eprintln!(
+        "chaos clock lag: a worker process {lag} s behind Redis dead-lettered the entity on its third attempt"
+    );
+}
