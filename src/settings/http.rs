@@ -39,7 +39,8 @@ section! {
         /// also how long a connection may stay idle); past it the connection is closed.
         header_read_timeout: Duration = Duration::from_secs(10), check nonzero;
         /// Open connections to the API at once per process; more wait in the listen backlog
-        /// until one closes.
+        /// until one closes. serve raises its open-files soft limit to cover it (with the
+        /// database pool and 256 more), or refuses to start when the hard limit is lower.
         max_connections: usize = 4096, check nonzero;
         /// Slowest body upload accepted, in bytes per second, after body_grace: a body that
         /// falls behind it is answered 408 at once, well before request_timeout.

@@ -4,6 +4,7 @@
 mod application;
 mod backends;
 mod connect;
+mod open_files;
 mod signals;
 
 use std::{future::Future, sync::Arc};
@@ -14,6 +15,7 @@ pub use self::{
     application::{Application, run_workers, spawn_metrics_listener},
     backends::Backends,
     connect::{connect_postgres, connect_redis, keyspace, load_rules, prepare_database},
+    open_files::{ensure_open_files, files_needed},
     signals::{reload_rules_on_sighup, shutdown_on_signal},
 };
 use crate::{
@@ -45,6 +47,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         .security
         .check_serving()
         .map_err(anyhow::Error::msg)?;
+    ensure_open_files(&settings)?;
     if settings.security.insecure_dev {
         tracing::warn!("--insecure-dev: the API runs without tokens or inbound signatures");
     }

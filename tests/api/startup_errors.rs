@@ -240,3 +240,81 @@ async fn migrations_are_not_cut_short_by_the_statement_timeout() {
         .await
         .unwrap();
 }
+
+/// `quiesce serve` with its open-files limit set to `soft` and `hard` before it starts.
+fn limited(mut command: tokio::process::Command, soft: u64, hard: u64) -> tokio::process::Command {
+    use nix::sys::resource::{Resource, setrlimit};
+    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        command.pre_exec(move || {
+            setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(std::io::Error::from)
+        });
+    }
+    command
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_when_the_open_files_limit_cannot_hold_max_connections() {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+    command
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "error")
+        .env("QUIESCE_INSECURE_DEV", "true")
+        // Nothing answers here: the refusal comes before any connection is tried.
+        .env("QUIESCE_DATABASE_URL", "postgres://127.0.0.1:1/quiesce")
+        .env("QUIESCE_REDIS_URL", "redis://127.0.0.1:1")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        limited(command, 1024, 1024).output(),
+    )
+    .await
+    .expect("quiesce exits")
+    .expect("run quiesce");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    // The default max_connections (4096) and pool (16), with 256 files for the rest.
+    for named in [
+        "QUIESCE_MAX_CONNECTIONS",
+        "4096",
+        "4368 open files",
+        "at most 1024",
+        "LimitNOFILE",
+    ] {
+        assert!(stderr.contains(named), "{named} in: {stderr}");
+    }
+    assert!(
+        !stderr.contains("127.0.0.1:1"),
+        "no connection tried: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn serve_raises_its_soft_open_files_limit_to_what_max_connections_needs() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let address = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let command = app.serve_command("limited", address);
+    let mut serve = limited(command, 1024, 8192).spawn().expect("start serve");
+    crate::helpers::wait_for(Duration::from_secs(30), "serve to answer", || async {
+        app.client
+            .get(format!("http://{address}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", serve.id().unwrap())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let values: Vec<&str> = open_files.split_whitespace().collect();
+    // serve_command's pool is 8: 4096 + 8 + 256.
+    assert_eq!(values[3..5], ["4360", "8192"], "{open_files}");
+    let _ = serve.kill().await;
+}
