@@ -17,7 +17,7 @@ use crate::{
     coalesce::{Batching, Coalescer},
     domain::{EntityId, Event, Priority},
     queue::{Queue, QueueError},
-    store::{Store, StoreError},
+    store::{GithubDelivery, Store, StoreError},
     telemetry::{Timed, names},
 };
 
@@ -63,9 +63,11 @@ pub struct IngestOutcome {
 
 type Answer = Result<IngestOutcome, IngestError>;
 
-/// One request's events in a group, with the span of the request that sent them.
+/// One request's events in a group, with the GitHub delivery they came in (remembered in the
+/// same statement) and the span of the request that sent them.
 struct Request {
     events: Vec<Event>,
+    delivery: Option<GithubDelivery>,
     span: tracing::Span,
 }
 
@@ -105,11 +107,17 @@ impl GroupCommit {
         Self { groups, timeout }
     }
 
-    /// Records and schedules a request's events; returns once they are durable and scheduled.
-    /// A request given up on while it still waits for its group is never written.
-    pub(super) async fn submit(&self, events: Vec<Event>) -> Result<IngestOutcome, SubmitError> {
+    /// Records and schedules a request's events, and remembers its delivery with them; returns
+    /// once they are durable and scheduled. A request given up on while it still waits for its
+    /// group is never written.
+    pub(super) async fn submit(
+        &self,
+        events: Vec<Event>,
+        delivery: Option<GithubDelivery>,
+    ) -> Result<IngestOutcome, SubmitError> {
         let request = Request {
             events,
+            delivery,
             span: tracing::Span::current(),
         };
         // The committer has its own timeout; this one bounds the wait for a place in line.
@@ -138,9 +146,13 @@ impl Committer {
         for request in &group {
             span.follows_from(&request.span);
         }
-        let group: Vec<Vec<Event>> = group.into_iter().map(|request| request.events).collect();
+        let (group, deliveries): (Vec<Vec<Event>>, Vec<Option<GithubDelivery>>) = group
+            .into_iter()
+            .map(|request| (request.events, request.delivery))
+            .unzip();
+        let deliveries: Vec<&GithubDelivery> = deliveries.iter().flatten().collect();
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.commit(&group))
+        let result = tokio::time::timeout(self.timeout, self.commit(&group, &deliveries))
             .instrument(span.clone())
             .await;
         metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
@@ -158,8 +170,13 @@ impl Committer {
         }
     }
 
-    /// One statement for the whole group, then one schedule call per shard.
-    async fn commit(&self, group: &[Vec<Event>]) -> Result<Vec<IngestOutcome>, IngestError> {
+    /// One statement for the whole group (its events and its deliveries), then one schedule
+    /// call per shard.
+    async fn commit(
+        &self,
+        group: &[Vec<Event>],
+        deliveries: &[&GithubDelivery],
+    ) -> Result<Vec<IngestOutcome>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.
         let mut owned_by: HashMap<&str, &EntityId> = HashMap::new();
@@ -176,7 +193,7 @@ impl Committer {
         }
         let inserted = self
             .store
-            .record_events(&unique)
+            .record_group(&unique, deliveries)
             .timed_query("record_events")
             .await?;
 

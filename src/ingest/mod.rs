@@ -9,7 +9,7 @@
 mod commit;
 mod rate;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -19,7 +19,12 @@ pub use self::{
     commit::{IngestError, IngestOutcome},
     rate::{RateKey, RateLimited, RateLimits},
 };
-use crate::{domain::Event, queue::Queue, store::Store, telemetry::names};
+use crate::{
+    domain::{EntityId, Event, Priority},
+    queue::Queue,
+    store::{GithubDelivery, Store},
+    telemetry::names,
+};
 
 /// What the deliveries table calls the secrets of `POST /v1/events` (no source name has a `/`).
 const EVENTS_ENDPOINT: &str = "/v1/events";
@@ -59,6 +64,7 @@ pub struct Submission<'a> {
 pub struct Ingestor {
     groups: GroupCommit,
     store: Store,
+    queue: Queue,
 }
 
 impl Ingestor {
@@ -66,8 +72,9 @@ impl Ingestor {
     /// a critical event, so that the worker claims it at once.
     pub fn start(store: Store, queue: Queue, wakeup: Arc<Notify>, timeout: Duration) -> Self {
         Self {
-            groups: GroupCommit::start(store.clone(), queue, wakeup, timeout),
+            groups: GroupCommit::start(store.clone(), queue.clone(), wakeup, timeout),
             store,
+            queue,
         }
     }
 
@@ -75,13 +82,14 @@ impl Ingestor {
     /// scheduled.
     ///
     /// A GitHub delivery whose id or body its source accepted before is a replay: it is
-    /// answered as a duplicate of every event in it and nothing is written or scheduled.
-    /// Otherwise its events are submitted and the delivery is remembered only once they are
-    /// durable and scheduled, so a request that fails (503) does not use up its delivery id and
-    /// the sender's retry goes through. Two copies of a request racing each other both pass the
-    /// check; the second then finds its event ids recorded by the first, as for any duplicate.
-    /// A failure to remember an accepted delivery fails the request: the events are durable,
-    /// and the retry is a duplicate that remembers it.
+    /// answered as a duplicate of every event in it and nothing is written; the entities its
+    /// events were recorded for are scheduled again (a retry after a failed schedule step
+    /// repairs it; events past retention schedule nothing).
+    /// Otherwise its events are submitted and the delivery is remembered by the statement that
+    /// makes them durable, or not at all: a request that fails (503) has written nothing and
+    /// has not used up its delivery id, and the sender's retry goes through. Two copies of a
+    /// request racing each other both pass the check; the second then finds its event ids
+    /// recorded by the first, as for any duplicate.
     pub async fn submit(
         &self,
         rate_limits: &RateLimits,
@@ -94,7 +102,7 @@ impl Ingestor {
         } = submission;
         let Some(delivery) = delivery else {
             rate_limits.check(sender, events.len())?;
-            return self.groups.submit(events).await;
+            return self.groups.submit(events, None).await;
         };
         let source = match sender {
             RateKey::Source(name) => name,
@@ -112,6 +120,9 @@ impl Ingestor {
                 delivery = delivery.id,
                 "a GitHub delivery seen before: a duplicate"
             );
+            self.schedule_recorded(&events)
+                .await
+                .map_err(SubmitError::Unavailable)?;
             metrics::counter!(names::EVENTS_DUPLICATE).increment(events.len() as u64);
             return Ok(IngestOutcome {
                 accepted: 0,
@@ -121,11 +132,34 @@ impl Ingestor {
         // Only a delivery not seen before spends the source's rate: replaying a captured one
         // cannot drain the budget of the real sender.
         rate_limits.check(sender, events.len())?;
-        let outcome = self.groups.submit(events).await?;
-        self.store
-            .remember_github_delivery(source, delivery.id, &digest)
-            .await
-            .map_err(|error| SubmitError::Unavailable(error.into()))?;
-        Ok(outcome)
+        let delivery = GithubDelivery {
+            source: source.to_owned(),
+            delivery_id: delivery.id.to_owned(),
+            body_sha256: digest,
+        };
+        self.groups.submit(events, Some(delivery)).await
+    }
+
+    /// Schedules again the entities that `events` were recorded for (those still within
+    /// retention), writing nothing: a sender's retry of a delivery whose events were durable
+    /// but whose schedule step failed repairs the schedule, as the retry of any duplicate does.
+    async fn schedule_recorded(&self, events: &[Event]) -> Result<(), IngestError> {
+        let ids: Vec<&str> = events.iter().map(|event| event.id.as_str()).collect();
+        let recorded = self.store.entities_of(&ids).await?;
+        let mut entities: HashMap<&EntityId, Priority> = HashMap::new();
+        for event in events {
+            if let Some(entity) = recorded.get(event.id.as_str()) {
+                let priority = entities.entry(entity).or_default();
+                if event.priority == Priority::Critical {
+                    *priority = Priority::Critical;
+                }
+            }
+        }
+        let entities: Vec<(EntityId, Priority)> = entities
+            .into_iter()
+            .map(|(entity, priority)| (entity.clone(), priority))
+            .collect();
+        self.queue.schedule(&entities).await?;
+        Ok(())
     }
 }

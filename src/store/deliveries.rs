@@ -1,7 +1,17 @@
 //! GitHub-signed deliveries already accepted: what makes a replay of one a duplicate however
-//! long after its events left retention (the scheme has no signed timestamp).
+//! long after its events left retention (the scheme has no signed timestamp). A delivery is
+//! remembered by the statement that records its events (`store/events.rs`), so it is remembered
+//! exactly when they are durable.
 
 use super::{Result, Store};
+
+/// An accepted GitHub-signed request, as its source remembers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubDelivery {
+    pub source: String,
+    pub delivery_id: String,
+    pub body_sha256: [u8; 32],
+}
 
 impl Store {
     /// Whether a GitHub-signed request of `source` with this delivery id, or with this body,
@@ -24,25 +34,5 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok(seen)
-    }
-
-    /// Remembers an accepted GitHub-signed request; remembering it twice changes nothing.
-    pub async fn remember_github_delivery(
-        &self,
-        source: &str,
-        delivery_id: &str,
-        body_sha256: &[u8],
-    ) -> Result<()> {
-        sqlx::query!(
-            "INSERT INTO github_deliveries (source, delivery_id, body_sha256)
-             VALUES ($1, $2, $3)
-             ON CONFLICT DO NOTHING",
-            source,
-            delivery_id,
-            body_sha256,
-        )
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 }

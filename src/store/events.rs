@@ -6,18 +6,29 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::{Result, Store, StoreError};
+use super::{GithubDelivery, Result, Store, StoreError};
 use crate::domain::{EntityId, Event};
 
 impl Store {
-    /// Records events in one statement (group commit); returns the ids that were new. The
-    /// statement is atomic on its own, so no BEGIN and COMMIT round trips go around it.
+    /// Records events in one statement; returns the ids that were new.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
+        self.record_group(events, &[]).await
+    }
+
+    /// Records a group commit's events, and remembers the GitHub deliveries they came in, in
+    /// one statement; returns the ids that were new. The statement is atomic on its own, so no
+    /// BEGIN and COMMIT round trips go around it, and a delivery is remembered exactly when its
+    /// events are durable.
+    pub async fn record_group(
+        &self,
+        events: &[&Event],
+        deliveries: &[&GithubDelivery],
+    ) -> Result<HashSet<String>> {
         // A partition turnover (an events partition whose time is over and not sealed yet, or
         // none made for now) is repaired and the statement retried.
         self.with_turnover(|| async {
             let mut connection = self.pool.acquire().await?;
-            record_in(&mut connection, events).await
+            record_in(&mut connection, events, deliveries).await
         })
         .await
     }
@@ -57,6 +68,7 @@ impl Store {
 pub(super) async fn record_in(
     connection: &mut PgConnection,
     events: &[&Event],
+    deliveries: &[&GithubDelivery],
 ) -> Result<HashSet<String>> {
     let mut events = events.to_vec();
     events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
@@ -82,6 +94,10 @@ pub(super) async fn record_in(
                 .map(|a| serde_json::to_string(a).expect("scalars serialize"))
         })
         .collect();
+    let delivery_sources: Vec<&str> = deliveries.iter().map(|d| d.source.as_str()).collect();
+    let delivery_ids: Vec<&str> = deliveries.iter().map(|d| d.delivery_id.as_str()).collect();
+    let delivery_digests: Vec<Vec<u8>> =
+        deliveries.iter().map(|d| d.body_sha256.to_vec()).collect();
     let rows: Vec<Option<String>> = sqlx::query_scalar!(
         r#"WITH gate AS MATERIALIZED (
                SELECT NOT EXISTS (SELECT 1 FROM partitions p
@@ -128,6 +144,15 @@ pub(super) async fn record_in(
                WHERE NOT EXISTS (SELECT 1 FROM entities x WHERE x.entity = n.entity)
                ORDER BY n.entity, n.author NULLS LAST
                ON CONFLICT (entity) DO NOTHING
+           ),
+           -- The GitHub deliveries the events came in: remembered with them or not at all.
+           remembered AS (
+               INSERT INTO github_deliveries (source, delivery_id, body_sha256)
+               SELECT d.source, d.delivery_id, d.body_sha256
+               FROM UNNEST($10::text[], $11::text[], $12::bytea[])
+                   AS d(source, delivery_id, body_sha256)
+               WHERE (SELECT open FROM gate)
+               ON CONFLICT DO NOTHING
            )
            SELECT id AS "id?" FROM inserted
            UNION ALL
@@ -141,6 +166,9 @@ pub(super) async fn record_in(
         &priorities as &[&str],
         &authors as &[Option<&str>],
         &attributes as &[Option<String>],
+        &delivery_sources as &[&str],
+        &delivery_ids as &[&str],
+        &delivery_digests,
     )
     .fetch_all(&mut *connection)
     .await?;

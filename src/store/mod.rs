@@ -46,6 +46,7 @@ pub use self::{
     },
     context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
+    deliveries::GithubDelivery,
     evaluations::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
     moderation::Reversal,

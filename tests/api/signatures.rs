@@ -316,7 +316,7 @@ async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() 
 }
 
 #[tokio::test]
-async fn a_github_delivery_that_fails_is_not_used_up() {
+async fn a_github_delivery_whose_schedule_failed_is_repaired_by_the_senders_retry() {
     let app = spawn_app(TestOptions {
         through_proxies: true,
         ..TestOptions::idle().with(|s| {
@@ -331,25 +331,75 @@ async fn a_github_delivery_that_fails_is_not_used_up() {
     redis.cut();
     let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
     assert_eq!(status, 503, "{reply}");
+    // The event is durable, and its delivery was remembered by the same statement.
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
     assert_eq!(
         app.scalar("SELECT count(*) FROM github_deliveries").await,
-        0,
-        "a delivery that failed is not remembered"
+        1,
+        "a delivery is remembered exactly when its events are durable"
     );
     redis.restore();
-    // The sender's retry goes through: its event was durable already, and now it is scheduled.
+    // The sender's retry goes through as a duplicate, and schedules the entity its event was
+    // recorded for.
     wait_for(
         std::time::Duration::from_secs(20),
-        "the retry to be accepted",
-        || async { post_github(&app, "/v1/events", Some("d-1"), body).await.0 == 202 },
+        "the retry to be answered",
+        || async {
+            let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+            status == 202 && reply["duplicates"] == 1
+        },
     )
     .await;
     assert!(
         !app.queue_is_empty().await,
         "the retry scheduled the entity"
     );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+}
+
+#[tokio::test]
+async fn a_github_delivery_that_cannot_be_remembered_writes_nothing_and_its_retry_is_taken() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.security.inbound_github_secrets = crate::helpers::github_secrets(vec![GITHUB.to_owned()]);
+    }))
+    .await;
+    // Remembering a delivery fails (as a full disk or a lost connection would make it fail).
+    sqlx::query(
+        "CREATE FUNCTION refuse_delivery() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'deliveries cannot be written'; END $$",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_delivery BEFORE INSERT ON github_deliveries
+             FOR EACH ROW EXECUTE FUNCTION refuse_delivery()",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let body = r#"{"id":"g1","entity":"post:1","type":"flag"}"#;
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+    assert_eq!(status, 503, "{reply}");
+    // The 503 wrote nothing: its event is not durable without its delivery, so the captured
+    // request cannot come back as new once the event leaves retention.
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM github_deliveries").await,
+        0
+    );
+    assert!(app.queue_is_empty().await);
+
+    sqlx::query("DROP TRIGGER refuse_delivery ON github_deliveries")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+    assert_eq!((status, &reply["accepted"]), (202, &1.into()), "{reply}");
     assert_eq!(
         app.scalar("SELECT count(*) FROM github_deliveries").await,
         1
     );
+    let (status, reply) = post_github(&app, "/v1/events", Some("d-1"), body).await;
+    assert_eq!((status, &reply["duplicates"]), (202, &1.into()), "{reply}");
 }
