@@ -1,6 +1,6 @@
 //! The API's listener. Connections are served by hyper directly (not `axum::serve`) so that a
-//! client that is slow to send a request, or that keeps a connection open doing nothing, is cut
-//! off, and so that the open connections are capped.
+//! client that is slow to send a request, that keeps a connection open doing nothing, or that
+//! stops reading its answers, is cut off, and so that the open connections are capped.
 
 use std::{sync::Arc, time::Duration};
 
@@ -15,6 +15,7 @@ use tokio::{
     net::TcpListener,
     sync::{OwnedSemaphorePermit, Semaphore},
 };
+use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -27,6 +28,10 @@ pub struct ConnectionLimits {
     /// one: a new connection, or a kept-alive one after its last response. Past it the
     /// connection is closed; this is also how long a kept-alive connection may stay idle.
     pub header_read_timeout: Duration,
+    /// Longest a write may wait for the client to take bytes (the client stopped reading, its
+    /// window is shut): then the connection is closed, instead of holding its slot until TCP
+    /// gives up, which it never does while the client's kernel answers its probes.
+    pub write_timeout: Duration,
     /// Open connections at once; more wait in the listen backlog until one closes.
     pub max_connections: usize,
     /// How long a shutdown waits for the requests in progress (no request may take longer):
@@ -39,6 +44,7 @@ impl From<&Http> for ConnectionLimits {
     fn from(http: &Http) -> Self {
         Self {
             header_read_timeout: http.header_read_timeout,
+            write_timeout: http.write_timeout,
             max_connections: http.max_connections,
             drain_timeout: http.request_timeout,
         }
@@ -90,8 +96,12 @@ pub async fn serve(
                 request
             },
         );
-        let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.write_timeout));
+        let connection = builder.serve_connection(
+            TokioIo::new(Box::pin(stream)),
+            TowerToHyperService::new(service),
+        );
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             // An error here is the client's doing (a timeout, a reset, a malformed request):

@@ -38,6 +38,9 @@ section! {
         /// waits for one (a new connection, or a kept-alive one after its last response, so
         /// also how long a connection may stay idle); past it the connection is closed.
         header_read_timeout: Duration = Duration::from_secs(10), check nonzero;
+        /// Longest a response write may wait for the client to take bytes; past it the
+        /// connection is closed, so a client that stopped reading frees its connection.
+        write_timeout: Duration = Duration::from_secs(30), check nonzero;
         /// Open connections to the API at once per process; more wait in the listen backlog
         /// until one closes. serve raises its open-files soft limit to cover it (with the
         /// database pool and 256 more), or refuses to start when the hard limit is lower.

@@ -1,8 +1,9 @@
 //! The HTTP edge against slow and hostile clients: requests nobody has authenticated hold no
 //! ingest slot, a body above the limit is refused from its declared length, a trickled body is
 //! cut off at the pace floor, connections that send nothing (or too little, or stay idle) are
-//! closed, open connections are capped, malformed paths and field names get the JSON error, and
-//! every route that takes a body answers one over the limit with the JSON 413.
+//! closed, a client that stops reading its answers frees its connection, open connections are
+//! capped, malformed paths and field names get the JSON error, and every route that takes a
+//! body answers one over the limit with the JSON 413.
 
 use std::time::Duration;
 
@@ -236,6 +237,45 @@ async fn open_connections_are_capped() {
         answer_status(&mut third, Duration::from_secs(10)).await,
         Some(200)
     );
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_its_answers_frees_its_connection() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.http.max_connections = 1;
+        s.http.write_timeout = Duration::from_secs(1);
+        s.http.header_read_timeout = Duration::from_secs(60);
+    }))
+    .await;
+    let at = address(&app);
+    // Many pipelined requests for the OpenAPI document, whose answers are never read: the
+    // client's window closes, the server's send buffer fills, and its write waits.
+    let stalled = tokio::net::TcpSocket::new_v4().unwrap();
+    stalled.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = stalled.connect(at.parse().unwrap()).await.unwrap();
+    let request = format!("GET /openapi.json HTTP/1.1\r\nHost: {at}\r\n\r\n");
+    let requests = request.repeat(2000);
+    // The requests go out in the background: the server stops reading them once it stops
+    // writing, so this write may never finish either.
+    let writer = tokio::spawn(async move {
+        let _ = stalled.write_all(requests.as_bytes()).await;
+        stalled
+    });
+    // With the only slot taken, another client waits until the stalled connection is closed:
+    // at the write timeout, not when TCP gives up (never, while the client's kernel answers
+    // the server's window probes).
+    let mut next = send_head(
+        &app,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {at}\r\n\r\n"),
+        b"",
+    )
+    .await;
+    assert_eq!(
+        answer_status(&mut next, Duration::from_secs(20)).await,
+        Some(200),
+        "the stalled connection's slot is given back"
+    );
+    writer.abort();
 }
 
 #[tokio::test]
