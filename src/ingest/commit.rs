@@ -158,7 +158,7 @@ impl Committer {
         metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         let _entered = span.enter();
         match result {
-            Ok(Ok(outcomes)) => outcomes.into_iter().map(Ok).collect(),
+            Ok(Ok(answers)) => answers,
             Ok(Err(error)) => {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), "group commit failed");
                 vec![Err(error); group.len()]
@@ -171,12 +171,15 @@ impl Committer {
     }
 
     /// One statement for the whole group (its events and its deliveries), then one schedule
-    /// call per shard.
+    /// call per shard. The statement fails the whole group; a shard's schedule fails only the
+    /// requests with an entity in it (their events are durable: the sender's retry, or the
+    /// repair sweep, schedules them), so one Redis master down does not fail the requests
+    /// that touch only the others.
     async fn commit(
         &self,
         group: &[Vec<Event>],
         deliveries: &[&GithubDelivery],
-    ) -> Result<Vec<IngestOutcome>, IngestError> {
+    ) -> Result<Vec<Answer>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.
         let mut owned_by: HashMap<&str, &EntityId> = HashMap::new();
@@ -225,23 +228,28 @@ impl Committer {
             self.store.entities_of(&duplicate_ids).await?
         };
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
-        for event in group.iter().flatten() {
-            let entity = match recorded.get(event.id.as_str()) {
-                Some(stored) => stored.clone(),
-                // Inserted now, by this event or an earlier one of the group with the same
-                // entity.
-                None if owned_by.get(event.id.as_str()) == Some(&&event.entity) => {
-                    event.entity.clone()
+        // Each request's entities, to answer it by its own shards' outcome.
+        let mut requests: Vec<Vec<EntityId>> = vec![Vec::new(); group.len()];
+        for (index, events) in group.iter().enumerate() {
+            for event in events {
+                let entity = match recorded.get(event.id.as_str()) {
+                    Some(stored) => stored.clone(),
+                    // Inserted now, by this event or an earlier one of the group with the
+                    // same entity.
+                    None if owned_by.get(event.id.as_str()) == Some(&&event.entity) => {
+                        event.entity.clone()
+                    }
+                    None => continue,
+                };
+                let priority = entities.entry(entity.clone()).or_default();
+                if event.priority == Priority::Critical {
+                    *priority = Priority::Critical;
                 }
-                None => continue,
-            };
-            let priority = entities.entry(entity).or_default();
-            if event.priority == Priority::Critical {
-                *priority = Priority::Critical;
+                requests[index].push(entity);
             }
         }
         let to_schedule: Vec<(EntityId, Priority)> = entities.into_iter().collect();
-        self.queue.schedule(&to_schedule).await?;
+        let scheduled = self.queue.schedule_each(&to_schedule).await;
         if to_schedule.iter().any(|(_, p)| *p == Priority::Critical) {
             self.wakeup.notify_one();
         }
@@ -250,6 +258,30 @@ impl Committer {
         let duplicates: usize = outcomes.iter().map(|o| o.duplicates).sum();
         metrics::counter!(names::EVENTS_INGESTED).increment(accepted as u64);
         metrics::counter!(names::EVENTS_DUPLICATE).increment(duplicates as u64);
-        Ok(outcomes)
+        let Some((error, unscheduled)) = scheduled.failure else {
+            return Ok(outcomes.into_iter().map(Ok).collect());
+        };
+        let error = IngestError::from(error);
+        let failed = requests
+            .iter()
+            .filter(|entities| entities.iter().any(|e| unscheduled.contains(e)))
+            .count();
+        tracing::warn!(
+            error = %crate::telemetry::Chain(&error),
+            entities = unscheduled.len(),
+            requests = failed,
+            "could not schedule some entities of a group (their events are durable; the senders' retries or the repair sweep schedule them)"
+        );
+        Ok(outcomes
+            .into_iter()
+            .zip(requests)
+            .map(|(outcome, entities)| {
+                if entities.iter().any(|e| unscheduled.contains(e)) {
+                    Err(error.clone())
+                } else {
+                    Ok(outcome)
+                }
+            })
+            .collect())
     }
 }

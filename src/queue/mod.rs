@@ -12,7 +12,7 @@ mod reshard;
 mod scripts;
 mod wake;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use futures::future::{join_all, try_join_all};
 
@@ -77,59 +77,75 @@ impl Queue {
     /// reports to the due index each shard whose earliest fire-at moved earlier (the index
     /// already holds a time no later for the others). While a shard count change drains, an
     /// entity the old layout still holds is scheduled there (with its max-wait anchor), the
-    /// others in the current layout. Returns the earliest fire-at set (unix ms).
+    /// others in the current layout. Returns the earliest fire-at set (unix ms); an error when
+    /// any shard failed (the others are scheduled all the same).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
+        let outcome = self.schedule_each(entities).await;
+        match outcome.failure {
+            Some((error, _)) => Err(error),
+            None => Ok(outcome.earliest),
+        }
+    }
+
+    /// [`Self::schedule`], with the entities whose shard failed named: on a cluster one master
+    /// that is down fails only the shards it serves, and the caller answers for each entity.
+    pub async fn schedule_each(&self, entities: &[(EntityId, Priority)]) -> ScheduleOutcome {
         let items = entities.iter().map(|(e, p)| (e, *p == Priority::Critical));
         let (draining, direct): (Vec<_>, Vec<_>) =
             items.partition(|(e, _)| self.keys.previous_shard_of(e).is_some());
         let mut scheduled = Vec::new();
-        let mut failure = None;
+        let mut failure: Option<QueueError> = None;
+        let mut unscheduled: HashSet<EntityId> = HashSet::new();
         let mut current: Vec<(&EntityId, bool)> = direct;
         if !draining.is_empty() {
             let groups = self.group(draining, |e| {
                 self.keys.previous_shard_of(e).expect("partitioned on it")
             });
-            let held = join_all(
-                groups
-                    .into_iter()
-                    .map(|(keys, members)| self.schedule_in(keys, members, true)),
-            )
+            let held = join_all(groups.into_iter().map(|(keys, members)| async move {
+                let entities: Vec<&EntityId> = members.iter().map(|(e, _)| *e).collect();
+                (self.schedule_in(keys, members, true).await, entities)
+            }))
             .await;
-            for result in held {
+            for (result, entities) in held {
                 match result {
                     Ok((set, not_held)) => {
                         scheduled.push(set);
                         current.extend(not_held);
                     }
-                    Err(error) => failure = Some(error),
+                    Err(error) => {
+                        failure = Some(error);
+                        unscheduled.extend(entities.into_iter().cloned());
+                    }
                 }
             }
         }
         let groups = self.group(current, |e| self.keys.shard_of(e));
-        let set = join_all(
-            groups
-                .into_iter()
-                .map(|(keys, members)| self.schedule_in(keys, members, false)),
-        )
+        let set = join_all(groups.into_iter().map(|(keys, members)| async move {
+            let entities: Vec<&EntityId> = members.iter().map(|(e, _)| *e).collect();
+            (self.schedule_in(keys, members, false).await, entities)
+        }))
         .await;
-        for result in set {
+        for (result, entities) in set {
             match result {
                 Ok((set, _)) => scheduled.push(set),
-                Err(error) => failure = Some(error),
+                Err(error) => {
+                    failure = Some(error);
+                    unscheduled.extend(entities.into_iter().cloned());
+                }
             }
         }
         // The shards that were scheduled are reported even when another failed: the caller
-        // answers an error (the sender retries), and these need no rescan meanwhile.
+        // answers an error for the others (the sender retries), and these need no rescan.
         let earlier: Vec<(Shard, i64)> = scheduled
             .iter()
             .filter(|s| s.head_moved_earlier)
             .filter_map(|s| Some((s.shard, s.earliest?)))
             .collect();
         self.report(IndexKind::Due, &earlier).await;
-        if let Some(error) = failure {
-            return Err(error);
+        ScheduleOutcome {
+            earliest: scheduled.iter().filter_map(|s| s.earliest).min(),
+            failure: failure.map(|error| (error, unscheduled)),
         }
-        Ok(scheduled.iter().filter_map(|s| s.earliest).min())
     }
 
     /// One schedule call on one shard; returns what it set, and (with `held_only`) the
@@ -333,6 +349,15 @@ impl Queue {
     pub async fn ping(&self) -> Result<()> {
         Ok(self.redis.ping().await?)
     }
+}
+
+/// What [`Queue::schedule_each`] did.
+#[derive(Debug)]
+pub struct ScheduleOutcome {
+    /// The earliest fire-at set (unix ms), if anything was scheduled.
+    pub earliest: Option<i64>,
+    /// A shard's error, and every entity left unscheduled by a shard that failed.
+    pub failure: Option<(QueueError, HashSet<EntityId>)>,
 }
 
 /// What one schedule call set in one shard.

@@ -162,3 +162,77 @@ async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves()
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_shard_that_cannot_be_scheduled_fails_only_the_requests_that_touch_it() {
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(50);
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.maintenance.sweep_grace = Duration::from_secs(1);
+        s.maintenance.sweep_interval = Duration::from_millis(500);
+    }))
+    .await;
+    let keys = app.backends.queue.keys();
+    let shard_of = |entity: &str| keys.shard_of(&quiesce::domain::EntityId::parse(entity).unwrap());
+    let broken = shard_of("post:s0");
+    let (on_broken, elsewhere): (Vec<String>, Vec<String>) = (0..400)
+        .map(|i| format!("post:s{i}"))
+        .partition(|entity| shard_of(entity) == broken);
+    let on_broken = &on_broken[..on_broken.len().min(20)];
+    let elsewhere = &elsewhere[..20];
+    // One shard cannot be scheduled (as when the Redis master that serves it is down): its due
+    // set is a string, so the schedule script fails there with WRONGTYPE.
+    let due = keys.for_shard(broken).due();
+    let mut redis = app.backends.queue.connection();
+    let _: () = redis::cmd("SET")
+        .arg(&due)
+        .arg("not a sorted set")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    // Requests at once, one entity each, so that groups mix both kinds.
+    let requests = on_broken.iter().chain(elsewhere).map(|entity| {
+        let app = &app;
+        async move {
+            let status = app
+                .post_events(&event(&format!("e-{entity}"), entity, "flag"))
+                .await
+                .status()
+                .as_u16();
+            (entity.clone(), status)
+        }
+    });
+    let answers = futures::future::join_all(requests).await;
+    for (entity, status) in &answers {
+        let expected = if on_broken.contains(entity) { 503 } else { 202 };
+        assert_eq!(*status, expected, "{entity}: {answers:?}");
+    }
+    // Every event is durable, the failed requests' too.
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events").await,
+        (on_broken.len() + elsewhere.len()) as i64
+    );
+
+    // Once the shard works again, the repair sweep schedules what its requests could not, and
+    // every entity is evaluated once.
+    let _: () = redis::cmd("DEL")
+        .arg(&due)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "every entity to be evaluated",
+        || async {
+            app.scalar("SELECT count(DISTINCT entity) FROM evaluations")
+                .await
+                == (on_broken.len() + elsewhere.len()) as i64
+        },
+    )
+    .await;
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM evaluations").await,
+        (on_broken.len() + elsewhere.len()) as i64
+    );
+}
