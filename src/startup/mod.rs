@@ -6,6 +6,7 @@ mod backends;
 mod connect;
 mod open_files;
 mod signals;
+mod systemd;
 
 use std::{future::Future, sync::Arc};
 
@@ -61,6 +62,10 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         rules_version = ?booted.backends.rules.current().version(),
         "quiesce is serving"
     );
+    systemd::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status("serving"),
+    ]);
     let shutdown = booted.shutdown.clone();
     booted
         .run_beside_dispatcher(&settings, app.run_until_stopped(shutdown))
@@ -80,6 +85,10 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
         rules_version = ?booted.backends.rules.current().version(),
         "quiesce worker started"
     );
+    systemd::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status("working"),
+    ]);
     let (backends, shutdown) = (&booted.backends, booted.shutdown.clone());
     let running = async {
         run_workers(

@@ -1,4 +1,5 @@
-//! The process' signals: SIGTERM or ctrl-c stops it, SIGHUP reads the active rules version again.
+//! The process' signals: SIGTERM or ctrl-c stops it, SIGHUP reads the active rules version again
+//! (each told to the service manager).
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
             return;
         };
         while hangups.recv().await.is_some() {
+            super::systemd::notify(&[sd_notify::NotifyState::Reloading]);
             let before = rules.current();
             let before = (before.rules().len(), before.version());
             match fleet::sync(&store, &rules).await {
@@ -32,6 +34,7 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
                     tracing::error!(error = %Chain(&error), "rules reload failed; the rules in force stay")
                 }
             }
+            super::systemd::notify(&[sd_notify::NotifyState::Ready]);
         }
     });
 }
@@ -58,6 +61,7 @@ pub fn shutdown_on_signal() -> CancellationToken {
             _ = terminate => {}
         }
         tracing::info!("shutdown requested: no new claims, finishing running evaluations");
+        super::systemd::notify(&[sd_notify::NotifyState::Stopping]);
         trigger.cancel();
     });
     token

@@ -40,6 +40,7 @@ mod review_queue;
 mod roles;
 mod rules;
 mod rules_versions;
+mod service_manager;
 mod shard_change;
 mod shard_index;
 mod signatures;

@@ -1,0 +1,62 @@
+//! The service manager's readiness protocol, as systemd speaks it to a `Type=notify` unit: a
+//! datagram socket named by NOTIFY_SOCKET, READY=1 once the process answers, RELOADING=1 and
+//! READY=1 around a SIGHUP reload, STOPPING=1 at SIGTERM.
+
+use std::time::Duration;
+
+use tokio::net::UnixDatagram;
+
+use crate::helpers::{TestOptions, spawn_app};
+
+/// The next notification on `socket`, within a deadline.
+async fn next(socket: &UnixDatagram) -> String {
+    let mut buffer = vec![0u8; 4096];
+    let length = tokio::time::timeout(Duration::from_secs(30), socket.recv(&mut buffer))
+        .await
+        .expect("a notification within the deadline")
+        .unwrap();
+    String::from_utf8_lossy(&buffer[..length]).trim_end().to_owned()
+}
+
+#[tokio::test]
+async fn serve_tells_the_service_manager_when_it_is_ready_reloading_and_stopping() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let dir = std::env::temp_dir().join(format!("quiesce-notify-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notify.sock");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    let address = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let mut serve = app
+        .serve_command("notified", address)
+        .env("NOTIFY_SOCKET", &path)
+        .spawn()
+        .expect("start serve");
+    let pid = nix::unistd::Pid::from_raw(serve.id().unwrap() as i32);
+
+    let ready = next(&socket).await;
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    // Ready means serving: the API answers as soon as the manager hears it.
+    let health = app
+        .client
+        .get(format!("http://{address}/healthz"))
+        .send()
+        .await
+        .expect("the API answers once READY=1 is sent");
+    assert_eq!(health.status(), 200);
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    assert_eq!(next(&socket).await, "RELOADING=1");
+    assert_eq!(next(&socket).await, "READY=1");
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(next(&socket).await, "STOPPING=1");
+    let exited = tokio::time::timeout(Duration::from_secs(30), serve.wait())
+        .await
+        .expect("serve exits after SIGTERM")
+        .unwrap();
+    assert!(exited.success(), "{exited}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
