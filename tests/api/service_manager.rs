@@ -15,7 +15,9 @@ async fn next(socket: &UnixDatagram) -> String {
         .await
         .expect("a notification within the deadline")
         .unwrap();
-    String::from_utf8_lossy(&buffer[..length]).trim_end().to_owned()
+    String::from_utf8_lossy(&buffer[..length])
+        .trim_end()
+        .to_owned()
 }
 
 #[tokio::test]

@@ -71,6 +71,37 @@ fn dashboards() -> Vec<(String, Value)> {
     found
 }
 
+/// Each alert's `runbook_url` annotation, by alert name (the same fixed layout as
+/// [`alert_rules`]: the annotation inside the alert's block).
+fn runbook_urls(text: &str) -> std::collections::BTreeMap<String, String> {
+    let mut urls = std::collections::BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix("- alert: ") {
+            current = Some(name.to_owned());
+        } else if let (Some(url), Some(name)) = (line.strip_prefix("runbook_url: "), &current) {
+            urls.insert(name.clone(), url.trim_matches('"').to_owned());
+        }
+    }
+    urls
+}
+
+/// The anchor a Markdown renderer gives a heading: lower case, spaces to dashes, punctuation
+/// other than dashes and underscores dropped.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The alert rules' `(name, expr)`, read with a tiny YAML walk (the file's layout is fixed:
 /// `- alert:` then `expr:` either inline or as a `|` block).
 fn alert_rules(text: &str) -> Vec<(String, String)> {
@@ -363,6 +394,27 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     let alert_text = std::fs::read_to_string(&alerts_path).unwrap();
     let alerts = alert_rules(&alert_text);
     assert_eq!(alerts.len(), 8, "{alerts:?}");
+    // Every alert links to its runbook, a heading of docs/operations.md.
+    let runbooks = runbook_urls(&alert_text);
+    let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
+    let anchors: BTreeSet<String> = operations
+        .lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|heading| heading_anchor(heading.trim_start_matches('#')))
+        .collect();
+    for (name, _) in &alerts {
+        let url = runbooks
+            .get(name)
+            .unwrap_or_else(|| panic!("alert {name} has a runbook_url annotation"));
+        let anchor = url
+            .strip_prefix("docs/operations.md#")
+            .unwrap_or_else(|| panic!("{name}: {url} points into docs/operations.md"));
+        assert!(
+            anchors.contains(anchor),
+            "{name}: {url} names a heading of docs/operations.md"
+        );
+        assert_eq!(anchor, format!("runbook-{}", name.to_lowercase()), "{name}");
+    }
 
     // 2. The dashboards are well formed.
     let dashboards = dashboards();
