@@ -24,7 +24,7 @@ WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1
 
 CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
 
-.PHONY: help run test clean-data units console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 ## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
@@ -102,6 +102,10 @@ cluster:
 	QUIESCE_REDIS_URL="$$QUIESCE_CLUSTER_URL" $(CARGO) test --test api -- --test-threads $(TEST_THREADS) $(CLUSTER_API_TESTS) && \
 	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
 	status=$$?; scripts/dev/redis-cluster.sh stop; exit $$status
+
+## image: a static (musl) build in a container image from scratch (buildah), checked and run against the local services
+image:
+	@scripts/dev/image.sh
 
 ## units: systemd-analyze verify on deploy/systemd/ and each unit's security exposure score
 units:

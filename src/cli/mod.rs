@@ -4,6 +4,7 @@
 mod audit;
 mod dead_letters;
 mod deliveries;
+mod healthcheck;
 mod rules;
 mod shards;
 
@@ -46,6 +47,10 @@ enum Command {
         #[command(subcommand)]
         command: DeliveriesCommand,
     },
+    /// Ask the quiesce process on this host whether it is alive (GET /healthz on its metrics
+    /// listener, or --url): exit 0 when it answers 2xx, 1 otherwise. The container image's
+    /// health command.
+    Healthcheck(healthcheck::HealthcheckArgs),
     /// Print the effective settings, each with where it came from (default, file, environment,
     /// flag); secrets are redacted.
     Config(ConfigArgs),
@@ -96,5 +101,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Deliveries { command } => deliveries::run(command).await,
         Command::Rules { command } => rules::run(command).await,
         Command::Audit(args) => audit::run(args).await,
+        Command::Healthcheck(args) => healthcheck::run(args).await,
     }
 }

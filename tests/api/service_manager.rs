@@ -1,6 +1,7 @@
 //! The service manager's readiness protocol, as systemd speaks it to a `Type=notify` unit: a
 //! datagram socket named by NOTIFY_SOCKET, READY=1 once the process answers, RELOADING=1 and
-//! READY=1 around a SIGHUP reload, STOPPING=1 at SIGTERM.
+//! READY=1 around a SIGHUP reload, STOPPING=1 at SIGTERM; and `quiesce healthcheck`, what a
+//! container runtime asks.
 
 use std::time::Duration;
 
@@ -61,4 +62,47 @@ async fn serve_tells_the_service_manager_when_it_is_ready_reloading_and_stopping
         .unwrap();
     assert!(exited.success(), "{exited}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn healthcheck_says_whether_the_process_on_its_metrics_listener_is_alive() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let (mut worker, metrics) = app.spawn_ready_worker_process("checked").await;
+    let healthcheck = |listen: String| {
+        let app = &app;
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+                .arg("healthcheck")
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .envs(app.settings.to_environment())
+                .env("QUIESCE_METRICS_LISTEN", listen)
+                .env("RUST_LOG", "error")
+                .output()
+                .await
+                .unwrap();
+            (
+                output.status.success(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+    };
+    // The worker's metrics listener answers: healthy, and stdout says what was asked.
+    let (ok, stdout, stderr) = healthcheck(metrics.to_string()).await;
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("http://{metrics}/healthz")),
+        "{stdout}"
+    );
+    // Nothing listens there any more: unhealthy, naming the address.
+    worker.kill().await.unwrap();
+    let _ = worker.wait().await;
+    let (ok, _, stderr) = healthcheck(metrics.to_string()).await;
+    assert!(!ok);
+    assert!(stderr.contains(&metrics.to_string()), "{stderr}");
+    // No metrics listener configured: says to give --url.
+    let (ok, _, stderr) = healthcheck("off".to_owned()).await;
+    assert!(!ok);
+    assert!(stderr.contains("--url"), "{stderr}");
 }
