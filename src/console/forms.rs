@@ -20,6 +20,9 @@ pub const MAX_FORM_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone, Default)]
 pub struct Fields(Vec<(String, String)>);
 
+/// The longest rule name a listing's filter takes (as the API's).
+const MAX_RULE_FILTER: usize = 200;
+
 impl Fields {
     /// Refuses a field given twice.
     pub fn new(pairs: Vec<(String, String)>) -> Result<Self, PageError> {
@@ -84,6 +87,16 @@ impl Fields {
     /// The field's value, trimmed; `None` when absent or empty.
     pub fn optional(&self, name: &str) -> Option<&str> {
         self.get(name).map(str::trim).filter(|v| !v.is_empty())
+    }
+
+    /// The `rule` filter of a listing: at most 200 characters, no NUL; `None` when absent.
+    pub fn rule_filter(&self) -> Result<Option<&str>, PageError> {
+        match self.optional("rule") {
+            Some(rule) if rule.contains('\0') || rule.chars().count() > MAX_RULE_FILTER => Err(
+                PageError::bad_field("rule", "must be at most 200 characters"),
+            ),
+            rule => Ok(rule),
+        }
     }
 
     /// Free text a moderator writes (a name, a reason): required, and held to the API's rule.

@@ -26,8 +26,6 @@ use crate::{
 
 /// Actions per page.
 const PAGE: i64 = 50;
-/// Longest rule name a filter takes (as the API's).
-const MAX_RULE: usize = 200;
 
 /// The filters of the review queue, as the query string gives them.
 #[derive(Debug, Default)]
@@ -61,13 +59,7 @@ fn read_filters(fields: &Fields) -> Result<(Filters, ActionFilter), PageError> {
         limit: PAGE + 1,
         ..Default::default()
     };
-    if let Some(rule) = fields.optional("rule") {
-        if rule.contains('\0') || rule.chars().count() > MAX_RULE {
-            return Err(PageError::bad_field(
-                "rule",
-                "must be at most 200 characters",
-            ));
-        }
+    if let Some(rule) = fields.rule_filter()? {
         filters.rule = Some(rule.to_owned());
         filter.rule = Some(rule.to_owned());
     }

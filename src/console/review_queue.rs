@@ -27,7 +27,6 @@ use crate::{
 
 /// Items per page.
 const PAGE: i64 = 50;
-const MAX_RULE: usize = 200;
 
 /// The list's filters as the query string gives them (kept as typed, for the form and links).
 #[derive(Debug, Default)]
@@ -60,13 +59,7 @@ fn read_filters(fields: &Fields, visit: &Visit) -> Result<(Filters, ReviewFilter
         limit: PAGE + 1,
         ..Default::default()
     };
-    if let Some(rule) = fields.optional("rule") {
-        if rule.contains('\0') || rule.chars().count() > MAX_RULE {
-            return Err(PageError::bad_field(
-                "rule",
-                "must be at most 200 characters",
-            ));
-        }
+    if let Some(rule) = fields.rule_filter()? {
         filters.rule = Some(rule.to_owned());
         filter.rule = Some(rule.to_owned());
     }
