@@ -7,8 +7,21 @@ use super::{
     attributes::{Attributes, attributes_from_json},
 };
 
-/// Critical events skip the debounce window and fire at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+/// Critical events skip the debounce window and fire at once. Ordered by urgency (critical
+/// above normal): an entity's events make it as urgent as the most urgent of them.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     #[default]

@@ -242,9 +242,7 @@ impl Committer {
                     None => continue,
                 };
                 let priority = entities.entry(entity.clone()).or_default();
-                if event.priority == Priority::Critical {
-                    *priority = Priority::Critical;
-                }
+                *priority = (*priority).max(event.priority);
                 requests[index].push(entity);
             }
         }

@@ -150,9 +150,7 @@ impl Ingestor {
         for event in events {
             if let Some(entity) = recorded.get(event.id.as_str()) {
                 let priority = entities.entry(entity).or_default();
-                if event.priority == Priority::Critical {
-                    *priority = Priority::Critical;
-                }
+                *priority = (*priority).max(event.priority);
             }
         }
         let entities: Vec<(EntityId, Priority)> = entities
