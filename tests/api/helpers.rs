@@ -719,10 +719,7 @@ impl TestApp {
         &self,
         worker_id: &str,
     ) -> (tokio::process::Child, std::net::SocketAddr) {
-        let address = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            probe.local_addr().unwrap()
-        };
+        let address = free_address();
         let process = self.spawn_worker_process(worker_id, Some(address));
         wait_for(
             Duration::from_secs(30),
@@ -856,6 +853,12 @@ async fn delete_redis_prefix(settings: &Settings) {
         settings.schedule.timing(),
     );
     let _ = queue.delete_prefix().await;
+}
+
+/// A loopback address no one listens on now, for a process a test starts.
+pub fn free_address() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap()
 }
 
 /// Claims until the entity comes up (its window has to pass first).

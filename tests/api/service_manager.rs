@@ -28,10 +28,7 @@ async fn serve_tells_the_service_manager_when_it_is_ready_reloading_and_stopping
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("notify.sock");
     let socket = UnixDatagram::bind(&path).unwrap();
-    let address = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let address = crate::helpers::free_address();
     let mut serve = app
         .serve_command("notified", address)
         .env("NOTIFY_SOCKET", &path)

@@ -294,10 +294,7 @@ async fn serve_refuses_to_start_when_the_open_files_limit_cannot_hold_max_connec
 #[tokio::test]
 async fn serve_raises_its_soft_open_files_limit_to_what_max_connections_needs() {
     let app = spawn_app(TestOptions::idle()).await;
-    let address = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let address = crate::helpers::free_address();
     let command = app.serve_command("limited", address);
     let mut serve = limited(command, 1024, 8192).spawn().expect("start serve");
     crate::helpers::wait_for(Duration::from_secs(30), "serve to answer", || async {
