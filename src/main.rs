@@ -10,7 +10,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match cli::run(Cli::parse()).await {
+    let result = cli::run(Cli::parse()).await;
+    // The spans a command made are sent before it exits (when traces are exported).
+    quiesce::telemetry::traces::shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // Whatever a library put in its message, no address leaves with its password.

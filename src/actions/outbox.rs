@@ -6,12 +6,16 @@ use std::{sync::Arc, time::Duration};
 
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{
     credentials::WebhookSecret,
     settings::Settings,
     store::{OutboxRow, Store, StoreError},
-    telemetry::{Timed, names},
+    telemetry::{
+        Timed, names,
+        traces::{self, TraceParent},
+    },
 };
 
 #[derive(Clone)]
@@ -98,7 +102,14 @@ impl Dispatcher {
             .claim_deliveries(self.settings.batch, claim_for)
             .timed_query("claim_deliveries")
             .await?;
-        let attempts = futures::future::join_all(rows.iter().map(|row| self.attempt(row))).await;
+        let attempts = futures::future::join_all(rows.iter().map(|row| {
+            let span = tracing::info_span!("delivery", id = row.id, topic = %row.topic, attempts = row.attempts);
+            // The trace of the action it carries goes on to the receiver.
+            let action = row.traceparent.as_deref().and_then(TraceParent::parse);
+            traces::continue_trace(&span, action.as_ref());
+            self.attempt(row).instrument(span)
+        }))
+        .await;
         let mut round = DeliveryRound::default();
         for (row, attempt) in rows.iter().zip(attempts) {
             match attempt {
@@ -131,7 +142,6 @@ impl Dispatcher {
         Ok(round)
     }
 
-    #[tracing::instrument(name = "delivery", skip_all, fields(id = row.id, topic = %row.topic, attempts = row.attempts))]
     async fn attempt(&self, row: &OutboxRow) -> Attempt {
         let body = serde_json::to_vec(&serde_json::json!({
             "type": row.topic,
@@ -146,6 +156,9 @@ impl Dispatcher {
             .header("content-type", "application/json")
             .header("webhook-id", &row.idempotency_key)
             .header("webhook-timestamp", timestamp.to_string());
+        if let Some(trace) = TraceParent::of_span(&tracing::Span::current()) {
+            request = request.header("traceparent", trace.as_str());
+        }
         if let Some(secret) = &self.settings.secret {
             request = request.header(
                 "webhook-signature",

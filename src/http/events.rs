@@ -24,7 +24,7 @@ use super::{
 use crate::{
     domain::{AttributeLimits, Declarations, Event, EventBody, FieldError, Scope},
     ingest::{Delivery, IngestOutcome, RateKey, Submission},
-    telemetry::names,
+    telemetry::{names, traces::TraceParent},
 };
 
 #[utoipa::path(
@@ -38,6 +38,7 @@ use crate::{
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
         ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context (00-<trace id>-<parent id>-<flags>), kept with the events: the evaluation and the outbound webhook continue that trace. Any other form is ignored."),
     ),
     request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
@@ -76,6 +77,7 @@ pub async fn post_events(
         ("webhook-signature" = Option<String>, Header, description = "Space-separated v1,<base64 HMAC-SHA256 of {id}.{timestamp}.{body}>"),
         ("x-hub-signature-256" = Option<String>, Header, description = "GitHub style: sha256=<hex HMAC-SHA256 of the body>"),
         ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context (00-<trace id>-<parent id>-<flags>), kept with the events: the evaluation and the outbound webhook continue that trace. Any other form is ignored."),
     ),
     request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
     responses(
@@ -185,6 +187,10 @@ async fn accept(
         sender: rate_key,
         delivery: github_delivery(headers, signing).map(|id| Delivery { id, body: &body }),
         events,
+        // Where the events entered the trace: this request's span when spans are exported,
+        // else the platform's own context as it sent it.
+        trace: TraceParent::of_span(&tracing::Span::current())
+            .or_else(|| super::inbound_trace(headers)),
     };
     let outcome = state
         .ingestor

@@ -42,7 +42,22 @@ pub use self::{
     events::parse_events,
     state::{AppState, Shared},
 };
-use crate::{queue::Queue, store::Store, telemetry::names};
+use crate::{
+    queue::Queue,
+    store::Store,
+    telemetry::{
+        names,
+        traces::{self, TraceParent},
+    },
+};
+
+/// The W3C trace context a request came in, if it sent a valid one.
+fn inbound_trace(headers: &axum::http::HeaderMap) -> Option<TraceParent> {
+    headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(TraceParent::parse)
+}
 
 /// What the console's pages use of the API's state.
 impl crate::console::ConsoleApp for AppState {
@@ -145,12 +160,15 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
                     .extensions()
                     .get::<MatchedPath>()
                     .map_or("unmatched", |p| p.as_str());
-                tracing::info_span!(
+                let span = tracing::info_span!(
                     "request",
                     method = %request.method(),
                     route,
                     request_id = %uuid::Uuid::new_v4().simple(),
-                )
+                );
+                // A platform's trace goes on through this request (when spans are exported).
+                traces::continue_trace(&span, inbound_trace(request.headers()).as_ref());
+                span
             }),
         )
         // Marked sensitive, these header values print as `Sensitive` in any debug output.

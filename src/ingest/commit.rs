@@ -18,7 +18,7 @@ use crate::{
     domain::{EntityId, Event, Priority},
     queue::{Queue, QueueError},
     store::{GithubDelivery, Store, StoreError},
-    telemetry::{Timed, names},
+    telemetry::{Timed, names, traces::TraceParent},
 };
 
 /// Most events one group commit takes from the queue.
@@ -64,11 +64,13 @@ pub struct IngestOutcome {
 type Answer = Result<IngestOutcome, IngestError>;
 
 /// One request's events in a group, with the GitHub delivery they came in (remembered in the
-/// same statement) and the span of the request that sent them.
+/// same statement), the span of the request that sent them and the trace context kept with
+/// them.
 struct Request {
     events: Vec<Event>,
     delivery: Option<GithubDelivery>,
     span: tracing::Span,
+    trace: Option<TraceParent>,
 }
 
 /// The committers' queue; cheap to clone.
@@ -114,11 +116,13 @@ impl GroupCommit {
         &self,
         events: Vec<Event>,
         delivery: Option<GithubDelivery>,
+        trace: Option<TraceParent>,
     ) -> Result<IngestOutcome, SubmitError> {
         let request = Request {
             events,
             delivery,
             span: tracing::Span::current(),
+            trace,
         };
         // The committer has its own timeout; this one bounds the wait for a place in line.
         let wait = self.timeout * 3;
@@ -142,17 +146,24 @@ impl Committer {
     /// logged here, once for the group; its requests answer without logging it again.
     async fn commit_group(&self, group: Vec<Request>) -> Vec<Answer> {
         let events: usize = group.iter().map(|request| request.events.len()).sum();
-        let span = tracing::info_span!("ingest_group", requests = group.len(), events);
-        for request in &group {
+        // In the first request's trace, following from the others'.
+        let span = tracing::info_span!(parent: &group[0].span, "ingest_group", requests = group.len(), events);
+        for request in &group[1..] {
             span.follows_from(&request.span);
         }
-        let (group, deliveries): (Vec<Vec<Event>>, Vec<Option<GithubDelivery>>) = group
+        let mut traces = Vec::with_capacity(group.len());
+        let mut deliveries = Vec::new();
+        let group: Vec<Vec<Event>> = group
             .into_iter()
-            .map(|request| (request.events, request.delivery))
-            .unzip();
-        let deliveries: Vec<&GithubDelivery> = deliveries.iter().flatten().collect();
+            .map(|request| {
+                traces.push(request.trace);
+                deliveries.extend(request.delivery);
+                request.events
+            })
+            .collect();
+        let deliveries: Vec<&GithubDelivery> = deliveries.iter().collect();
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.commit(&group, &deliveries))
+        let result = tokio::time::timeout(self.timeout, self.commit(&group, &traces, &deliveries))
             .instrument(span.clone())
             .await;
         metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
@@ -178,25 +189,28 @@ impl Committer {
     async fn commit(
         &self,
         group: &[Vec<Event>],
+        traces: &[Option<TraceParent>],
         deliveries: &[&GithubDelivery],
     ) -> Result<Vec<Answer>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.
         let mut owned_by: HashMap<&str, &EntityId> = HashMap::new();
         let mut unique: Vec<&Event> = Vec::new();
+        let mut unique_traces: Vec<Option<&str>> = Vec::new();
         let mut owners: Vec<(usize, &str)> = Vec::new();
         for (index, events) in group.iter().enumerate() {
             for event in events {
                 if let Entry::Vacant(slot) = owned_by.entry(event.id.as_str()) {
                     slot.insert(&event.entity);
                     unique.push(event);
+                    unique_traces.push(traces[index].as_ref().map(TraceParent::as_str));
                     owners.push((index, event.id.as_str()));
                 }
             }
         }
         let inserted = self
             .store
-            .record_group(&unique, deliveries)
+            .record_group(&unique, &unique_traces, deliveries)
             .timed_query("record_events")
             .await?;
 

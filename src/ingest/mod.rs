@@ -23,7 +23,7 @@ use crate::{
     domain::{EntityId, Event, Priority},
     queue::Queue,
     store::{GithubDelivery, Store},
-    telemetry::names,
+    telemetry::{names, traces::TraceParent},
 };
 
 /// What the deliveries table calls the secrets of `POST /v1/events` (no source name has a `/`).
@@ -57,6 +57,8 @@ pub struct Submission<'a> {
     /// Set for a request verified by a GitHub-style secret, which ingest takes once.
     pub delivery: Option<Delivery<'a>>,
     pub events: Vec<Event>,
+    /// The trace the events entered in, kept with them.
+    pub trace: Option<TraceParent>,
 }
 
 /// The entry into ingest; cheap to clone.
@@ -99,10 +101,11 @@ impl Ingestor {
             sender,
             delivery,
             events,
+            trace,
         } = submission;
         let Some(delivery) = delivery else {
             rate_limits.check(sender, events.len())?;
-            return self.groups.submit(events, None).await;
+            return self.groups.submit(events, None, trace).await;
         };
         let source = match sender {
             RateKey::Source(name) => name,
@@ -137,7 +140,7 @@ impl Ingestor {
             delivery_id: delivery.id.to_owned(),
             body_sha256: digest,
         };
-        self.groups.submit(events, Some(delivery)).await
+        self.groups.submit(events, Some(delivery), trace).await
     }
 
     /// Schedules again the entities that `events` were recorded for (those still within

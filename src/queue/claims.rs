@@ -19,6 +19,9 @@ pub struct Claim {
     pub due_at_ms: i64,
     /// Lease (and lock time-to-live) of this claim, renewed by the same amount.
     pub lease_ms: u64,
+    /// When the claim call that took it began and ended (set by the worker that called it),
+    /// for the claim's span in the entity's trace.
+    pub claimed: Option<(std::time::SystemTime, std::time::SystemTime)>,
 }
 
 /// What one claim call on one shard returned.
@@ -427,6 +430,7 @@ fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> R
                 token: text(&chunk[1])?,
                 due_at_ms: number(&chunk[2])?,
                 lease_ms,
+                claimed: None,
             }),
             Err(_) => batch.malformed.push(raw),
         }

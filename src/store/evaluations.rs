@@ -50,6 +50,8 @@ pub struct FencedEvaluation {
     pub started_at: DateTime<Utc>,
     /// When the claim was due, for the queue lag of the evaluation record.
     pub due_at: Option<DateTime<Utc>>,
+    /// The `traceparent` of the span that applies an action, for its webhook.
+    pub trace: Option<String>,
 }
 
 /// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
@@ -219,7 +221,7 @@ impl Store {
                 format!("auto.{}", decision.action.as_str()),
                 snapshot.entity.as_str(),
             )?;
-            let inserted = record_in(&mut tx, &[&derived], &[]).await?;
+            let inserted = record_in(&mut tx, &[&derived], &[], &[]).await?;
             *to_schedule = (!inserted.is_empty()).then(|| author.clone());
         }
         tx.commit().await?;
@@ -270,6 +272,8 @@ async fn record_fenced(
         .iter()
         .map(|e| e.verdict.rules_version)
         .collect();
+    // The trace an action's webhook continues (its evaluation's span), when spans are exported.
+    let traces = strings(evaluations, |e| e.trace.as_deref());
     let durations: Vec<Option<f64>> = effects
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.duration))
@@ -280,10 +284,10 @@ async fn record_fenced(
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                     $12::text[], $13::text[], $14::text[], $15::float8[],
-                                    $16::jsonb[], $17::int8[])
+                                    $16::jsonb[], $17::int8[], $18::text[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
-                        labels, rules_version)
+                        labels, rules_version, traceparent)
            ),
            -- Each row that passes the fence, locked, with its input and the timer it holds:
            -- every later part reads this and nothing else of the input. (The planner takes an
@@ -318,15 +322,17 @@ async fn record_fenced(
                          applied_version, dedup_key, ends_at, rules_version
            ),
            notified AS (
-               INSERT INTO outbox (topic, idempotency_key, payload)
+               INSERT INTO outbox (topic, idempotency_key, payload, traceparent)
                SELECT 'action.applied', a.dedup_key,
                       jsonb_build_object('action_id', a.id, 'entity', a.entity,
                                          'action', a.action, 'rule', a.rule,
                                          'reason', a.reason, 'status', a.new_status,
                                          'moderation_version', a.applied_version + 1,
                                          'ends_at', a.ends_at,
-                                         'rules_version', a.rules_version)
+                                         'rules_version', a.rules_version),
+                      l.traceparent
                FROM applied a
+               JOIN locked l ON l.entity = a.entity
                ORDER BY a.id
            ),
            labelled AS (
@@ -415,6 +421,7 @@ async fn record_fenced(
         &durations as &[Option<f64>],
         &labels as &[Json<&[crate::rules::LabelDecision]>],
         &rules_versions as &[Option<i64>],
+        &traces as &[Option<&str>],
     )
     .fetch_all(&mut *connection)
     .await?;

@@ -12,25 +12,43 @@ use crate::domain::{EntityId, Event};
 impl Store {
     /// Records events in one statement; returns the ids that were new.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
-        self.record_group(events, &[]).await
+        self.record_group(events, &[], &[]).await
     }
 
-    /// Records a group commit's events, and remembers the GitHub deliveries they came in, in
-    /// one statement; returns the ids that were new. The statement is atomic on its own, so no
+    /// Records a group commit's events, each with the trace context it came in (`traces`,
+    /// by position; missing ones are none), and remembers the GitHub deliveries they came in,
+    /// in one statement; returns the ids that were new. The statement is atomic on its own, so no
     /// BEGIN and COMMIT round trips go around it, and a delivery is remembered exactly when its
     /// events are durable.
     pub async fn record_group(
         &self,
         events: &[&Event],
+        traces: &[Option<&str>],
         deliveries: &[&GithubDelivery],
     ) -> Result<HashSet<String>> {
         // A partition turnover (an events partition whose time is over and not sealed yet, or
         // none made for now) is repaired and the statement retried.
         self.with_turnover(|| async {
             let mut connection = self.pool.acquire().await?;
-            record_in(&mut connection, events, deliveries).await
+            record_in(&mut connection, events, traces, deliveries).await
         })
         .await
+    }
+
+    /// The trace contexts of the entity's events received since its last evaluation, oldest
+    /// first (at most `limit`): the traces its next evaluation continues and follows from.
+    pub async fn pending_traces(&self, entity: &str, limit: i64) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT traceparent AS "traceparent!" FROM events
+               WHERE entity = $1 AND traceparent IS NOT NULL
+                 AND received_at > coalesce((SELECT last_evaluated_at FROM entities
+                                             WHERE entity = $1), '-infinity')
+               ORDER BY received_at, id LIMIT $2"#,
+            entity,
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// The entities that these event ids were recorded for.
@@ -68,10 +86,16 @@ impl Store {
 pub(super) async fn record_in(
     connection: &mut PgConnection,
     events: &[&Event],
+    traces: &[Option<&str>],
     deliveries: &[&GithubDelivery],
 ) -> Result<HashSet<String>> {
-    let mut events = events.to_vec();
-    events.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    let mut traced: Vec<(&Event, Option<&str>)> = events
+        .iter()
+        .copied()
+        .zip(traces.iter().copied().chain(std::iter::repeat(None)))
+        .collect();
+    traced.sort_unstable_by(|a, b| a.0.id.as_str().cmp(b.0.id.as_str()));
+    let (events, traces): (Vec<&Event>, Vec<Option<&str>>) = traced.into_iter().unzip();
     // Borrowed columns (no copies): the casts name the types bound to the text arrays, which
     // the macro would otherwise want owned.
     let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
@@ -108,9 +132,10 @@ pub(super) async fn record_in(
            ),
            input AS MATERIALIZED (
                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
-                                    $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+                                    $6::timestamptz[], $7::text[], $8::text[], $9::text[],
+                                    $13::text[])
                    AS t(id, entity, signal, actor, weight, occurred_at, priority, author,
-                        attributes)
+                        attributes, traceparent)
            ),
            -- The ids already in an older (sealed) partition; the current one is the insert's
            -- arbiter. One index scan per partition for the whole group.
@@ -121,9 +146,9 @@ pub(super) async fn record_in(
            ),
            inserted AS (
                INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author,
-                                   attributes)
+                                   attributes, traceparent)
                SELECT i.id, i.entity, i.signal, i.actor, i.weight, i.occurred_at, i.priority,
-                      i.author, i.attributes::jsonb
+                      i.author, i.attributes::jsonb, i.traceparent
                FROM input i
                WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM earlier)
                ON CONFLICT DO NOTHING
@@ -169,6 +194,7 @@ pub(super) async fn record_in(
         &delivery_sources as &[&str],
         &delivery_ids as &[&str],
         &delivery_digests,
+        &traces as &[Option<&str>],
     )
     .fetch_all(&mut *connection)
     .await?;

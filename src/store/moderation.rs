@@ -107,7 +107,7 @@ impl Store {
                     format!("auto.{}.reversed", action.action),
                     &action.entity,
                 )?;
-                record_in(&mut tx, &[&compensation], &[]).await?;
+                record_in(&mut tx, &[&compensation], &[], &[]).await?;
                 Some(author)
             }
             None => None,

@@ -17,6 +17,9 @@ pub struct OutboxRow {
     pub last_status: Option<i32>,
     pub last_error: Option<String>,
     pub failed_at: Option<DateTime<Utc>>,
+    /// The trace the delivery continues (the span that applied the action), if any.
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 impl Store {
@@ -35,7 +38,7 @@ impl Store {
                  WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
              RETURNING id, topic, idempotency_key, payload, attempts, created_at, last_status,
-                       last_error, failed_at",
+                       last_error, failed_at, traceparent",
             limit as i64,
             interval(claim_for),
         )
@@ -92,7 +95,7 @@ impl Store {
         Ok(sqlx::query_as!(
             OutboxRow,
             "SELECT id, topic, idempotency_key, payload, attempts, created_at, last_status,
-                    last_error, failed_at
+                    last_error, failed_at, traceparent
              FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1",
             limit,
         )

@@ -164,6 +164,7 @@ impl Worker {
                 paused += 1;
                 continue;
             }
+            let claim_began = std::time::SystemTime::now();
             let claimed = self
                 .queue
                 .claim_deferring(
@@ -175,7 +176,7 @@ impl Worker {
                 )
                 .instrument(tracing::debug_span!("claim", %shard))
                 .await;
-            let batch = match claimed {
+            let mut batch = match claimed {
                 Ok(batch) => batch,
                 Err(error) => {
                     // The others are still asked: one unreachable master must not hold up
@@ -194,7 +195,9 @@ impl Worker {
             for raw in &batch.malformed {
                 tracing::error!(member = %raw, %shard, "due set holds a member that is not an entity id");
             }
-            for claim in &batch.claims {
+            let claim_call = (claim_began, std::time::SystemTime::now());
+            for claim in &mut batch.claims {
+                claim.claimed = Some(claim_call);
                 let delay_ms = (batch.now_ms - claim.due_at_ms).max(0);
                 metrics::histogram!(names::FIRE_DELAY_SECONDS).record(delay_ms as f64 / 1000.0);
             }

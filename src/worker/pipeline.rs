@@ -21,8 +21,14 @@ use crate::{
     queue::{Claim, Failed, QueueError},
     rules::{Decision, Verdict},
     store::{Completion, FencedEvaluation, StoreError},
-    telemetry::{Chain, names},
+    telemetry::{
+        Chain, names,
+        traces::{self, TraceParent},
+    },
 };
+
+/// Most events an evaluation's span links to (the oldest ones of the window).
+const MAX_TRACE_LINKS: i64 = 32;
 
 /// How one evaluation ended.
 #[derive(Debug, Clone)]
@@ -106,8 +112,55 @@ impl Worker {
     /// Evaluates one claimed entity and settles its claim (ack, re-schedule or dead-letter).
     /// A panic inside the evaluation is caught and counted as a failed attempt.
     /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
-    #[tracing::instrument(name = "evaluation", skip_all, fields(entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard))]
+    /// When spans are exported, it continues the trace of the oldest event it decides on and
+    /// follows from each of them (`traced`).
     pub async fn process(&self, claim: Claim) -> Outcome {
+        let span = tracing::info_span!("evaluation", entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard);
+        self.traced(&span, &claim).await;
+        self.process_in(claim).instrument(span).await
+    }
+
+    /// Puts the evaluation's span (not entered yet) in the trace of the entity's events, and
+    /// records the claim that took it there, when spans are exported.
+    async fn traced(&self, span: &tracing::Span, claim: &Claim) {
+        if !traces::exporting() {
+            return;
+        }
+        let pending = match self
+            .store
+            .pending_traces(claim.entity.as_str(), MAX_TRACE_LINKS)
+            .await
+        {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::debug!(error = %Chain(&error), "could not read the events' trace contexts");
+                return;
+            }
+        };
+        let pending: Vec<TraceParent> = pending
+            .iter()
+            .filter_map(|t| TraceParent::parse(t))
+            .collect();
+        let Some(first) = pending.first() else {
+            return;
+        };
+        traces::continue_trace(span, Some(first));
+        traces::follows_from(span, &pending);
+        if let Some((began, ended)) = claim.claimed {
+            traces::record_past(
+                "claim",
+                first,
+                began,
+                ended,
+                vec![
+                    opentelemetry::KeyValue::new("entity", claim.entity.to_string()),
+                    opentelemetry::KeyValue::new("shard", claim.shard.to_string()),
+                ],
+            );
+        }
+    }
+
+    async fn process_in(&self, claim: Claim) -> Outcome {
         let started = Instant::now();
         let outcome = match AssertUnwindSafe(self.process_inner(&claim))
             .catch_unwind()
@@ -375,6 +428,17 @@ impl Worker {
             hook(snapshot.clone()).await;
         }
         let collapsed = (snapshot.event_count - snapshot.previously_evaluated).max(0);
+        // A decision is recorded under a span of its own, which its webhook continues.
+        let step = match &decision {
+            Some(d) => {
+                tracing::info_span!("action", action = d.action.as_str(), rule = %d.rule, entity = %claim.entity)
+            }
+            None => step!("completion", claim),
+        };
+        let trace = decision
+            .as_ref()
+            .and_then(|_| TraceParent::of_span(&step))
+            .map(|t| t.as_str().to_owned());
         let completion = self
             .batches
             .complete(FencedEvaluation {
@@ -383,8 +447,9 @@ impl Worker {
                 decision: decision.clone(),
                 started_at,
                 due_at: DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
+                trace,
             })
-            .instrument(step!("completion", claim))
+            .instrument(step)
             .await?;
         metrics::histogram!(names::EVENTS_PER_EVALUATION).record(collapsed as f64);
         self.after_timers(

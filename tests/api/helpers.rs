@@ -721,19 +721,21 @@ impl TestApp {
     ) -> (tokio::process::Child, std::net::SocketAddr) {
         let address = free_address();
         let process = self.spawn_worker_process(worker_id, Some(address));
-        wait_for(
-            Duration::from_secs(30),
-            "the worker process to start",
-            || async {
-                self.client
-                    .get(format!("http://{address}/healthz"))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status() == 200)
-            },
-        )
-        .await;
+        self.wait_healthy("the worker process to start", address)
+            .await;
         (process, address)
+    }
+
+    /// Waits (30 s at most) until a process this test started answers `/healthz` on `address`.
+    pub async fn wait_healthy(&self, what: &str, address: std::net::SocketAddr) {
+        wait_for(Duration::from_secs(30), what, || async {
+            self.client
+                .get(format!("http://{address}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
     }
 
     /// Stops the server and its workers the way SIGTERM does, and waits for them.

@@ -47,6 +47,7 @@ mod signatures;
 mod stale_writer;
 mod startup_errors;
 mod timed_actions;
+mod traces;
 mod version_fence;
 mod wakeups;
 mod webhooks;

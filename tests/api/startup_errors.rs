@@ -297,14 +297,7 @@ async fn serve_raises_its_soft_open_files_limit_to_what_max_connections_needs() 
     let address = crate::helpers::free_address();
     let command = app.serve_command("limited", address);
     let mut serve = limited(command, 1024, 8192).spawn().expect("start serve");
-    crate::helpers::wait_for(Duration::from_secs(30), "serve to answer", || async {
-        app.client
-            .get(format!("http://{address}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    app.wait_healthy("serve to answer", address).await;
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", serve.id().unwrap())).unwrap();
     let open_files = limits
         .lines()

@@ -38,6 +38,7 @@ fn fenced(
         decision: decision.cloned(),
         started_at: chrono::Utc::now(),
         due_at: None,
+        trace: None,
     }
 }
 
@@ -334,6 +335,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
                     decision,
                     started_at: chrono::Utc::now(),
                     due_at: None,
+                    trace: None,
                 })
                 .await;
             (i, completion)
@@ -438,6 +440,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
                         decision: None,
                         started_at: chrono::Utc::now(),
                         due_at: None,
+                        trace: None,
                     })
                     .await
             })

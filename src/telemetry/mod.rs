@@ -3,8 +3,10 @@
 
 use std::sync::OnceLock;
 
+pub mod traces;
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use tracing_subscriber::{EnvFilter, Layer as _, filter::Targets, fmt, prelude::*};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,22 +67,31 @@ pub mod names {
 }
 
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.
-/// Tests stay quiet unless `TEST_LOG` is set.
+/// Tests stay quiet unless `TEST_LOG` is set. Logs follow `RUST_LOG`; exported spans (when an
+/// OTLP endpoint is set, `traces`) are quiesce's own at info and above, whatever the logs show,
+/// so that `RUST_LOG=warn` keeps the traces whole.
 pub fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let registry = tracing_subscriber::registry().with(filter);
     // Logs go to stderr, so that stdout carries only a command's output (JSON that parses);
     // colour codes only when a person reads them on a terminal, never in a file.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr).with_ansi(ansi))
-            .try_init(),
-        LogFormat::Json => registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
+    let logs = match format {
+        LogFormat::Text => fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .boxed(),
+        LogFormat::Json => fmt::layer().json().with_writer(std::io::stderr).boxed(),
     };
+    let spans = traces::tracer().map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(Targets::new().with_target("quiesce", tracing::Level::INFO))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(spans)
+        .try_init();
 }
 
 /// How often the recorder folds recorded histogram samples into its buckets.
