@@ -24,7 +24,7 @@ WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1
 
 CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
 
-.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 ## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
@@ -125,6 +125,11 @@ observability:
 # the peers whose jobs do the same work (bench/peers/work.sh; BENCH_EVALUATIONS=0 skips them).
 bench:
 	@$(WITH_SERVICES) bench/ingest/run.sh
+	@$(WITH_SERVICES) bench/traces/run.sh
+
+## bench-traces: what exporting traces over OTLP costs the batched ingest, at 1% and 100% sampling (bench/traces/, BENCHMARKS.md)
+bench-traces:
+	@$(WITH_SERVICES) bench/traces/run.sh
 
 ## bench-cluster: the batched burst on a private Redis Cluster and one node (bench/cluster/, SCALING.md)
 # 3 masters and 3 replicas from QUIESCE_CLUSTER_PORT (default 7101), and a private single node;

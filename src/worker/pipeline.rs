@@ -27,9 +27,6 @@ use crate::{
     },
 };
 
-/// Most events an evaluation's span links to (the oldest ones of the window).
-const MAX_TRACE_LINKS: i64 = 32;
-
 /// How one evaluation ended.
 #[derive(Debug, Clone)]
 pub enum Outcome {
@@ -116,28 +113,15 @@ impl Worker {
     /// follows from each of them (`traced`).
     pub async fn process(&self, claim: Claim) -> Outcome {
         let span = tracing::info_span!("evaluation", entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard);
-        self.traced(&span, &claim).await;
+        self.traced(&span, &claim);
         self.process_in(claim).instrument(span).await
     }
 
-    /// Puts the evaluation's span (not entered yet) in the trace of the entity's events, and
-    /// records the claim that took it there, when spans are exported.
-    async fn traced(&self, span: &tracing::Span, claim: &Claim) {
-        if !traces::exporting() {
-            return;
-        }
-        let pending = match self
-            .store
-            .pending_traces(claim.entity.as_str(), MAX_TRACE_LINKS)
-            .await
-        {
-            Ok(pending) => pending,
-            Err(error) => {
-                tracing::debug!(error = %Chain(&error), "could not read the events' trace contexts");
-                return;
-            }
-        };
-        let pending: Vec<TraceParent> = pending
+    /// Puts the evaluation's span (not entered yet) in the trace of the entity's events (read
+    /// with the claim), and records the claim that took it there, when spans are exported.
+    fn traced(&self, span: &tracing::Span, claim: &Claim) {
+        let pending: Vec<TraceParent> = claim
+            .traces
             .iter()
             .filter_map(|t| TraceParent::parse(t))
             .collect();
