@@ -8,6 +8,8 @@
 #   scripts/dev/redis-cluster.sh stop         stop every node and delete the folder
 #   scripts/dev/redis-cluster.sh kill PORT    SIGKILL one node
 #   scripts/dev/redis-cluster.sh restart PORT start a killed node again (it rejoins)
+#   scripts/dev/redis-cluster.sh pause PORT   SIGSTOP one node (it hangs: connections stay open)
+#   scripts/dev/redis-cluster.sh resume PORT  SIGCONT a paused node
 #   scripts/dev/redis-cluster.sh role PORT    master or slave, as the node says
 #   scripts/dev/redis-cluster.sh wait-ok      until every slot is served (cluster_state:ok)
 #   scripts/dev/redis-cluster.sh wait-synced  until every replica is in sync with its master
@@ -181,6 +183,8 @@ case "${1:-start}" in
     for _ in $(seq 1 50); do alive "$2" || exit 0; sleep 0.1; done
     say "node $2 still answers"; exit 1 ;;
   restart) start_node "${2:?port}" ;;
+  pause) kill -STOP "$(cat "$dir/${2:?port}/redis.pid")" ;;
+  resume) kill -CONT "$(cat "$dir/${2:?port}/redis.pid")" ;;
   role) cli "${2:?port}" role | head -1 ;;
-  *) echo "usage: $0 start|stop|url|wait-ok|wait-synced|check|heal|kill PORT|restart PORT|role PORT" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|url|wait-ok|wait-synced|check|heal|kill PORT|restart PORT|pause PORT|resume PORT|role PORT" >&2; exit 2 ;;
 esac

@@ -163,7 +163,11 @@ impl Committer {
             .collect();
         let deliveries: Vec<&GithubDelivery> = deliveries.iter().collect();
         let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.commit(&group, &traces, &deliveries))
+        // The shards' schedule calls stop a little before the group's time is up, so that a
+        // shard that hangs fails its own requests, not the group.
+        let shards_deadline = tokio::time::Instant::now() + self.timeout.mul_f64(0.9);
+        let commit = self.commit(&group, &traces, &deliveries, shards_deadline);
+        let result = tokio::time::timeout(self.timeout, commit)
             .instrument(span.clone())
             .await;
         metrics::histogram!(names::INGEST_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
@@ -191,6 +195,7 @@ impl Committer {
         group: &[Vec<Event>],
         traces: &[Option<TraceParent>],
         deliveries: &[&GithubDelivery],
+        shards_deadline: tokio::time::Instant,
     ) -> Result<Vec<Answer>, IngestError> {
         // The first occurrence of an id in the group owns it; later ones are duplicates.
         // Each id's first occurrence: the entity it is recorded for if it is new.
@@ -261,7 +266,10 @@ impl Committer {
             }
         }
         let to_schedule: Vec<(EntityId, Priority)> = entities.into_iter().collect();
-        let scheduled = self.queue.schedule_each(&to_schedule).await;
+        let scheduled = self
+            .queue
+            .schedule_each(&to_schedule, Some(shards_deadline))
+            .await;
         if to_schedule.iter().any(|(_, p)| *p == Priority::Critical) {
             self.wakeup.notify_one();
         }

@@ -23,7 +23,7 @@ pub use self::{
     dead_letters::{DeadLetterCursor, DeadLetterPage},
     index::{FailingShards, IndexRead, RESCAN_MAX_SHARDS_PER_STEP, RESCAN_STEP, ReadShard, Settle},
     inspect::{RedisDurability, ScheduleState, ShardDepth},
-    keys::{IndexKind, Keyspace, Shard, ShardKeys},
+    keys::{IndexKind, Keyspace, Shard, ShardKeys, slot_of},
     reshard::LayoutDepth,
     wake::Wakeups,
 };
@@ -41,6 +41,8 @@ pub enum QueueError {
     Redis(#[from] redis::RedisError),
     #[error("redis returned an unexpected reply: {0}")]
     Reply(String),
+    #[error("redis did not answer in time")]
+    TimedOut,
 }
 
 pub type Result<T> = std::result::Result<T, QueueError>;
@@ -80,7 +82,7 @@ impl Queue {
     /// others in the current layout. Returns the earliest fire-at set (unix ms); an error when
     /// any shard failed (the others are scheduled all the same).
     pub async fn schedule(&self, entities: &[(EntityId, Priority)]) -> Result<Option<i64>> {
-        let outcome = self.schedule_each(entities).await;
+        let outcome = self.schedule_each(entities, None).await;
         match outcome.failure {
             Some((error, _)) => Err(error),
             None => Ok(outcome.earliest),
@@ -89,7 +91,23 @@ impl Queue {
 
     /// [`Self::schedule`], with the entities whose shard failed named: on a cluster one master
     /// that is down fails only the shards it serves, and the caller answers for each entity.
-    pub async fn schedule_each(&self, entities: &[(EntityId, Priority)]) -> ScheduleOutcome {
+    /// A shard whose call has not answered by `deadline` counts as failed, so that a master
+    /// that hangs (killed, its slots not taken over yet) cannot hold up the others' answers.
+    pub async fn schedule_each(
+        &self,
+        entities: &[(EntityId, Priority)],
+        deadline: Option<tokio::time::Instant>,
+    ) -> ScheduleOutcome {
+        // A call given up on is a failed shard; its script may still have run (a retry then
+        // finds the entity scheduled, which is harmless).
+        let bounded = |call| async move {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, call)
+                    .await
+                    .unwrap_or(Err(QueueError::TimedOut)),
+                None => call.await,
+            }
+        };
         let items = entities.iter().map(|(e, p)| (e, *p == Priority::Critical));
         let (draining, direct): (Vec<_>, Vec<_>) =
             items.partition(|(e, _)| self.keys.previous_shard_of(e).is_some());
@@ -103,7 +121,10 @@ impl Queue {
             });
             let held = join_all(groups.into_iter().map(|(keys, members)| async move {
                 let entities: Vec<&EntityId> = members.iter().map(|(e, _)| *e).collect();
-                (self.schedule_in(keys, members, true).await, entities)
+                (
+                    bounded(self.schedule_in(keys, members, true)).await,
+                    entities,
+                )
             }))
             .await;
             for (result, entities) in held {
@@ -122,7 +143,10 @@ impl Queue {
         let groups = self.group(current, |e| self.keys.shard_of(e));
         let set = join_all(groups.into_iter().map(|(keys, members)| async move {
             let entities: Vec<&EntityId> = members.iter().map(|(e, _)| *e).collect();
-            (self.schedule_in(keys, members, false).await, entities)
+            (
+                bounded(self.schedule_in(keys, members, false)).await,
+                entities,
+            )
         }))
         .await;
         for (result, entities) in set {
@@ -141,7 +165,19 @@ impl Queue {
             .filter(|s| s.head_moved_earlier)
             .filter_map(|s| Some((s.shard, s.earliest?)))
             .collect();
-        self.report(IndexKind::Due, &earlier).await;
+        // The index lives on one master: a hung one must not hold up the answer either (a
+        // report not made is what the rescan repairs).
+        match deadline {
+            Some(deadline) => {
+                let report = self.report(IndexKind::Due, &earlier);
+                if tokio::time::timeout_at(deadline, report).await.is_err() {
+                    tracing::warn!(
+                        "the shard index did not answer in time; the rescan will update it"
+                    );
+                }
+            }
+            None => self.report(IndexKind::Due, &earlier).await,
+        }
         ScheduleOutcome {
             earliest: scheduled.iter().filter_map(|s| s.earliest).min(),
             failure: failure.map(|error| (error, unscheduled)),
