@@ -70,6 +70,10 @@ pub struct Snapshot {
     /// The timed action in force, if any: once it is due, the evaluation restores the entity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timer: Option<Timer>,
+    /// Where the events it covers entered their traces (`traceparent`s, oldest first), when
+    /// spans are exported: not part of what the rules see or what is stored.
+    #[serde(skip)]
+    pub traces: Vec<String>,
 }
 
 impl Snapshot {
@@ -89,6 +93,7 @@ impl Snapshot {
             author: None,
             attributes: SnapshotAttributes::default(),
             timer: None,
+            traces: Vec::new(),
         }
     }
 

@@ -22,9 +22,6 @@ pub struct Claim {
     /// When the claim call that took it began and ended (set by the worker that called it),
     /// for the claim's span in the entity's trace.
     pub claimed: Option<(std::time::SystemTime, std::time::SystemTime)>,
-    /// The `traceparent`s of the entity's events since its last evaluation (oldest first),
-    /// read by the worker when spans are exported.
-    pub traces: Vec<String>,
 }
 
 /// What one claim call on one shard returned.
@@ -434,7 +431,6 @@ fn parse_claim_reply(shard: Shard, lease_ms: u64, reply: Vec<redis::Value>) -> R
                 due_at_ms: number(&chunk[2])?,
                 lease_ms,
                 claimed: None,
-                traces: Vec::new(),
             }),
             Err(_) => batch.malformed.push(raw),
         }

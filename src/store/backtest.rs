@@ -115,6 +115,7 @@ impl StoredSnapshot {
                 .and_then(|a| entity_or_report(a, "a recorded snapshot's author")),
             attributes: self.attributes,
             timer: self.timer,
+            traces: Vec::new(),
         })
     }
 }

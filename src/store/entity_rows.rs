@@ -65,6 +65,7 @@ pub(super) struct EntityRow {
     pub(super) unfolded_attributes: Option<Json<UnfoldedAttributes>>,
     pub(super) context: Option<Json<Attributes>>,
     pub(super) author_context: Option<Json<AuthorContext>>,
+    pub(super) traces: Option<Vec<String>>,
 }
 
 /// The figures of a row's signals that [`Store::entity_records`] read.
@@ -210,6 +211,7 @@ pub(super) fn entity_record_from(
         attributes,
         read_at: row.read_at,
         event_count: row.event_count,
+        traces: row.traces.unwrap_or_default(),
     })
 }
 

@@ -35,36 +35,6 @@ impl Store {
         .await
     }
 
-    /// For each of these entities, the trace contexts of its events received since its last
-    /// evaluation, oldest first (at most `limit` each): the traces its next evaluation
-    /// continues and follows from. Entities without any are left out.
-    pub async fn pending_traces(
-        &self,
-        entities: &[&str],
-        limit: i64,
-    ) -> Result<HashMap<String, Vec<String>>> {
-        let rows = sqlx::query!(
-            r#"SELECT n.entity AS "entity!", t.traceparent AS "traceparent!"
-               FROM entities n
-               CROSS JOIN LATERAL (
-                   SELECT e.traceparent, e.received_at, e.id FROM events e
-                   WHERE e.entity = n.entity AND e.traceparent IS NOT NULL
-                     AND e.received_at > coalesce(n.last_evaluated_at, '-infinity')
-                   ORDER BY e.received_at, e.id LIMIT $2) t
-               WHERE n.entity = ANY($1)
-               ORDER BY n.entity, t.received_at, t.id"#,
-            entities as &[&str],
-            limit,
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut traces: HashMap<String, Vec<String>> = HashMap::new();
-        for row in rows {
-            traces.entry(row.entity).or_default().push(row.traceparent);
-        }
-        Ok(traces)
-    }
-
     /// The entities that these event ids were recorded for.
     pub async fn entities_of(&self, ids: &[&str]) -> Result<HashMap<String, EntityId>> {
         let rows = sqlx::query!(

@@ -48,6 +48,10 @@ pub struct EntityRecord {
     pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
+    /// The `traceparent`s of the events not folded yet (those since the last evaluation),
+    /// oldest first, at most 32; read only when spans are exported.
+    #[serde(skip)]
+    pub traces: Vec<String>,
 }
 
 /// A moderator's decision that automation does not escalate past until it expires.
@@ -111,6 +115,7 @@ impl Store {
                     attributes: record.attributes,
                     taken_at: record.read_at,
                     timer: record.timer,
+                    traces: record.traces,
                 };
                 Ok((record.entity, snapshot))
             })
@@ -248,7 +253,8 @@ impl Store {
                                                     ORDER BY c.id DESC LIMIT 1), '{}'),
                             'counts', (SELECT coalesce(json_object_agg(t.signal, t.count), '{}')
                                        FROM signal_counts t WHERE t.entity = au.id))
-                    END AS "author_context?: Json<AuthorContext>"
+                    END AS "author_context?: Json<AuthorContext>",
+                    u.traces AS "traces?"
              FROM entities e
              -- The events not folded yet (store/fold.rs), in the same snapshot as the rest.
              CROSS JOIN LATERAL (
@@ -265,7 +271,11 @@ impl Store {
                                                         - date_trunc('minute', ev.received_at))::int8,
                                      ev.received_at >= now() - interval '24 hours')
                                  ORDER BY ev.xid, ev.id)
-                            FILTER (WHERE ($12 OR $14) AND ev.attributes IS NOT NULL) AS attributes
+                            FILTER (WHERE ($12 OR $14) AND ev.attributes IS NOT NULL) AS attributes,
+                        -- Their trace contexts, oldest first (when spans are exported): the
+                        -- traces the evaluation continues and follows from.
+                        (array_agg(ev.traceparent ORDER BY ev.xid, ev.id)
+                             FILTER (WHERE $15 AND ev.traceparent IS NOT NULL))[1:32] AS traces
                  FROM events ev WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
              ) u
              CROSS JOIN LATERAL (SELECT coalesce(u.author, e.author) AS id) au
@@ -284,6 +294,7 @@ impl Store {
             attributes.events,
             attributes.context,
             attributes.windows,
+            crate::telemetry::traces::exporting(),
         )
         .fetch_all(&self.pool)
         .await?;

@@ -84,8 +84,11 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
         LogFormat::Json => fmt::layer().json().with_writer(std::io::stderr).boxed(),
     };
     let spans = traces::tracer().map(|tracer| {
+        // Not activated on enter: an evaluation's span is put in its events' trace once its
+        // snapshot has read them (`worker/pipeline.rs`), which an activated span refuses.
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
+            .with_context_activation(false)
             .with_filter(Targets::new().with_target("quiesce", tracing::Level::INFO))
     });
     let _ = tracing_subscriber::registry()

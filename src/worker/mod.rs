@@ -41,8 +41,6 @@ use crate::{
     telemetry::names,
 };
 
-/// Most events an evaluation's span links to (the oldest ones of its window).
-const MAX_TRACE_LINKS: i64 = 32;
 /// Longest back-off after Redis errors in the poll loop.
 const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -231,27 +229,7 @@ impl Worker {
             tracing::warn!(error = %crate::telemetry::Chain(&error), %shard, failed = failures.len() + 1, "claim failed on some shards; the others were claimed");
         }
         round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
-        self.read_traces(&mut round.claims).await;
         Ok(round)
-    }
-
-    /// When spans are exported: each claim's events' trace contexts, read for the whole round
-    /// in one statement (one per evaluation halved the evaluation rate, whatever the sampling).
-    async fn read_traces(&self, claims: &mut [Claim]) {
-        if claims.is_empty() || !crate::telemetry::traces::exporting() {
-            return;
-        }
-        let entities: Vec<&str> = claims.iter().map(|c| c.entity.as_str()).collect();
-        match self.store.pending_traces(&entities, MAX_TRACE_LINKS).await {
-            Ok(mut found) => {
-                for claim in claims {
-                    claim.traces = found.remove(claim.entity.as_str()).unwrap_or_default();
-                }
-            }
-            Err(error) => {
-                tracing::debug!(error = %crate::telemetry::Chain(&error), "could not read the events' trace contexts")
-            }
-        }
     }
 
     /// Half the base plus a random part of it ("equal jitter"), so retries spread out.

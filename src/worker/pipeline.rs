@@ -110,18 +110,18 @@ impl Worker {
     /// A panic inside the evaluation is caught and counted as a failed attempt.
     /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
     /// When spans are exported, it continues the trace of the oldest event it decides on and
-    /// follows from each of them (`traced`).
+    /// follows from each of them, once the snapshot has read them (`traced`).
     pub async fn process(&self, claim: Claim) -> Outcome {
         let span = tracing::info_span!("evaluation", entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard);
-        self.traced(&span, &claim);
         self.process_in(claim).instrument(span).await
     }
 
-    /// Puts the evaluation's span (not entered yet) in the trace of the entity's events (read
-    /// with the claim), and records the claim that took it there, when spans are exported.
-    fn traced(&self, span: &tracing::Span, claim: &Claim) {
-        let pending: Vec<TraceParent> = claim
-            .traces
+    /// Puts the evaluation's span in the trace of the events its snapshot covers, and records
+    /// the claim that took it there, when spans are exported. The span is exported at its end
+    /// (context activation is off, `telemetry/mod.rs`), so its parent may be set this late;
+    /// the traces are read by the snapshot's own statement, not one of their own.
+    fn traced(span: &tracing::Span, claim: &Claim, traces: &[String]) {
+        let pending: Vec<TraceParent> = traces
             .iter()
             .filter_map(|t| TraceParent::parse(t))
             .collect();
@@ -357,6 +357,7 @@ impl Worker {
             .instrument(step!("snapshot", claim))
             .await?
             .ok_or(EvaluationError::UnknownEntity)?;
+        Self::traced(&tracing::Span::current(), claim, &snapshot.traces);
         // A timed action that has ended: this evaluation restores the entity and decides
         // nothing else (`domain/timer.rs`). Its events stay owed (the evaluation records none
         // as seen), and the entity is scheduled again for them below.
