@@ -69,14 +69,16 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
         (0, 1)
     );
     // The new id goes into a partition of the service's own width: the migration's first one
-    // lasts only seconds, and the one-second retention below would drop it.
+    // lasts only seconds, and the one-second retention below would drop it. The service's
+    // first partition ends on its width's boundary, which may be minutes away (then the next
+    // one, made ahead, takes the id).
     wait_for(
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         "the migration's partition is over",
         || async {
             app.scalar(
                 "SELECT count(*) FROM partitions WHERE parent = 'events'
-             AND lower_bound <= now() AND upper_bound > now() + interval '1 hour'",
+             AND lower_bound <= now() AND upper_bound > now() + interval '30 seconds'",
             )
             .await
                 == 1

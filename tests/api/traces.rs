@@ -201,8 +201,11 @@ async fn one_events_trace_reaches_the_receiver_as_one_tree_and_goes_on_to_the_we
         format!("00-{TRACE_ID}-{}-01", id(delivery)),
         "the receiver's parent is the delivery span"
     );
-    // In time: the claim came after the group commit, the action within the evaluation.
-    assert!(claim.start_time_unix_nano >= group.end_time_unix_nano);
+    // In time: the claim ended after the group commit began (a poll that began before the
+    // group's span closed may take the entity), the evaluation began after the claim, and the
+    // action lies within the evaluation.
+    assert!(claim.end_time_unix_nano >= group.start_time_unix_nano);
+    assert!(evaluation.start_time_unix_nano >= claim.end_time_unix_nano);
     assert!(action.start_time_unix_nano >= evaluation.start_time_unix_nano);
     assert!(action.end_time_unix_nano <= evaluation.end_time_unix_nano);
 }
