@@ -3,10 +3,13 @@
 
 use std::sync::OnceLock;
 
+mod filter;
 pub mod traces;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{EnvFilter, Layer as _, filter::Targets, fmt, prelude::*};
+
+use self::filter::Uncached;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,10 +92,12 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_context_activation(false)
-            .with_filter(Targets::new().with_target("quiesce", tracing::Level::INFO))
+            .with_filter(Uncached(
+                Targets::new().with_target("quiesce", tracing::Level::INFO),
+            ))
     });
     let _ = tracing_subscriber::registry()
-        .with(logs.with_filter(filter))
+        .with(logs.with_filter(Uncached(filter)))
         .with(spans)
         .try_init();
 }

@@ -92,12 +92,17 @@ async fn one_events_trace_reaches_the_receiver_as_one_tree_and_goes_on_to_the_we
     let (receiver, received) = receivers().await;
     app.settings.delivery.webhook_url = Some(format!("http://{receiver}/hook"));
     let address = crate::helpers::free_address();
-    let _serve = app
-        .serve_command("traced", address)
+    let mut serve = app.serve_command("traced", address);
+    serve
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{receiver}"))
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .spawn()
-        .expect("start serve");
+        // Logs at debug, as `make test` keeps them: a log filter that enables what the span
+        // filter refuses once dropped spans from the trace (`telemetry/filter.rs`).
+        .env("RUST_LOG", "debug,sqlx=info,hyper=info,hyper_util=info");
+    if std::env::var_os("QUIESCE_TEST_LOG_DIR").is_none() {
+        serve.stderr(std::process::Stdio::null());
+    }
+    let _serve = serve.spawn().expect("start serve");
     app.wait_healthy("serve to answer", address).await;
 
     let sent = format!("00-{TRACE_ID}-{PLATFORM_SPAN}-01");
