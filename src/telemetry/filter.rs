@@ -4,9 +4,10 @@
 //! thread-local. A callsite whose interest is cached as `always` skips `enabled`, so its span
 //! reads whatever the last `enabled` call on the thread left there: after a `log_enabled!`
 //! check that one layer refused (sqlx asks after every query), the next such span is dropped
-//! from that layer. Exported traces lost their `delivery` span, and the logs their `request`
-//! span, whenever `RUST_LOG` enabled sqlx at debug (tokio-rs/tracing#2519). Asked each time
-//! (`sometimes`), the filters set the thread-local for the span they are asked about.
+//! from that layer. With traces exported and `RUST_LOG=debug,sqlx=info` (how `make test` keeps
+//! logs), the traces lost their `delivery` span and the logs their `request` span
+//! (tokio-rs/tracing#2519). Asked each time (`sometimes`), the filters set the thread-local
+//! for the span they are asked about.
 
 use tracing::{Metadata, subscriber::Interest};
 use tracing_subscriber::{
