@@ -48,8 +48,8 @@ pub struct EntityRecord {
     pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
-    /// The `traceparent`s of the events not folded yet (those since the last evaluation),
-    /// oldest first, at most 32; read only when spans are exported.
+    /// The `traceparent`s of the events received since the last evaluation, oldest first, at
+    /// most 32; read only when spans are exported.
     #[serde(skip)]
     pub traces: Vec<String>,
 }
@@ -272,10 +272,14 @@ impl Store {
                                      ev.received_at >= now() - interval '24 hours')
                                  ORDER BY ev.xid, ev.id)
                             FILTER (WHERE ($12 OR $14) AND ev.attributes IS NOT NULL) AS attributes,
-                        -- Their trace contexts, oldest first (when spans are exported): the
-                        -- traces the evaluation continues and follows from.
+                        -- The trace contexts of those received since the last evaluation
+                        -- (unfolded events go back further), oldest first, when spans are
+                        -- exported: the traces the evaluation continues and follows from.
                         (array_agg(ev.traceparent ORDER BY ev.xid, ev.id)
-                             FILTER (WHERE $15 AND ev.traceparent IS NOT NULL))[1:32] AS traces
+                             FILTER (WHERE $15 AND ev.traceparent IS NOT NULL
+                                       AND ev.received_at
+                                           > coalesce(e.last_evaluated_at, '-infinity')))[1:32]
+                            AS traces
                  FROM events ev WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
              ) u
              CROSS JOIN LATERAL (SELECT coalesce(u.author, e.author) AS id) au

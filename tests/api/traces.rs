@@ -22,6 +22,8 @@ use crate::helpers::{TestOptions, spawn_app, wait_for};
 /// The platform's trace and the span its webhook sender was in.
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PLATFORM_SPAN: &str = "00f067aa0ba902b7";
+/// The trace of a later event on the same entity.
+const SECOND_TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// What the receivers got: every exported span, and each webhook's `traceparent` header
 /// (`None` for a webhook without one).
@@ -148,71 +150,113 @@ async fn one_events_trace_reaches_the_receiver_as_one_tree_and_goes_on_to_the_we
         })
     })
     .await;
-    let received = received.lock().unwrap();
-    let spans: Vec<&Span> = received
-        .spans
-        .iter()
-        .filter(|s| hex(&s.trace_id) == TRACE_ID && wanted.contains(&s.name.as_str()))
-        .collect();
-    let request = named(&spans, "request");
-    let group = named(&spans, "ingest_group");
-    let claim = named(&spans, "claim");
-    let evaluation = named(&spans, "evaluation");
-    let action = named(&spans, "action");
-    let delivery = named(&spans, "delivery");
-    let parent = |span: &Span| hex(&span.parent_span_id);
-    let id = |span: &Span| hex(&span.span_id);
-
-    assert_eq!(
-        parent(request),
-        PLATFORM_SPAN,
-        "the platform's span is the root's parent"
-    );
-    assert_eq!(
-        parent(group),
-        id(request),
-        "the group commit is the request's"
-    );
-    assert_eq!(
-        parent(claim),
-        id(request),
-        "the claim is in the event's trace"
-    );
-    assert_eq!(
-        parent(evaluation),
-        id(request),
-        "the evaluation continues the event's trace"
-    );
-    assert!(
-        evaluation
-            .links
+    let shared = received;
+    // The tree, read under the lock (released before the second event is sent).
+    {
+        let received = shared.lock().unwrap();
+        let spans: Vec<&Span> = received
+            .spans
             .iter()
-            .any(|l| hex(&l.trace_id) == TRACE_ID && hex(&l.span_id) == id(request)),
-        "the evaluation follows from the event's request: {:?}",
-        evaluation.links
-    );
+            .filter(|s| hex(&s.trace_id) == TRACE_ID && wanted.contains(&s.name.as_str()))
+            .collect();
+        let request = named(&spans, "request");
+        let group = named(&spans, "ingest_group");
+        let claim = named(&spans, "claim");
+        let evaluation = named(&spans, "evaluation");
+        let action = named(&spans, "action");
+        let delivery = named(&spans, "delivery");
+        let parent = |span: &Span| hex(&span.parent_span_id);
+        let id = |span: &Span| hex(&span.span_id);
+
+        assert_eq!(
+            parent(request),
+            PLATFORM_SPAN,
+            "the platform's span is the root's parent"
+        );
+        assert_eq!(
+            parent(group),
+            id(request),
+            "the group commit is the request's"
+        );
+        assert_eq!(
+            parent(claim),
+            id(request),
+            "the claim is in the event's trace"
+        );
+        assert_eq!(
+            parent(evaluation),
+            id(request),
+            "the evaluation continues the event's trace"
+        );
+        assert!(
+            evaluation
+                .links
+                .iter()
+                .any(|l| hex(&l.trace_id) == TRACE_ID && hex(&l.span_id) == id(request)),
+            "the evaluation follows from the event's request: {:?}",
+            evaluation.links
+        );
+        assert_eq!(
+            parent(action),
+            id(evaluation),
+            "the action is the evaluation's"
+        );
+        assert_eq!(
+            parent(delivery),
+            id(action),
+            "the delivery carries the action's trace"
+        );
+        assert_eq!(
+            outbound,
+            format!("00-{TRACE_ID}-{}-01", id(delivery)),
+            "the receiver's parent is the delivery span"
+        );
+        // In time: the claim ended after the group commit began (a poll that began before the
+        // group's span closed may take the entity), the evaluation began after the claim, and the
+        // action lies within the evaluation.
+        assert!(claim.end_time_unix_nano >= group.start_time_unix_nano);
+        assert!(evaluation.start_time_unix_nano >= claim.end_time_unix_nano);
+        assert!(action.start_time_unix_nano >= evaluation.start_time_unix_nano);
+        assert!(action.end_time_unix_nano <= evaluation.end_time_unix_nano);
+    }
+
+    // A later event on the entity, in a trace of its own: its evaluation continues that trace,
+    // not the first event's (which an earlier evaluation decided on).
+    let second = format!("00-{SECOND_TRACE_ID}-{PLATFORM_SPAN}-01");
+    let response = app
+        .client
+        .post(format!("http://{address}/v1/events"))
+        .header("traceparent", &second)
+        .json(&flag("traced-2", "post:traced"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    wait_for(
+        Duration::from_secs(30),
+        "the second event's evaluation",
+        || async {
+            let received = shared.lock().unwrap();
+            received
+                .spans
+                .iter()
+                .any(|s| s.name == "evaluation" && hex(&s.trace_id) == SECOND_TRACE_ID)
+        },
+    )
+    .await;
+    let received = shared.lock().unwrap();
+    let in_first = |name: &str| {
+        received
+            .spans
+            .iter()
+            .filter(|s| s.name == name && hex(&s.trace_id) == TRACE_ID)
+            .count()
+    };
     assert_eq!(
-        parent(action),
-        id(evaluation),
-        "the action is the evaluation's"
+        in_first("evaluation"),
+        1,
+        "the first trace has one evaluation"
     );
-    assert_eq!(
-        parent(delivery),
-        id(action),
-        "the delivery carries the action's trace"
-    );
-    assert_eq!(
-        outbound,
-        format!("00-{TRACE_ID}-{}-01", id(delivery)),
-        "the receiver's parent is the delivery span"
-    );
-    // In time: the claim ended after the group commit began (a poll that began before the
-    // group's span closed may take the entity), the evaluation began after the claim, and the
-    // action lies within the evaluation.
-    assert!(claim.end_time_unix_nano >= group.start_time_unix_nano);
-    assert!(evaluation.start_time_unix_nano >= claim.end_time_unix_nano);
-    assert!(action.start_time_unix_nano >= evaluation.start_time_unix_nano);
-    assert!(action.end_time_unix_nano <= evaluation.end_time_unix_nano);
 }
 
 #[tokio::test]
