@@ -110,7 +110,10 @@ pub struct ConsoleState {
 pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
     let state = ConsoleState {
         app: app.console_app(),
-        signins: Arc::new(throttle::SignInLimit::new(sessions.signin_limit)),
+        signins: Arc::new(throttle::SignInLimit::new(
+            sessions.signin_limit,
+            sessions.trusted_proxies.clone(),
+        )),
         sessions: Arc::new(sessions),
     };
     let pages = Router::new()

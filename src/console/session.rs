@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     credentials::Role,
-    settings::{Console as ConsoleSettings, SecureCookie},
+    settings::{Console as ConsoleSettings, SecureCookie, TrustedProxies},
 };
 
 /// The cookie's name.
@@ -85,6 +85,8 @@ pub struct Sessions {
     secure: SecureCookie,
     /// Sign-in attempts per client address per minute (`console_signin_limit`).
     pub(super) signin_limit: u32,
+    /// Whose `X-Forwarded-For` names the client (`console_trusted_proxies`).
+    pub(super) trusted_proxies: TrustedProxies,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -111,6 +113,7 @@ impl Sessions {
                 .unwrap_or(chrono::Duration::hours(8)),
             secure: settings.console_secure_cookie,
             signin_limit: settings.console_signin_limit,
+            trusted_proxies: settings.console_trusted_proxies.clone(),
         }
     }
 

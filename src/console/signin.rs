@@ -167,7 +167,7 @@ pub async fn sign_in(
     extensions: axum::http::Extensions,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    if let Err(too_many) = state.signins.check(&extensions) {
+    if let Err(too_many) = state.signins.check(&headers, &extensions) {
         tracing::info!(
             retry_after = too_many.retry_after,
             "console sign-in refused: too many attempts from one address"

@@ -1,14 +1,15 @@
 //! The moderator console under `/console`: how its sessions are signed, how long they last,
 //! when their cookie is marked Secure, and how often one address may try to sign in.
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use figment::value::Value;
+use ipnet::IpNet;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::{
     declare::{nonzero, section},
-    value::Setting,
+    value::{Setting, items},
 };
 
 section! {
@@ -28,9 +29,15 @@ section! {
         console_secure_cookie: SecureCookie = SecureCookie::Auto;
         /// Sign-in attempts (POST /console/login) one client address may make per minute, in
         /// a burst of as many; more are answered 429 with Retry-After. Per process; the
-        /// address is the connection's (behind a proxy, the proxy's), never X-Forwarded-For.
+        /// address is the connection's, or the one a trusted proxy names.
         #[value_name = "ATTEMPTS"]
         console_signin_limit: u32 = 10, check nonzero;
+        /// Proxies in front of the console, comma-separated addresses or networks (10.0.0.0/8):
+        /// from a connection of theirs, the sign-in limit counts the client X-Forwarded-For
+        /// names (its last entry that is not one of them). None: the connection's address, and
+        /// X-Forwarded-For is never used.
+        #[value_name = "NETWORKS"]
+        console_trusted_proxies: TrustedProxies = TrustedProxies::default();
     }
 }
 
@@ -90,6 +97,75 @@ impl Setting for SecureCookie {
     }
 }
 
+/// The proxies whose `X-Forwarded-For` is believed: addresses and networks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// Whether `address` is one of them (an IPv4 address a dual-stack socket reports as
+    /// `::ffff:a.b.c.d` is taken as the IPv4 one).
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let address = address.to_canonical();
+        self.0.iter().any(|network| network.contains(&address))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One entry: `10.0.0.7`, `10.0.0.0/8`, `fd00::/8`.
+fn network(item: &str) -> Result<IpNet, String> {
+    item.parse::<IpNet>()
+        .or_else(|_| item.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| {
+            format!("{item:?} is not an address or a network; expected e.g. 10.0.0.7, 10.0.0.0/8 or fd00::/8")
+        })
+}
+
+/// Comma-separated, as the variable and the flag give them.
+impl std::str::FromStr for TrustedProxies {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(network)
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+impl Setting for TrustedProxies {
+    const VALUE_NAME: &'static str = "NETWORKS";
+
+    fn read(value: &Value) -> Result<Self, String> {
+        items(value)?
+            .iter()
+            .map(|item| network(item))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    fn to_text(&self) -> Option<String> {
+        Some(
+            self.0
+                .iter()
+                .map(IpNet::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+    }
+
+    fn show(&self) -> String {
+        match self.to_text() {
+            Some(text) if !text.is_empty() => text,
+            _ => "none".to_owned(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +193,24 @@ mod tests {
             assert_eq!(read.to_text().as_deref(), Some(text));
         }
         assert!(SecureCookie::read(&Value::from("sometimes")).is_err());
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_and_networks_and_a_bad_one_is_named() {
+        let read = TrustedProxies::read(&Value::from("10.0.0.0/8, 192.0.2.7,fd00::/8")).unwrap();
+        assert!(read.contains("10.200.3.4".parse().unwrap()));
+        assert!(read.contains("192.0.2.7".parse().unwrap()));
+        assert!(!read.contains("192.0.2.8".parse().unwrap()));
+        assert!(read.contains("fd00::1".parse().unwrap()));
+        assert!(read.contains("::ffff:10.1.1.1".parse().unwrap()));
+        assert!(!read.contains("203.0.113.1".parse().unwrap()));
+        assert_eq!(
+            read.to_text().as_deref(),
+            Some("10.0.0.0/8,192.0.2.7/32,fd00::/8")
+        );
+        assert_eq!(TrustedProxies::default().show(), "none");
+        let refusal = TrustedProxies::read(&Value::from("10.0.0.0/8,proxy.local")).unwrap_err();
+        assert!(refusal.contains("\"proxy.local\""), "{refusal}");
+        assert!(TrustedProxies::read(&Value::from("10.0.0.0/33")).is_err());
     }
 }

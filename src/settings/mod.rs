@@ -29,7 +29,7 @@ mod tests;
 use std::path::PathBuf;
 
 pub use self::{
-    console::{Console, ConsoleFlags, SecureCookie},
+    console::{Console, ConsoleFlags, SecureCookie, TrustedProxies},
     database::{Database, DatabaseFlags},
     declare::Shown,
     delivery::{Delivery, DeliveryFlags},

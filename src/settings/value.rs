@@ -65,7 +65,7 @@ pub(super) fn number(n: figment::value::Num) -> Option<f64> {
 }
 
 /// Items of a list: a TOML array of strings, or comma-separated text.
-fn items(value: &Value) -> Result<Vec<String>, String> {
+pub(super) fn items(value: &Value) -> Result<Vec<String>, String> {
     match value {
         Value::Array(_, values) => values
             .iter()

@@ -44,8 +44,9 @@ pub(crate) fn csrf_of(page: &str) -> String {
     re.captures(page).expect("a form with a CSRF token")[1].to_owned()
 }
 
-/// Signs in as a moderator; the session cookie and its CSRF token.
-pub(crate) async fn sign_in(app: &TestApp) -> (String, String) {
+/// The sign-in form as a new browser gets it: a client that does not follow redirects, the
+/// anonymous session cookie and the form's CSRF token.
+async fn sign_in_form(app: &TestApp) -> (reqwest::Client, String, String) {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -57,6 +58,12 @@ pub(crate) async fn sign_in(app: &TestApp) -> (String, String) {
         .unwrap();
     let anonymous = session_cookie(&form);
     let csrf = csrf_of(&form.text().await.unwrap());
+    (client, anonymous, csrf)
+}
+
+/// Signs in as a moderator; the session cookie and its CSRF token.
+pub(crate) async fn sign_in(app: &TestApp) -> (String, String) {
+    let (client, anonymous, csrf) = sign_in_form(app).await;
     let signed_in = client
         .post(format!("{}/console/login", app.base))
         .header(header::COOKIE, &anonymous)
@@ -328,4 +335,75 @@ async fn bad_console_input_gets_a_page_naming_the_field_and_writes_nothing() {
             .unwrap()
             .contains(r#"<code id="error-field">since</code>"#)
     );
+}
+
+/// One sign-in attempt with a wrong token, sent as a proxy that appended `forwarded_for`: its
+/// status (401, or 429 once the client's budget is spent).
+async fn wrong_sign_in_from(app: &TestApp, forwarded_for: &str) -> StatusCode {
+    let (client, anonymous, csrf) = sign_in_form(app).await;
+    client
+        .post(format!("{}/console/login", app.base))
+        .header(header::COOKIE, &anonymous)
+        .header("x-forwarded-for", forwarded_for)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("name", "Mallory"),
+            ("token", "guess-a-token"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_sign_ins_are_limited_per_forwarded_client() {
+    // The test's connections come from 127.0.0.1, here the trusted proxy.
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        with_console(s);
+        s.console.console_signin_limit = 2;
+        s.console.console_trusted_proxies = "127.0.0.1".parse().unwrap();
+    }))
+    .await;
+    let (refused, counted) = (StatusCode::TOO_MANY_REQUESTS, StatusCode::UNAUTHORIZED);
+    for (forwarded_for, expected, why) in [
+        ("203.0.113.5", counted, "a client's first attempt"),
+        ("203.0.113.5", counted, "its second"),
+        ("203.0.113.5", refused, "its budget is spent"),
+        (
+            "198.51.100.1, 203.0.113.5",
+            refused,
+            "entries the client put before the proxy's give it no new budget",
+        ),
+        (
+            "203.0.113.6",
+            counted,
+            "another browser behind the proxy has its own",
+        ),
+        (
+            "203.0.113.6, 127.0.0.1",
+            counted,
+            "a second trusted hop is passed over",
+        ),
+        ("203.0.113.6", refused, "and spends it"),
+    ] {
+        let status = wrong_sign_in_from(&app, forwarded_for).await;
+        assert_eq!(status, expected, "{why} ({forwarded_for})");
+    }
+
+    // Without trusted proxies X-Forwarded-For is not believed: one budget for the connection's
+    // address, whatever the header says.
+    let plain = spawn_app(TestOptions::idle().with(|s| {
+        with_console(s);
+        s.console.console_signin_limit = 2;
+    }))
+    .await;
+    for (forwarded_for, expected) in [
+        ("203.0.113.5", counted),
+        ("203.0.113.6", counted),
+        ("203.0.113.7", refused),
+    ] {
+        let status = wrong_sign_in_from(&plain, forwarded_for).await;
+        assert_eq!(status, expected, "untrusted ({forwarded_for})");
+    }
 }
