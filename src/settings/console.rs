@@ -108,10 +108,6 @@ impl TrustedProxies {
         let address = address.to_canonical();
         self.0.iter().any(|network| network.contains(&address))
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// One entry: `10.0.0.7`, `10.0.0.0/8`, `fd00::/8`.
