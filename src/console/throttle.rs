@@ -83,9 +83,8 @@ fn client_address(peer: IpAddr, headers: &HeaderMap, trusted: &TrustedProxies) -
     let hops = headers
         .get_all("x-forwarded-for")
         .iter()
-        .flat_map(|value| value.to_str().unwrap_or("").split(','))
-        .collect::<Vec<_>>();
-    for hop in hops.into_iter().rev() {
+        .flat_map(|value| value.to_str().unwrap_or("").split(','));
+    for hop in hops.rev() {
         let Some(address) = hop_address(hop.trim()) else {
             break;
         };

@@ -124,12 +124,7 @@ impl std::str::FromStr for TrustedProxies {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        text.split(',')
-            .map(str::trim)
-            .filter(|item| !item.is_empty())
-            .map(network)
-            .collect::<Result<_, _>>()
-            .map(Self)
+        Self::read(&Value::from(text))
     }
 }
 
