@@ -12,7 +12,7 @@ use crate::{
     fleet,
     rules::RuleSet,
     settings::{ConfigArgs, Settings},
-    startup::{connect_postgres, load_rules, load_settings},
+    startup::{connect_postgres, connect_store, load_rules, load_settings},
     store::Store,
 };
 
@@ -148,7 +148,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let candidate = RuleSet::from_file(&file)?;
             let settings = load_settings(&config)?;
-            let store = Store::new(connect_postgres(&settings).await?);
+            let store = replica_store(&settings).await?;
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
                 &store,
@@ -182,7 +182,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let rules = RuleSet::from_file(&file)?;
             let settings = load_settings(&config)?;
-            let store = Store::new(connect_postgres(&settings).await?);
+            let store = replica_store(&settings).await?;
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(
                 &store,
@@ -221,4 +221,14 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The store a backtest or a sweep reads through: from the read replica when one is set and
+/// keeps up (checked once, now), else from the primary.
+async fn replica_store(settings: &Settings) -> anyhow::Result<Store> {
+    let store = connect_store(settings).await?;
+    if let Some(replica) = store.replica() {
+        replica.check().await;
+    }
+    Ok(store)
 }

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Visit, assets, csrf, session};
+use super::{ReadSource, Visit, assets, csrf, session};
 use crate::backtest::Estimate;
 
 /// Which section of the console a page belongs to.
@@ -77,6 +77,17 @@ pub fn page(visit: &Visit, section: Section, title: &str, body: Markup) -> Marku
                     p.banner role="status" {
                         "quiesce runs with --insecure-dev and no API tokens: anyone who can reach it may use the console as an admin."
                     }
+                }
+                @match visit.reads {
+                    Some(ReadSource::Replica { lag }) => p.banner.reads role="status" {
+                        "Lists and figures are read from a replica (replay lag "
+                        (format!("{:.1}", lag.as_secs_f64()))
+                        " s): a change made a moment ago may take that long to show."
+                    },
+                    Some(ReadSource::PrimaryForReplica) => p.banner.reads role="status" {
+                        "Lists and figures are read from the primary: the replica lags past read_max_lag or does not answer."
+                    },
+                    None => {},
                 }
                 main #main tabindex="-1" { (body) }
             }

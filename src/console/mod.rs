@@ -257,6 +257,28 @@ pub struct Visit {
     pub user: SignedIn,
     /// Where the request came from, for the audit trail.
     pub origin: Origin,
+    /// Where this page's lists and figures are read, when a read replica is set: the page
+    /// says so, since a change made a moment ago may not show there yet.
+    pub reads: Option<ReadSource>,
+}
+
+/// Where a page's reads go when a read replica is set (`database_read_url`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReadSource {
+    /// The replica, with the replay lag of its last check.
+    Replica { lag: std::time::Duration },
+    /// The primary: the replica lags past `read_max_lag` or does not answer.
+    PrimaryForReplica,
+}
+
+impl ReadSource {
+    fn of(store: &Store) -> Option<Self> {
+        let replica = store.replica()?;
+        Some(match (replica.in_use(), replica.lag()) {
+            (true, Some(lag)) => ReadSource::Replica { lag },
+            _ => ReadSource::PrimaryForReplica,
+        })
+    }
 }
 
 impl Visit {
@@ -282,6 +304,7 @@ impl FromRequestParts<ConsoleState> for Visit {
                 session,
                 user,
                 origin: Origin::of(&parts.headers, &parts.extensions),
+                reads: ReadSource::of(&state.app.store),
             });
         }
         if parts.method == Method::GET {

@@ -1,4 +1,4 @@
-//! Postgres, the source of truth, and how long any backend call may take.
+//! Postgres, the source of truth (and a read replica), and how long any backend call may take.
 
 use std::time::Duration;
 
@@ -17,5 +17,13 @@ section! {
         /// Longest wait for Redis or Postgres before answering 503 or retrying; also Postgres'
         /// statement_timeout for every connection (migrations run without one).
         backend_timeout: Duration = Duration::from_secs(5), check nonzero;
+        /// A streaming replica's Postgres URL (a proxy's read-only port, say): reads that may be
+        /// a moment stale go there (the read API, the audit trail, the console's lists and
+        /// charts, backtests and sweeps); none: every read on the primary.
+        #[value_name = "URL"]
+        database_read_url: Option<ServiceUrl> = None;
+        /// Longest replay lag of the read replica: past it, or while it does not answer, its
+        /// reads go to the primary until it catches up.
+        read_max_lag: Duration = Duration::from_secs(5), check nonzero;
     }
 }

@@ -221,6 +221,28 @@ impl Setting for ServiceUrl {
     }
 }
 
+/// A connection URL that may be left unset.
+impl Setting for Option<ServiceUrl> {
+    const VALUE_NAME: &'static str = "URL";
+
+    fn read(value: &Value) -> Result<Self, String> {
+        ServiceUrl::read(value).map(Some)
+    }
+
+    fn absent() -> Option<Self> {
+        Some(None)
+    }
+
+    fn to_text(&self) -> Option<String> {
+        self.as_ref().map(|url| url.expose_secret().to_owned())
+    }
+
+    fn show(&self) -> String {
+        self.as_ref()
+            .map_or_else(|| "none".to_owned(), ServiceUrl::shown)
+    }
+}
+
 /// A secret that may be left unset.
 impl Setting for Option<SecretString> {
     const VALUE_NAME: &'static str = "SECRET";

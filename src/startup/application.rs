@@ -87,6 +87,10 @@ impl Application {
     /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
     /// workers drain.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // The read replica's lag, measured while the API serves the reads that go there.
+        if let Some(replica) = self.state.store.replica() {
+            tokio::spawn(replica.clone().watch(shutdown.clone()));
+        }
         let workers = self.workers.map(|(worker, maintenance)| {
             tokio::spawn(run_workers(worker, maintenance, shutdown.clone()))
         });

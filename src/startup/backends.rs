@@ -6,7 +6,7 @@ use anyhow::Context;
 use secrecy::ExposeSecret;
 use tokio::sync::Notify;
 
-use super::connect::{connect_postgres, connect_redis, database_address, keyspace};
+use super::connect::{connect_redis, connect_store, database_address, keyspace};
 use crate::{
     credentials::redact_passwords,
     fleet,
@@ -14,7 +14,7 @@ use crate::{
     queue::{Queue, Wakeups},
     rules::Rules,
     settings::Settings,
-    store::{PartitionPlan, Store},
+    store::Store,
     worker::Worker,
 };
 
@@ -37,10 +37,8 @@ pub struct Backends {
 
 impl Backends {
     pub async fn connect(settings: &Settings, rules: Arc<Rules>) -> anyhow::Result<Self> {
-        let pool = connect_postgres(settings).await?;
+        let store = connect_store(settings).await?;
         let (redis, wakeups) = connect_redis(settings).await?;
-        let store =
-            Store::new(pool).with_partitions(PartitionPlan::from_settings(&settings.maintenance));
         // The partitions this retention's width wants from now on (the migration made a few
         // minutes' worth; retention passes and a write that finds none make more).
         if let Err(error) = store.extend_partitions().await {

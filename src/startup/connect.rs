@@ -81,6 +81,25 @@ pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPoo
     })
 }
 
+/// The store on the primary's pool, with its time partitions as the settings cut them and,
+/// when `database_read_url` is set, the read replica (connected lazily, not yet in use: its
+/// watch, or one check for a command, puts it in use once it answers within `read_max_lag`).
+pub async fn connect_store(settings: &Settings) -> anyhow::Result<store::Store> {
+    let pool = connect_postgres(settings).await?;
+    let store = store::Store::new(pool)
+        .with_partitions(store::PartitionPlan::from_settings(&settings.maintenance));
+    let Some(url) = &settings.database.database_read_url else {
+        return Ok(store);
+    };
+    let replica = store::Replica::connect(url, &settings.database).with_context(|| {
+        format!(
+            "invalid QUIESCE_DATABASE_READ_URL {}",
+            redact_passwords(url.expose_secret())
+        )
+    })?;
+    Ok(store.with_replica(replica))
+}
+
 /// A Redis connection (one node, or a cluster for a `redis+cluster://` URL) and where to
 /// subscribe to wake-ups; errors name QUIESCE_REDIS_URL and the address, its password redacted.
 pub async fn connect_redis(settings: &Settings) -> anyhow::Result<(RedisConnection, Wakeups)> {

@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 pub use self::{
     application::{Application, run_workers, spawn_metrics_listener},
     backends::Backends,
-    connect::{connect_postgres, connect_redis, keyspace, load_rules, prepare_database},
+    connect::{
+        connect_postgres, connect_redis, connect_store, keyspace, load_rules, prepare_database,
+    },
     open_files::{ensure_open_files, files_needed},
     signals::{reload_rules_on_sighup, shutdown_on_signal},
 };

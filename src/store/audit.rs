@@ -68,7 +68,7 @@ impl Store {
             filter.before,
             filter.limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?
         .into_iter()
         .map(AuditRecord::from)

@@ -140,7 +140,7 @@ impl Store {
     /// Postgres' clock: where a backtest's window ends.
     pub async fn now(&self) -> Result<DateTime<Utc>> {
         Ok(sqlx::query_scalar!(r#"SELECT now() AS "now!""#)
-            .fetch_one(&self.pool)
+            .fetch_one(self.reader())
             .await?)
     }
 
@@ -156,7 +156,7 @@ impl Store {
         cursor: &ReplayCursor,
         limit: i64,
     ) -> Result<(Vec<ReplayedEvaluation>, HashMap<String, LatestDecision>)> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.reader().begin().await?;
         sqlx::query!("SET TRANSACTION READ ONLY")
             .execute(&mut *tx)
             .await?;

@@ -89,7 +89,7 @@ impl Store {
              FROM actions WHERE id = $1",
             id,
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.reader())
         .await?)
     }
 
@@ -104,7 +104,7 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -123,7 +123,7 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -141,7 +141,7 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -158,7 +158,7 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -177,7 +177,7 @@ impl Store {
             entity.as_str(),
             since,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -198,7 +198,7 @@ impl Store {
              GROUP BY 1, 2 ORDER BY 1, 2"#,
             interval(window),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -214,7 +214,7 @@ impl Store {
                           1000 * extract(epoch FROM started_at - due_at)::float8 AS delay
                    FROM evaluations WHERE finished_at >= now() - interval '5 minutes') recent"#,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(self.reader())
         .await?;
         Ok(EvaluationPace {
             last_minute: row.last_minute,

@@ -20,6 +20,7 @@ mod outbox;
 mod partitions;
 mod primary;
 mod read;
+mod replica;
 mod retention;
 mod review;
 mod rules_versions;
@@ -55,6 +56,7 @@ pub use self::{
     partitions::{Dropped, PartitionPlan, Partitioned},
     primary::{NotPrimary, refusal},
     read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
+    replica::Replica,
     review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
     rules_versions::{
         ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
@@ -269,6 +271,8 @@ pub struct Store {
     pool: PgPool,
     /// How the time partitions are cut and kept (`partitions.rs`).
     partitions: PartitionPlan,
+    /// Where reads that may be a moment stale go while it keeps up (`replica.rs`).
+    replica: Option<Replica>,
 }
 
 impl Store {
@@ -277,6 +281,7 @@ impl Store {
         Self {
             pool,
             partitions: PartitionPlan::from_settings(&crate::settings::Maintenance::default()),
+            replica: None,
         }
     }
 
@@ -288,8 +293,30 @@ impl Store {
         }
     }
 
+    /// The same store with reads that may be a moment stale sent to `replica` while it keeps up.
+    pub fn with_replica(self, replica: Replica) -> Self {
+        Self {
+            replica: Some(replica),
+            ..self
+        }
+    }
+
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The read replica, when one is set.
+    pub fn replica(&self) -> Option<&Replica> {
+        self.replica.as_ref()
+    }
+
+    /// Where a read that may be a moment stale goes: the replica while it keeps up, else the
+    /// primary. Never for a read a decision or a write is made on.
+    fn reader(&self) -> &PgPool {
+        self.replica
+            .as_ref()
+            .and_then(Replica::pool)
+            .unwrap_or(&self.pool)
     }
 
     /// Whether Postgres takes writes now: it answers, and on a primary, not in recovery and not

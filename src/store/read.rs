@@ -93,7 +93,7 @@ impl Store {
             filter.before,
             filter.limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
@@ -113,7 +113,7 @@ impl Store {
              GROUP BY rule ORDER BY rule"#,
             interval(window),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?;
         let mut total = ReversalCounts::default();
         let mut by_rule = Vec::with_capacity(rows.len());
@@ -148,7 +148,7 @@ impl Store {
              GROUP BY 1"#,
             interval(window),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?;
         Ok(rows
             .into_iter()
@@ -169,7 +169,7 @@ impl Store {
              GROUP BY entity"#,
             interval(window),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?;
         Ok(rows
             .into_iter()
@@ -190,11 +190,12 @@ impl Store {
              WHERE entity = $1 ORDER BY created_at, label",
             entity.as_str(),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reader())
         .await?)
     }
 
-    /// As [`Store::entity`], also counting distinct actors when `with_actors`.
+    /// As [`Store::entity`], also counting distinct actors when `with_actors`. Read for a page,
+    /// from the replica while it keeps up.
     pub async fn entity_with(
         &self,
         entity: &EntityId,
@@ -202,7 +203,8 @@ impl Store {
         windows: &Windows,
     ) -> Result<Option<EntityRecord>> {
         Ok(self
-            .entity_records(
+            .entity_records_on(
+                self.reader(),
                 &[entity.as_str()],
                 with_actors,
                 windows,

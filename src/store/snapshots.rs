@@ -131,6 +131,20 @@ impl Store {
         windows: &Windows,
         attributes: AttributeReads,
     ) -> Result<Vec<EntityRecord>> {
+        self.entity_records_on(&self.pool, entities, with_actors, windows, attributes)
+            .await
+    }
+
+    /// As [`Store::entity_records`], on `pool`: the primary's for a snapshot the rules decide
+    /// on, the reader's for a page that shows an entity.
+    pub(super) async fn entity_records_on(
+        &self,
+        pool: &sqlx::PgPool,
+        entities: &[&str],
+        with_actors: bool,
+        windows: &Windows,
+        attributes: AttributeReads,
+    ) -> Result<Vec<EntityRecord>> {
         // One statement sees one snapshot of the database, so each entity row, its totals, its
         // windows and (when asked) its distinct actors agree. Every figure is the folded part
         // plus the events not folded yet (the views signal_counts, bucket_counts and
@@ -300,7 +314,7 @@ impl Store {
             attributes.windows,
             crate::telemetry::traces::exporting(),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(pool)
         .await?;
         rows.into_iter()
             .map(|row| entity_record_from(row, windows, attributes))

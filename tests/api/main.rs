@@ -33,6 +33,7 @@ mod maintenance;
 mod moderation;
 mod outages;
 mod read_api;
+mod read_replica;
 mod repair;
 mod retention;
 mod retention_migration;
