@@ -239,9 +239,8 @@ pub(super) fn tally_canaries(
     snapshot: &Snapshot,
     verdict: &Verdict,
 ) {
-    let applies = |kinds: &[String]| kinds.is_empty() || kinds.iter().any(|k| k == &snapshot.kind);
     for rule in candidate.rules() {
-        if rule.rollout.is_none() || rule.shadow || !applies(&rule.kinds) {
+        if rule.rollout.is_none() || rule.shadow || !rule.applies_to(&snapshot.kind) {
             continue;
         }
         let matched = verdict

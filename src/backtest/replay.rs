@@ -65,9 +65,9 @@ pub struct Tally {
     pub replayed: u64,
     /// Evaluations that kept no snapshot (recorded before every evaluation kept one).
     pub without_snapshot: u64,
-    /// Replayed snapshots read without a trailing window or decayed count the candidate reads,
-    /// or without distinct actors (the rules in force used none), which the candidate then
-    /// sees as 0.
+    /// Replayed snapshots read without a trailing window or decayed count the candidate reads
+    /// for their kind, or without distinct actors it reads for their kind (the rules in force
+    /// used none), which the candidate then sees as 0.
     pub without_windows: u64,
     pub without_actors: u64,
     /// Replayed snapshots read without the attribute aggregates, or without context (the rules
@@ -184,7 +184,9 @@ impl Tally {
             if signals.clone().any(|s| !decay::has_all(s, reads)) {
                 self.without_windows += 1;
             }
-            if signals.clone().any(|s| s.actors.is_none()) {
+            if candidate.uses_actors_for(&snapshot.kind)
+                && signals.clone().any(|s| s.actors.is_none())
+            {
                 self.without_actors += 1;
             }
             self.without_attributes += u64::from(!snapshot.attributes.read.events);
@@ -454,6 +456,18 @@ mod tests {
         assert_eq!(tally.overall.removed_reversed, 1);
     }
 
+    /// The report of `tally` beside the default rules.
+    fn report_of(candidate: &RuleSet, tally: Tally) -> super::super::report::Report {
+        super::super::report::Report::new(
+            candidate,
+            &RuleSet::default_rules(),
+            tally,
+            (Utc::now() - Duration::hours(3), Utc::now()),
+            1,
+            0,
+        )
+    }
+
     #[test]
     fn the_entities_whose_final_status_differs_are_sampled_from_all_of_them() {
         let rules = hiding_at("5");
@@ -553,6 +567,33 @@ mod tests {
             0,
         );
         assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+
+    #[test]
+    fn only_snapshots_of_a_kind_the_candidate_counts_actors_for_are_warned_of() {
+        // The candidate counts distinct actors for users only; every snapshot was read
+        // without actors (the rules in force used none): two posts and one user.
+        let candidate = RuleSet::from_toml(
+            "[[rule]]\nname = \"brigaded\"\nkinds = [\"user\"]\nwhen = 'actors(\"flag\") >= 3'\n\
+             action = \"flag\"\nreason = \"x\"\n",
+        )
+        .unwrap();
+        let mut tally = Tally::new(5);
+        for entity in ["post:1", "post:2", "user:7"] {
+            let mut e = evaluation(1, 0, Some(1), None);
+            e.entity = entity.into();
+            if let Some(snapshot) = e.snapshot.as_mut() {
+                snapshot.entity = EntityId::parse(entity).unwrap();
+                snapshot.kind = snapshot.entity.kind().to_owned();
+            }
+            tally.entity(&candidate, vec![e], None);
+        }
+        assert_eq!((tally.replayed, tally.without_actors), (3, 1));
+        let warnings = report_of(&candidate, tally).warnings.join("\n");
+        assert!(
+            warnings.contains("counts distinct actors, but 1 snapshots"),
+            "{warnings}"
+        );
     }
 
     #[test]
