@@ -1,6 +1,7 @@
 //! How one evaluation's actions compare (the candidate's beside those of the rules in force),
 //! how an entity's reversals settle once its whole replay is known (saved, or repeated by the
-//! candidate), and how its labels compare.
+//! candidate; and which added actions repeat an action moderators let stand), and how its
+//! labels compare.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,12 +22,13 @@ pub(super) struct Compared {
     pub(super) added_by_rule: bool,
 }
 
-/// An action of the rules in force the candidate did not take there, which a moderator
-/// reversed.
+/// An action of the rules in force the candidate did not take there: one a moderator reversed
+/// within 24h (`reversed_at`), or one moderators let stand.
 pub(super) struct Removed {
     pub(super) rule: String,
     pub(super) action: Action,
-    pub(super) reversed_at: DateTime<Utc>,
+    pub(super) at: DateTime<Utc>,
+    pub(super) reversed_at: Option<DateTime<Utc>>,
     pub(super) overall: bool,
     pub(super) by_rule: bool,
 }
@@ -38,8 +40,6 @@ pub(super) struct Added {
     pub(super) at: DateTime<Utc>,
     pub(super) overall: bool,
     pub(super) by_rule: bool,
-    /// It repeats a reversed action before that action's reversal.
-    pub(super) repeats: bool,
 }
 
 /// Counts of one rule (or of all of them).
@@ -63,6 +63,10 @@ pub struct RuleTally {
     /// on the same entity, sooner or later) before a moderator reversed that one: a reversal
     /// the candidate does not save, so it counts as reversed in its expected reversal rate.
     pub repeated_reversed: u64,
+    /// Taken by the candidate only, repeating an action of the rules in force that moderators
+    /// let stand (not reversed within 24h): judged as much, so it counts as not reversed in the
+    /// expected reversal rate.
+    pub repeated_stood: u64,
     /// Evaluations on which the candidate's rule could not be evaluated.
     pub errors: u64,
 }
@@ -180,45 +184,114 @@ pub(super) fn compare_labels(
     }
 }
 
-/// Each reversed action the candidate removed is a reversal saved, unless the candidate
-/// took that action on the entity after the previous reversal of it and before this one:
-/// then those actions of the candidate count as reversed instead.
+/// Settles an entity's removed and added actions, overall and by rule. An added action repeats
+/// the action of the rules in force that moderators judged in its span of the entity's time
+/// (the same action, sooner or later than the rules in force took it): a reversal cuts the
+/// time of that action into spans. A reversed removed action is a reversal saved unless the
+/// candidate takes that action after the previous reversal of it and before this one: then
+/// those actions of the candidate count as reversed instead. Added actions left that fall in
+/// the span of a removed action moderators let stand count as repeats let stand. Each added
+/// action counts once.
 pub(super) fn settle_reversals(
     overall: &mut RuleTally,
     by_rule: &mut BTreeMap<String, RuleTally>,
-    mut removed: Vec<Removed>,
-    added: &mut [Added],
+    removed: &[Removed],
+    added: &[Added],
 ) {
-    removed.sort_by_key(|r| r.reversed_at);
-    let mut previous: BTreeMap<Action, DateTime<Utc>> = BTreeMap::new();
-    for r in removed {
-        let from = previous.insert(r.action, r.reversed_at);
-        let mut repeated = false;
-        for a in added.iter_mut().filter(|a| {
-            !a.repeats
-                && a.action == r.action
-                && a.at < r.reversed_at
-                && from.is_none_or(|from| a.at >= from)
-        }) {
-            a.repeats = true;
-            repeated = true;
-            if a.overall {
-                overall.repeated_reversed += 1;
+    for overall_view in [true, false] {
+        let removed: Vec<&Removed> = removed
+            .iter()
+            .filter(|r| if overall_view { r.overall } else { r.by_rule })
+            .collect();
+        let added: Vec<&Added> = added
+            .iter()
+            .filter(|a| if overall_view { a.overall } else { a.by_rule })
+            .collect();
+        let (saved, repeats) = settle(&removed, &added);
+        for (r, _) in removed.iter().zip(saved).filter(|(_, saved)| *saved) {
+            view_tally(overall, by_rule, overall_view, &r.rule).removed_reversed += 1;
+        }
+        for (a, repeat) in added.iter().zip(repeats) {
+            let tally = view_tally(overall, by_rule, overall_view, &a.rule);
+            match repeat {
+                Some(Repeat::Reversed) => tally.repeated_reversed += 1,
+                Some(Repeat::Stood) => tally.repeated_stood += 1,
+                None => {}
             }
-            if a.by_rule {
-                rule_entry(by_rule, &a.rule).repeated_reversed += 1;
-            }
-        }
-        if repeated {
-            continue;
-        }
-        if r.overall {
-            overall.removed_reversed += 1;
-        }
-        if r.by_rule {
-            rule_entry(by_rule, &r.rule).removed_reversed += 1;
         }
     }
+}
+
+/// The tally a view counts in: overall, or rule `rule`'s.
+fn view_tally<'a>(
+    overall: &'a mut RuleTally,
+    by_rule: &'a mut BTreeMap<String, RuleTally>,
+    overall_view: bool,
+    rule: &str,
+) -> &'a mut RuleTally {
+    if overall_view {
+        overall
+    } else {
+        rule_entry(by_rule, rule)
+    }
+}
+
+/// What an added action repeats: an action moderators reversed, or one they let stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repeat {
+    Reversed,
+    Stood,
+}
+
+/// One view's settlement: whether each removed action is a reversal saved, and what each
+/// added action repeats, if anything.
+fn settle(removed: &[&Removed], added: &[&Added]) -> (Vec<bool>, Vec<Option<Repeat>>) {
+    let mut saved = vec![false; removed.len()];
+    let mut repeats: Vec<Option<Repeat>> = vec![None; added.len()];
+    let mut claim = |action: Action,
+                     from: Option<DateTime<Utc>>,
+                     until: Option<DateTime<Utc>>,
+                     repeat: Repeat| {
+        let mut claimed = false;
+        for (a, slot) in added.iter().zip(repeats.iter_mut()) {
+            if slot.is_none()
+                && a.action == action
+                && from.is_none_or(|from| a.at >= from)
+                && until.is_none_or(|until| a.at < until)
+            {
+                *slot = Some(repeat);
+                claimed = true;
+            }
+        }
+        claimed
+    };
+    let mut reversed: Vec<(usize, DateTime<Utc>)> = removed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.reversed_at.map(|at| (i, at)))
+        .collect();
+    reversed.sort_by_key(|&(_, at)| at);
+    let mut previous: BTreeMap<Action, DateTime<Utc>> = BTreeMap::new();
+    for &(i, reversed_at) in &reversed {
+        let action = removed[i].action;
+        let from = previous.insert(action, reversed_at);
+        saved[i] = !claim(action, from, Some(reversed_at), Repeat::Reversed);
+    }
+    let mut stood: Vec<&&Removed> = removed.iter().filter(|r| r.reversed_at.is_none()).collect();
+    stood.sort_by_key(|r| r.at);
+    for r in stood {
+        // The span the action fell in: from the last reversal of that action before it to
+        // the next one.
+        let reversals: Vec<DateTime<Utc>> = reversed
+            .iter()
+            .filter(|&&(i, _)| removed[i].action == r.action)
+            .map(|&(_, at)| at)
+            .collect();
+        let from = reversals.iter().copied().rfind(|&at| at <= r.at);
+        let until = reversals.iter().copied().find(|&at| at > r.at);
+        claim(r.action, from, until, Repeat::Stood);
+    }
+    (saved, repeats)
 }
 
 /// A canary rule's (`rollout`) evaluations and matches, in its live share of entities and in
@@ -239,9 +312,8 @@ pub(super) fn tally_canaries(
     snapshot: &Snapshot,
     verdict: &Verdict,
 ) {
-    let applies = |kinds: &[String]| kinds.is_empty() || kinds.iter().any(|k| k == &snapshot.kind);
     for rule in candidate.rules() {
-        if rule.rollout.is_none() || rule.shadow || !applies(&rule.kinds) {
+        if rule.rollout.is_none() || rule.shadow || !rule.applies_to(&snapshot.kind) {
             continue;
         }
         let matched = verdict

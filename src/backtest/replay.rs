@@ -14,7 +14,9 @@
 //!
 //! A reversal is saved only when the candidate never takes the reversed action on the entity
 //! between the previous reversal of that action there and this one: a candidate that hides
-//! the same post one evaluation later, or sooner, would have been reversed all the same.
+//! the same post one evaluation later, or sooner, would have been reversed all the same. One
+//! that takes again an action moderators let stand (sooner or later) was judged as much: it
+//! counts, not reversed, in the expected reversal rate.
 
 use std::collections::BTreeMap;
 
@@ -65,9 +67,9 @@ pub struct Tally {
     pub replayed: u64,
     /// Evaluations that kept no snapshot (recorded before every evaluation kept one).
     pub without_snapshot: u64,
-    /// Replayed snapshots read without a trailing window or decayed count the candidate reads,
-    /// or without distinct actors (the rules in force used none), which the candidate then
-    /// sees as 0.
+    /// Replayed snapshots read without a trailing window or decayed count the candidate reads
+    /// for their kind, or without distinct actors it reads for their kind (the rules in force
+    /// used none), which the candidate then sees as 0.
     pub without_windows: u64,
     pub without_actors: u64,
     /// Replayed snapshots read without the attribute aggregates, or without context (the rules
@@ -150,7 +152,7 @@ impl Tally {
         let entity = evaluations[0].entity.clone();
         let labels_in_force = evaluations[0].labels_in_force.clone();
         let mut labels_given: std::collections::BTreeSet<String> = Default::default();
-        let mut removed_reversed: Vec<Removed> = Vec::new();
+        let mut removed: Vec<Removed> = Vec::new();
         let mut added: Vec<Added> = Vec::new();
         for evaluation in evaluations {
             self.evaluations += 1;
@@ -184,7 +186,9 @@ impl Tally {
             if signals.clone().any(|s| !decay::has_all(s, reads)) {
                 self.without_windows += 1;
             }
-            if signals.clone().any(|s| s.actors.is_none()) {
+            if candidate.uses_actors_for(&snapshot.kind)
+                && signals.clone().any(|s| s.actors.is_none())
+            {
                 self.without_actors += 1;
             }
             self.without_attributes += u64::from(!snapshot.attributes.read.events);
@@ -219,14 +223,19 @@ impl Tally {
                 live,
                 decision.as_ref().map(|d| (d.rule.as_str(), d.action)),
             );
-            if let Some(l) = live
+            // Every removed action a moderator judged: reversed within 24h (when), or let stand.
+            let judged = live.and_then(|l| match (l.reversed_within_24h, l.reversed_at) {
+                (true, Some(at)) => Some((l, Some(at))),
+                (true, None) => None,
+                (false, _) => Some((l, None)),
+            });
+            if let Some((l, reversed_at)) = judged
                 && (compared.removed_overall || compared.removed_by_rule)
-                && l.reversed_within_24h
-                && let Some(reversed_at) = l.reversed_at
             {
-                removed_reversed.push(Removed {
+                removed.push(Removed {
                     rule: l.rule.clone(),
                     action: l.action,
+                    at: evaluation.started_at,
                     reversed_at,
                     overall: compared.removed_overall,
                     by_rule: compared.removed_by_rule,
@@ -241,7 +250,6 @@ impl Tally {
                     at: evaluation.started_at,
                     overall: compared.added_overall,
                     by_rule: compared.added_by_rule,
-                    repeats: false,
                 });
             }
             // The sample is of the actions that change what happened (not a rule swap).
@@ -266,12 +274,7 @@ impl Tally {
             live_status = Some(live.map_or(seen, |l| l.new_status));
             candidate_status = Some(decision.map_or(status, |d| d.action.status()));
         }
-        settle_reversals(
-            &mut self.overall,
-            &mut self.by_rule,
-            removed_reversed,
-            &mut added,
-        );
+        settle_reversals(&mut self.overall, &mut self.by_rule, &removed, &added);
         compare_labels(&mut self.labels, &labels_in_force, &labels_given);
         let (Some(mut live_final), Some(mut candidate_final)) = (live_status, candidate_status)
         else {
@@ -454,6 +457,170 @@ mod tests {
         assert_eq!(tally.overall.removed_reversed, 1);
     }
 
+    /// The report of `tally` beside the default rules.
+    fn report_of(candidate: &RuleSet, tally: Tally) -> super::super::report::Report {
+        super::super::report::Report::new(
+            candidate,
+            &RuleSet::default_rules(),
+            tally,
+            (Utc::now() - Duration::hours(3), Utc::now()),
+            1,
+            0,
+        )
+    }
+
+    #[test]
+    fn a_renamed_rule_has_the_expected_reversal_rate_of_the_rule_in_force() {
+        let renamed = RuleSet::from_toml(
+            &crate::rules::DEFAULT_RULES
+                .replace("name = \"hide_flag_pile_on\"", "name = \"pile_on_renamed\""),
+        )
+        .unwrap();
+        // Three posts hidden by the pile-on rule; moderators reversed one and let two stand.
+        let entities = |candidate: &RuleSet| {
+            let mut tally = Tally::new(5);
+            for n in 0..3 {
+                let mut hide =
+                    evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+                hide.entity = format!("post:{n}");
+                if n == 0 {
+                    let at = hide.started_at + Duration::minutes(5);
+                    hide = reversed(hide, at);
+                }
+                tally.entity(candidate, vec![hide], None);
+            }
+            report_of(candidate, tally)
+        };
+        let in_force = entities(&RuleSet::default_rules());
+        let own = |report: &super::super::report::Report, name: &str| {
+            report
+                .rules
+                .iter()
+                .find(|r| r.rule == name)
+                .cloned()
+                .unwrap()
+        };
+        let live = own(&in_force, "hide_flag_pile_on");
+        assert_eq!((live.kept, live.in_force_reversed), (3, 1), "{live:?}");
+        let report = entities(&renamed);
+        let line = own(&report, "pile_on_renamed");
+        assert_eq!((line.kept, line.added), (0, 3), "{line:?}");
+        assert_eq!(
+            (line.reversals_repeated, line.repeats_let_stand),
+            (1, 2),
+            "{line:?}"
+        );
+        assert_eq!(line.expected_reversal_rate, live.expected_reversal_rate);
+        assert_eq!(line.expected_reversal_rate.unwrap().basis, 3);
+        // The renamed rule saves nothing: the old name's reversal is repeated, not saved.
+        assert_eq!(own(&report, "hide_flag_pile_on").reversals_saved, 0);
+        // Overall the same hides are taken on the same evaluations: nothing moves.
+        assert_eq!(
+            report.overall.expected_reversal_rate,
+            in_force.overall.expected_reversal_rate
+        );
+    }
+
+    #[test]
+    fn a_candidate_that_hides_sooner_than_a_hide_let_stand_is_judged_not_reversed() {
+        let mut tally = Tally::new(5);
+        // Flagged at 6 flags, hidden at 10, and the hide stood; the candidate hides at 6.
+        let first = evaluation(1, 0, Some(6), Some(("review_repeated_flags", Action::Flag)));
+        let second = evaluation(2, 1, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+        let candidate = hiding_at("5");
+        tally.entity(&candidate, vec![first, second], None);
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.removed, hide.added), (1, 1), "{hide:?}");
+        assert_eq!(
+            (
+                hide.removed_reversed,
+                hide.repeated_reversed,
+                hide.repeated_stood
+            ),
+            (0, 0, 1),
+            "{hide:?}"
+        );
+        let report = report_of(&candidate, tally);
+        let line = report
+            .rules
+            .iter()
+            .find(|r| r.rule == "hide_flag_pile_on")
+            .unwrap();
+        let rate = line.expected_reversal_rate.unwrap();
+        assert_eq!((rate.rate, rate.basis), (0.0, 1), "{line:?}");
+    }
+
+    #[test]
+    fn a_stricter_candidate_that_hides_later_than_a_hide_let_stand_is_judged_not_reversed() {
+        // Two posts: hidden at 10 flags, reversed on one and let stand on the other; two more
+        // flags follow on each. A candidate hiding at 12 hides both later.
+        let mut tally = Tally::new(5);
+        let candidate = hiding_at("12");
+        for n in 0..2 {
+            let mut first = evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+            let mut second = evaluation(2, 1, Some(12), None);
+            first.entity = format!("post:{n}");
+            second.entity = first.entity.clone();
+            if n == 0 {
+                let at = second.started_at + Duration::seconds(30);
+                first = reversed(first, at);
+            }
+            tally.entity(&candidate, vec![first, second], None);
+        }
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.removed, hide.added, hide.kept), (2, 2, 0), "{hide:?}");
+        assert_eq!(
+            (
+                hide.removed_reversed,
+                hide.repeated_reversed,
+                hide.repeated_stood
+            ),
+            (0, 1, 1),
+            "{hide:?}"
+        );
+        let report = report_of(&candidate, tally);
+        let line = report
+            .rules
+            .iter()
+            .find(|r| r.rule == "hide_flag_pile_on")
+            .unwrap();
+        let rate = line.expected_reversal_rate.unwrap();
+        assert_eq!((rate.rate, rate.basis), (0.5, 2), "{line:?}");
+    }
+
+    #[test]
+    fn a_hide_let_stand_is_repeated_only_up_to_the_next_reversal() {
+        // The rules in force hide at 10 flags (a timed hide, let stand, then restored), hide
+        // again at 11 and a moderator reverses that; a candidate hiding at 12 hides at the
+        // 12th flag, before the reversal, and at the 13th, after it.
+        let mut tally = Tally::new(5);
+        let stood = evaluation(1, 0, Some(10), Some(("hide_flag_pile_on", Action::Hide)));
+        let mut restore = evaluation(2, 1, Some(10), None);
+        restore.restored = Some(Status::Visible);
+        let hide = evaluation(3, 2, Some(11), Some(("hide_flag_pile_on", Action::Hide)));
+        let before = evaluation(4, 3, Some(12), None);
+        let reversal = before.started_at + Duration::seconds(30);
+        let after = evaluation(6, 5, Some(13), None);
+        tally.entity(
+            &hiding_at("12"),
+            vec![stood, restore, reversed(hide, reversal), before, after],
+            None,
+        );
+        let hide = &tally.by_rule["hide_flag_pile_on"];
+        assert_eq!((hide.removed, hide.added), (2, 2), "{hide:?}");
+        // The hide before the reversal repeats the reversed one; the one after it repeats
+        // nothing judged (the hide let stand is before the reversal).
+        assert_eq!(
+            (
+                hide.removed_reversed,
+                hide.repeated_reversed,
+                hide.repeated_stood
+            ),
+            (0, 1, 0),
+            "{hide:?}"
+        );
+    }
+
     #[test]
     fn the_entities_whose_final_status_differs_are_sampled_from_all_of_them() {
         let rules = hiding_at("5");
@@ -553,6 +720,33 @@ mod tests {
             0,
         );
         assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+
+    #[test]
+    fn only_snapshots_of_a_kind_the_candidate_counts_actors_for_are_warned_of() {
+        // The candidate counts distinct actors for users only; every snapshot was read
+        // without actors (the rules in force used none): two posts and one user.
+        let candidate = RuleSet::from_toml(
+            "[[rule]]\nname = \"brigaded\"\nkinds = [\"user\"]\nwhen = 'actors(\"flag\") >= 3'\n\
+             action = \"flag\"\nreason = \"x\"\n",
+        )
+        .unwrap();
+        let mut tally = Tally::new(5);
+        for entity in ["post:1", "post:2", "user:7"] {
+            let mut e = evaluation(1, 0, Some(1), None);
+            e.entity = entity.into();
+            if let Some(snapshot) = e.snapshot.as_mut() {
+                snapshot.entity = EntityId::parse(entity).unwrap();
+                snapshot.kind = snapshot.entity.kind().to_owned();
+            }
+            tally.entity(&candidate, vec![e], None);
+        }
+        assert_eq!((tally.replayed, tally.without_actors), (3, 1));
+        let warnings = report_of(&candidate, tally).warnings.join("\n");
+        assert!(
+            warnings.contains("counts distinct actors, but 1 snapshots"),
+            "{warnings}"
+        );
     }
 
     #[test]

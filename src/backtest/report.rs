@@ -74,12 +74,16 @@ pub struct RuleReport {
     /// (sooner or later than the rules in force took it): reversals the candidate does not
     /// save, counted as reversed in its expected reversal rate.
     pub reversals_repeated: u64,
+    /// Added actions that repeat an action moderators let stand (not reversed within 24h) on
+    /// the same entity, sooner or later than the rules in force took it: judged, and not
+    /// reversed, in the expected reversal rate.
+    pub repeats_let_stand: u64,
     /// Reversed share of the actions in force.
     pub in_force_reversal_rate: Option<f64>,
     /// The candidate's expected reversal rate: the reversed share of the actions of the
     /// candidate that have a moderator's verdict (the kept ones, and the added ones that repeat
-    /// a reversed action), with its 95% interval. It takes the other added actions to be
-    /// reversed as often as those.
+    /// an action moderators reversed or let stand), with its 95% interval. It takes the other
+    /// added actions to be reversed as often as those.
     pub expected_reversal_rate: Option<Estimate>,
     /// Signals this rule of the candidate reads that quiesce records from the actions of the
     /// rules in force (`auto.hide`, `auto.hide.reversed`, ...). The replay reads them as they
@@ -107,10 +111,11 @@ impl RuleReport {
             removed: t.removed,
             reversals_saved: t.removed_reversed,
             reversals_repeated: t.repeated_reversed,
+            repeats_let_stand: t.repeated_stood,
             in_force_reversal_rate: (t.live > 0).then(|| t.live_reversed as f64 / t.live as f64),
             expected_reversal_rate: Estimate::wilson(
                 t.kept_reversed + t.repeated_reversed,
-                t.kept + t.repeated_reversed,
+                t.kept + t.repeated_reversed + t.repeated_stood,
             ),
             reads_recorded_actions: Vec::new(),
             canary: None,

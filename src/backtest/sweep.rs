@@ -1,7 +1,8 @@
 //! A sweep: one rule's condition with one of its numeric literals moved over a range of
 //! values, each value backtested (all of them in one read of the window, `run_many`), so that
 //! moderators pick a threshold from the reversals: per value, the rule's actions, the
-//! reversals it saves, the actions it adds and its expected reversal rate.
+//! reversals it saves, the actions it adds (and the judged ones among them: repeats of an action
+//! moderators reversed or let stand) and its expected reversal rate.
 
 use std::sync::Arc;
 
@@ -126,6 +127,7 @@ pub struct SweepRow {
     pub removed: u64,
     pub reversals_saved: u64,
     pub reversals_repeated: u64,
+    pub repeats_let_stand: u64,
     pub expected_reversal_rate: Option<Estimate>,
     /// The whole set's actions (all rules) added and removed.
     pub overall_added: u64,
@@ -242,6 +244,7 @@ fn row(value: f64, when: String, rule: &str, report: &Report) -> SweepRow {
         removed: figure(|r| r.removed),
         reversals_saved: figure(|r| r.reversals_saved),
         reversals_repeated: figure(|r| r.reversals_repeated),
+        repeats_let_stand: figure(|r| r.repeats_let_stand),
         expected_reversal_rate: line.and_then(|r| r.expected_reversal_rate),
         overall_added: report.overall.added,
         overall_removed: report.overall.removed,

@@ -46,6 +46,7 @@ fn row(r: &RuleReport) -> Vec<String> {
         r.removed.to_string(),
         r.reversals_saved.to_string(),
         r.reversals_repeated.to_string(),
+        r.repeats_let_stand.to_string(),
         estimate(r.expected_reversal_rate),
     ]
 }
@@ -82,6 +83,7 @@ pub fn render_text(report: &Report, label: &str) -> String {
         "removed",
         "saved",
         "repeated",
+        "let stand",
         "expected reversal rate [95% CI] of kept and repeated",
     ]
     .iter()
@@ -200,6 +202,7 @@ pub fn render_sweep(report: &super::sweep::SweepReport) -> String {
             "removed",
             "saved",
             "repeated",
+            "let stand",
             "expected reversal rate [95% CI] of kept and repeated",
         ]
         .map(str::to_owned)
@@ -214,6 +217,7 @@ pub fn render_sweep(report: &super::sweep::SweepReport) -> String {
             r.removed.to_string(),
             r.reversals_saved.to_string(),
             r.reversals_repeated.to_string(),
+            r.repeats_let_stand.to_string(),
             estimate(r.expected_reversal_rate),
         ]);
     }

@@ -251,6 +251,7 @@ fn rule_row(r: &RuleReport, overall: bool) -> Markup {
             td.num.removed data-label="Removed" { (r.removed) }
             td.num.saved data-label="Reversals saved" { (r.reversals_saved) }
             td.num.repeated data-label="Reversals repeated" { (r.reversals_repeated) }
+            td.num.stood data-label="Repeats let stand" { (r.repeats_let_stand) }
             td data-label="Expected reversal rate" { (layout::estimate(r.expected_reversal_rate)) }
         }
     }
@@ -280,9 +281,10 @@ fn report_view(report: &Report, shadow_hits: Option<(&str, i64)>) -> Markup {
             p.muted {
                 "Kept: taken by both on the same evaluation by the same rule. Reversals saved: removed actions moderators had reversed within 24h, "
                 "which the candidate never takes on that entity before the reversal. Reversals repeated: added actions that take a reversed action "
-                "again before its reversal (sooner or later than the rules in force did). "
-                "The expected reversal rate is the reversed share of the kept and repeated actions, the ones of the candidate a moderator has judged, "
-                "with its 95% interval; it takes the other added actions to be reversed as often."
+                "again before its reversal (sooner or later than the rules in force did). Repeats let stand: added actions that take again an action "
+                "moderators let stand (not reversed within 24h). "
+                "The expected reversal rate is the reversed share of the kept and repeated actions (both kinds), the ones of the candidate a moderator "
+                "has judged, with its 95% interval; it takes the other added actions to be reversed as often."
             }
             div.table-wrap {
                 table.cards #backtest-rules-table {
@@ -297,6 +299,7 @@ fn report_view(report: &Report, shadow_hits: Option<(&str, i64)>) -> Markup {
                             th.num scope="col" { "Removed" }
                             th.num scope="col" { "Reversals saved" }
                             th.num scope="col" { "Reversals repeated" }
+                            th.num scope="col" { "Repeats let stand" }
                             th scope="col" { "Expected reversal rate" }
                         }
                     }

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value, extractors::Arguments};
 
-use super::Rule;
+use super::{Rule, RuleSet};
 use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
 
 pub(super) type Signals = Arc<BTreeMap<String, SignalStats>>;
@@ -36,6 +36,27 @@ fn window_totals(
 impl Rule {
     pub(super) fn matches(&self, context: &Context) -> Result<bool, String> {
         run(&self.program, context)
+    }
+
+    /// Whether the rule applies to entities of `kind` (no `kinds`: to every kind).
+    pub fn applies_to(&self, kind: &str) -> bool {
+        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind)
+    }
+
+    /// Whether its condition or reason reads distinct actors (a count over the entity's
+    /// retained events, so a snapshot reads them only when needed).
+    pub(super) fn reads_actors(&self) -> bool {
+        self.when.contains("actors(") || self.reason.contains("{actors.")
+    }
+}
+
+impl RuleSet {
+    /// Whether the rules applying to entities of `kind` read distinct actors (the worker reads
+    /// them for every kind when any rule does).
+    pub fn uses_actors_for(&self, kind: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.applies_to(kind) && r.reads_actors())
     }
 }
 

@@ -349,12 +349,9 @@ impl RuleSet {
         Self::from_specs(specs, self.declarations.clone())
     }
 
-    /// Whether any rule reads distinct actors (a count over the entity's retained events,
-    /// so the snapshot reads them only when needed).
+    /// Whether any rule reads distinct actors (`uses_actors_for`: the rules of one kind).
     pub fn uses_actors(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.when.contains("actors(") || r.reason.contains("{actors."))
+        self.rules.iter().any(Rule::reads_actors)
     }
 
     /// The attributes the rules may read: what ingest and the context endpoint accept.
@@ -387,7 +384,7 @@ impl RuleSet {
         // One context for every rule; should it fail to build, every rule reports why.
         let context = condition::context(&self.env, snapshot);
         for rule in &self.rules {
-            if !rule.kinds.is_empty() && !rule.kinds.iter().any(|k| k == &snapshot.kind) {
+            if !rule.applies_to(&snapshot.kind) {
                 continue;
             }
             // A condition that holds is checked against the rule's exemption, which the verdict

@@ -648,6 +648,75 @@ async fn a_candidate_that_hides_one_evaluation_later_saves_no_reversal_and_its_j
 }
 
 #[tokio::test]
+async fn a_renamed_rule_is_expected_to_be_reversed_as_often_as_the_rule_in_force() {
+    let app = spawn_app(TestOptions::default()).await;
+    // Three posts hidden at ten flags; a moderator reverses one hide and lets two stand.
+    for entity in ["post:n1", "post:n2", "post:n3"] {
+        signals(&app, entity, "a", "flag", 10).await;
+    }
+    app.wait_settled(SETTLE).await;
+    reverse(&app, action_ids(&app, "post:n1").await[0]).await;
+    let identity = backtest(&app, DEFAULT_RULES).await;
+    let in_force = rule(&identity, "hide_flag_pile_on");
+    assert_eq!(
+        (
+            &in_force["in_force_actions"],
+            &in_force["in_force_reversed"]
+        ),
+        (&json!(3), &json!(1)),
+        "{identity}"
+    );
+
+    // The same file with the pile-on rule renamed takes the same hides on the same
+    // evaluations: by rule, each is a hide removed and one added, and every added one repeats
+    // a hide moderators judged, one reversed and two let stand.
+    let renamed_rules =
+        DEFAULT_RULES.replace("name = \"hide_flag_pile_on\"", "name = \"pile_on_renamed\"");
+    assert_ne!(renamed_rules, DEFAULT_RULES);
+    let report = backtest(&app, &renamed_rules).await;
+    let renamed = rule(&report, "pile_on_renamed");
+    assert_eq!(
+        (&renamed["kept"], &renamed["added"]),
+        (&json!(0), &json!(3))
+    );
+    assert_eq!(renamed["reversals_repeated"], 1, "{report}");
+    assert_eq!(renamed["repeats_let_stand"], 2, "{report}");
+    assert_eq!(
+        renamed["expected_reversal_rate"], in_force["expected_reversal_rate"],
+        "{report}"
+    );
+    assert_eq!(renamed["expected_reversal_rate"]["basis"], 3, "{report}");
+    assert_eq!(rule(&report, "hide_flag_pile_on")["reversals_saved"], 0);
+    assert_eq!(
+        report["overall"]["expected_reversal_rate"],
+        identity["overall"]["expected_reversal_rate"]
+    );
+
+    // The command prints the repeats let stand in their own column.
+    let file = std::env::temp_dir().join(format!("renamed-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&file, &renamed_rules).unwrap();
+    let text = app
+        .run_cli(&["rules", "backtest", file.to_str().unwrap(), "--since", "1h"])
+        .await;
+    std::fs::remove_file(&file).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("rule ") && l.contains("repeated  let stand")),
+        "{text}"
+    );
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("pile_on_renamed "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .split_whitespace()
+        .collect();
+    // rule, in force, reversed (2 words), backtest, kept, added, removed, saved, repeated,
+    // let stand, then the rate.
+    assert_eq!(&row[4..11], ["3", "0", "3", "0", "0", "1", "2"], "{text}");
+    assert_eq!(row[11], "33.3%", "{text}");
+}
+
+#[tokio::test]
 async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_backtest_at_each_other()
  {
     let app = spawn_app(TestOptions::default()).await;
@@ -732,6 +801,7 @@ async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_b
             ("removed", "removed"),
             ("reversals_saved", "reversals_saved"),
             ("reversals_repeated", "reversals_repeated"),
+            ("repeats_let_stand", "repeats_let_stand"),
             ("expected_reversal_rate", "expected_reversal_rate"),
         ] {
             assert_eq!(row[field], line[of_line], "{value}: {field}");
