@@ -51,16 +51,24 @@ run: build
 # Unit and integration tests against real Redis and Postgres, the `make run` smoke with every
 # README command, then the checks that no secret appears in the run's logs (target/test-logs/)
 # and that no test database or key was left behind; a few tests start Redis servers of their own,
-# so the redis-server binary is needed (installed if missing).
+# so the redis-server binary is needed (installed if missing). First, Postgres is asked whether
+# its free connections hold TEST_THREADS test threads (up to 10 connections each,
+# scripts/dev/test-connections.sh): if not, fewer threads run, as many as fit, and it says so;
+# if not even one fits it stops, saying what to do. The leftovers check runs whether the tests
+# passed or not (the run's exit status stays the tests'), and names what an earlier run left
+# without failing this one.
 test: export QUIESCE_TEST_LOG_DIR = $(CURDIR)/target/test-logs
 test:
 	@rm -rf "$$QUIESCE_TEST_LOG_DIR" && mkdir -p "$$QUIESCE_TEST_LOG_DIR" && \
 	$(WITH_SERVICES_AND_REDIS_SERVER) \
-	scripts/dev/test-leftovers.sh list >"$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
-	$(CARGO) test --all-targets -- --test-threads $(TEST_THREADS) && \
-	scripts/dev/smoke-make-run.sh && \
-	$(CARGO) test --test secrets_in_logs -- --ignored && \
-	scripts/dev/test-leftovers.sh since "$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt"
+	threads=$$(scripts/dev/test-connections.sh $(TEST_THREADS)) && \
+	before="$$QUIESCE_TEST_LOG_DIR/../test-leftovers-before.txt" && \
+	scripts/dev/test-leftovers.sh list >"$$before" && \
+	{ $(CARGO) test --all-targets -- --test-threads $$threads && \
+	  scripts/dev/smoke-make-run.sh && \
+	  $(CARGO) test --test secrets_in_logs -- --ignored; \
+	  status=$$?; scripts/dev/test-leftovers.sh since "$$before" || [ $$status -ne 0 ] || status=1; \
+	  exit $$status; }
 
 ## clean-data: drop make run's database and delete its Redis keys (stop make run first)
 # The ones of QUIESCE_DATABASE_URL and QUIESCE_REDIS_PREFIX when set.

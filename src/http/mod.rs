@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod health;
 pub mod limits;
+mod linger;
 pub mod moderation;
 pub mod openapi;
 mod params;

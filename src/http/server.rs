@@ -1,6 +1,7 @@
 //! The API's listener. Connections are served by hyper directly (not `axum::serve`) so that a
 //! client that is slow to send a request, that keeps a connection open doing nothing, or that
-//! stops reading its answers, is cut off, and so that the open connections are capped.
+//! stops reading its answers, is cut off, so that the open connections are capped, and so that
+//! a connection is closed without a reset ([`super::linger`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,6 +20,7 @@ use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::linger;
 use crate::{settings::Http, telemetry::names};
 
 /// What one connection may take.
@@ -96,6 +98,7 @@ pub async fn serve(
                 request
             },
         );
+        let (stream, handed_back) = linger::hand_back(stream);
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(limits.write_timeout));
         let connection = builder.serve_connection(
@@ -108,6 +111,10 @@ pub async fn serve(
             // hyper has answered what it could.
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection closed");
+            }
+            // hyper has dropped the socket; it is closed here, keeping its slot until then.
+            if let Ok(stream) = handed_back.await {
+                linger::linger(stream).await;
             }
             drop(open);
         });

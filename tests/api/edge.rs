@@ -1,5 +1,6 @@
 //! The HTTP edge against slow and hostile clients: requests nobody has authenticated hold no
-//! ingest slot, a body above the limit is refused from its declared length, a trickled body is
+//! ingest slot, a body above the limit is refused from its declared length (and a client that
+//! sends it all the same reads the 413, not a reset), a trickled body is
 //! cut off at the pace floor, connections that send nothing (or too little, or stay idle) are
 //! closed, a client that stops reading its answers frees its connection, open connections are
 //! capped, malformed paths and field names get the JSON error, and every route that takes a
@@ -115,6 +116,62 @@ async fn a_declared_body_above_the_limit_is_refused_before_it_is_sent() {
         answer_status(&mut stream, Duration::from_secs(10)).await,
         Some(413)
     );
+    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+}
+
+/// Sends `head` and then `body` whole, in chunks, before reading anything; returns all the
+/// server sent until it closed. The client's send buffer is kept small, as a client's bytes in
+/// flight are small beside a large body: the kernel cannot take the whole body at once, so the
+/// client is still sending when the server answers.
+async fn send_whole_then_read(at: &str, head: &str, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_send_buffer_size(64 * 1024)?;
+    let mut stream = socket.connect(at.parse().expect("an address")).await?;
+    stream.write_all(head.as_bytes()).await?;
+    for chunk in body.chunks(64 * 1024) {
+        stream.write_all(chunk).await?;
+    }
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    Ok(answer)
+}
+
+#[tokio::test]
+async fn a_client_that_sends_its_whole_body_over_the_limit_reads_the_413() {
+    // body_limit is 1 MiB; the body is 2 MB, declared, and sent whole before the client reads
+    // (as a client that does not wait for 100-continue does). The server answers from the
+    // declared length without reading the body; the client must read that answer, not a reset
+    // from a socket closed on unread bytes.
+    let app = spawn_app(TestOptions::idle()).await;
+    let at = address(&app);
+    let body = vec![b' '; 2_000_000];
+    for round in 0..20 {
+        let path = if round % 2 == 0 {
+            "/v1/events"
+        } else {
+            "/v1/entities/post:big/attributes"
+        };
+        let method = if round % 2 == 0 { "POST" } else { "PUT" };
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {at}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            send_whole_then_read(&at, &head, &body),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: no answer within 20 s"))
+        .unwrap_or_else(|error| panic!("round {round} ({method} {path}): {error}"));
+        let answer = String::from_utf8_lossy(&answer);
+        let (head, json) = answer
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("round {round}: an HTTP answer: {answer}"));
+        assert!(head.starts_with("HTTP/1.1 413 "), "round {round}: {head}");
+        let json: Value = serde_json::from_str(json)
+            .unwrap_or_else(|_| panic!("round {round}: a JSON body: {json}"));
+        assert_eq!(json["error"]["code"], "payload_too_large", "round {round}");
+    }
     assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
 }
 

@@ -25,6 +25,7 @@ mod example_discord;
 mod examples;
 mod fold;
 mod guard;
+mod harness;
 mod ingest;
 mod limits;
 mod loadgen;

@@ -209,11 +209,9 @@ async fn a_schedule_that_belongs_to_another_database_is_refused_at_startup() {
 async fn migrations_are_not_cut_short_by_the_statement_timeout() {
     // The pool's statement_timeout (backend_timeout) bounds requests' statements; migrations
     // run on a pool that has one, here a millisecond, and must still run to the end.
-    let database = format!("quiesce_test_{}", uuid::Uuid::new_v4().simple());
-    let url = format!("{}/{database}", crate::helpers::database_base_url());
-    <sqlx::Postgres as sqlx::migrate::MigrateDatabase>::create_database(&url)
-        .await
-        .unwrap();
+    // The test's own database (not spawn_app's), dropped with `database` however the test ends.
+    let database = crate::helpers::TestDatabase::create(&crate::helpers::database_base_url()).await;
+    let url = database.url();
     let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -234,11 +232,8 @@ async fn migrations_are_not_cut_short_by_the_statement_timeout() {
         .await
         .unwrap();
     assert_eq!(timeout, "1ms");
-    // The database is this test's own, not spawn_app's: it leaves with the test.
     pool.close().await;
-    <sqlx::Postgres as sqlx::migrate::MigrateDatabase>::drop_database(&url)
-        .await
-        .unwrap();
+    drop(database);
 }
 
 /// `quiesce serve` with its open-files limit set to `soft` and `hard` before it starts.
