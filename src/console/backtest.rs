@@ -186,7 +186,7 @@ pub async fn run(
                 .rule_hits(window)
                 .await?
                 .get(name)
-                .map_or(0, |(_, shadow)| *shadow),
+                .map_or(0, |hits| hits.shadow),
         )),
         None => None,
     };

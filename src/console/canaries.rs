@@ -12,7 +12,7 @@ use super::layout::rate;
 use crate::{
     domain::EntityId,
     rules::RuleSet,
-    store::{ReversalCounts, Store, StoreError},
+    store::{ReversalCounts, RuleHits, Store, StoreError},
 };
 
 /// One canary rule's figures over the window.
@@ -76,10 +76,10 @@ fn per_1000(matches: i64, evaluations: i64) -> String {
     }
 }
 
-/// The section, from the canaries and each rule's (live, shadow) matches and reversal counts.
+/// The section, from the canaries and each rule's matches and reversal counts.
 pub fn section(
     canaries: &[CanaryRow],
-    hits: &BTreeMap<String, (i64, i64)>,
+    hits: &BTreeMap<String, RuleHits>,
     reversals: &BTreeMap<String, ReversalCounts>,
 ) -> Markup {
     html! {
@@ -106,7 +106,7 @@ pub fn section(
                         }
                         tbody {
                             @for row in canaries {
-                                @let (live, shadow) = hits.get(&row.rule).copied().unwrap_or_default();
+                                @let RuleHits { live, shadow, .. } = hits.get(&row.rule).copied().unwrap_or_default();
                                 @let counts = reversals.get(&row.rule).cloned().unwrap_or_default();
                                 tr data-rule=(row.rule) {
                                     th scope="row" data-label="Rule" { code { (row.rule) } }

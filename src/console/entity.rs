@@ -1,7 +1,8 @@
 //! One entity: its status and override, its schedule, events per minute per signal, its
-//! evaluations (on which snapshot, what matched live and in shadow, what was decided and why
-//! nothing was), its actions and the moderators' decisions on it, its latest events, and the
-//! derived signals on its author. A moderator may set an override from here.
+//! evaluations (`evaluations.rs`: on which snapshot, what matched live, was exempted or matched
+//! in shadow, what was decided and why nothing was), its actions and the moderators' decisions
+//! on it, its latest events, and the derived signals on its author. A moderator may set an
+//! override from here.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +24,7 @@ use super::{
 use crate::{
     domain::{DAY_WINDOWS, EntityId, SignalStats, Status, WINDOWS, Windows},
     moderation::{self, OverrideRequest},
-    rules::Verdict,
-    store::{EvaluationRecord, Override},
+    store::Override,
 };
 
 /// Rows of each history list on the page.
@@ -131,114 +131,6 @@ fn override_block(decision: &Option<Override>) -> Markup {
     }
 }
 
-/// What an evaluation decided, and why nothing was when nothing was.
-fn outcome(evaluation: &EvaluationRecord, verdict: &Verdict) -> String {
-    if let Some(id) = evaluation.action_id {
-        let action = verdict.strongest().map_or("an action".to_owned(), |d| {
-            format!("{} ({})", d.action.as_str(), d.rule)
-        });
-        return format!("Applied {action}: action #{id}.");
-    }
-    let Some(strongest) = verdict.strongest() else {
-        return if verdict.errors.is_empty() {
-            "Nothing: no live rule matched.".to_owned()
-        } else {
-            "Nothing: a live rule could not be evaluated.".to_owned()
-        };
-    };
-    let wanted = strongest.action.status();
-    let snapshot = evaluation.snapshot.as_ref();
-    let status = snapshot
-        .and_then(|s| s["status"].as_str())
-        .and_then(|s| Status::parse(s).ok());
-    let cap = snapshot
-        .and_then(|s| s["override_cap"].as_str())
-        .and_then(|s| Status::parse(s).ok());
-    match (status, cap) {
-        (Some(status), _) if wanted <= status => format!(
-            "Nothing: {} matched ({}), but the status was already {}; automation only raises it.",
-            strongest.rule,
-            strongest.action.as_str(),
-            status.as_str()
-        ),
-        (Some(_), Some(cap)) if wanted > cap => format!(
-            "Nothing: {} matched ({}), but a moderator's override held the entity at {}.",
-            strongest.rule,
-            strongest.action.as_str(),
-            cap.as_str()
-        ),
-        (Some(_), _) => format!(
-            "Nothing: {} matched ({}), but that decision had been applied before (its dedup key existed).",
-            strongest.rule,
-            strongest.action.as_str()
-        ),
-        (None, _) => format!(
-            "Nothing: {} matched ({}), but the status at version {} was already {} or higher, or a moderator's override held it back.",
-            strongest.rule,
-            strongest.action.as_str(),
-            evaluation.moderation_version,
-            wanted.as_str()
-        ),
-    }
-}
-
-fn evaluations_list(evaluations: &[EvaluationRecord]) -> Markup {
-    html! {
-        @if evaluations.is_empty() {
-            p.muted #no-evaluations { "Not evaluated yet." }
-        } @else {
-            div.table-wrap {
-                table.cards #evaluations {
-                    thead {
-                        tr {
-                            th scope="col" { "Started" }
-                            th scope="col" { "Snapshot" }
-                            th scope="col" { "Rules" }
-                            th scope="col" { "Live matches" }
-                            th scope="col" { "Shadow matches" }
-                            th scope="col" { "Decided" }
-                        }
-                    }
-                    tbody {
-                        @for evaluation in evaluations {
-                            @let verdict: Verdict = serde_json::from_value(evaluation.decisions.clone()).unwrap_or_default();
-                            tr data-evaluation-id=(evaluation.id) {
-                                td data-label="Started" {
-                                    (layout::time(evaluation.started_at))
-                                    @if let Some(due) = evaluation.due_at {
-                                        br; span.muted { ((evaluation.started_at - due).num_milliseconds()) " ms after it fell due" }
-                                    }
-                                }
-                                td data-label="Snapshot" {
-                                    "version " (evaluation.moderation_version) ", " (evaluation.event_count) " events"
-                                    (super::saw::attributes_seen(evaluation.snapshot.as_ref()))
-                                }
-                                td.rules-version data-label="Rules" {
-                                    @match evaluation.rules_version {
-                                        Some(version) => { "version " (version) }
-                                        None => span.muted { "before versions" },
-                                    }
-                                }
-                                td data-label="Live matches" {
-                                    @for d in &verdict.matched { div { code { (d.rule) } " → " (d.action.as_str()) } }
-                                    @for (rule, error) in &verdict.errors { div { code { (rule) } " failed: " (error) } }
-                                    @if verdict.matched.is_empty() && verdict.errors.is_empty() { span.muted { "none" } }
-                                }
-                                td data-label="Shadow matches" {
-                                    @for d in &verdict.shadow { div { code { (d.rule) } " → " (d.action.as_str()) } }
-                                    @for (rule, error) in &verdict.shadow_errors { div { code { (rule) } " failed: " (error) } }
-                                    @if verdict.shadow.is_empty() && verdict.shadow_errors.is_empty() { span.muted { "none" } }
-                                }
-                                td.decided data-label="Decided" { (outcome(evaluation, &verdict)) }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 fn parse_entity(path: Result<Path<String>, PathRejection>) -> Result<EntityId, PageError> {
     let raw = path.map(|Path(raw)| raw).unwrap_or_default();
     EntityId::parse(&raw)
@@ -279,7 +171,7 @@ pub async fn page(
     let from = to - Duration::minutes(minutes);
     let (per_minute, evaluations, actions, decisions, events) = tokio::try_join!(
         store.entity_minutes(&entity, from),
-        store.entity_evaluations(&entity, HISTORY),
+        store.entity_evaluations(&entity, None, HISTORY),
         store.entity_actions(&entity, HISTORY),
         store.entity_decisions(&entity, HISTORY),
         store.entity_events(&entity, HISTORY),
@@ -372,7 +264,7 @@ pub async fn page(
         }
         section.card aria-labelledby="evaluations-title" {
             h2 #evaluations-title { "Evaluations" }
-            (evaluations_list(&evaluations))
+            (super::evaluations::list(&evaluations, &state.app.rules.current()))
         }
         section.card aria-labelledby="actions-title" {
             h2 #actions-title { "Actions and reversals" }

@@ -9,9 +9,10 @@
 //!   approve, hide, dismiss or escalate it;
 //! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
 //!   snapshot the rules saw beside the entity now; reversing it;
-//! - [`entity`]: one entity's status, events per minute, evaluations, actions and decisions;
-//!   setting an override;
-//! - [`quality`]: the reversal rate per day and rule, live and shadow matches, the rules;
+//! - [`entity`]: one entity's status, events per minute, evaluations (with what matched, was
+//!   exempted or matched in shadow: [`evaluations`]), actions and decisions; setting an override;
+//! - [`quality`]: the reversal rate per day and rule, live, shadow and exempted matches, the
+//!   rules;
 //! - [`backtest`]: a candidate rule set replayed over a window's evaluations (a shadow rule's
 //!   backtest is linked from Quality), which an admin can publish as the next rules version;
 //! - [`rules`]: the rules versions, each with the backtest figures it was published with;
@@ -31,6 +32,7 @@ mod charts;
 mod csrf;
 mod entity;
 mod errors;
+mod evaluations;
 mod forms;
 mod layout;
 mod operations;

@@ -1,8 +1,9 @@
 //! Quality: the share of automated actions moderators reversed within 24h, over a chosen
-//! window, per day and per rule (the same counts as `GET /v1/stats/reversal-rate`); live and
-//! shadow matches per rule (what a moderator weighs before promoting a shadow rule), each shadow
-//! rule linked to its backtest (the rules in force with it turned live); canaries' two groups
-//! (`console/canaries.rs`); and the rules in force.
+//! window, per day and per rule (the same counts as `GET /v1/stats/reversal-rate`); live, shadow
+//! and exempted matches per rule (what a moderator weighs before promoting a shadow rule, and
+//! how often an `unless` kept a live rule from acting), each shadow rule linked to its backtest
+//! (the rules in force with it turned live); canaries' two groups (`console/canaries.rs`); and
+//! the rules in force.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -16,7 +17,7 @@ use super::{
     forms::Fields,
     layout::{self, Section, rate},
 };
-use crate::store::ReversalCounts;
+use crate::store::{ReversalCounts, RuleHits};
 
 /// The windows a moderator may choose.
 const WINDOWS: [(&str, &str); 4] = [
@@ -31,8 +32,7 @@ const WINDOWS: [(&str, &str); 4] = [
 struct RuleRow {
     in_force: Option<(String, bool)>,
     counts: ReversalCounts,
-    live: i64,
-    shadow: i64,
+    hits: RuleHits,
 }
 
 /// The query of a shadow rule's backtest link.
@@ -79,10 +79,8 @@ pub async fn page(
     for (rule, counts) in by_rule {
         rows.entry(rule).or_default().counts = counts;
     }
-    for (rule, (live, shadow)) in hits.clone() {
-        let row = rows.entry(rule).or_default();
-        row.live = live;
-        row.shadow = shadow;
+    for (rule, rule_hits) in &hits {
+        rows.entry(rule.clone()).or_default().hits = *rule_hits;
     }
     let now = Utc::now();
     let first = now - chrono::Duration::from_std(window).unwrap_or_default();
@@ -125,7 +123,8 @@ pub async fn page(
         section.card aria-labelledby="per-rule-title" {
             h2 #per-rule-title { "Per rule" }
             p.muted {
-                "Live matches are evaluations where the rule held; shadow matches are what a shadow rule would have done. "
+                "Live matches are evaluations where the rule held; shadow matches are what a shadow rule would have done; "
+                "exempted are evaluations where a live rule held but its exemption (unless) held too, so it took no effect. "
                 "Before promoting a shadow rule, compare its matches with the live rules' and their reversal rate, "
                 "and backtest it live: what it would have done over the window's evaluations, and how many of the actions it adds or removes moderators reversed."
             }
@@ -137,6 +136,7 @@ pub async fn page(
                             th scope="col" { "Mode" }
                             th.num scope="col" { "Live matches" }
                             th.num scope="col" { "Shadow matches" }
+                            th.num scope="col" { "Exempted" }
                             th.num scope="col" { "Actions" }
                             th scope="col" { "Reversed within 24h" }
                         }
@@ -155,8 +155,9 @@ pub async fn page(
                                         None => span.muted { "not in force" },
                                     }
                                 }
-                                td.num.live data-label="Live matches" { (row.live) }
-                                td.num.shadow data-label="Shadow matches" { (row.shadow) }
+                                td.num.live data-label="Live matches" { (row.hits.live) }
+                                td.num.shadow data-label="Shadow matches" { (row.hits.shadow) }
+                                td.num.exempted data-label="Exempted" { (row.hits.exempted) }
                                 td.num data-label="Actions" { (row.counts.actions) }
                                 td.rate data-label="Reversed" { (rate(row.counts.reversed, row.counts.actions)) }
                             }

@@ -20,6 +20,7 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
         ("POST", "/v1/sources/{source}/events") => None,
         ("POST", "/v1/events") | ("PUT", "/v1/entities/{entity}/attributes") => Some(Role::Ingest),
         ("GET", "/v1/entities/{entity}")
+        | ("GET", "/v1/entities/{entity}/evaluations")
         | ("GET", "/v1/actions")
         | ("GET", "/v1/stats/reversal-rate")
         | ("GET", "/v1/rules")

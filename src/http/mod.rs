@@ -9,6 +9,7 @@ pub mod body;
 mod context;
 mod dead_letters;
 mod error;
+mod evaluations;
 mod events;
 mod health;
 pub mod limits;
@@ -94,6 +95,10 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             post(events::post_source_events),
         )
         .route("/v1/entities/{entity}", get(read::get_entity))
+        .route(
+            "/v1/entities/{entity}/evaluations",
+            get(evaluations::list_evaluations),
+        )
         .route(
             "/v1/entities/{entity}/attributes",
             put(context::put_attributes),

@@ -32,6 +32,7 @@ impl Modify for Security {
         super::events::post_events,
         super::events::post_source_events,
         super::read::get_entity,
+        super::evaluations::list_evaluations,
         super::context::put_attributes,
         super::moderation::list_actions,
         super::moderation::reverse,

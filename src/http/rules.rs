@@ -16,12 +16,12 @@ use crate::{audit, fleet};
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
-/// `GET /v1/rules`: every rule with its live and shadow matches over the last 24h.
+/// `GET /v1/rules`: every rule with its live, shadow and exempted matches over the last 24h.
 #[utoipa::path(
     get,
     path = "/v1/rules",
     tag = "moderation",
-    description = "The rules in force in this process: the active rules version (number, hash, author, message, time, how it became active, and its text), each rule with its live and shadow matches over 24h, and the attributes they declare (what events and entity context may carry). Role moderator.",
+    description = "The rules in force in this process: the active rules version (number, hash, author, message, time, how it became active, and its text), each rule with its live, shadow and exempted matches over 24h (exempted: the rule held and so did its `unless`), and the attributes they declare (what events and entity context may carry). Role moderator.",
     responses(
         (status = 200, description = "The rules", body = crate::http::schemas::RulesList),
         crate::http::schemas::TokenRouteErrors,
@@ -49,7 +49,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
         .rules()
         .iter()
         .map(|rule| {
-            let (live, shadow) = hits.get(&rule.name).copied().unwrap_or_default();
+            let hits = hits.get(&rule.name).copied().unwrap_or_default();
             json!({
                 "name": rule.name,
                 "action": rule.action,
@@ -60,7 +60,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
                 "when": rule.when,
                 "shadow": rule.shadow,
                 "guard": rule.guard,
-                "hits_24h": { "live": live, "shadow": shadow },
+                "hits_24h": hits,
             })
         })
         .collect();

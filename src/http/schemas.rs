@@ -185,12 +185,6 @@ pub struct ReversalRate {
 }
 
 #[derive(ToSchema)]
-struct RuleHits {
-    live: i64,
-    shadow: i64,
-}
-
-#[derive(ToSchema)]
 struct RuleView {
     name: String,
     /// The status action; null for a rule that gives labels only.
@@ -206,7 +200,7 @@ struct RuleView {
     shadow: bool,
     /// Whether the guard may turn it to shadow (false: `guard = false` in the rules file).
     guard: bool,
-    hits_24h: RuleHits,
+    hits_24h: crate::store::RuleHits,
 }
 
 #[derive(ToSchema)]

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{Action, Status};
 
 /// One rule's verdict on a snapshot.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Decision {
     pub rule: String,
     pub action: Action,
@@ -17,7 +17,7 @@ pub struct Decision {
 
 /// A label a live rule gave (`labels` on the rule): recorded on the entity once, without
 /// changing its status.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct LabelDecision {
     pub rule: String,
     pub label: String,

@@ -1,32 +1,11 @@
 //! What the moderator console reads beyond the JSON API's reads (`read.rs`): one action, an
-//! entity's history (its evaluations, actions, moderator decisions, recent events and events per
-//! minute), reversals per day and rule, and the pace of evaluations. Every statement is keyed
+//! entity's history (its actions, moderator decisions, recent events and events per minute), reversals per day and rule, and the pace of evaluations. Every statement is keyed
 //! by an indexed column and bounded by a limit or a window.
 
 use chrono::{DateTime, Utc};
 
 use super::{ActionRecord, Result, Store, interval};
 use crate::domain::EntityId;
-
-/// One completed evaluation as recorded: when, on which version and event count, what the rules
-/// concluded (`decisions`, a [`crate::rules::Verdict`]) and the action it applied, if any.
-#[derive(Debug, Clone)]
-pub struct EvaluationRecord {
-    pub id: i64,
-    pub worker: String,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: DateTime<Utc>,
-    pub due_at: Option<DateTime<Utc>>,
-    pub moderation_version: i64,
-    pub event_count: i64,
-    pub decisions: serde_json::Value,
-    pub action_id: Option<i64>,
-    /// The snapshot the rules saw. Every evaluation keeps it now; one recorded by an earlier
-    /// version kept it only when a shadow rule matched.
-    pub snapshot: Option<serde_json::Value>,
-    /// The rules version that decided it (`None`: recorded before rules versions).
-    pub rules_version: Option<i64>,
-}
 
 /// A moderator's reversal or override, from the audit trail.
 #[derive(Debug, Clone)]
@@ -85,7 +64,8 @@ impl Store {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
-                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
+                    rules_version
              FROM actions WHERE id = $1",
             id,
         )
@@ -98,28 +78,10 @@ impl Store {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
-                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
+                    rules_version
              FROM actions WHERE entity = $1
              ORDER BY id DESC LIMIT $2",
-            entity.as_str(),
-            limit,
-        )
-        .fetch_all(self.reader())
-        .await?)
-    }
-
-    /// The entity's latest evaluations, newest first.
-    pub async fn entity_evaluations(
-        &self,
-        entity: &EntityId,
-        limit: i64,
-    ) -> Result<Vec<EvaluationRecord>> {
-        Ok(sqlx::query_as!(
-            EvaluationRecord,
-            "SELECT id, worker, started_at, finished_at, due_at, moderation_version, event_count,
-                    decisions, action_id, snapshot, rules_version
-             FROM evaluations WHERE entity = $1
-             ORDER BY started_at DESC, id DESC LIMIT $2",
             entity.as_str(),
             limit,
         )

@@ -15,30 +15,7 @@ use super::{Result, Store, Uncommitted, entity_or_report};
 use crate::domain::{DeadLetter, DeadReason, EntityId, FailureRecord};
 
 /// Position in the listing of dead letters: after this (dead-lettered at, id).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeadLetterKey {
-    pub at_micros: i64,
-    pub id: i64,
-}
-
-impl DeadLetterKey {
-    /// `<dead-lettered at, unix microseconds>.<id>`, as [`DeadLetterKey::encode`] writes it.
-    pub fn parse(raw: &str) -> Option<Self> {
-        let (at, id) = raw.split_once('.')?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !digits(at) || !digits(id) {
-            return None;
-        }
-        Some(Self {
-            at_micros: at.parse().ok()?,
-            id: id.parse().ok()?,
-        })
-    }
-
-    pub fn encode(&self) -> String {
-        format!("{}.{}", self.at_micros, self.id)
-    }
-}
+pub type DeadLetterKey = super::PageKey;
 
 /// A page of dead letters that are not redriven, oldest first.
 #[derive(Debug, Default)]
@@ -374,21 +351,4 @@ async fn forget_failures(
     .execute(&mut **tx)
     .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cursor_reads_back_what_it_wrote_and_refuses_anything_else() {
-        let key = DeadLetterKey {
-            at_micros: 1_764_000_000_123_456,
-            id: 42,
-        };
-        assert_eq!(DeadLetterKey::parse(&key.encode()), Some(key));
-        for bad in ["", "1", "1.", ".1", "a.1", "1.-2", "+1.2", "1.2.3"] {
-            assert_eq!(DeadLetterKey::parse(bad), None, "{bad}");
-        }
-    }
 }

@@ -17,6 +17,7 @@ mod guard;
 pub mod loadgen;
 mod moderation;
 mod outbox;
+mod page_key;
 mod partitions;
 mod primary;
 mod read;
@@ -43,9 +44,7 @@ use crate::{
 pub use self::{
     audit::{AuditFilter, AuditRecord},
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
-    console::{
-        DailyReversals, DecisionRecord, EvaluationPace, EvaluationRecord, EventRecord, MinuteCount,
-    },
+    console::{DailyReversals, DecisionRecord, EvaluationPace, EventRecord, MinuteCount},
     context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     deliveries::GithubDelivery,
@@ -53,9 +52,10 @@ pub use self::{
     guard::{Demotion, RuleFigures},
     moderation::Reversal,
     outbox::OutboxRow,
+    page_key::PageKey,
     partitions::{Dropped, PartitionPlan, Partitioned},
     primary::{NotPrimary, refusal},
-    read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
+    read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
     review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
     rules_versions::{

@@ -57,7 +57,8 @@ impl Store {
         let action = sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
-                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
+                    rules_version
              FROM actions WHERE id = $1 FOR UPDATE",
             id,
         )
@@ -139,7 +140,7 @@ impl Store {
              WHERE id = $1
              RETURNING id, entity, action, rule, reason, previous_status, new_status,
                        applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
-                       reversal_reason",
+                       reversal_reason, rules_version",
             id,
             moderator,
             reason,

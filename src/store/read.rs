@@ -1,8 +1,9 @@
-//! The read API's reads: applied actions, reversal counts, rule hits and one entity's record.
+//! The read API's reads: applied actions, an entity's evaluations, reversal counts, rule hits
+//! and one entity's record.
 
 use std::collections::BTreeMap;
 
-use super::{EntityRecord, Result, Store, interval};
+use super::{EntityRecord, PageKey, Result, Store, interval};
 use crate::domain::{AttributeReads, EntityId, Windows};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -25,6 +26,38 @@ pub struct ActionRecord {
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
     pub reversal_reason: Option<String>,
+    /// The rules version in force when an evaluation applied it (null: applied before rules
+    /// versions, or not by an evaluation: a review decision, a timer ended early).
+    pub rules_version: Option<i64>,
+}
+
+/// One completed evaluation as recorded: when, on which version and event count, what the rules
+/// concluded (`decisions`, a [`crate::rules::Verdict`]) and the action it applied, if any.
+#[derive(Debug, Clone)]
+pub struct EvaluationRecord {
+    pub id: i64,
+    pub worker: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub due_at: Option<DateTime<Utc>>,
+    pub moderation_version: i64,
+    pub event_count: i64,
+    pub decisions: serde_json::Value,
+    pub action_id: Option<i64>,
+    /// The snapshot the rules saw. Every evaluation keeps it now; one recorded by an earlier
+    /// version kept it only when a shadow rule matched.
+    pub snapshot: Option<serde_json::Value>,
+    /// The rules version that decided it (`None`: recorded before rules versions).
+    pub rules_version: Option<i64>,
+}
+
+/// How often a rule held in a window's evaluations: live (it acted, or would have but for the
+/// status or an override), in shadow, and exempted (it held, and so did its `unless`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RuleHits {
+    pub live: i64,
+    pub shadow: i64,
+    pub exempted: i64,
 }
 
 /// A label a live rule recorded on an entity: once, without changing its status.
@@ -75,7 +108,8 @@ impl Store {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
-                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason
+                    dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
+                    rules_version
              FROM actions
              WHERE ($1::text IS NULL OR entity = $1)
                AND ($2::text IS NULL OR rule = $2)
@@ -129,21 +163,25 @@ impl Store {
         Ok((total, by_rule))
     }
 
-    /// Live and shadow matches per rule in evaluations finished within `window`.
+    /// Live, shadow and exempted matches per rule in evaluations finished within `window`.
     pub async fn rule_hits(
         &self,
         window: std::time::Duration,
-    ) -> Result<BTreeMap<String, (i64, i64)>> {
+    ) -> Result<BTreeMap<String, RuleHits>> {
         let rows = sqlx::query!(
-            r#"SELECT d.decision->>'rule' AS "rule!",
+            r#"SELECT d.rule AS "rule!",
                     count(*) FILTER (WHERE d.kind = 'live') AS "live!",
-                    count(*) FILTER (WHERE d.kind = 'shadow') AS "shadow!"
+                    count(*) FILTER (WHERE d.kind = 'shadow') AS "shadow!",
+                    count(*) FILTER (WHERE d.kind = 'exempted') AS "exempted!"
              FROM evaluations e,
-                  LATERAL (SELECT 'live' AS kind, x AS decision
+                  LATERAL (SELECT 'live' AS kind, x->>'rule' AS rule
                              FROM jsonb_array_elements(e.decisions->'matched') x
                            UNION ALL
-                           SELECT 'shadow', x
-                             FROM jsonb_array_elements(coalesce(e.decisions->'shadow', '[]')) x) d
+                           SELECT 'shadow', x->>'rule'
+                             FROM jsonb_array_elements(coalesce(e.decisions->'shadow', '[]')) x
+                           UNION ALL
+                           SELECT 'exempted', x
+                             FROM jsonb_array_elements_text(coalesce(e.decisions->'exempted', '[]')) x) d
              WHERE e.finished_at >= now() - $1::interval
              GROUP BY 1"#,
             interval(window),
@@ -152,8 +190,44 @@ impl Store {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|row| (row.rule, (row.live, row.shadow)))
+            .map(|row| {
+                let hits = RuleHits {
+                    live: row.live,
+                    shadow: row.shadow,
+                    exempted: row.exempted,
+                };
+                (row.rule, hits)
+            })
             .collect())
+    }
+
+    /// The entity's evaluations, newest first, `limit` of them before `before` (a page's last
+    /// row), on the entity's index. The bound on `started_at` alone is what lets the index
+    /// start at the cursor; the row comparison then orders evaluations that started at once.
+    pub async fn entity_evaluations(
+        &self,
+        entity: &EntityId,
+        before: Option<PageKey>,
+        limit: i64,
+    ) -> Result<Vec<EvaluationRecord>> {
+        let before_at = before.map(|key| key.at());
+        Ok(sqlx::query_as!(
+            EvaluationRecord,
+            "SELECT id, worker, started_at, finished_at, due_at, moderation_version, event_count,
+                    decisions, action_id, snapshot, rules_version
+             FROM evaluations
+             WHERE entity = $1
+               AND started_at <= coalesce($2::timestamptz, 'infinity')
+               AND (started_at, id) < (coalesce($2::timestamptz, 'infinity'),
+                                       coalesce($3::int8, 9223372036854775807))
+             ORDER BY started_at DESC, id DESC LIMIT $4",
+            entity.as_str(),
+            before_at,
+            before.map(|key| key.id),
+            limit,
+        )
+        .fetch_all(self.reader())
+        .await?)
     }
 
     /// Evaluations finished in the last `window`, per entity: what a canary's two groups are

@@ -24,6 +24,32 @@ pub(crate) fn with_console(s: &mut quiesce::settings::Settings) {
     s.console.console_session_key = Some(CONSOLE_SESSION_KEY.to_owned().into());
 }
 
+/// Sends events with the ingest token (a console test's settings require one); asserts 202.
+pub(crate) async fn ingest(app: &TestApp, events: &serde_json::Value) {
+    let response = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .bearer_auth(TOKEN_INGEST)
+        .json(events)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+}
+
+/// A console page as the session `cookie` sees it; asserts 200.
+pub(crate) async fn page(app: &TestApp, cookie: &str, path: &str) -> String {
+    let response = app
+        .client
+        .get(format!("{}{path}", app.base))
+        .header(header::COOKIE, cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    response.text().await.unwrap()
+}
+
 /// A form's fields.
 type Form = Vec<(&'static str, String)>;
 

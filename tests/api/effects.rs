@@ -1,14 +1,17 @@
 //! Labels and exemptions in a running service: a label is recorded on the entity once,
 //! delivered by the outbox and shown, without changing the status; a rule may label and act
-//! together or only label; a matching `unless` keeps a rule from acting and the evaluation
-//! records that it was exempted.
+//! together or only label; a matching `unless` keeps a rule from acting, the evaluation
+//! records that it was exempted, and the API, the rules listing and the console show it.
 
 use std::time::Duration;
 
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app};
+use crate::{
+    helpers::{TestApp, TestOptions, event, spawn_app},
+    secrets::TOKEN_MODERATOR,
+};
 
 const RULES: &str = r#"
 [[rule]]
@@ -155,4 +158,109 @@ async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_record
         json!({"label": "spam", "in_force": 2, "backtest": 1, "kept": 1, "added": 0, "removed": 1}),
         "{report}"
     );
+}
+
+/// A GET with the moderator's token (the console's settings require one): its JSON.
+async fn moderator_get(app: &TestApp, path: &str) -> Value {
+    let response = app
+        .client
+        .get(format!("{}{path}", app.base))
+        .bearer_auth(TOKEN_MODERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.json().await.unwrap()
+}
+
+/// The text of the first element of `class` after `from` in `page`.
+fn cell<'a>(page: &'a str, from: &str, class: &str) -> &'a str {
+    let row = &page[page.find(from).unwrap_or_else(|| panic!("{from}: {page}"))..];
+    let at = row
+        .find(&format!(r#"class="{class}""#))
+        .unwrap_or_else(|| panic!("{class} after {from}: {row}"));
+    let text = &row[at..];
+    let open = text.find('>').unwrap() + 1;
+    &text[open..open + text[open..].find("</td>").unwrap()]
+}
+
+#[tokio::test]
+async fn an_exemption_is_shown_by_the_api_counted_per_rule_and_explained_on_the_console() {
+    let app = spawn_app(TestOptions {
+        rules: Some(RuleSet::from_toml(RULES).unwrap()),
+        ..TestOptions::default().with(|s| {
+            crate::console::with_console(s);
+            s.schedule.debounce_window = Duration::from_millis(10);
+        })
+    })
+    .await;
+    let events: Vec<Value> = (0..3)
+        .flat_map(|i| {
+            ["post:staff-7", "post:7"]
+                .map(|entity| event(&format!("{entity}-{i}"), entity, "report"))
+        })
+        .collect();
+    crate::console::ingest(&app, &json!(events)).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(app.status_of("post:staff-7").await, "visible");
+    assert_eq!(app.status_of("post:7").await, "hidden");
+
+    // The API: the staff post's evaluation lists the hide rule as exempted, not matched; the
+    // other post's as matched and applied.
+    let staff = moderator_get(&app, "/v1/entities/post:staff-7/evaluations").await;
+    let evaluation = &staff["evaluations"][0];
+    assert_eq!(staff["evaluations"].as_array().unwrap().len(), 1, "{staff}");
+    assert_eq!(
+        evaluation["decisions"]["exempted"],
+        json!([{"rule": "hide_reported"}]),
+        "{staff}"
+    );
+    assert_eq!(evaluation["decisions"]["matched"], json!([]), "{staff}");
+    assert_eq!(evaluation["action_id"], Value::Null, "{staff}");
+    assert_eq!(
+        evaluation["decisions"]["labels"][0]["rule"], "label_reported",
+        "{staff}"
+    );
+    let acted = moderator_get(&app, "/v1/entities/post:7/evaluations").await;
+    let evaluation = &acted["evaluations"][0];
+    assert_eq!(evaluation["decisions"]["exempted"], json!([]), "{acted}");
+    assert_eq!(
+        evaluation["decisions"]["matched"][0]["rule"], "hide_reported",
+        "{acted}"
+    );
+    assert!(evaluation["action_id"].is_i64(), "{acted}");
+
+    // The rules listing counts it beside the live match.
+    let listing = moderator_get(&app, "/v1/rules").await;
+    let hide = listing["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "hide_reported")
+        .unwrap();
+    assert_eq!(
+        hide["hits_24h"],
+        json!({"live": 1, "shadow": 0, "exempted": 1}),
+        "{listing}"
+    );
+
+    // The console: the entity page says the rule matched and was exempted, and by what; the
+    // quality page counts it.
+    let (cookie, _) = crate::console::sign_in(&app).await;
+    let page = crate::console::page(&app, &cookie, "/console/entities/post:staff-7").await;
+    let decided = cell(&page, "data-evaluation-id", "decided");
+    assert_eq!(
+        decided,
+        "Nothing applied: rule hide_reported matched and was exempted (unless entity.startsWith(&quot;post:staff-&quot;)).",
+        "{page}"
+    );
+    assert!(!page.contains("no live rule matched"), "{page}");
+    assert!(
+        cell(&page, "data-evaluation-id", "exempted").contains("<code>hide_reported</code>"),
+        "{page}"
+    );
+    let quality = crate::console::page(&app, &cookie, "/console/quality?window=24h").await;
+    let row = r#"<tr data-rule="hide_reported">"#;
+    assert_eq!(cell(&quality, row, "num live"), "1", "{quality}");
+    assert_eq!(cell(&quality, row, "num exempted"), "1", "{quality}");
 }

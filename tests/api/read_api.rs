@@ -92,6 +92,99 @@ async fn actions_are_listed_newest_first_and_filtered() {
 }
 
 #[tokio::test]
+async fn an_entitys_evaluations_are_paged_newest_first_with_their_decisions_and_rules_version() {
+    let app = spawn_app(
+        TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
+    .await;
+    // Three evaluations: one flag (nothing), two more (the review rule flags it), an upvote
+    // (the rule still holds; the status already is flagged).
+    for (round, events) in [
+        vec![event("p1", "post:p", "flag")],
+        vec![event("p2", "post:p", "flag"), event("p3", "post:p", "flag")],
+        vec![event("p4", "post:p", "upvote")],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        app.send(&json!(events)).await;
+        app.wait_settled(Duration::from_secs(20)).await;
+        assert_eq!(app.evaluation_count("post:p").await, round as i64 + 1);
+    }
+
+    let (status, first) = app.get("/v1/entities/post:p/evaluations?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["entity"], "post:p");
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a full page has a cursor");
+    let (status, second) = app
+        .get(&format!(
+            "/v1/entities/post:p/evaluations?limit=2&cursor={cursor}"
+        ))
+        .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["next_cursor"], serde_json::Value::Null, "{second}");
+    let evaluations: Vec<&serde_json::Value> = first["evaluations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["evaluations"].as_array().unwrap())
+        .collect();
+    let counts: Vec<i64> = evaluations
+        .iter()
+        .map(|e| e["event_count"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts, [4, 3, 1], "newest first, each once");
+    let (latest, acted, quiet) = (evaluations[0], evaluations[1], evaluations[2]);
+    assert_eq!(quiet["decisions"]["matched"], json!([]), "{quiet}");
+    assert_eq!(quiet["action_id"], serde_json::Value::Null, "{quiet}");
+    assert_eq!(
+        acted["decisions"]["matched"][0]["rule"], "review_repeated_flags",
+        "{acted}"
+    );
+    assert_eq!(acted["decisions"]["exempted"], json!([]), "{acted}");
+    assert_eq!(
+        latest["decisions"]["matched"][0]["rule"],
+        "review_repeated_flags"
+    );
+    assert_eq!(latest["action_id"], serde_json::Value::Null, "{latest}");
+    assert_eq!(latest["snapshot"]["status"], "flagged", "{latest}");
+
+    // The action the evaluation applied, with the rules version that decided it: the
+    // evaluation's, and the one its webhook carries.
+    let (status, actions) = app.get("/v1/actions?entity=post:p").await;
+    assert_eq!(status, 200, "{actions}");
+    let action = &actions["actions"][0];
+    assert_eq!(action["id"], acted["action_id"], "{actions} {acted}");
+    let version = acted["rules_version"].as_i64().expect("a rules version");
+    assert_eq!(action["rules_version"], version, "{actions}");
+    let carried = app
+        .scalar(
+            "SELECT (payload->>'rules_version')::int8 FROM outbox
+             WHERE topic = 'action.applied' AND payload->>'entity' = 'post:p'",
+        )
+        .await;
+    assert_eq!(carried, version);
+
+    for (bad, status, field) in [
+        ("/v1/entities/post:p/evaluations?cursor=x", 400, "cursor"),
+        ("/v1/entities/post:p/evaluations?cursor=1.", 400, "cursor"),
+        ("/v1/entities/post:p/evaluations?limit=0", 400, "limit"),
+        ("/v1/entities/post:p/evaluations?limit=201", 400, "limit"),
+        ("/v1/entities/post:p/evaluations?colour=red", 400, "colour"),
+        ("/v1/entities/Post/evaluations", 400, "entity"),
+    ] {
+        let (answered, body) = app.get(bad).await;
+        assert_eq!(answered, status, "{bad}: {body}");
+        assert_eq!(body["error"]["field"], field, "{bad}: {body}");
+    }
+    let (answered, body) = app.get("/v1/entities/post:none/evaluations").await;
+    assert_eq!(answered, 404, "{body}");
+    assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test]
 async fn health_readiness_and_metrics_answer() {
     let mut app = spawn_app(
         TestOptions::default().with(|s| s.schedule.debounce_window = Duration::from_millis(50)),
@@ -187,6 +280,7 @@ async fn the_openapi_document_describes_every_route() {
         ("post", "/v1/events"),
         ("post", "/v1/sources/{source}/events"),
         ("get", "/v1/entities/{entity}"),
+        ("get", "/v1/entities/{entity}/evaluations"),
         ("put", "/v1/entities/{entity}/attributes"),
         ("get", "/v1/actions"),
         ("post", "/v1/actions/{id}/reverse"),

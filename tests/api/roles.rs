@@ -30,6 +30,12 @@ async fn every_route_answers_each_role_as_documented() {
             json!(null),
             &["moderator", "admin"],
         ),
+        (
+            "GET",
+            "/v1/entities/post:1/evaluations",
+            json!(null),
+            &["moderator", "admin"],
+        ),
         ("GET", "/v1/actions", json!(null), &["moderator", "admin"]),
         (
             "GET",
