@@ -23,6 +23,8 @@
 #   scripts/dev/postgres-ha.sh read-only SECS  the leader read-only for SECS seconds
 #                                              (default_transaction_read_only, reloaded) while
 #                                              Patroni and HAProxy still call it the primary
+#   (each of these five prints the node it acted on and when it did, in unix seconds: for
+#   a switchover the new leader and the request's time)
 #   scripts/dev/postgres-ha.sh heal            resume, undo read-only, start stopped nodes, and
 #                                              wait until the cluster is whole (wait-healthy)
 #   scripts/dev/postgres-ha.sh wait-healthy    until 3 members, a leader, a streaming sync
@@ -204,6 +206,11 @@ bootstrap:
         max_wal_senders: 10
         max_replication_slots: 10
         wal_keep_size: 256MB
+        # The suite kills processes, never the machine: the OS keeps what was written, so
+        # fsync is off (on a disk shared with builds, a crashed node's end-of-recovery
+        # checkpoint took seconds of fsync), and checkpoints every 30 s bound its redo.
+        fsync: "off"
+        checkpoint_timeout: 30s
   initdb:
     - encoding: UTF8
     - locale: C.UTF-8
@@ -388,48 +395,51 @@ stop() {
 leader_or_die() { leader || die "no running leader"; }
 
 kill_node() {
-  local node pid pm
+  local node pid pm at
   node=$(leader_or_die)
   pid=$(patroni_pid "$node") || true
   pm=$(postmaster_pid "$node") || true
+  local kids=
+  [ -n "$pm" ] && kids=$(children "$pm")
+  at=$(date +%s.%N)
   [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
-  if [ -n "$pm" ]; then
-    local kids
-    kids=$(children "$pm")
-    kill -9 "$pm" $kids 2>/dev/null || true
-  fi
+  # shellcheck disable=SC2086
+  [ -n "$pm" ] && kill -9 "$pm" $kids 2>/dev/null || true
   for _ in $(seq 1 50); do
     alive "$pid" || alive "$pm" || break
     sleep 0.1
   done
   say "killed $node (Patroni $pid, postmaster $pm)"
-  echo "$node"
+  echo "$node $at"
 }
 
 kill_postgres() {
-  local node pm
+  local node pm at
   node=$(leader_or_die)
   pm=$(postmaster_pid "$node") || die "no postmaster.pid for $node"
+  at=$(date +%s.%N)
   kill -9 "$pm"
   for _ in $(seq 1 50); do alive "$pm" || break; sleep 0.1; done
   say "killed the postmaster of $node ($pm)"
-  echo "$node"
+  echo "$node $at"
 }
 
 pause() {
-  local node pid pm
+  local node pid pm at
   [ -f "$dir/paused" ] && die "already paused: $(cat "$dir/paused")"
   node=$(leader_or_die)
   pid=$(patroni_pid "$node")
   pm=$(postmaster_pid "$node")
-  # Patroni first, so that it does not see its postgres stop; resumed in the reverse order.
-  kill -STOP "$pid"
   local kids
   kids=$(children "$pm")
+  # Patroni first, so that it does not see its postgres stop; resumed in the reverse order.
+  at=$(date +%s.%N)
+  kill -STOP "$pid"
+  # shellcheck disable=SC2086
   kill -STOP "$pm" $kids
   echo "$kids $pm $pid" >"$dir/paused"
   say "paused $node (Patroni $pid, postmaster $pm and its children)"
-  echo "$node"
+  echo "$node $at"
 }
 
 resume_paused() {
@@ -443,15 +453,16 @@ resume_paused() {
 }
 
 switchover() {
-  local node candidate
+  local node candidate at
   node=$(leader_or_die)
   candidate=$(sync_standby)
   [ -n "$candidate" ] || die "no streaming synchronous standby to switch over to"
+  at=$(date +%s.%N)
   "$venv/bin/patronictl" -c "$dir/$node/patroni.yml" switchover --leader "$node" \
     --candidate "$candidate" --force >"$dir/switchover.log" 2>&1 ||
     die "switchover failed: $(cat "$dir/switchover.log")"
   say "switched over from $node to $candidate"
-  echo "$candidate"
+  echo "$candidate $at"
 }
 
 read_only_on() {
@@ -466,16 +477,18 @@ read_only_off() {
 }
 
 read_only() {
-  local seconds=${1:?read-only SECONDS} node
-  node=$(leader_or_die)
-  read_only_on "$node"
-  trap 'read_only_off "$node"' EXIT
-  say "$node read-only for $seconds s"
+  local seconds=${1:?read-only SECONDS} at
+  read_only_node=$(leader_or_die)
+  # Writable again however this script ends.
+  trap 'read_only_off "$read_only_node"' EXIT
+  read_only_on "$read_only_node"
+  at=$(date +%s.%N)
+  say "$read_only_node read-only for $seconds s"
   sleep "$seconds"
-  read_only_off "$node"
+  read_only_off "$read_only_node"
   trap - EXIT
-  say "$node writable again"
-  echo "$node"
+  say "$read_only_node writable again"
+  echo "$read_only_node $at"
 }
 
 heal() {
