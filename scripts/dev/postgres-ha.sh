@@ -20,6 +20,7 @@
 #   scripts/dev/postgres-ha.sh pause           SIGSTOP the leader's Patroni and postgres (frozen)
 #   scripts/dev/postgres-ha.sh resume          SIGCONT what pause stopped
 #   scripts/dev/postgres-ha.sh switchover      planned switchover to the synchronous standby
+#                                              (Patroni's REST API, POST /switchover)
 #   scripts/dev/postgres-ha.sh read-only SECS  the leader read-only for SECS seconds
 #                                              (default_transaction_read_only, reloaded) while
 #                                              Patroni and HAProxy still call it the primary
@@ -457,9 +458,11 @@ switchover() {
   node=$(leader_or_die)
   candidate=$(sync_standby)
   [ -n "$candidate" ] || die "no streaming synchronous standby to switch over to"
+  # Through the leader's REST API (patronictl takes seconds to start on a busy machine); it
+  # answers once the candidate is promoted.
   at=$(date +%s.%N)
-  "$venv/bin/patronictl" -c "$dir/$node/patroni.yml" switchover --leader "$node" \
-    --candidate "$candidate" --force >"$dir/switchover.log" 2>&1 ||
+  curl -fsS --max-time 60 -X POST "http://127.0.0.1:$(rest_port "$node")/switchover" \
+    -d "{\"leader\": \"$node\", \"candidate\": \"$candidate\"}" >"$dir/switchover.log" 2>&1 ||
     die "switchover failed: $(cat "$dir/switchover.log")"
   say "switched over from $node to $candidate"
   echo "$candidate $at"
