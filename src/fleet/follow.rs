@@ -9,7 +9,7 @@ use sqlx::postgres::{PgListener, PgNotification};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::sync;
+use super::{FleetError, sync};
 use crate::{rules::Rules, store::Store, telemetry::Chain};
 
 /// Keeps the active version in force in this process until `shutdown`: on every notification,
@@ -17,7 +17,8 @@ use crate::{rules::Rules, store::Store, telemetry::Chain};
 pub async fn follow(store: Store, rules: Arc<Rules>, poll: Duration, shutdown: CancellationToken) {
     let mut listener = listen(&store).await;
     // Listening first, then checking: a publish between the two is seen either way.
-    check(&store, &rules).await;
+    let mut outage = false;
+    check(&store, &rules, &mut outage).await;
     let mut ticks = tokio::time::interval(poll);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -35,7 +36,7 @@ pub async fn follow(store: Store, rules: Arc<Rules>, poll: Duration, shutdown: C
                 }
             }
         }
-        check(&store, &rules).await;
+        check(&store, &rules, &mut outage).await;
     }
 }
 
@@ -57,8 +58,24 @@ async fn hear(listener: &mut Option<PgListener>) -> Result<Option<PgNotification
     }
 }
 
-async fn check(store: &Store, rules: &Rules) {
-    if let Err(error) = sync(store, rules).await {
-        tracing::error!(error = %Chain(&error), "cannot check the active rules version; the rules in force stay");
+/// Checks the active version. Postgres unavailable is expected (a failover, a restart) and
+/// retried on the poll: a warning when it starts and an info line when it ends, once per
+/// outage (`outage` carries it between checks); any other failure is an error every time.
+async fn check(store: &Store, rules: &Rules, outage: &mut bool) {
+    match sync(store, rules).await {
+        Ok(_) if *outage => {
+            *outage = false;
+            tracing::info!("the active rules version can be checked again");
+        }
+        Ok(_) => {}
+        Err(FleetError::Store(error)) if error.is_unavailable() => {
+            if !*outage {
+                tracing::warn!(error = %Chain(&error), "cannot check the active rules version while Postgres is unavailable; the rules in force stay, checked again on the poll");
+            }
+            *outage = true;
+        }
+        Err(error) => {
+            tracing::error!(error = %Chain(&error), "cannot check the active rules version; the rules in force stay")
+        }
     }
 }

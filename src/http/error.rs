@@ -2,7 +2,10 @@
 //! A 5xx keeps its cause, which clients never see: [`log_server_errors`] logs it once, with
 //! the whole chain of causes, in the request's span.
 
-use std::{error::Error, sync::Arc};
+use std::{
+    error::Error,
+    sync::{Arc, Mutex},
+};
 
 use axum::{
     Json,
@@ -144,18 +147,55 @@ impl IntoResponse for ApiError {
 }
 
 /// Middleware: logs the cause of every 5xx once, with its chain, in the request's span (an
-/// overloaded 503 has no cause: it is no failure of ours).
-pub async fn log_server_errors(request: Request, next: Next) -> Response {
+/// overloaded 503 has no cause: it is no failure of ours). A backend outage answers every
+/// request 503 until it is over: its first 503 is a warning, the rest debug lines, and the
+/// first request answered after it an info line with their count (`OutageLog`).
+pub async fn log_server_errors(outages: Arc<OutageLog>, request: Request, next: Next) -> Response {
+    let checks_nothing = request.uri().path() == "/healthz";
     let response = next.run(request).await;
     if let Some(cause) = response.extensions().get::<Cause>() {
         let error = Chain(&**cause);
         if response.status() == StatusCode::SERVICE_UNAVAILABLE {
-            tracing::warn!(%error, "backend unavailable");
+            outages.unavailable(&error);
         } else {
             tracing::error!(%error, "internal error");
         }
+    } else if response.status().is_success() && !checks_nothing {
+        outages.answered();
     }
     response
+}
+
+/// The backend outage under way, as the API's answers show it.
+#[derive(Debug, Default)]
+pub struct OutageLog {
+    /// 503s answered since the outage began.
+    under_way: Mutex<Option<u64>>,
+}
+
+impl OutageLog {
+    fn unavailable(&self, error: &Chain<'_>) {
+        let mut under_way = self.under_way.lock().expect("not poisoned");
+        match &mut *under_way {
+            Some(answered) => {
+                *answered += 1;
+                tracing::debug!(%error, "backend unavailable");
+            }
+            None => {
+                *under_way = Some(1);
+                tracing::warn!(%error, "backend unavailable; answering 503 with Retry-After until it is back");
+            }
+        }
+    }
+
+    fn answered(&self) {
+        if let Some(answered) = self.under_way.lock().expect("not poisoned").take() {
+            tracing::info!(
+                answered_503 = answered,
+                "backend available again; requests are answered"
+            );
+        }
+    }
 }
 
 /// How ingest's refusals reach a client: a sender over its rate is 429 with Retry-After; a
@@ -236,14 +276,78 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_server_error_logs_its_whole_chain_once_and_answers_without_it() {
+    /// The middleware as the router mounts it, with an outage log of its own.
+    fn with_outage_log()
+    -> impl Fn(
+        Request,
+        Next,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>
+    + Clone {
+        let outages = Arc::new(OutageLog::default());
+        move |request, next| Box::pin(log_server_errors(Arc::clone(&outages), request, next))
+    }
+
+    /// Runs `work` on a runtime of its own under a subscriber that keeps what it logs.
+    fn logged<T>(work: impl std::future::Future<Output = T>) -> (T, String) {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
+        let output = tracing::subscriber::with_default(subscriber, || {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(work)
+        });
+        let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        (output, logs)
+    }
+
+    #[test]
+    fn an_outage_is_one_warning_however_many_requests_it_answers_503() {
+        let router = Router::new()
+            .route(
+                "/down",
+                get(|| async {
+                    ApiError::unavailable(std::io::Error::other("connection refused"))
+                }),
+            )
+            .route("/up", get(|| async { "ok" }))
+            .route("/healthz", get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn(with_outage_log()));
+        let ((), logs) = logged(async {
+            for path in ["/down", "/down", "/healthz", "/down", "/up", "/down"] {
+                let request = Request::get(path).body(Body::empty()).unwrap();
+                router.clone().oneshot(request).await.unwrap();
+            }
+        });
+        let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(
+            warnings.len(),
+            2,
+            "one per outage (the second after /up): {logs}"
+        );
+        assert!(
+            warnings[0].contains("connection refused"),
+            "the cause is named: {logs}"
+        );
+        let back: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("backend available again"))
+            .collect();
+        assert_eq!(
+            back.len(),
+            1,
+            "/healthz checks nothing, /up ends it: {logs}"
+        );
+        assert!(back[0].contains("answered_503=3"), "{logs}");
+        assert!(!logs.contains("ERROR"), "{logs}");
+    }
+
+    #[test]
+    fn a_server_error_logs_its_whole_chain_once_and_answers_without_it() {
         let router = Router::new()
             .route(
                 "/fails",
@@ -258,27 +362,21 @@ mod tests {
                     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "busy")
                 }),
             )
-            .layer(axum::middleware::from_fn(log_server_errors));
-        let (status, body) = tracing::subscriber::with_default(subscriber, || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
+            .layer(axum::middleware::from_fn(with_outage_log()));
+        let ((status, body), logs) = logged(async {
+            let busy = Request::get("/busy").body(Body::empty()).unwrap();
+            let busy = router.clone().oneshot(busy).await.unwrap();
+            assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let request = Request::get("/fails").body(Body::empty()).unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
                 .unwrap();
-            runtime.block_on(async {
-                let busy = Request::get("/busy").body(Body::empty()).unwrap();
-                let busy = router.clone().oneshot(busy).await.unwrap();
-                assert_eq!(busy.status(), StatusCode::SERVICE_UNAVAILABLE);
-                let request = Request::get("/fails").body(Body::empty()).unwrap();
-                let response = router.oneshot(request).await.unwrap();
-                let status = response.status();
-                let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-                    .await
-                    .unwrap();
-                (status, String::from_utf8(body.to_vec()).unwrap())
-            })
+            (status, String::from_utf8(body.to_vec()).unwrap())
         });
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(!body.contains("connection reset"), "{body}");
-        let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         let chain = "the snapshot read failed: connection reset by peer";
         assert_eq!(logs.matches(chain).count(), 1, "{logs}");
         assert_eq!(

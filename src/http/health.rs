@@ -21,21 +21,22 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// Redis and Postgres answer within the backend timeout; with the rules version in force.
+/// Redis answers and Postgres takes writes (a primary, not read-only) within the backend
+/// timeout; with the rules version in force.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "Redis and Postgres answer", body = crate::http::schemas::Readiness),
-        (status = 503, description = "One of them does not", body = crate::http::schemas::Readiness),
+        (status = 200, description = "Redis answers and Postgres takes writes", body = crate::http::schemas::Readiness),
+        (status = 503, description = "Redis does not answer, or Postgres does not take writes (unreachable, read-only or in recovery)", body = crate::http::schemas::Readiness),
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let timeout = state.settings.database.backend_timeout;
     let (redis, postgres) = tokio::join!(
         tokio::time::timeout(timeout, state.queue.ping()),
-        tokio::time::timeout(timeout, state.store.ping()),
+        tokio::time::timeout(timeout, state.store.writable()),
     );
     let describe = |ok: bool, error: Option<String>| {
         if ok {

@@ -34,7 +34,10 @@ use axum::{
     routing::{get, post, put},
 };
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower_http::{sensitive_headers::SetSensitiveRequestHeadersLayer, trace::TraceLayer};
+use tower_http::{
+    sensitive_headers::SetSensitiveRequestHeadersLayer,
+    trace::{DefaultOnFailure, TraceLayer},
+};
 
 pub use self::{
     backtest::backtest_error,
@@ -151,25 +154,31 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
                 "this route does not take that method",
             )
         })
-        .layer(middleware::from_fn(error::log_server_errors))
+        .layer(middleware::from_fn({
+            let outages = Arc::new(error::OutageLog::default());
+            move |request, next| error::log_server_errors(Arc::clone(&outages), request, next)
+        }))
         .layer(middleware::from_fn(record_request))
         .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                // One id per request, on every log line it causes; the route is the template.
-                let route = request
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map_or("unmatched", |p| p.as_str());
-                let span = tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    route,
-                    request_id = %uuid::Uuid::new_v4().simple(),
-                );
-                // A platform's trace goes on through this request (when spans are exported).
-                traces::continue_trace(&span, inbound_trace(request.headers()).as_ref());
-                span
-            }),
+            TraceLayer::new_for_http()
+                // 5xx are logged by log_server_errors, with their cause, once per outage.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG))
+                .make_span_with(|request: &Request| {
+                    // One id per request, on every log line it causes; the route is the template.
+                    let route = request
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("unmatched", |p| p.as_str());
+                    let span = tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        route,
+                        request_id = %uuid::Uuid::new_v4().simple(),
+                    );
+                    // A platform's trace goes on through this request (when spans are exported).
+                    traces::continue_trace(&span, inbound_trace(request.headers()).as_ref());
+                    span
+                }),
         )
         // Marked sensitive, these header values print as `Sensitive` in any debug output.
         .layer(SetSensitiveRequestHeadersLayer::new([

@@ -29,9 +29,11 @@ use crate::{
 /// The settings of a command, and the logs started as they ask (to stderr).
 pub fn load_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
     let settings = Settings::load(args)?;
+    // sqlx's pool logs an error for each connection the primary fence refuses, on every
+    // retry: the fence logs the refusal itself, once (store/primary.rs).
     telemetry::init_tracing(
         settings.telemetry.log_format,
-        "info,sqlx=warn,tower_http=warn",
+        "info,sqlx=warn,sqlx::pool::inner=off,tower_http=warn",
     );
     if settings.maintenance.test_short_retention {
         tracing::warn!(

@@ -18,6 +18,7 @@ pub mod loadgen;
 mod moderation;
 mod outbox;
 mod partitions;
+mod primary;
 mod read;
 mod retention;
 mod review;
@@ -52,6 +53,7 @@ pub use self::{
     moderation::Reversal,
     outbox::OutboxRow,
     partitions::{Dropped, PartitionPlan, Partitioned},
+    primary::{NotPrimary, refusal},
     read::{ActionFilter, ActionRecord, LabelRecord, ReversalCounts},
     review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
     rules_versions::{
@@ -66,7 +68,7 @@ pub use self::{
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("postgres: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The entity's moderation version moved after the snapshot: a newer writer won.
@@ -101,9 +103,21 @@ pub enum StoreError {
     /// cannot be trusted, so nothing was written. Sealing it and retrying is the cure.
     #[error("an events partition ended and is not sealed yet; retry once it is")]
     Unsealed,
+    /// The server answers but takes no writes (`primary.rs`): an outage, not a request's fault.
+    #[error(transparent)]
+    NotWritable(NotPrimary),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl From<sqlx::Error> for StoreError {
+    /// Every statement's error passes here: one that shows its connection reaches a server
+    /// that takes no writes retires the pool's connections (`primary.rs`).
+    fn from(error: sqlx::Error) -> Self {
+        primary::notice(&error);
+        StoreError::Database(error)
+    }
+}
 
 /// What is inconsistent and, when a stored value was refused, the refusal: kept as the source
 /// so the chain shows why, and repeated in the message, which is what the logs print.
@@ -179,6 +193,7 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(error) => is_unavailable(error),
+            StoreError::NotWritable(_) => true,
             StoreError::Shared(error) => error.is_unavailable(),
             _ => false,
         }
@@ -194,11 +209,15 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::Tls(_)
         | sqlx::Error::WorkerCrashed => true,
-        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart. A
-        // cancelled statement (57014, our statement_timeout) is not here: a slow query of one
-        // entity must not pause every worker.
+        // 08: connection exception, 53: insufficient resources, 57P: shutdown or restart,
+        // 25006: a write refused by a read-only server (an old primary, or one restarted
+        // read-only before its promotion). A cancelled statement (57014, our
+        // statement_timeout) is not here: a slow query of one entity must not pause every worker.
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || code.starts_with("53") || code.starts_with("57P")
+            code.starts_with("08")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code == "25006"
         }),
         _ => false,
     }
@@ -222,6 +241,9 @@ pub async fn connect(settings: &Database) -> Result<PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.backend_timeout)
+        // Only the primary is written on: see primary.rs.
+        .after_connect(|connection, _| Box::pin(primary::check_new_connection(connection)))
+        .before_acquire(|_, meta| Box::pin(async move { Ok(primary::still_current(&meta)) }))
         .connect_with(options)
         .await?;
     Ok(pool)
@@ -270,9 +292,26 @@ impl Store {
         &self.pool
     }
 
-    pub async fn ping(&self) -> Result<()> {
-        sqlx::query!("SELECT 1 AS ok").fetch_one(&self.pool).await?;
-        Ok(())
+    /// Whether Postgres takes writes now: it answers, and on a primary, not in recovery and not
+    /// read-only. What the breaker's probe and `/readyz` ask: a server that answers a ping but
+    /// refuses every write is an outage too. A read-only answer retires the pool's connections,
+    /// so the next ones reach whatever is the primary behind the address now.
+    pub async fn writable(&self) -> Result<()> {
+        let row = sqlx::query!(
+            r#"SELECT pg_is_in_recovery() AS "in_recovery!",
+                      current_setting('transaction_read_only') = 'on' AS "read_only!""#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let refusal = if row.in_recovery {
+            NotPrimary::InRecovery
+        } else if row.read_only {
+            NotPrimary::ReadOnly
+        } else {
+            return Ok(());
+        };
+        primary::retire_connections();
+        Err(StoreError::NotWritable(refusal))
     }
 }
 

@@ -265,7 +265,7 @@ impl Worker {
                 self.stats.probes.fetch_add(1, Ordering::Relaxed);
                 match tokio::time::timeout(
                     self.settings.poll_interval.max(Duration::from_secs(1)),
-                    self.store.ping(),
+                    self.store.writable(),
                 )
                 .await
                 {

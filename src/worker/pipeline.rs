@@ -278,10 +278,10 @@ impl Worker {
         outcome
     }
 
-    /// Whether Postgres answers a ping within a second.
+    /// Whether Postgres answers within a second and takes writes.
     async fn postgres_answers(&self) -> bool {
         matches!(
-            tokio::time::timeout(Duration::from_secs(1), self.store.ping()).await,
+            tokio::time::timeout(Duration::from_secs(1), self.store.writable()).await,
             Ok(Ok(()))
         )
     }

@@ -118,13 +118,7 @@ async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves()
     let postgres = app.postgres_proxy.as_ref().unwrap();
     postgres.cut();
 
-    let worker = app.worker();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn(quiesce::startup::run_workers(
-        worker.clone(),
-        app.maintenance(),
-        shutdown.clone(),
-    ));
+    let (worker, shutdown, running) = start_workers(&app);
     wait_for(
         Duration::from_secs(20),
         "the breaker to probe a down Postgres 3 times",
@@ -235,4 +229,141 @@ async fn a_shard_that_cannot_be_scheduled_fails_only_the_requests_that_touch_it(
         app.scalar("SELECT count(*) FROM evaluations").await,
         (on_broken.len() + elsewhere.len()) as i64
     );
+}
+
+/// The app's workers and maintenance, started now; cancel the token and await the handle.
+fn start_workers(
+    app: &crate::helpers::TestApp,
+) -> (
+    quiesce::worker::Worker,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let worker = app.worker();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(quiesce::startup::run_workers(
+        worker.clone(),
+        app.maintenance(),
+        shutdown.clone(),
+    ));
+    (worker, shutdown, running)
+}
+
+/// Turns the test's database read-only for new sessions (as a primary restarted read-only
+/// before its promotion is, or an old primary behind a managed database's moved address) and
+/// ends every session on it, or makes it writable again.
+async fn set_read_only(app: &crate::helpers::TestApp, read_only: bool) {
+    use secrecy::ExposeSecret;
+    use sqlx::Connection;
+    // A connection of its own: one from the service's pool would stay writable in it, and
+    // while the database is read-only the pool refuses to open any.
+    let url = app.settings.database.database_url.expose_secret();
+    let mut connection = sqlx::PgConnection::connect(url).await.unwrap();
+    // This session may itself have started read-only.
+    sqlx::query("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let setting = if read_only {
+        "SET default_transaction_read_only = on"
+    } else {
+        "RESET default_transaction_read_only"
+    };
+    sqlx::query(&format!(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I {setting}', current_database()); END $$"
+    ))
+    .execute(&mut connection)
+    .await
+    .unwrap();
+    if read_only {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    }
+    connection.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_read_only_primary_is_an_outage_that_burns_no_attempt_and_ends_by_itself() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+        s.schedule.debounce_window = Duration::from_millis(20);
+        s.schedule.max_attempts = 2;
+    }))
+    .await;
+    let events: Vec<_> = (0..50)
+        .map(|i| event(&format!("e{i}"), &format!("post:{}", i % 5), "flag"))
+        .collect();
+    app.send(&serde_json::json!(events)).await;
+    set_read_only(&app, true).await;
+
+    // Ingest: a 503 with Retry-After, nothing written; readiness says Postgres takes no writes.
+    let response = app.post_events(&event("during", "post:0", "flag")).await;
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().get("retry-after").is_some());
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_ne!(ready["postgres"], "ok", "{ready}");
+
+    let (worker, shutdown, running) = start_workers(&app);
+    let dead = || async {
+        let depths = app.backends.queue.depths().await.unwrap();
+        depths.iter().map(|d| d.dead).sum::<u64>()
+    };
+    // Either the breaker pauses claims (an outage), or entities fail their attempts (the
+    // defect): wait for the first, then for probes, and check the second never happened.
+    wait_for(
+        Duration::from_secs(20),
+        "the breaker to open, or an entity to be dead-lettered",
+        || async { worker.breaker_open() || dead().await > 0 },
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(20),
+        "the breaker to probe the read-only server 3 times, or an entity to be dead-lettered",
+        || async {
+            worker
+                .stats()
+                .probes
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 3
+                || dead().await > 0
+        },
+    )
+    .await;
+    assert_eq!(
+        dead().await,
+        0,
+        "no entity dead-lettered by a read-only server"
+    );
+    assert!(worker.breaker_open(), "claims paused while writes fail");
+
+    set_read_only(&app, false).await;
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert!(!worker.breaker_open());
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
+            .await,
+        5
+    );
+    assert_eq!(dead().await, 0, "no entity dead-lettered");
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM entity_failures").await,
+        0,
+        "no attempt recorded against an entity"
+    );
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM events WHERE id = 'during'")
+            .await,
+        0,
+        "the refused request wrote nothing"
+    );
+    let (status, _) = app.get("/readyz").await;
+    assert_eq!(status, 200);
+    shutdown.cancel();
+    running.await.unwrap();
 }
