@@ -35,7 +35,8 @@
 # read-write, read-only and stats ports +10, +11, +12, the nodes' Postgres ports +21..+23 and
 # their Patroni REST ports +31..+33. Timers for tests (Patroni's dynamic configuration): ttl 10 s,
 # loop_wait 2 s, retry_timeout 4 s (Patroni's rule: loop_wait + 2 * retry_timeout <= ttl);
-# production runs Patroni's defaults, ttl 30, loop_wait 10, retry_timeout 10.
+# production runs Patroni's defaults, ttl 30, loop_wait 10, retry_timeout 10. The nodes run
+# without fsync (the tests kill processes, not the machine) and checkpoint every 30 s.
 #
 # Patroni 3.1.2 from PyPI in a virtualenv (.local/patroni/, scripts/dev/patroni-requirements.txt):
 # Debian bookworm's 3.0.2 lets a leader that was frozen and resumed take its key back (fixed in
@@ -212,6 +213,9 @@ bootstrap:
         # checkpoint took seconds of fsync), and checkpoints every 30 s bound its redo.
         fsync: "off"
         checkpoint_timeout: 30s
+        # A commit waits for the synchronous standby: after the primary restarts, a standby
+        # retries its connection every wal_retrieve_retry_interval (5 s by default).
+        wal_retrieve_retry_interval: 500ms
   initdb:
     - encoding: UTF8
     - locale: C.UTF-8
@@ -253,6 +257,23 @@ start_node() {
   die "Patroni of $node did not start; see $node_dir/patroni.log"
 }
 
+# One HAProxy section: its port, the Patroni check that puts a node in it, every node.
+haproxy_section() {
+  local name=$1 port=$2 check=$3
+  cat <<EOF
+
+listen $name
+    bind 127.0.0.1:$port
+    balance roundrobin
+    option httpchk OPTIONS $check
+    http-check expect status 200
+    default-server inter 500ms fastinter 250ms downinter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
+EOF
+  for node in "${nodes[@]}"; do
+    echo "    server $node 127.0.0.1:$(pg_port "$node") maxconn 300 check port $(rest_port "$node")"
+  done
+}
+
 write_haproxy() {
   mkdir -p "$dir/haproxy"
   {
@@ -274,32 +295,13 @@ listen stats
     bind 127.0.0.1:$stats_port
     stats enable
     stats uri /
-
-# Writes: the node whose Patroni answers /primary (the leader). A node marked down has its
-# sessions shut at once; checked every 500 ms (250 ms while changing state), down after 2
-# failures, up after 1 success, so that an old primary leaves as a switchover demotes it.
-listen primary
-    bind 127.0.0.1:$rw_port
-    option httpchk OPTIONS /primary
-    http-check expect status 200
-    default-server inter 500ms fastinter 250ms downinter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
 EOF
-    for node in "${nodes[@]}"; do
-      echo "    server $node 127.0.0.1:$(pg_port "$node") maxconn 300 check port $(rest_port "$node")"
-    done
-    cat <<EOF
-
-# Reads: the replicas, in turn.
-listen replicas
-    bind 127.0.0.1:$ro_port
-    balance roundrobin
-    option httpchk OPTIONS /replica
-    http-check expect status 200
-    default-server inter 500ms fastinter 250ms downinter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
-EOF
-    for node in "${nodes[@]}"; do
-      echo "    server $node 127.0.0.1:$(pg_port "$node") maxconn 300 check port $(rest_port "$node")"
-    done
+    # Writes go to the node whose Patroni answers /primary (the leader), reads to those that
+    # answer /replica. A node marked down has its sessions shut at once; checked every 500 ms
+    # (250 ms while changing state), down after 2 failures, up after 1 success, so that an old
+    # primary leaves as a switchover demotes it.
+    haproxy_section primary "$rw_port" /primary
+    haproxy_section replicas "$ro_port" /replica
   } >"$dir/haproxy/haproxy.cfg"
   haproxy -c -q -f "$dir/haproxy/haproxy.cfg" || die "haproxy.cfg is invalid"
   haproxy -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" </dev/null >"$dir/haproxy/haproxy.log" 2>&1 ||

@@ -14,6 +14,9 @@ mod cluster;
 #[path = "../api/helpers.rs"]
 #[allow(dead_code)]
 mod helpers;
+#[path = "../support/load.rs"]
+#[allow(dead_code)]
+mod load;
 #[path = "../api/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
@@ -389,22 +392,34 @@ async fn a_read_only_spell_on_the_primary_pauses_claims_burns_no_attempt_and_dea
     // The primary read-only for 10 s while Patroni and HAProxy still call it the primary; meanwhile
     // every process' breaker and the API's readiness are watched.
     let seconds = SPELL.as_secs().to_string();
-    let args = ["read-only", seconds.as_str()];
-    let spell = ha(&args);
-    let watch = async {
-        let mut paused = vec![false; rig.metrics.len()];
-        let mut not_ready = false;
-        let started = Instant::now();
-        while started.elapsed() < SPELL {
-            for (i, metrics) in rig.metrics.iter().enumerate() {
-                paused[i] |= checks::gauge(metrics, "quiesce_postgres_breaker_open").await == 1.0;
+    let spell_over = CancellationToken::new();
+    // Each process watched on its own: a scrape waits for Postgres (the outbox backlog) up to
+    // the backend timeout during the spell.
+    let paused = rig.metrics.iter().map(|metrics| {
+        let spell_over = spell_over.clone();
+        async move {
+            let mut paused = false;
+            while !spell_over.is_cancelled() {
+                paused |= checks::gauge(metrics, "quiesce_postgres_breaker_open").await == 1.0;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            not_ready |= !rig.ready().await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            paused
         }
-        (paused, not_ready)
+    });
+    let not_ready = async {
+        let mut not_ready = false;
+        while !spell_over.is_cancelled() {
+            not_ready |= !rig.ready().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        not_ready
     };
-    let (_, (paused, not_ready)) = tokio::join!(spell, watch);
+    let spell = async {
+        let acted = act(&["read-only", seconds.as_str()]).await;
+        spell_over.cancel();
+        acted
+    };
+    let (_, paused, not_ready) = tokio::join!(spell, futures::future::join_all(paused), not_ready);
     let ended = Instant::now();
     let evaluations_at_end = rig.try_scalar("SELECT count(*) FROM evaluations").await;
     // Claiming resumes by itself: every breaker closes and evaluations are written again.

@@ -48,9 +48,10 @@ pub struct Attempt {
 /// The non-202 answers around a disruption.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Outage {
-    /// What a sender sees: from the sending of the first attempt not answered 202 to the last
-    /// such answer, or to the first 202 after it if that is later (requests that hang until
-    /// the new primary answers are no 202 either).
+    /// What a sender sees: from the sending of the first attempt not answered 202 (or the
+    /// disruption, if that attempt was sent before it) to the last such answer, or to the
+    /// first 202 after it if that is later (requests that hang until the new primary answers
+    /// are no 202 either).
     pub window: Duration,
     /// The last non-202 answer, after the disruption.
     pub last_failure_after: Duration,
@@ -228,7 +229,7 @@ impl Sender {
         Outage {
             window: last_failure
                 .max(back)
-                .saturating_duration_since(first_failure),
+                .saturating_duration_since(first_failure.max(disrupted)),
             last_failure_after: last_failure.saturating_duration_since(disrupted),
             back_after: back.saturating_duration_since(disrupted),
             failed_attempts: failed.len(),
