@@ -24,7 +24,7 @@ WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1
 
 CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
 
-.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster api-fuzz observability bench bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster ha ha-figures api-fuzz observability bench bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 ## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
@@ -110,6 +110,24 @@ cluster:
 	QUIESCE_REDIS_URL="$$QUIESCE_CLUSTER_URL" $(CARGO) test --test api -- --test-threads $(TEST_THREADS) $(CLUSTER_API_TESTS) && \
 	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
 	status=$$?; scripts/dev/redis-cluster.sh stop; exit $$status
+
+## ha: the Postgres failover suite on a private Patroni cluster behind HAProxy (tests/ha/)
+# 3 PostgreSQL 15 nodes under Patroni (from PyPI, in .local/patroni/) with etcd, synchronous_mode,
+# behind HAProxy (scripts/dev/postgres-ha.sh; Debian's packages installed when missing): under
+# load through HAProxy's read-write port the leader's node is killed, its postgres alone, it is
+# switched over, frozen and resumed, and made read-only; HA_RUNS=N repeats each failover N times.
+# The cluster is stopped afterwards.
+HA_RUNS ?= 1
+ha:
+	@$(WITH_SERVICES) \
+	scripts/dev/postgres-ha.sh stop && ha=$$(scripts/dev/postgres-ha.sh start) && eval "$$ha" && \
+	HA_RUNS=$(HA_RUNS) $(CARGO) test --test ha -- --ignored --test-threads 1 --nocapture $(HA_TESTS); \
+	status=$$?; scripts/dev/postgres-ha.sh stop; exit $$status
+
+## ha-figures: each failover of make ha repeated HA_FIGURE_RUNS (10) times: p50 and max of its windows (RELIABILITY.md)
+HA_FIGURE_RUNS ?= 10
+ha-figures:
+	@$(MAKE) --no-print-directory ha HA_RUNS=$(HA_FIGURE_RUNS) HA_TESTS=failover_
 
 ## image: a static (musl) build in a container image from scratch (buildah), checked and run against the local services
 image:

@@ -1,0 +1,398 @@
+//! The quiesce side of an HA run: a test database on the cluster with `serve` and `worker`
+//! processes on it, and what must hold afterwards, read from Postgres, Redis and the processes'
+//! metrics. Every read retries for a while: the test's own connections meet the failover too.
+
+use std::{
+    collections::{HashMap, HashSet},
+    future::Future,
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use crate::cluster::{self, Stamp};
+use crate::helpers::{TestApp, TestOptions, free_address, spawn_app, wait_for};
+use crate::load::check_accounting;
+use crate::sender::{Outage, Sender};
+
+pub struct Rig {
+    /// Killed when dropped, before the app drops the database.
+    _processes: Vec<tokio::process::Child>,
+    /// The serve process' API (`http://127.0.0.1:<port>`).
+    pub api: String,
+    /// The metrics listeners of the serve and worker processes.
+    pub metrics: Vec<String>,
+    /// Where the processes log.
+    logs: std::path::PathBuf,
+    pub app: TestApp,
+}
+
+/// The settings of an HA run: the test defaults (a backend timeout of 5 s) with short windows, a
+/// repair sweep every second (its grace the backend timeout)
+/// and the default 5 attempts, so that an attempt burned on an outage shows.
+fn options() -> TestOptions {
+    TestOptions {
+        database_base: Some(cluster::write_base()),
+        ..TestOptions::idle().with(|s| {
+            s.schedule.debounce_window = Duration::from_millis(300);
+            s.schedule.max_wait = Duration::from_secs(2);
+            s.worker.lease = Duration::from_secs(3);
+            s.maintenance.sweep_interval = Duration::from_secs(1);
+            s.maintenance.sweep_grace = s.database.backend_timeout;
+        })
+    }
+}
+
+/// The folder the processes of a run log in (target/ha-logs/<run>/), emptied.
+fn log_dir(run: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/ha-logs")
+        .join(run);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn log_file(dir: &std::path::Path, name: &str) -> std::fs::File {
+    std::fs::File::create(dir.join(format!("{name}.log"))).unwrap()
+}
+
+impl Rig {
+    /// Heals the cluster, then a database of its own with one `serve` and two `worker`
+    /// processes on HAProxy's read-write port, each with a metrics listener.
+    pub async fn start(run: &str) -> Self {
+        cluster::ha(&["heal"]).await;
+        let app = spawn_app(options()).await;
+        let mut processes = Vec::new();
+        let mut metrics = Vec::new();
+        let logs = log_dir(run);
+        let listen = free_address();
+        let serve_metrics = free_address();
+        let log = log_file(&logs, "serve");
+        processes.push(
+            app.serve_command("ha-serve", listen)
+                .env("QUIESCE_METRICS_LISTEN", serve_metrics.to_string())
+                .env("RUST_LOG", "info")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("start quiesce serve"),
+        );
+        metrics.push(serve_metrics);
+        for i in 1..=2 {
+            let address = free_address();
+            let log = log_file(&logs, &format!("worker-{i}"));
+            processes.push(
+                app.worker_command(&format!("ha-worker-{i}"), Some(address))
+                    .env("RUST_LOG", "info")
+                    .stdout(log.try_clone().unwrap())
+                    .stderr(log)
+                    .spawn()
+                    .expect("start quiesce worker"),
+            );
+            metrics.push(address);
+        }
+        app.wait_healthy("the serve process", listen).await;
+        for address in &metrics {
+            app.wait_healthy("a process' metrics listener", *address)
+                .await;
+        }
+        Self {
+            _processes: processes,
+            api: format!("http://{listen}"),
+            metrics: metrics
+                .iter()
+                .map(|a: &SocketAddr| format!("http://{a}"))
+                .collect(),
+            logs,
+            app,
+        }
+    }
+
+    /// The ERROR lines the processes logged so far.
+    pub fn error_lines(&self) -> usize {
+        std::fs::read_dir(&self.logs)
+            .unwrap()
+            .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default())
+            .map(|text| text.lines().filter(|l| l.contains(" ERROR ")).count())
+            .sum()
+    }
+
+    /// Whether the serve process' /readyz says ready.
+    pub async fn ready(&self) -> bool {
+        self.app
+            .client
+            .get(format!("{}/readyz", self.api))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    }
+
+    /// `sql` (one bigint), retried until it answers (60 s at most).
+    pub async fn try_scalar(&self, sql: &str) -> i64 {
+        retried(sql, || {
+            sqlx::query_scalar::<_, i64>(sql).fetch_one(&self.app.pool)
+        })
+        .await
+    }
+
+    /// Every recorded event evaluated, nothing due or in flight.
+    pub async fn wait_settled(&self, timeout: Duration) {
+        wait_for(
+            timeout,
+            "every entity to be evaluated and the queue to drain",
+            || async {
+                self.app
+                    .backends
+                    .queue
+                    .depths()
+                    .await
+                    .is_ok_and(|d| d.iter().all(|d| d.due == 0 && d.inflight == 0))
+                    && self
+                        .try_scalar(
+                            "SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count",
+                        )
+                        .await
+                        == 0
+            },
+        )
+        .await;
+    }
+
+    /// `sql` on the leader's own port (not through HAProxy), in this run's database.
+    pub async fn count_on_leader(&self, sql: &str) -> i64 {
+        let leader = cluster::leader().await.expect("a leader");
+        let database = self.app.database_url();
+        let name = database.rsplit('/').next().unwrap();
+        let url = format!("postgres://postgres@{}/{name}", leader.address);
+        retried(sql, || async {
+            let mut connection = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await?;
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&mut connection)
+                .await
+        })
+        .await
+    }
+
+    /// What must hold after any run; the counts, for the report line.
+    pub async fn check(&self, sender: &Sender) -> Counts {
+        let accepted = sender.accepted();
+        let accepted_set: HashSet<&str> = accepted.iter().map(String::as_str).collect();
+        assert_eq!(
+            accepted.len(),
+            accepted_set.len(),
+            "an id answered 202 twice"
+        );
+        let stored: Vec<(String, i64)> = retried("events by id", || {
+            sqlx::query_as("SELECT id, count(*) FROM events GROUP BY id").fetch_all(&self.app.pool)
+        })
+        .await;
+        let stored: HashMap<&str, i64> = stored.iter().map(|(id, n)| (id.as_str(), *n)).collect();
+        let lost: Vec<&&str> = accepted_set
+            .iter()
+            .filter(|id| !stored.contains_key(**id))
+            .take(10)
+            .collect();
+        let doubled: Vec<(&&str, &i64)> = stored.iter().filter(|(_, n)| **n > 1).take(10).collect();
+        let unknown: Vec<&&str> = stored
+            .keys()
+            .filter(|id| !accepted_set.contains(**id))
+            .take(10)
+            .collect();
+        assert!(lost.is_empty(), "acknowledged events lost: {lost:?}");
+        assert!(doubled.is_empty(), "events recorded twice: {doubled:?}");
+        assert!(
+            unknown.is_empty(),
+            "events recorded that were never acknowledged: {unknown:?}"
+        );
+
+        // Counters, settled entities, no duplicate action, no dead letter in Redis: what the
+        // chaos and cluster suites check.
+        check_accounting(&self.app, accepted.len() as u64).await;
+        // Each entity's latest evaluation read all its events (its snapshot's count).
+        let unsettled = self
+            .try_scalar(
+                "SELECT count(*) FROM (SELECT entity, count(*) AS n FROM events GROUP BY entity) e
+                 LEFT JOIN LATERAL (SELECT event_count FROM evaluations v WHERE v.entity = e.entity
+                                    ORDER BY finished_at DESC, id DESC LIMIT 1) latest ON true
+                 WHERE latest.event_count IS DISTINCT FROM e.n",
+            )
+            .await;
+        assert_eq!(
+            unsettled, 0,
+            "an entity's latest evaluation missed some of its events"
+        );
+        assert_eq!(
+            self.try_scalar("SELECT count(*) FROM dead_letters").await,
+            0,
+            "entities dead-lettered in Postgres"
+        );
+        let mut burned = 0.0;
+        for metrics in &self.metrics {
+            burned += counter(metrics, "quiesce_evaluations_total", "outcome=\"failed\"").await
+                + counter(
+                    metrics,
+                    "quiesce_evaluations_total",
+                    "outcome=\"dead_lettered\"",
+                )
+                .await;
+        }
+        let failure_records = self
+            .try_scalar("SELECT count(*) FROM entity_failures")
+            .await;
+        assert_eq!(
+            (burned, failure_records),
+            (0.0, 0),
+            "attempts burned (failed evaluations counted by the processes, failure records in Postgres)"
+        );
+        let (others, no_answer) = sender.unexpected();
+        assert!(
+            others.is_empty(),
+            "answers other than 202 and 503: {:?}",
+            &others[..others.len().min(5)]
+        );
+        let events = accepted.len();
+        Counts {
+            events,
+            evaluations: self.try_scalar("SELECT count(*) FROM evaluations").await,
+            actions: self.try_scalar("SELECT count(*) FROM actions").await,
+            unavailable: sender
+                .attempts()
+                .iter()
+                .filter(|a| a.answer == crate::sender::Answer::Unavailable)
+                .count(),
+            no_answer,
+        }
+    }
+}
+
+/// The counts of a run, as its report line shows them.
+pub struct Counts {
+    events: usize,
+    evaluations: i64,
+    actions: i64,
+    unavailable: usize,
+    no_answer: usize,
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} events acknowledged, each in events once, 0 lost; {} evaluations, every entity's \
+             latest covering all its events; {} actions, 0 duplicate; 0 attempts burned, 0 dead \
+             letters; {} answers 503, {} attempts unanswered (retried)",
+            self.events, self.evaluations, self.actions, self.unavailable, self.no_answer
+        )
+    }
+}
+
+/// Runs `query` until it succeeds, 60 s at most.
+async fn retried<T, F, Fut>(what: &str, query: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match query().await {
+            Ok(value) => return value,
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "{what}: still failing after 60 s: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The sum of a metric's samples whose labels contain `labels` ("" for all), from a metrics
+/// listener; 0 when it has none.
+pub async fn counter(metrics: &str, name: &str, labels: &str) -> f64 {
+    let text = reqwest::get(format!("{metrics}/metrics"))
+        .await
+        .expect("a metrics listener")
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with([' ', '{']) && rest.contains(labels))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A gauge's value from a metrics listener (-1 when the listener does not answer).
+pub async fn gauge(metrics: &str, name: &str) -> f64 {
+    let Ok(response) = reqwest::get(format!("{metrics}/metrics")).await else {
+        return -1.0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+/// How the evaluations' rate came back after a disruption.
+pub struct Recovery {
+    /// Evaluations per second over the 5 s before the disruption (its last second left out).
+    pub rate_before: f64,
+    /// From the moment writes were accepted again until the end of the first two seconds at
+    /// >= 90% of that rate, after the rate first fell below it (zero if it never did).
+    pub after_writes: Duration,
+}
+
+pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) -> Recovery {
+    let finished: Vec<f64> = retried("evaluation times", || {
+        sqlx::query_scalar(
+            "SELECT (extract(epoch FROM finished_at - $1) * 1000)::float8 FROM evaluations
+             WHERE finished_at >= $1 - interval '6 seconds' ORDER BY finished_at",
+        )
+        .bind(disrupted.wall)
+        .fetch_all(&rig.app.pool)
+    })
+    .await;
+    // Per second over two, so that a quiet second of a low rate is no dip.
+    let rate_at = |from_ms: f64| {
+        finished
+            .iter()
+            .filter(|t| **t >= from_ms && **t < from_ms + 2000.0)
+            .count() as f64
+            / 2.0
+    };
+    let rate_before = finished
+        .iter()
+        .filter(|t| **t >= -6000.0 && **t < -1000.0)
+        .count() as f64
+        / 5.0;
+    let target = 0.9 * rate_before;
+    let last = finished.last().copied().unwrap_or(0.0);
+    let mut dipped = None;
+    let mut recovered = None;
+    let mut t = 0.0;
+    while t + 2000.0 <= last {
+        let rate = rate_at(t);
+        match dipped {
+            None if rate < target => dipped = Some(t),
+            Some(_) if rate >= target => {
+                recovered = Some(t + 2000.0);
+                break;
+            }
+            _ => {}
+        }
+        t += 100.0;
+    }
+    let after_disruption = match (dipped, recovered) {
+        (None, _) => Duration::ZERO,
+        (Some(_), Some(ms)) => Duration::from_millis(ms as u64),
+        (Some(_), None) => {
+            panic!("evaluations never came back to 90% of their rate before ({rate_before:.0}/s)")
+        }
+    };
+    Recovery {
+        rate_before,
+        after_writes: after_disruption.saturating_sub(outage.back_after),
+    }
+}
