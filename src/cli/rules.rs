@@ -27,9 +27,10 @@ pub(super) enum RulesCommand {
     },
     /// Publish a rules file as the next rules version and make it active: validated first
     /// (exits non-zero with the rule and the problem, storing nothing, if it is invalid), then
-    /// stored in Postgres with its hash, the author (cli:<user>) and the message, and recorded
-    /// in the audit trail. Every serve and worker process puts it in force within moments.
-    /// Prints the new version as JSON.
+    /// stored in Postgres with its hash, the author (cli:<the user of the process's uid>) and
+    /// the message, and recorded in the audit trail. Every serve and worker process puts it in
+    /// force within moments. Prints the new version and its hash as JSON:
+    /// {"version":2,"hash":"..."}.
     Publish {
         #[command(flatten)]
         config: ConfigArgs,
@@ -121,10 +122,8 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let store = Store::new(connect_postgres(&settings).await?);
             let version =
                 fleet::publish(&store, None, &audit::command_line(), &text, &message, None).await?;
-            println!(
-                "{}",
-                serde_json::json!({ "version": version, "hash": fleet::hash(&text) })
-            );
+            let published = fleet::Published::new(version, &text);
+            println!("{}", serde_json::to_string(&published)?);
             Ok(())
         }
         RulesCommand::Rollback {

@@ -241,6 +241,29 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     );
 }
 
+/// The user of this process's uid, as the password database names it (`uid:<n>` without an
+/// entry), asked of `id`: the name the command line must record, whatever `$USER` says.
+fn os_user() -> String {
+    let id = |flag: &str| {
+        std::process::Command::new("id")
+            .arg(flag)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned())
+    };
+    id("-un").unwrap_or_else(|| format!("uid:{}", id("-u").expect("id -u")))
+}
+
+/// The keys of a JSON object as written, in order.
+fn keys_in_order(text: &str) -> Vec<String> {
+    regex::Regex::new(r#""([a-z_]+)":"#)
+        .unwrap()
+        .captures_iter(text)
+        .map(|c| c[1].to_owned())
+        .collect()
+}
+
 #[tokio::test]
 async fn the_command_line_publishes_and_rolls_back() {
     let app = spawn_app(TestOptions::idle()).await;
@@ -248,6 +271,7 @@ async fn the_command_line_publishes_and_rolls_back() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("rules.toml");
     std::fs::write(&file, HIDE_AT_TWO).unwrap();
+    // With no USER or LOGNAME in its environment (as under a service manager).
     let out = app
         .run_cli(&[
             "rules",
@@ -259,13 +283,41 @@ async fn the_command_line_publishes_and_rolls_back() {
         .await;
     let published: Value = serde_json::from_str(&out).expect("JSON on stdout");
     assert_eq!(published["version"], 2);
+    assert_eq!(published["hash"], quiesce::fleet::hash(HIDE_AT_TWO));
+    // The keys in the order the README shows them.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let shown = readme
+        .lines()
+        .find(|l| l.starts_with(r#"{"version":"#) && l.contains(r#""hash":"#))
+        .expect("the README's publish output");
+    assert_eq!(keys_in_order(&out), keys_in_order(shown), "{out}");
     let author: String = sqlx::query_scalar("SELECT author FROM rules_versions WHERE version = 2")
         .fetch_one(&app.pool)
         .await
         .unwrap();
-    assert!(author.starts_with("cli:"), "{author}");
-    let out = app.run_cli(&["rules", "rollback", "1"]).await;
+    let actor = format!("cli:{}", os_user());
+    assert_eq!(author, actor);
+    // With USER and LOGNAME naming someone else: the process's user all the same.
+    let out = app
+        .run_cli_with(
+            &["rules", "rollback", "1"],
+            &[("USER", "someone-else"), ("LOGNAME", "someone-else")],
+        )
+        .await;
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["version"], 1);
+    let recorded: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, actor FROM audit_log WHERE action IN ('rules.publish', 'rules.rollback') ORDER BY id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        recorded,
+        [
+            ("rules.publish".to_owned(), actor.clone()),
+            ("rules.rollback".to_owned(), actor.clone()),
+        ]
+    );
     // This process hears of both (it follows only in a real boot: a reload reads it).
     let (_, body) = app.post_json("/v1/rules/reload", json!(null)).await;
     assert_eq!(body["version"], 1);
