@@ -96,7 +96,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shards {
             config,
             move_dead_letters,
-        } => shards::run(&load_settings(&config)?, move_dead_letters).await,
+        } => shards::run(&startup::load_report_settings(&config)?, move_dead_letters).await,
         Command::DeadLetters { command } => dead_letters::run(command).await,
         Command::Deliveries { command } => deliveries::run(command).await,
         Command::Rules { command } => rules::run(command).await,

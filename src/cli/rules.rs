@@ -12,7 +12,7 @@ use crate::{
     fleet,
     rules::RuleSet,
     settings::{ConfigArgs, Settings},
-    startup::{connect_postgres, load_rules, load_settings},
+    startup::{connect_postgres, load_report_settings, load_rules},
     store::Store,
 };
 
@@ -118,7 +118,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read the rules file {}", file.display()))?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let version =
                 fleet::publish(&store, None, &audit::command_line(), &text, &message, None).await?;
@@ -131,7 +131,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             version,
             message,
         } => {
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let message = message.unwrap_or_else(|| format!("rolled back to version {version}"));
             fleet::rollback(&store, None, &audit::command_line(), version, &message).await?;
@@ -146,7 +146,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             sample,
         } => {
             let candidate = RuleSet::from_file(&file)?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
@@ -180,7 +180,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             json,
         } => {
             let rules = RuleSet::from_file(&file)?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(

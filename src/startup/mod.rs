@@ -26,13 +26,28 @@ use crate::{
     telemetry,
 };
 
-/// The settings of a command, and the logs started as they ask (to stderr).
+/// The log levels of `serve`, `worker` and `migrate` when `RUST_LOG` names none.
+pub const SERVICE_LOGS: &str = "info,sqlx=warn,tower_http=warn";
+
+/// The log levels of a command that prints a report or a result (`rules backtest`, `audit`,
+/// ...) when `RUST_LOG` names none: warnings and errors only, so that what it prints is all a
+/// person sees unless something needs their attention.
+pub const REPORT_LOGS: &str = "warn";
+
+/// The settings of `serve`, `worker` or `migrate`, and the logs started as they ask (to
+/// stderr, at [`SERVICE_LOGS`]).
 pub fn load_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
+    load_settings_logging(args, SERVICE_LOGS)
+}
+
+/// The settings of a command that prints a report, and its logs at [`REPORT_LOGS`].
+pub fn load_report_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
+    load_settings_logging(args, REPORT_LOGS)
+}
+
+fn load_settings_logging(args: &ConfigArgs, default_logs: &str) -> anyhow::Result<Settings> {
     let settings = Settings::load(args)?;
-    telemetry::init_tracing(
-        settings.telemetry.log_format,
-        "info,sqlx=warn,tower_http=warn",
-    );
+    telemetry::init_tracing(settings.telemetry.log_format, default_logs);
     if settings.maintenance.test_short_retention {
         tracing::warn!(
             retention = %humantime::format_duration(settings.maintenance.retention),
