@@ -741,7 +741,37 @@ async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_b
             row["overall_removed"], report["overall"]["removed"],
             "{value}"
         );
+        // Its warnings are the sweep's, named with the value when not every value gave them
+        // (the figures a warning names are that value's).
+        for warning in report["warnings"].as_array().unwrap() {
+            let warning = warning.as_str().unwrap();
+            let named = format!("at value {value}: {warning}");
+            assert!(
+                sweep["warnings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| w == warning || w == &named),
+                "{value}: {warning} not in {sweep}"
+            );
+        }
     }
+    // The recorded-actions warning names the values that add and remove actions, and how
+    // many each does, never the rule's own value (which adds and removes none).
+    let named: Vec<&str> = sweep["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains("added and"))
+        .collect();
+    assert!(!named.is_empty(), "{sweep}");
+    assert!(
+        named
+            .iter()
+            .all(|w| w.starts_with("at value ") && !w.starts_with("at value 8.3:")),
+        "{named:?}"
+    );
     // Moving the threshold to 10 removes the reversed hide of post:s9: a reversal saved.
     assert_eq!(rows[2]["reversals_saved"], 1, "{sweep}");
     // The text lists the default range around the literal, its own value among them.
