@@ -74,7 +74,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         address = %app.address(),
         metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
         rules = booted.backends.rules.current().rules().len(),
-        rules_version = ?booted.backends.rules.current().version(),
+        rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce is serving"
     );
     systemd::notify(&[
@@ -97,7 +97,7 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     // The banner once every listener is bound.
     tracing::info!(
         workers = settings.worker.workers,
-        rules_version = ?booted.backends.rules.current().version(),
+        rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce worker started"
     );
     systemd::notify(&[

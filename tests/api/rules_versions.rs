@@ -469,3 +469,52 @@ async fn an_admin_publishes_the_backtested_candidate_from_the_console_with_its_r
     assert_eq!(audit["entries"][0]["actor"], "Alex", "{audit}");
     assert_eq!(audit["entries"][0]["after"]["backtest"], true);
 }
+
+/// The next line of `lines` that contains `wanted` (30 s at most).
+async fn log_line(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    wanted: &str,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(wanted) {
+                return line;
+            }
+        }
+        panic!("the process ended without logging {wanted:?}")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {wanted:?} in the log within 30 s"))
+}
+
+/// A log line writes a rules version as its number (`none` without one), not `Some(1)`.
+#[tokio::test]
+async fn log_lines_write_the_rules_version_as_a_number() {
+    use tokio::io::AsyncBufReadExt;
+
+    let app = spawn_app(TestOptions::idle()).await;
+    let address = crate::helpers::free_address();
+    let mut serve = app
+        .serve_command("logged", address)
+        .env("RUST_LOG", "info")
+        .env("QUIESCE_LOG_FORMAT", "text")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start serve");
+    let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
+    let serving = log_line(&mut lines, "quiesce is serving").await;
+    assert!(serving.contains(" rules_version=1"), "{serving}");
+    let reload = app
+        .client
+        .post(format!("http://{address}/v1/rules/reload"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    let reloaded = log_line(&mut lines, "rules reloaded").await;
+    assert!(reloaded.contains(" version=1"), "{reloaded}");
+    for line in [serving, reloaded] {
+        assert!(!line.contains("Some("), "{line}");
+    }
+    serve.kill().await.unwrap();
+}
