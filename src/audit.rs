@@ -78,11 +78,15 @@ pub fn parse_since(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Strin
         .ok_or_else(|| "is too far back".to_owned())
 }
 
-/// The command line's actor: `cli:<the OS user>`.
+/// The command line's actor: `cli:<the OS user>`, the password database's name for the
+/// process's real uid (`cli:uid:<n>` when it has no entry). Not `$USER` or `$LOGNAME`: they
+/// are unset under a service manager or in a container, and anyone can set them to any name.
 pub fn command_line() -> Actor {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
+    let uid = nix::unistd::Uid::current();
+    let user = match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => format!("uid:{uid}"),
+    };
     Actor::named(format!("cli:{user}"), Some("cli"))
 }
 

@@ -66,7 +66,11 @@ for attempt in 1 2 3; do
   port=$(free_port)
 done
 [ -n "$ready" ] || fail "make run did not become ready on port $port; its output:"
-grep -q "curl" "$log" || fail "make run did not print the example request; its output:"
+# The banner shows the README's example request and read, line for line, at this run's address.
+while IFS= read -r line; do
+  grep -qxF -- "$line" "$log" ||
+    fail "make run's banner lacks the README's example line: $line; its output:"
+done < <(scripts/dev/example-request.sh --raw)
 
 README_API="http://127.0.0.1:$port" README_DATABASE_URL="$QUIESCE_DATABASE_URL" \
   cargo test -q --test readme -- --ignored every_readme_command_runs_as_printed ||

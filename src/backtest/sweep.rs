@@ -144,6 +144,8 @@ pub struct SweepReport {
     pub literal_value: f64,
     pub rows: Vec<SweepRow>,
     pub evaluations: u64,
+    /// The values' backtest warnings: one that every value gave, as it is; one that only some
+    /// gave, once per value, as `at value V: ...` (its figures are that value's).
     pub warnings: Vec<String>,
     pub elapsed_ms: u64,
 }
@@ -219,6 +221,13 @@ pub async fn sweep(
         .zip(&reports)
         .map(|((value, when), report)| row(*value, when, rule, report))
         .collect();
+    let warnings = by_value(
+        &values,
+        &reports
+            .iter()
+            .map(|r| r.warnings.clone())
+            .collect::<Vec<_>>(),
+    );
     let first = reports.first();
     Ok(SweepReport {
         rule: rule.to_owned(),
@@ -227,9 +236,29 @@ pub async fn sweep(
         literal_value: chosen.value,
         rows,
         evaluations: first.map_or(0, |r| r.coverage.evaluations),
-        warnings: first.map(|r| r.warnings.clone()).unwrap_or_default(),
+        warnings,
         elapsed_ms: first.map_or(0, |r| r.elapsed_ms),
     })
+}
+
+/// The warnings of the values' backtests: one that every value gave, once as it is; each
+/// other with the value whose backtest gave it (`at value 4: ...`: the figures it names are
+/// that value's), in the order first given.
+fn by_value(values: &[f64], warnings: &[Vec<String>]) -> Vec<String> {
+    let mut merged: Vec<String> = Vec::new();
+    for (value, given) in values.iter().zip(warnings) {
+        for warning in given {
+            let line = if warnings.iter().all(|w| w.contains(warning)) {
+                warning.clone()
+            } else {
+                format!("at value {value}: {warning}")
+            };
+            if !merged.contains(&line) {
+                merged.push(line);
+            }
+        }
+    }
+    merged
 }
 
 fn row(value: f64, when: String, rule: &str, report: &Report) -> SweepRow {
@@ -271,6 +300,30 @@ mod tests {
         assert_eq!(
             with_value(when, &literals[2], 7.6),
             when.replace("> 12", "> 8")
+        );
+    }
+
+    #[test]
+    fn a_warning_of_some_values_only_names_the_value() {
+        let common = "3 evaluations kept no snapshot".to_owned();
+        let at = |added: u32| {
+            format!("r reads auto.hide: ... {added} added and {added} removed actions")
+        };
+        let warnings = by_value(
+            &[4.0, 8.3, 12.0],
+            &[
+                vec![common.clone(), at(18)],
+                vec![common.clone()],
+                vec![common.clone(), at(5)],
+            ],
+        );
+        assert_eq!(
+            warnings,
+            [
+                common,
+                format!("at value 4: {}", at(18)),
+                format!("at value 12: {}", at(5)),
+            ]
         );
     }
 

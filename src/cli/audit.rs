@@ -6,12 +6,18 @@ use crate::{
     audit::parse_since,
     domain::AuditAction,
     settings::ConfigArgs,
-    startup::{connect_postgres, load_settings},
+    startup::{connect_postgres, load_report_settings},
     store::{AuditFilter, Store},
 };
 
 /// Entries read per statement.
 const PAGE: i64 = 1000;
+
+/// How the table writes a time.
+const TIME: &str = "%Y-%m-%d %H:%M:%S UTC";
+
+/// The table's columns, tab-separated as its rows.
+const HEADER: [&str; 6] = ["at", "action", "subject", "actor", "credential", "address"];
 
 #[derive(Args)]
 pub struct AuditArgs {
@@ -39,7 +45,7 @@ pub struct AuditArgs {
 }
 
 pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
-    let settings = load_settings(&args.config)?;
+    let settings = load_report_settings(&args.config)?;
     let store = Store::new(connect_postgres(&settings).await?);
     let mut filter = AuditFilter {
         actor: args.actor,
@@ -49,6 +55,9 @@ pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
         before: None,
         limit: PAGE,
     };
+    if !args.json {
+        println!("{}", HEADER.join("\t"));
+    }
     let mut printed = 0;
     'pages: loop {
         let page = store.audit_page(&filter).await?;
@@ -61,7 +70,7 @@ pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
             } else {
                 println!(
                     "{}\t{}\t{}\t{}\t{}\t{}",
-                    entry.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    entry.at.format(TIME),
                     entry.action,
                     entry.subject,
                     entry.actor,
@@ -75,6 +84,20 @@ pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
             Some(last) if page.len() as i64 == PAGE => filter.before = Some(last.id),
             _ => break,
         }
+    }
+    // JSON lines stay JSON lines: nothing at all is an empty list.
+    if printed == 0 && !args.json && args.limit > 0 {
+        let filtered =
+            filter.actor.is_some() || filter.action.is_some() || filter.subject.is_some();
+        println!(
+            "no entries since {}{}",
+            args.since.format(TIME),
+            if filtered {
+                " that match the filters"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }

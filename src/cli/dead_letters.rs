@@ -7,7 +7,7 @@ use crate::{
     domain::EntityId,
     queue::Queue,
     settings::ConfigArgs,
-    startup::{connect_postgres, connect_redis, keyspace, load_settings},
+    startup::{connect_postgres, connect_redis, keyspace, load_report_settings},
     store::Store,
 };
 
@@ -46,7 +46,7 @@ pub(super) async fn run(command: DeadLettersCommand) -> anyhow::Result<()> {
             config
         }
     };
-    let settings = load_settings(config)?;
+    let settings = load_report_settings(config)?;
     let queue = Queue::new(
         connect_redis(&settings).await?.0,
         keyspace(&settings),

@@ -4,7 +4,7 @@ use clap::Subcommand;
 
 use crate::{
     settings::ConfigArgs,
-    startup::{connect_postgres, load_settings},
+    startup::{connect_postgres, load_report_settings},
     store::Store,
 };
 
@@ -40,7 +40,7 @@ pub(super) async fn run(command: DeliveriesCommand) -> anyhow::Result<()> {
             config
         }
     };
-    let settings = load_settings(config)?;
+    let settings = load_report_settings(config)?;
     let store = Store::new(connect_postgres(&settings).await?);
     match command {
         DeliveriesCommand::Failed { limit, .. } => {

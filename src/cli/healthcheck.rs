@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::{settings::ConfigArgs, startup::load_settings};
+use crate::{settings::ConfigArgs, startup::load_report_settings};
 
 #[derive(clap::Args)]
 pub struct HealthcheckArgs {
@@ -29,7 +29,7 @@ pub async fn run(args: HealthcheckArgs) -> anyhow::Result<()> {
     let url = match args.url {
         Some(url) => url,
         None => {
-            let settings = load_settings(&args.config)?;
+            let settings = load_report_settings(&args.config)?;
             let Some(listen) = settings.telemetry.metrics_listen else {
                 bail!(
                     "the metrics listener is off (QUIESCE_METRICS_LISTEN): give the URL to ask with --url"

@@ -67,7 +67,8 @@ enum Command {
     },
     /// Print the audit trail (reversals, overrides, redrives, rules reloads, shard moves,
     /// console sign-ins and sign-outs: who, from where, before and after), newest first: a
-    /// table, or one JSON object per line with --json.
+    /// table under a header line (saying so when there is no entry), or one JSON object per
+    /// line with --json (nothing when there is none).
     Audit(audit::AuditArgs),
     /// Check a rules file and print its rules, backtest it against the evaluations of a window,
     /// publish it as the next rules version, or roll back to an earlier version.
@@ -96,7 +97,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shards {
             config,
             move_dead_letters,
-        } => shards::run(&load_settings(&config)?, move_dead_letters).await,
+        } => shards::run(&startup::load_report_settings(&config)?, move_dead_letters).await,
         Command::DeadLetters { command } => dead_letters::run(command).await,
         Command::Deliveries { command } => deliveries::run(command).await,
         Command::Rules { command } => rules::run(command).await,

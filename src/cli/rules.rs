@@ -12,7 +12,7 @@ use crate::{
     fleet,
     rules::RuleSet,
     settings::{ConfigArgs, Settings},
-    startup::{connect_postgres, connect_store, load_rules, load_settings},
+    startup::{connect_postgres, connect_store, load_report_settings, load_rules},
     store::Store,
 };
 
@@ -27,9 +27,10 @@ pub(super) enum RulesCommand {
     },
     /// Publish a rules file as the next rules version and make it active: validated first
     /// (exits non-zero with the rule and the problem, storing nothing, if it is invalid), then
-    /// stored in Postgres with its hash, the author (cli:<user>) and the message, and recorded
-    /// in the audit trail. Every serve and worker process puts it in force within moments.
-    /// Prints the new version as JSON.
+    /// stored in Postgres with its hash, the author (cli:<the user of the process's uid>) and
+    /// the message, and recorded in the audit trail. Every serve and worker process puts it in
+    /// force within moments. Prints the new version and its hash as JSON:
+    /// {"version":2,"hash":"..."}.
     Publish {
         #[command(flatten)]
         config: ConfigArgs,
@@ -117,14 +118,12 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
         } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read the rules file {}", file.display()))?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let version =
                 fleet::publish(&store, None, &audit::command_line(), &text, &message, None).await?;
-            println!(
-                "{}",
-                serde_json::json!({ "version": version, "hash": fleet::hash(&text) })
-            );
+            let published = fleet::Published::new(version, &text);
+            println!("{}", serde_json::to_string(&published)?);
             Ok(())
         }
         RulesCommand::Rollback {
@@ -132,7 +131,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             version,
             message,
         } => {
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let message = message.unwrap_or_else(|| format!("rolled back to version {version}"));
             fleet::rollback(&store, None, &audit::command_line(), version, &message).await?;
@@ -147,7 +146,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             sample,
         } => {
             let candidate = RuleSet::from_file(&file)?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = replica_store(&settings).await?;
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
@@ -181,7 +180,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             json,
         } => {
             let rules = RuleSet::from_file(&file)?;
-            let settings = load_settings(&config)?;
+            let settings = load_report_settings(&config)?;
             let store = replica_store(&settings).await?;
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(

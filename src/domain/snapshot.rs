@@ -35,8 +35,9 @@ pub struct SignalStats {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub windows: BTreeMap<String, SignalTotals>,
     /// Decayed counts by half-life as the rules name it (`"30d"`): each event weighs
-    /// 0.5^(age / half-life), its age taken from the start of its bucket (its minute today,
-    /// its UTC day before). Only the half-lives the rules use were read.
+    /// 0.5^(age / half-life), its age in whole minutes from the start of its bucket (its
+    /// minute today, its UTC day before) to the start of the minute of `taken_at`, so an event
+    /// of that minute weighs exactly 1. Only the half-lives the rules use were read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub decayed: BTreeMap<String, f64>,
 }

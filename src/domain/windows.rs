@@ -15,9 +15,9 @@ pub const DAY_WINDOWS: [(&str, i64); 3] = [("7d", 7), ("30d", 30), ("90d", 90)];
 /// more rows than this.
 pub const DAYS_KEPT: i64 = 91;
 
-/// Shortest half-life a decayed count may name: an event's age is taken from the start of its
-/// bucket (its minute today, its day before), so a shorter one would weigh an event by
-/// where in its minute it fell.
+/// Shortest half-life a decayed count may name: an event's age is whole minutes, from the start
+/// of its bucket (its minute today, its day before) to the start of the current minute, so a
+/// shorter one would weigh an event by where in its minute it fell.
 pub const MIN_HALF_LIFE_SECS: i64 = 3600;
 
 /// Longest half-life a decayed count may name: older day buckets are not kept, so a longer

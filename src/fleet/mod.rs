@@ -51,6 +51,23 @@ pub struct Synced {
     pub changed: bool,
 }
 
+/// A publish's answer, as `POST /v1/rules` and `quiesce rules publish` give it: the version,
+/// then its hash, in the order the README shows (`json!` would sort the keys).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Published {
+    pub version: i64,
+    pub hash: String,
+}
+
+impl Published {
+    pub fn new(version: i64, text: &str) -> Self {
+        Self {
+            version,
+            hash: hash(text),
+        }
+    }
+}
+
 /// Hex SHA-256 of a rules file's text: what a version is known by.
 pub fn hash(text: &str) -> String {
     format!("{:x}", Sha256::digest(text.as_bytes()))

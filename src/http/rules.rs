@@ -12,7 +12,7 @@ use super::{
     error::{ApiError, store_error},
     rules_versions::fleet_error,
 };
-use crate::{audit, fleet};
+use crate::{audit, fleet, telemetry::OrNone};
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -97,7 +97,7 @@ pub async fn reload(
         .map_err(|e| fleet_error(e, "rules"))?;
     let current = state.rules.current();
     let after = (current.rules().len(), current.version());
-    tracing::info!(rules = after.0, version = ?after.1, "rules reloaded");
+    tracing::info!(rules = after.0, version = %OrNone(after.1), "rules reloaded");
     audit::record(
         &state.store,
         &requester.token_actor(),

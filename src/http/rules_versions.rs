@@ -76,7 +76,7 @@ pub async fn publish(
     State(state): State<AppState>,
     requester: Requester,
     RequestBody(body): RequestBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<fleet::Published>), ApiError> {
     let object = json_object(&body, &["rules", "message"])?;
     let rules = text_field(&object, "rules")?
         .ok_or_else(|| invalid(Some("rules"), "is required: a rules file's TOML"))?;
@@ -96,7 +96,7 @@ pub async fn publish(
     tracing::info!(version, "rules version published");
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "version": version, "hash": fleet::hash(rules) })),
+        Json(fleet::Published::new(version, rules)),
     ))
 }
 

@@ -5,8 +5,10 @@
 //! `decayed("auto.hide", "30d")` is a count in which each event weighs 0.5^(age / half-life):
 //! a strike weighs 1 when it happens, 0.5 after 30 days, 0.25 after 60. The snapshot reads it
 //! in Postgres from the minute buckets of the current UTC day and the day buckets of the 90
-//! days before (each aged from the start of its bucket), and keeps the value, so a backtest
-//! replays exactly what the rules saw.
+//! days before, each aged from the start of its bucket to the start of the current minute:
+//! whole minutes, so this minute's events weigh exactly 1 (three strikes are 3.0 and `>= 3`
+//! holds) and the figure does not drift within a minute. The snapshot keeps the value, so a
+//! backtest replays exactly what the rules saw.
 
 use std::{collections::BTreeMap, sync::Arc};
 

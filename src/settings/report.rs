@@ -6,7 +6,9 @@ use std::fmt::Write;
 use super::{Loaded, Origin};
 
 impl Loaded {
-    /// The effective settings as TOML, section by section, each value with its origin.
+    /// The effective settings as TOML, section by section, each value with its origin in a
+    /// comment. The comments of a section line up two characters past its longest line, so a
+    /// long value (a database URL) widens its own section only.
     pub fn report(&self) -> String {
         let mut out = String::from(
             "# The effective settings, each with the layer it came from: default, the config\n\
@@ -26,16 +28,19 @@ impl Loaded {
                 (shown.field.section.to_owned(), line, from)
             })
             .collect();
-        let width = lines
-            .iter()
-            .map(|(_, line, _)| line.len())
-            .max()
-            .unwrap_or(0);
         let mut section = "";
+        let mut width = 0;
         for (name, line, from) in &lines {
             if name != section {
                 let _ = write!(out, "\n[{name}]\n");
                 section = name;
+                // Characters, as the padding counts them (a path may hold more than ASCII).
+                width = lines
+                    .iter()
+                    .filter(|(other, ..)| other == name)
+                    .map(|(_, line, _)| line.chars().count())
+                    .max()
+                    .unwrap_or(0);
             }
             let _ = writeln!(out, "{line:width$}  # {from}");
         }

@@ -198,6 +198,36 @@ fn each_layer_beats_the_one_below_and_says_where_a_value_came_from() {
 }
 
 #[test]
+fn the_reports_comments_line_up_within_each_section() {
+    let url = "postgres://quiesce@db.internal.example:5432/quiesce_production_main";
+    let report = load(&[], &[("QUIESCE_DATABASE_URL", url)])
+        .unwrap()
+        .report();
+    // Each section's `#` column, and its longest setting line.
+    let mut sections: Vec<(String, Vec<usize>, usize)> = Vec::new();
+    for line in report.lines() {
+        if line.starts_with('[') {
+            sections.push((line.to_owned(), Vec::new(), 0));
+        } else if let (Some(section), Some(at)) = (sections.last_mut(), line.find("  # ")) {
+            section.1.push(at + 2);
+            section.2 = section.2.max(line[..at].trim_end().len());
+        }
+    }
+    for (name, columns, longest) in &sections {
+        assert!(
+            columns.iter().all(|c| *c == longest + 2),
+            "{name}: comments at {columns:?}, longest line {longest}\n{report}"
+        );
+    }
+    // The long URL widens its own section only: the schedule's comments stay where the
+    // README shows them.
+    let schedule = sections.iter().find(|s| s.0 == "[schedule]").unwrap();
+    let database = sections.iter().find(|s| s.0 == "[database]").unwrap();
+    assert!(database.1[0] > url.len(), "{report}");
+    assert!(schedule.1[0] < 30, "{report}");
+}
+
+#[test]
 fn a_file_key_may_be_sectioned_or_flat_but_not_both_nor_misplaced() {
     let both = ConfigFile::new("max_wait = \"5m\"\n[schedule]\nmax_wait = \"6m\"\n");
     let err = error(&["--config", both.path()], &[]);

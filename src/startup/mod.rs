@@ -28,15 +28,30 @@ use crate::{
     telemetry,
 };
 
-/// The settings of a command, and the logs started as they ask (to stderr).
+/// The log levels of `serve`, `worker` and `migrate` when `RUST_LOG` names none. sqlx's pool
+/// logs an error for each connection the primary fence refuses, on every retry: the fence
+/// logs the refusal itself, once (store/primary.rs).
+pub const SERVICE_LOGS: &str = "info,sqlx=warn,sqlx::pool::inner=off,tower_http=warn";
+
+/// The log levels of a command that prints a report or a result (`rules backtest`, `audit`,
+/// ...) when `RUST_LOG` names none: warnings and errors only, so that what it prints is all a
+/// person sees unless something needs their attention.
+pub const REPORT_LOGS: &str = "warn";
+
+/// The settings of `serve`, `worker` or `migrate`, and the logs started as they ask (to
+/// stderr, at [`SERVICE_LOGS`]).
 pub fn load_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
+    load_settings_logging(args, SERVICE_LOGS)
+}
+
+/// The settings of a command that prints a report, and its logs at [`REPORT_LOGS`].
+pub fn load_report_settings(args: &ConfigArgs) -> anyhow::Result<Settings> {
+    load_settings_logging(args, REPORT_LOGS)
+}
+
+fn load_settings_logging(args: &ConfigArgs, default_logs: &str) -> anyhow::Result<Settings> {
     let settings = Settings::load(args)?;
-    // sqlx's pool logs an error for each connection the primary fence refuses, on every
-    // retry: the fence logs the refusal itself, once (store/primary.rs).
-    telemetry::init_tracing(
-        settings.telemetry.log_format,
-        "info,sqlx=warn,sqlx::pool::inner=off,tower_http=warn",
-    );
+    telemetry::init_tracing(settings.telemetry.log_format, default_logs);
     if settings.maintenance.test_short_retention {
         tracing::warn!(
             retention = %humantime::format_duration(settings.maintenance.retention),
@@ -63,7 +78,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         address = %app.address(),
         metrics = %app.metrics_address().map_or_else(|| "off".to_owned(), |a| a.to_string()),
         rules = booted.backends.rules.current().rules().len(),
-        rules_version = ?booted.backends.rules.current().version(),
+        rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce is serving"
     );
     systemd::notify(&[
@@ -86,7 +101,7 @@ pub async fn work(settings: Settings) -> anyhow::Result<()> {
     // The banner once every listener is bound.
     tracing::info!(
         workers = settings.worker.workers,
-        rules_version = ?booted.backends.rules.current().version(),
+        rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce worker started"
     );
     systemd::notify(&[

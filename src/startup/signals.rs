@@ -5,7 +5,14 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{audit, domain::Actor, fleet, rules::Rules, store::Store, telemetry::Chain};
+use crate::{
+    audit,
+    domain::Actor,
+    fleet,
+    rules::Rules,
+    store::Store,
+    telemetry::{Chain, OrNone},
+};
 
 /// On SIGHUP, reads which rules version is active from Postgres again and puts it in force
 /// (what the listener and the poll do by themselves; the rules file is not read again). A
@@ -26,7 +33,7 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
                 Ok(synced) => {
                     let after = rules.current();
                     let after = (after.rules().len(), after.version());
-                    tracing::info!(rules = after.0, version = ?after.1, changed = synced.is_some_and(|s| s.changed), "rules reloaded");
+                    tracing::info!(rules = after.0, version = %OrNone(after.1), changed = synced.is_some_and(|s| s.changed), "rules reloaded");
                     let actor = Actor::named("signal:SIGHUP", None);
                     audit::record(&store, &actor, audit::rules_reloaded(before, after)).await;
                 }

@@ -203,12 +203,13 @@ impl Store {
                            GROUP BY d.signal, win.name) w)
                     END AS "days?: Json<WindowRows>",
                     -- Decayed counts: today's events by minute bucket, older ones by day, each
-                    -- aged from the start of its bucket.
+                    -- aged from the start of its bucket to the start of the current minute
+                    -- (whole minutes: the same figure all minute long, as a replay reads it).
                     CASE WHEN cardinality($9::text[]) > 0 THEN
                     (SELECT coalesce(json_agg(json_build_array(x.signal, x.name, x.value)), '[]')
                      FROM (SELECT b.signal, hl.name,
                                   sum(b.count * power(0.5::float8,
-                                      extract(epoch FROM now() - b.at)::float8
+                                      extract(epoch FROM date_trunc('minute', now()) - b.at)::float8
                                       / hl.seconds)) AS value
                            FROM (SELECT m.signal, m.bucket_start AS at, m.count
                                  FROM bucket_counts m

@@ -400,6 +400,18 @@ async fn timed<F: std::future::Future>(
     output
 }
 
+/// An optional value as a log field writes it: the value, or `none` (not `Some(1)`).
+pub struct OrNone<T>(pub Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for OrNone<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(value) => value.fmt(f),
+            None => f.write_str("none"),
+        }
+    }
+}
+
 /// An error with its causes, `outer: cause: root cause`, for log lines. A cause whose text the
 /// line already ends with is not written again: ours (`postgres: {0}`) and many libraries'
 /// errors repeat their source's message in their own.
@@ -423,7 +435,13 @@ impl std::fmt::Display for Chain<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::Chain;
+    use super::{Chain, OrNone};
+
+    #[test]
+    fn an_optional_field_is_its_value_or_none() {
+        assert_eq!(OrNone(Some(1)).to_string(), "1");
+        assert_eq!(OrNone::<i64>(None).to_string(), "none");
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("disk full")]

@@ -333,3 +333,39 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
         .unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn the_audit_command_prints_a_header_and_says_when_there_is_no_entry() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let header = "at\taction\tsubject\tactor\tcredential\taddress";
+    // Nothing recorded: the header, then a line that says so; JSON lines print nothing.
+    let empty = app.run_cli(&["audit", "--since", "1h"]).await;
+    let lines: Vec<&str> = empty.lines().collect();
+    assert_eq!(lines.len(), 2, "{empty}");
+    assert_eq!(lines[0], header);
+    assert!(lines[1].starts_with("no entries since "), "{empty}");
+    assert!(!lines[1].contains("filters"), "{empty}");
+    assert_eq!(app.run_cli(&["audit", "--since", "1h", "--json"]).await, "");
+
+    // One decision: the header, then its row under it.
+    let (status, body) = app.post_json("/v1/rules/reload", json!(null)).await;
+    assert_eq!(status, 200, "{body}");
+    let table = app.run_cli(&["audit", "--since", "1h"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert_eq!(lines[0], header);
+    let row: Vec<&str> = lines[1].split('\t').collect();
+    assert_eq!(row.len(), header.split('\t').count(), "{table}");
+    assert_eq!((row[1], row[2]), ("rules.reload", "rules"), "{table}");
+
+    // A filter that matches none says so.
+    let none = app
+        .run_cli(&["audit", "--since", "1h", "--actor", "nobody"])
+        .await;
+    assert!(
+        none.lines().nth(1).is_some_and(
+            |l| l.starts_with("no entries since ") && l.ends_with("that match the filters")
+        ),
+        "{none}"
+    );
+}

@@ -811,7 +811,37 @@ async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_b
             row["overall_removed"], report["overall"]["removed"],
             "{value}"
         );
+        // Its warnings are the sweep's, named with the value when not every value gave them
+        // (the figures a warning names are that value's).
+        for warning in report["warnings"].as_array().unwrap() {
+            let warning = warning.as_str().unwrap();
+            let named = format!("at value {value}: {warning}");
+            assert!(
+                sweep["warnings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|w| w == warning || w == &named),
+                "{value}: {warning} not in {sweep}"
+            );
+        }
     }
+    // The recorded-actions warning names the values that add and remove actions, and how
+    // many each does, never the rule's own value (which adds and removes none).
+    let named: Vec<&str> = sweep["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains("added and"))
+        .collect();
+    assert!(!named.is_empty(), "{sweep}");
+    assert!(
+        named
+            .iter()
+            .all(|w| w.starts_with("at value ") && !w.starts_with("at value 8.3:")),
+        "{named:?}"
+    );
     // Moving the threshold to 10 removes the reversed hide of post:s9: a reversal saved.
     assert_eq!(rows[2]["reversals_saved"], 1, "{sweep}");
     // The text lists the default range around the literal, its own value among them.
@@ -820,4 +850,52 @@ async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_b
         "{text}"
     );
     assert!(text.lines().any(|l| l.starts_with("8.3 ")), "{text}");
+}
+
+/// `rules backtest` and `rules sweep` print their report and log only warnings unless
+/// `RUST_LOG` asks for more: a good run leaves stderr empty, and `RUST_LOG=info` shows the
+/// info lines held back.
+#[tokio::test]
+async fn report_commands_log_only_warnings_unless_asked() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let file = std::env::temp_dir().join(format!("quiet-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&file, DEFAULT_RULES).unwrap();
+    let path = file.to_str().unwrap();
+    let run = |args: Vec<&str>, log: Option<&str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(app.settings.to_environment());
+        if let Some(log) = log {
+            command.env("RUST_LOG", log);
+        }
+        async move {
+            let output = command.output().await.unwrap();
+            assert!(output.status.success(), "{output:?}");
+            String::from_utf8(output.stderr).unwrap()
+        }
+    };
+    for args in [
+        vec!["rules", "backtest", path, "--since", "1h"],
+        vec![
+            "rules",
+            "sweep",
+            path,
+            "--rule",
+            "hide_flag_pile_on",
+            "--since",
+            "1h",
+        ],
+    ] {
+        let quiet = run(args.clone(), None).await;
+        assert_eq!(quiet, "", "{args:?} logged by default");
+        let asked = run(args.clone(), Some("info")).await;
+        assert!(
+            asked.contains(" INFO "),
+            "{args:?} with RUST_LOG=info: {asked}"
+        );
+    }
+    std::fs::remove_file(&file).unwrap();
 }

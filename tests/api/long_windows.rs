@@ -5,12 +5,16 @@
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
-use quiesce::domain::{DAYS_KEPT, Windows, decay_weight};
+use quiesce::{
+    domain::{DAYS_KEPT, Snapshot, Windows, decay_weight},
+    rules::RuleSet,
+};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
+const MINUTE: chrono::Duration = chrono::Duration::minutes(1);
 
 /// The flag counts of the entity's 7d, 30d and 90d windows as the read API shows them.
 async fn day_windows(app: &TestApp, entity: &str) -> [Option<i64>; 3] {
@@ -21,23 +25,31 @@ async fn day_windows(app: &TestApp, entity: &str) -> [Option<i64>; 3] {
 
 /// The entity's decayed flag count with a 30-day half-life, as an evaluation reads it.
 async fn decayed(app: &TestApp, entity: &str) -> (f64, DateTime<Utc>) {
+    let snapshot = decaying(app, entity, "30d").await;
+    (snapshot.signals["flag"].decayed["30d"], snapshot.taken_at)
+}
+
+/// The entity's snapshot as an evaluation of rules reading a decayed count with this
+/// half-life reads it.
+async fn decaying(app: &TestApp, entity: &str, half_life: &str) -> Snapshot {
     let read = Windows {
-        half_lives: vec!["30d".into()],
+        half_lives: vec![half_life.into()],
         ..Windows::NONE
     };
-    let snapshots = app
+    let mut snapshots = app
         .backends
         .store
         .snapshots(&[entity], false, &read, Default::default())
         .await
         .unwrap();
-    let snapshot = &snapshots[entity];
-    (snapshot.signals["flag"].decayed["30d"], snapshot.taken_at)
+    snapshots.remove(entity).unwrap()
 }
 
 /// The decayed count the receive times give at `now`: today's events aged from the start of
-/// their minute, older ones from the start of their UTC day, none older than 90 days.
-fn expected_decay(received: &[DateTime<Utc>], now: DateTime<Utc>) -> f64 {
+/// their minute, older ones from the start of their UTC day, to the start of the current
+/// minute (whole minutes); none older than 90 days.
+fn expected_decay(received: &[DateTime<Utc>], now: DateTime<Utc>, half_life_secs: i64) -> f64 {
+    let minute = now.duration_trunc(MINUTE).unwrap();
     let today = now.duration_trunc(chrono::Duration::days(1)).unwrap();
     let oldest = today - chrono::Duration::days(DAYS_KEPT - 1);
     received
@@ -45,15 +57,12 @@ fn expected_decay(received: &[DateTime<Utc>], now: DateTime<Utc>) -> f64 {
         .filter(|at| **at >= oldest)
         .map(|at| {
             let unit = if *at >= today {
-                chrono::Duration::minutes(1)
+                MINUTE
             } else {
                 chrono::Duration::days(1)
             };
             let start = at.duration_trunc(unit).unwrap();
-            decay_weight(
-                (now - start).num_microseconds().unwrap() as f64 / 1e6,
-                30 * 86_400,
-            )
+            decay_weight((minute - start).num_seconds() as f64, half_life_secs)
         })
         .sum()
 }
@@ -80,7 +89,7 @@ async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold()
     let expected_windows = [Some(3), Some(4), Some(5)];
     assert_eq!(day_windows(&app, "post:long").await, expected_windows);
     let (value, at) = decayed(&app, "post:long").await;
-    let expected = expected_decay(&received, at);
+    let expected = expected_decay(&received, at, 30 * 86_400);
     assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
     assert!(value > 2.5 && value < 5.0, "{value}");
 
@@ -99,10 +108,92 @@ async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold()
     assert_eq!(app.scalar("SELECT count(*) FROM signal_days").await, 4);
     assert_eq!(day_windows(&app, "post:long").await, expected_windows);
     let (value, at) = decayed(&app, "post:long").await;
-    let expected = expected_decay(&received, at);
+    let expected = expected_decay(&received, at, 30 * 86_400);
     assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
     let (_, body) = app.get("/v1/entities/post:long").await;
     assert_eq!(body["signals"]["flag"]["count"], 6, "{body}");
+}
+
+/// A decayed count ages events in whole minutes, to the start of the current minute: three
+/// strikes of this minute are exactly 3.0 (a `>= 3` threshold holds however far into the
+/// minute it is read), and a strike of the minute before weighs one whole minute of decay,
+/// however few seconds old it is.
+#[tokio::test]
+async fn a_decayed_count_ages_events_in_whole_minutes() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let events: Vec<Value> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|id| event(id, "user:fresh", "flag"))
+        .chain([event("s4", "user:last", "flag")])
+        .collect();
+    assert_eq!(app.send(&json!(events)).await, (4, 0));
+    let rules = RuleSet::from_toml(
+        r#"
+[[rule]]
+name = "three_strikes"
+when = 'decayed("flag", "1h") >= 3'
+action = "suspend"
+reason = "three strikes"
+"#,
+    )
+    .unwrap();
+    // The fourth goes one second before the current minute: a partition holds the hour before
+    // the first one made (which may begin this minute).
+    let first: DateTime<Utc> =
+        sqlx::query_scalar("SELECT min(lower_bound) FROM partitions WHERE parent = 'events'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    app.backends
+        .store
+        .add_partition(
+            quiesce::store::Partitioned::Events,
+            first - chrono::Duration::hours(1),
+            first,
+        )
+        .await
+        .unwrap();
+    // The strikes are put in the current minute (the fourth one second before it began) and
+    // read at once; should the minute turn in between, again.
+    let mut read = None;
+    for _ in 0..3 {
+        let minute: DateTime<Utc> = sqlx::query_scalar(
+            "WITH moved AS (
+                 UPDATE events SET received_at = CASE WHEN id = 's4'
+                     THEN date_trunc('minute', now()) - interval '1 second' ELSE now() END)
+             SELECT date_trunc('minute', now())",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        let fresh = decaying(&app, "user:fresh", "1h").await;
+        let last = decaying(&app, "user:last", "1h").await;
+        let in_minute = |s: &Snapshot| s.taken_at.duration_trunc(MINUTE).unwrap() == minute;
+        if in_minute(&fresh) && in_minute(&last) {
+            read = Some((minute, fresh, last));
+            break;
+        }
+    }
+    let (minute, fresh, last) = read.expect("a read in the minute of the strikes");
+    assert_eq!(
+        fresh.signals["flag"].decayed["1h"], 3.0,
+        "this minute's strikes weigh exactly 1 each"
+    );
+    let verdict = rules.evaluate(&fresh);
+    assert!(verdict.errors.is_empty(), "{verdict:?}");
+    assert_eq!(verdict.matched.len(), 1, "`>= 3` holds at 3.0: {verdict:?}");
+    // The strike of the minute before weighs one whole minute of decay (a day and a minute
+    // when that minute was yesterday's, just after midnight UTC).
+    let received = minute - chrono::Duration::seconds(1);
+    let expected = expected_decay(&[received], last.taken_at, 3600);
+    if received.date_naive() == minute.date_naive() {
+        assert_eq!(expected, decay_weight(60.0, 3600));
+    }
+    let value = last.signals["flag"].decayed["1h"];
+    assert!(
+        (value - expected).abs() < 1e-12,
+        "a strike of the minute before weighs {expected}, not {value}"
+    );
 }
 
 #[tokio::test]

@@ -241,6 +241,29 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     );
 }
 
+/// The user of this process's uid, as the password database names it (`uid:<n>` without an
+/// entry), asked of `id`: the name the command line must record, whatever `$USER` says.
+fn os_user() -> String {
+    let id = |flag: &str| {
+        std::process::Command::new("id")
+            .arg(flag)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_owned())
+    };
+    id("-un").unwrap_or_else(|| format!("uid:{}", id("-u").expect("id -u")))
+}
+
+/// The keys of a JSON object as written, in order.
+fn keys_in_order(text: &str) -> Vec<String> {
+    regex::Regex::new(r#""([a-z_]+)":"#)
+        .unwrap()
+        .captures_iter(text)
+        .map(|c| c[1].to_owned())
+        .collect()
+}
+
 #[tokio::test]
 async fn the_command_line_publishes_and_rolls_back() {
     let app = spawn_app(TestOptions::idle()).await;
@@ -248,6 +271,7 @@ async fn the_command_line_publishes_and_rolls_back() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("rules.toml");
     std::fs::write(&file, HIDE_AT_TWO).unwrap();
+    // With no USER or LOGNAME in its environment (as under a service manager).
     let out = app
         .run_cli(&[
             "rules",
@@ -259,13 +283,41 @@ async fn the_command_line_publishes_and_rolls_back() {
         .await;
     let published: Value = serde_json::from_str(&out).expect("JSON on stdout");
     assert_eq!(published["version"], 2);
+    assert_eq!(published["hash"], quiesce::fleet::hash(HIDE_AT_TWO));
+    // The keys in the order the README shows them.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let shown = readme
+        .lines()
+        .find(|l| l.starts_with(r#"{"version":"#) && l.contains(r#""hash":"#))
+        .expect("the README's publish output");
+    assert_eq!(keys_in_order(&out), keys_in_order(shown), "{out}");
     let author: String = sqlx::query_scalar("SELECT author FROM rules_versions WHERE version = 2")
         .fetch_one(&app.pool)
         .await
         .unwrap();
-    assert!(author.starts_with("cli:"), "{author}");
-    let out = app.run_cli(&["rules", "rollback", "1"]).await;
+    let actor = format!("cli:{}", os_user());
+    assert_eq!(author, actor);
+    // With USER and LOGNAME naming someone else: the process's user all the same.
+    let out = app
+        .run_cli_with(
+            &["rules", "rollback", "1"],
+            &[("USER", "someone-else"), ("LOGNAME", "someone-else")],
+        )
+        .await;
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["version"], 1);
+    let recorded: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, actor FROM audit_log WHERE action IN ('rules.publish', 'rules.rollback') ORDER BY id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        recorded,
+        [
+            ("rules.publish".to_owned(), actor.clone()),
+            ("rules.rollback".to_owned(), actor.clone()),
+        ]
+    );
     // This process hears of both (it follows only in a real boot: a reload reads it).
     let (_, body) = app.post_json("/v1/rules/reload", json!(null)).await;
     assert_eq!(body["version"], 1);
@@ -416,4 +468,53 @@ async fn an_admin_publishes_the_backtested_candidate_from_the_console_with_its_r
     .await;
     assert_eq!(audit["entries"][0]["actor"], "Alex", "{audit}");
     assert_eq!(audit["entries"][0]["after"]["backtest"], true);
+}
+
+/// The next line of `lines` that contains `wanted` (30 s at most).
+async fn log_line(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    wanted: &str,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(wanted) {
+                return line;
+            }
+        }
+        panic!("the process ended without logging {wanted:?}")
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {wanted:?} in the log within 30 s"))
+}
+
+/// A log line writes a rules version as its number (`none` without one), not `Some(1)`.
+#[tokio::test]
+async fn log_lines_write_the_rules_version_as_a_number() {
+    use tokio::io::AsyncBufReadExt;
+
+    let app = spawn_app(TestOptions::idle()).await;
+    let address = crate::helpers::free_address();
+    let mut serve = app
+        .serve_command("logged", address)
+        .env("RUST_LOG", "info")
+        .env("QUIESCE_LOG_FORMAT", "text")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start serve");
+    let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
+    let serving = log_line(&mut lines, "quiesce is serving").await;
+    assert!(serving.contains(" rules_version=1"), "{serving}");
+    let reload = app
+        .client
+        .post(format!("http://{address}/v1/rules/reload"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status(), 200);
+    let reloaded = log_line(&mut lines, "rules reloaded").await;
+    assert!(reloaded.contains(" version=1"), "{reloaded}");
+    for line in [serving, reloaded] {
+        assert!(!line.contains("Some("), "{line}");
+    }
+    serve.kill().await.unwrap();
 }
