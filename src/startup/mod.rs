@@ -31,7 +31,7 @@ use crate::{
 /// The log levels of `serve`, `worker` and `migrate` when `RUST_LOG` names none. sqlx's pool
 /// logs an error for each connection the primary fence refuses, on every retry: the fence
 /// logs the refusal itself, once (store/primary.rs).
-pub const SERVICE_LOGS: &str = "info,sqlx=warn,sqlx::pool::inner=off,tower_http=warn";
+pub const SERVICE_LOGS: &str = "info,sqlx=warn,sqlx_core::pool::inner=off,tower_http=warn";
 
 /// The log levels of a command that prints a report or a result (`rules backtest`, `audit`,
 /// ...) when `RUST_LOG` names none: warnings and errors only, so that what it prints is all a

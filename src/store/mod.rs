@@ -54,7 +54,7 @@ pub use self::{
     outbox::OutboxRow,
     page_key::PageKey,
     partitions::{Dropped, PartitionPlan, Partitioned},
-    primary::{NotPrimary, refusal},
+    primary::{NotPrimary, primary_refused_since, refusal},
     read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
     review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},

@@ -58,6 +58,9 @@ struct Fence {
     epoch: Instant,
     /// Nanoseconds since `epoch`: connections opened before it are closed at their next acquire.
     retired_before: AtomicU64,
+    /// Nanoseconds since `epoch` of the last refusal (a connection refused, or a read-only
+    /// answer): what tells a caller that waited meanwhile that the primary was away.
+    last_refused: AtomicU64,
 }
 
 static FENCE: LazyLock<Fence> = LazyLock::new(|| Fence {
@@ -65,6 +68,7 @@ static FENCE: LazyLock<Fence> = LazyLock::new(|| Fence {
     refused: Mutex::new(None),
     epoch: Instant::now(),
     retired_before: AtomicU64::new(0),
+    last_refused: AtomicU64::new(0),
 });
 
 impl Fence {
@@ -120,6 +124,18 @@ impl Fence {
     fn retire(&self) {
         let now = self.epoch.elapsed().as_nanos() as u64;
         self.retired_before.fetch_max(now, Ordering::Relaxed);
+        self.refused();
+    }
+
+    fn refused(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_refused.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Whether a refusal came at or after `since`.
+    fn refused_since(&self, since: Instant) -> bool {
+        let refused = self.last_refused.load(Ordering::Relaxed);
+        refused != 0 && refused >= since.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
     /// Whether a connection of this age was opened before the last retirement.
@@ -156,12 +172,21 @@ pub(super) async fn check_new_connection(connection: &mut PgConnection) -> sqlx:
     // The pool retries a refused connection until its acquire timeout: logged once.
     let verdict = FENCE.admit(role);
     FENCE.log(&verdict);
+    if verdict.is_err() {
+        FENCE.refused();
+    }
     verdict.map_err(|refusal| sqlx::Error::Io(std::io::Error::other(refusal)))
 }
 
 /// The pool's `before_acquire`: a connection opened before the last retirement is closed.
 pub(super) fn still_current(meta: &PoolConnectionMetadata) -> bool {
     !FENCE.is_retired(meta.age)
+}
+
+/// Whether the primary refused a connection, or answered read-only, at or after `since`: a
+/// caller that waited that long waited on an outage, not on its own work.
+pub fn primary_refused_since(since: Instant) -> bool {
+    FENCE.refused_since(since)
 }
 
 /// Every connection opened until now is closed at its next acquire.
@@ -200,6 +225,7 @@ mod tests {
             refused: Mutex::new(None),
             epoch: Instant::now(),
             retired_before: AtomicU64::new(0),
+            last_refused: AtomicU64::new(0),
         }
     }
 
@@ -255,6 +281,23 @@ mod tests {
         // Opened before the promotion was seen: retired; opened after: kept.
         assert!(fence.is_retired(Duration::from_millis(1)));
         assert!(!fence.is_retired(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_refusal_is_seen_by_whoever_waited_since_before_it() {
+        let fence = fence();
+        let before = Instant::now();
+        assert!(!fence.refused_since(before));
+        let standby = ServerRole {
+            in_recovery: true,
+            timeline: None,
+            ..primary(7, 1)
+        };
+        assert!(fence.admit(standby).is_err());
+        fence.refused();
+        assert!(fence.refused_since(before));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(!fence.refused_since(Instant::now()));
     }
 
     #[test]

@@ -251,9 +251,14 @@ impl Worker {
                 self.give_back(claim, EvaluationError::Store(error).into())
                     .await
             }
-            // A timeout is the entity's fault only if Postgres answers: a black-holed network
-            // must not use up attempts.
-            Err(error @ EvaluationError::TimedOut(_)) if !self.postgres_answers().await => {
+            // A timeout is the entity's fault only if Postgres answers and takes writes: a
+            // black-holed network must not use up attempts.
+            // So is one that waited on a primary that refused connections meanwhile (a
+            // read-only spell that ended before the timeout).
+            Err(error @ EvaluationError::TimedOut(_))
+                if crate::store::primary_refused_since(evaluation_started)
+                    || !self.postgres_answers().await =>
+            {
                 self.breaker.trip(self.settings.poll_interval);
                 self.give_back(claim, error.into()).await
             }

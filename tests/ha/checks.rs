@@ -71,7 +71,7 @@ impl Rig {
         processes.push(
             app.serve_command("ha-serve", listen)
                 .env("QUIESCE_METRICS_LISTEN", serve_metrics.to_string())
-                .env("RUST_LOG", "info,sqlx=warn,sqlx::pool::inner=off")
+                .env("RUST_LOG", "info,sqlx=warn,sqlx_core::pool::inner=off")
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
                 .spawn()
@@ -83,7 +83,7 @@ impl Rig {
             let log = log_file(&logs, &format!("worker-{i}"));
             processes.push(
                 app.worker_command(&format!("ha-worker-{i}"), Some(address))
-                    .env("RUST_LOG", "info,sqlx=warn,sqlx::pool::inner=off")
+                    .env("RUST_LOG", "info,sqlx=warn,sqlx_core::pool::inner=off")
                     .stdout(log.try_clone().unwrap())
                     .stderr(log)
                     .spawn()

@@ -465,6 +465,12 @@ async fn a_read_only_spell_on_the_primary_pauses_claims_burns_no_attempt_and_dea
         outage.failed_before,
         rig.error_lines(),
     );
+    // An outage is expected and retried: warnings once, never an ERROR line per connection.
+    let errors = rig.error_lines();
+    assert_eq!(
+        errors, 0,
+        "{errors} ERROR lines logged during a read-only spell"
+    );
 }
 
 /// Runs `f` when dropped (a test that fails still resumes a frozen node).
