@@ -1,11 +1,12 @@
 //! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
 //! version-checked action, ack. This file is the poll loop (bounded concurrency, graceful
-//! shutdown); `pipeline` is one evaluation, `batches` the Postgres statements evaluations
+//! shutdown); `pipeline` is one evaluation (`outcome` how it ended), `batches` the Postgres statements evaluations
 //! share, `lease` and `breaker` what keeps a claim alive and pauses claiming in an outage.
 
 mod batches;
 mod breaker;
 mod lease;
+mod outcome;
 mod pipeline;
 
 use std::{
@@ -30,7 +31,7 @@ use self::breaker::Breaker;
 pub use self::{
     batches::EvaluationBatches,
     lease::LeaseEstimator,
-    pipeline::{EvaluationError, Failure, Outcome},
+    outcome::{EvaluationError, Failure, Outcome},
 };
 use crate::{
     domain::Snapshot,
