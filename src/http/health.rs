@@ -69,6 +69,13 @@ pub(super) async fn render_metrics(
     handle: &PrometheusHandle,
     timeout: Duration,
 ) -> impl IntoResponse + use<> {
+    // Whether the primary takes writes, as /readyz asks it: a read-only or recovering server
+    // answers a ping, so the alert on this gauge is what notices it.
+    let writable = matches!(
+        tokio::time::timeout(timeout, store.writable()).await,
+        Ok(Ok(()))
+    );
+    metrics::gauge!(names::POSTGRES_WRITABLE).set(f64::from(u8::from(writable)));
     match tokio::time::timeout(timeout, queue.depths()).await {
         Ok(Ok(depths)) => {
             for depth in depths {

@@ -37,6 +37,7 @@ pub mod names {
     pub const PARTITIONS_MADE: &str = "quiesce_partitions_made_total";
     pub const PARTITIONS_DROPPED: &str = "quiesce_partitions_dropped_total";
     pub const POSTGRES_BREAKER_OPEN: &str = "quiesce_postgres_breaker_open";
+    pub const POSTGRES_WRITABLE: &str = "quiesce_postgres_writable";
     pub const REPLICA_LAG_SECONDS: &str = "quiesce_replica_lag_seconds";
     pub const REPLICA_IN_USE: &str = "quiesce_replica_in_use";
     pub const LEASE_SECONDS: &str = "quiesce_lease_seconds";
@@ -284,13 +285,17 @@ fn describe() {
         "1 while this process's workers pause claiming because Postgres is unreachable."
     );
     describe_gauge!(
+        names::POSTGRES_WRITABLE,
+        "1 when the primary took writes at the last scrape (it answered within backend_timeout, not in recovery, not read-only); 0 when it did not."
+    );
+    describe_gauge!(
         names::REPLICA_LAG_SECONDS,
         Unit::Seconds,
         "The read replica's replay lag at its last check (database_read_url)."
     );
     describe_gauge!(
         names::REPLICA_IN_USE,
-        "1 while reads that may be a moment stale go to the read replica; 0 while they go to the primary (it lags past read_max_lag, does not answer, or none is set)."
+        "1 while reads that may be a moment stale go to the read replica; 0 while they go to the primary (it lags past read_max_lag or does not answer). Absent where no replica is set."
     );
     describe_counter!(
         names::EVENTS_PURGED,

@@ -34,9 +34,14 @@ use quiesce::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use crate::{
+    helpers::{TestApp, TestOptions, event, spawn_app, wait_for},
+    proxy::{TcpProxy, redirect},
+};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// Metrics a process exports only where `database_read_url` is set.
+const REPLICA_METRICS: [&str; 2] = ["quiesce_replica_in_use", "quiesce_replica_lag_seconds"];
 /// What `$__rate_interval` and friends stand for when a panel's query is sent to Prometheus.
 const RATE_INTERVAL: &str = "1m";
 
@@ -393,7 +398,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     );
     let alert_text = std::fs::read_to_string(&alerts_path).unwrap();
     let alerts = alert_rules(&alert_text);
-    assert_eq!(alerts.len(), 8, "{alerts:?}");
+    assert_eq!(alerts.len(), 10, "{alerts:?}");
     // Every alert links to its runbook, a heading of docs/operations.md.
     let runbooks = runbook_urls(&alert_text);
     let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
@@ -568,8 +573,11 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     for (_, dashboard) in &dashboards {
         referenced.extend(metric_names(&dashboard.to_string()));
     }
+    // Exported only where a read replica is set: the replica test below checks them.
+    let with_a_replica = REPLICA_METRICS;
     let missing: Vec<&String> = referenced
         .iter()
+        .filter(|name| !with_a_replica.contains(&name.as_str()))
         .filter(|name| {
             !exported
                 .lines()
@@ -830,5 +838,70 @@ async fn the_guard_turning_a_rule_to_shadow_fires_its_alert() {
             "rule" => rule.name.clone()
         )
         .set(0.0);
+    }
+}
+
+/// The primary not taking writes and the read replica out of use each fire their alert, and
+/// both resolve when they are back (the gauges are left at 1 for the other tests' apps, which
+/// share this process's recorder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs prometheus; `make observability` runs it"]
+async fn a_primary_that_takes_no_writes_and_a_replica_out_of_use_fire_their_alerts() {
+    // The "replica" is another test database reached through a proxy the test can cut (a real
+    // streaming replica and its lag are in `make ha`).
+    let other = spawn_app(TestOptions::idle()).await;
+    let other_url =
+        secrecy::ExposeSecret::expose_secret(&other.settings.database.database_url).to_owned();
+    let (target, _) = redirect(&other_url, 5432, "127.0.0.1:1".parse().unwrap());
+    let replica = TcpProxy::start(target).await;
+    let read_url = redirect(&other_url, 5432, replica.address).1;
+    let app = spawn_app(TestOptions {
+        through_proxies: true,
+        ..TestOptions::idle().with(|s| {
+            s.database.database_read_url = Some(read_url.into());
+            s.database.read_max_lag = Duration::from_secs(5);
+            s.database.backend_timeout = Duration::from_secs(1);
+        })
+    })
+    .await;
+    let app_metrics = app.metrics_base.trim_start_matches("http://").to_owned();
+    let prometheus = Prometheus::start(&[&app_metrics], "2s").await;
+    let both_up = "min(quiesce_postgres_writable) == 1 and on() min(quiesce_replica_in_use) == 1";
+    wait_for(
+        Duration::from_secs(30),
+        "the primary writable and the replica in use, scraped",
+        || async { prometheus.scalar(both_up).await == Some(1.0) },
+    )
+    .await;
+    for alert in ["QuiescePostgresNotWritable", "QuiesceReplicaLagging"] {
+        assert!(
+            !prometheus.raised(alert).await,
+            "{alert} quiet while both answer"
+        );
+    }
+    let exported = app.metrics_text().await;
+    for name in REPLICA_METRICS {
+        assert!(
+            exported.lines().any(|l| l.starts_with(name)),
+            "{name} exported where a replica is set: {exported}"
+        );
+    }
+
+    replica.cut();
+    prometheus.wait_firing("QuiesceReplicaLagging").await;
+    assert!(
+        !prometheus.raised("QuiescePostgresNotWritable").await,
+        "the primary still takes writes"
+    );
+    app.postgres_proxy.as_ref().unwrap().cut();
+    prometheus.wait_firing("QuiescePostgresNotWritable").await;
+
+    app.postgres_proxy.as_ref().unwrap().restore();
+    replica.restore();
+    for alert in ["QuiescePostgresNotWritable", "QuiesceReplicaLagging"] {
+        wait_for(Duration::from_secs(60), "the alert to resolve", || async {
+            !prometheus.raised(alert).await
+        })
+        .await;
     }
 }
