@@ -111,18 +111,19 @@ cluster:
 	$(CARGO) test --test cluster -- --ignored --test-threads 1 --nocapture; \
 	status=$$?; scripts/dev/redis-cluster.sh stop; exit $$status
 
-## ha: the Postgres failover suite on a private Patroni cluster behind HAProxy (tests/ha/)
+## ha: the Postgres failover suite on a private Patroni cluster behind HAProxy, reads from a replica, a restore drill (tests/ha/)
 # 3 PostgreSQL 15 nodes under Patroni (from PyPI, in .local/patroni/) with etcd, synchronous_mode,
 # behind HAProxy (scripts/dev/postgres-ha.sh; Debian's packages installed when missing): under
 # load through HAProxy's read-write port the leader's node is killed, its postgres alone, it is
-# switched over, frozen and resumed, and made read-only; HA_RUNS=N repeats each failover N times.
-# The cluster is stopped afterwards.
+# switched over, frozen and resumed, and made read-only; reads go to a replica whose replay is
+# paused; a point-in-time restore is drilled (scripts/dev/restore-drill.sh). HA_RUNS=N repeats
+# each failover N times. The cluster and the drill's servers are stopped afterwards.
 HA_RUNS ?= 1
 ha:
 	@$(WITH_SERVICES) \
 	scripts/dev/postgres-ha.sh stop && ha=$$(scripts/dev/postgres-ha.sh start) && eval "$$ha" && \
 	HA_RUNS=$(HA_RUNS) $(CARGO) test --test ha -- --ignored --test-threads 1 --nocapture $(HA_TESTS); \
-	status=$$?; scripts/dev/postgres-ha.sh stop; exit $$status
+	status=$$?; scripts/dev/postgres-ha.sh stop; scripts/dev/restore-drill.sh stop; exit $$status
 
 ## ha-figures: each failover of make ha repeated HA_FIGURE_RUNS (10) times: p50 and max of its windows, held to the targets (RELIABILITY.md)
 HA_FIGURE_RUNS ?= 10

@@ -24,8 +24,13 @@
 #   scripts/dev/postgres-ha.sh read-only SECS  the leader read-only for SECS seconds
 #                                              (default_transaction_read_only, reloaded) while
 #                                              Patroni and HAProxy still call it the primary
-#   (each of these five prints the node it acted on and when it did, in unix seconds: for
-#   a switchover the new leader and the request's time)
+#   scripts/dev/postgres-ha.sh replay-pause    WAL replay paused on every streaming replica
+#                                              (pg_wal_replay_pause), Patroni in maintenance mode
+#                                              meanwhile: it resumes a paused replay otherwise
+#   scripts/dev/postgres-ha.sh replay-resume   replay resumed, maintenance mode off
+#   (each of these six but replay-resume prints the node it acted on (a first replica for
+#   replay-pause) and when it did, in unix seconds: for a switchover the new leader and the
+#   request's time)
 #   scripts/dev/postgres-ha.sh heal            resume, undo read-only, start stopped nodes, and
 #                                              wait until the cluster is whole (wait-healthy)
 #   scripts/dev/postgres-ha.sh wait-healthy    until 3 members, a leader, a streaming sync
@@ -34,7 +39,7 @@
 # Ports: QUIESCE_HA_PORT (default 7400) is etcd's client port; etcd's peer port is +1, HAProxy's
 # read-write, read-only and stats ports +10, +11, +12, the nodes' Postgres ports +21..+23 and
 # their Patroni REST ports +31..+33. Timers for tests (Patroni's dynamic configuration): ttl 10 s,
-# loop_wait 2 s, retry_timeout 4 s (Patroni's rule: loop_wait + 2 * retry_timeout <= ttl);
+# loop_wait 1 s, retry_timeout 4 s (Patroni's rule: loop_wait + 2 * retry_timeout <= ttl);
 # production runs Patroni's defaults, ttl 30, loop_wait 10, retry_timeout 10. The nodes run
 # without fsync (the tests kill processes, not the machine) and checkpoint every 30 s.
 #
@@ -193,7 +198,7 @@ etcd3:
 bootstrap:
   dcs:
     ttl: 10
-    loop_wait: 2
+    loop_wait: 1
     retry_timeout: 4
     maximum_lag_on_failover: 1048576
     synchronous_mode: true
@@ -496,9 +501,58 @@ read_only() {
   echo "$read_only_node $at"
 }
 
+# Patroni resumes a paused WAL replay on its next loop unless the cluster is in maintenance
+# mode (paused), so replay_pause pauses Patroni's automation first; replay_resume undoes both.
+set_maintenance() {
+  local node
+  for node in "${nodes[@]}"; do
+    curl -fsS --max-time 5 -X PATCH "http://127.0.0.1:$(rest_port "$node")/config" \
+      -d "{\"pause\": $1}" >/dev/null 2>&1 && return 0
+  done
+  die "no Patroni REST API took the maintenance mode"
+}
+
+replicas() { members_lines 2>/dev/null | awk '$2 != "leader" && $3 == "streaming" { print $1 }'; }
+
+replay_pause() {
+  local node at paused
+  set_maintenance true
+  for _ in $(seq 1 100); do
+    rest /cluster | grep -q '"pause": *true' && break
+    sleep 0.1
+  done
+  paused=()
+  for node in $(replicas); do
+    psql_at "$(pg_port "$node")" -c "SELECT pg_wal_replay_pause()" >/dev/null
+    paused+=("$node")
+  done
+  [ ${#paused[@]} -gt 0 ] || die "no streaming replica to pause"
+  for node in "${paused[@]}"; do
+    for _ in $(seq 1 100); do
+      [ "$(psql_at "$(pg_port "$node")" -c "SELECT pg_get_wal_replay_pause_state()")" = paused ] && break
+      sleep 0.1
+    done
+  done
+  at=$(date +%s.%N)
+  say "replay paused on ${paused[*]} (Patroni in maintenance mode)"
+  echo "${paused[0]} $at"
+}
+
+replay_resume() {
+  local node
+  for node in "${nodes[@]}"; do
+    if alive "$(postmaster_pid "$node" || true)" &&
+      [ "$(psql_at "$(pg_port "$node")" -c 'SELECT pg_is_in_recovery()' 2>/dev/null)" = t ]; then
+      psql_at "$(pg_port "$node")" -c "SELECT pg_wal_replay_resume()" >/dev/null || true
+    fi
+  done
+  set_maintenance false
+}
+
 heal() {
   need_tools
   resume_paused
+  replay_resume
   for node in "${nodes[@]}"; do
     if alive "$(postmaster_pid "$node" || true)" &&
       [ "$(psql_at "$(pg_port "$node")" -c 'SHOW default_transaction_read_only' 2>/dev/null)" = on ]; then
@@ -521,8 +575,10 @@ case "${1:-start}" in
   resume) resume_paused ;;
   switchover) switchover ;;
   read-only) read_only "${2:-}" ;;
+  replay-pause) replay_pause ;;
+  replay-resume) replay_resume ;;
   heal) heal ;;
   wait-healthy) wait_healthy ;;
   exports) exports ;;
-  *) echo "usage: $0 start|stop|status|leader|members|kill-node|kill-postgres|pause|resume|switchover|read-only SECONDS|heal|wait-healthy|exports" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|leader|members|kill-node|kill-postgres|pause|resume|switchover|read-only SECONDS|replay-pause|replay-resume|heal|wait-healthy|exports" >&2; exit 2 ;;
 esac

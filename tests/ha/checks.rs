@@ -340,8 +340,11 @@ pub struct Recovery {
     /// Evaluations per second over the 5 s before the disruption (its last second left out).
     pub rate_before: f64,
     /// From the moment writes were accepted again until the end of the first two seconds at
-    /// >= 90% of that rate, after the rate first fell below it (zero if it never did).
-    pub after_writes: Duration,
+    /// 90% or more of that rate, after the rate first fell below it (zero if it never did);
+    /// `None` when the rate did not come back before the load ended: a figure `make
+    /// ha-figures` holds to its target, where `make ha` only reports it (every entity's
+    /// evaluation covering all its events is checked by `Rig::check` either way).
+    pub after_writes: Option<Duration>,
 }
 
 pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) -> Recovery {
@@ -385,14 +388,12 @@ pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) 
         t += 100.0;
     }
     let after_disruption = match (dipped, recovered) {
-        (None, _) => Duration::ZERO,
-        (Some(_), Some(ms)) => Duration::from_millis(ms as u64),
-        (Some(_), None) => {
-            panic!("evaluations never came back to 90% of their rate before ({rate_before:.0}/s)")
-        }
+        (None, _) => Some(Duration::ZERO),
+        (Some(_), Some(ms)) => Some(Duration::from_millis(ms as u64)),
+        (Some(_), None) => None,
     };
     Recovery {
         rate_before,
-        after_writes: after_disruption.saturating_sub(outage.back_after),
+        after_writes: after_disruption.map(|d| d.saturating_sub(outage.back_after)),
     }
 }

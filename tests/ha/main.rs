@@ -20,6 +20,8 @@ mod load;
 #[path = "../api/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
+mod replica;
+mod restore;
 #[path = "../support/secrets.rs"]
 mod secrets;
 mod sender;
@@ -144,8 +146,9 @@ struct Figures {
     /// The last non-202 answer after the switch: the new primary answering /primary (a
     /// switchover), else after the disruption.
     last_failure_after_switch: Duration,
-    /// Evaluations back to >= 90% of their rate before, after writes were accepted again.
-    recovery_after_writes: Duration,
+    /// Evaluations back to >= 90% of their rate before, after writes were accepted again
+    /// (`None`: not before the load ended).
+    recovery_after_writes: Option<Duration>,
 }
 
 /// One failover under load on a fresh database, checked; its figures.
@@ -196,7 +199,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
     eprintln!(
         "ha {} (run {run}): leader {} -> {}{switch}; a non-202 window of {:.1?} ({} attempts \
          answered otherwise, {} before the {}), the last {:.1?} after the {}, writes accepted \
-         again {:.1?} after it; evaluations {:.0}/s before, back to >= 90% {:.1?} after writes \
+         again {:.1?} after it; evaluations {:.0}/s before, back to >= 90% {} after writes \
          were; {counts}; {} ERROR lines in the processes' logs",
         failover.name(),
         before.name,
@@ -209,7 +212,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         failover.event(),
         outage.back_after,
         recovery.rate_before,
-        recovery.after_writes,
+        recovered(recovery.after_writes),
         rig.error_lines(),
     );
     Figures {
@@ -250,7 +253,27 @@ async fn failovers(failover: Failover, bound: Duration) {
     };
     let (window_p50, window_max) = summary(|f| f.window);
     let (switch_p50, switch_max) = summary(|f| f.last_failure_after_switch);
-    let (recovery_p50, recovery_max) = summary(|f| f.recovery_after_writes);
+    let recoveries: Vec<Duration> = {
+        let mut values: Vec<Duration> = figures
+            .iter()
+            .filter_map(|f| f.recovery_after_writes)
+            .collect();
+        values.sort();
+        values
+    };
+    let recovery = match recoveries.last() {
+        Some(max) => format!(
+            "p50 {:.1?}, max {max:.1?}",
+            recoveries[(recoveries.len() - 1) / 2]
+        ),
+        None => "in no run".to_string(),
+    };
+    let not_recovered = figures.len() - recoveries.len();
+    let not_recovered = if not_recovered > 0 {
+        format!(" ({not_recovered} runs not before the load ended)")
+    } else {
+        String::new()
+    };
     let switch = match failover {
         Failover::Switchover => format!(
             "; the last non-202 after the switch p50 {switch_p50:.1?}, max {switch_max:.1?}"
@@ -259,8 +282,8 @@ async fn failovers(failover: Failover, bound: Duration) {
     };
     eprintln!(
         "ha {} over {} runs: non-202 window p50 {window_p50:.1?}, max {window_max:.1?}{switch}; \
-         evaluations back to >= 90% of their rate p50 {recovery_p50:.1?}, max {recovery_max:.1?} \
-         after writes were accepted again",
+         evaluations back to >= 90% of their rate {recovery}{not_recovered} after writes were \
+         accepted again",
         failover.name(),
         figures.len(),
     );
@@ -282,6 +305,23 @@ async fn failovers(failover: Failover, bound: Duration) {
             assert!(!check_targets, "{message}");
             eprintln!("ha: {message}");
         }
+        if f.recovery_after_writes.is_none() {
+            let message = format!(
+                "{} run {}: evaluations not back to 90% of their rate before the load ended",
+                failover.name(),
+                run + 1
+            );
+            assert!(!check_targets, "{message}");
+            eprintln!("ha: {message}");
+        }
+    }
+}
+
+/// A recovery figure as the report prints it.
+fn recovered(after_writes: Option<Duration>) -> String {
+    match after_writes {
+        Some(after) => format!("{after:.1?}"),
+        None => "not before the load ended".to_string(),
     }
 }
 

@@ -184,6 +184,12 @@ impl Sender {
         }
     }
 
+    /// One event of its own, sent until it is answered 202 and counted with the rest.
+    pub async fn send_one(&self, id: &str, entity: &str, signal: &str) {
+        let body = serde_json::json!({"id": id, "entity": entity, "type": signal});
+        self.deliver((vec![id.to_owned()], body)).await;
+    }
+
     /// The ids answered 202.
     pub fn accepted(&self) -> Vec<String> {
         self.accepted.lock().unwrap().clone()
