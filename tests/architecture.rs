@@ -4,6 +4,8 @@
 //! console never imports the HTTP layer, the store never drives Redis, and the settings never
 //! import the queue. References are every `crate::`, `super::` and `self::` path in
 //! the code (`use` trees included), resolved to the file that defines the module they name.
+//! And the map, docs/architecture.md, is kept true: its modules table names every file under
+//! `src/` and no file that is gone, its layers are the ones below, and imports point down it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -53,12 +55,13 @@ const USE_CASES: [&str; 7] = [
 /// one.
 const EDGES: [&str; 4] = ["cli", "http", "console", "startup"];
 
-fn source_files(dir: &Path, files: &mut Vec<PathBuf>) {
+/// Every file below `dir`, Rust or not (the map names the console's assets too).
+fn files_under(dir: &Path, files: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            source_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_under(&path, files);
+        } else {
             files.push(path);
         }
     }
@@ -144,7 +147,8 @@ fn resolve(dir: &Path, path: &[String]) -> Option<PathBuf> {
 /// Every file each file refers to.
 fn references(src: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let mut files = Vec::new();
-    source_files(src, &mut files);
+    files_under(src, &mut files);
+    files.retain(|f| f.extension().is_some_and(|e| e == "rs"));
     let mut graph = BTreeMap::new();
     for file in files {
         let code = code(&file);
@@ -228,26 +232,33 @@ fn module_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_owned()
 }
 
-#[test]
-fn modules_import_each_other_without_a_cycle_and_only_downwards() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = references(&src);
+/// Which modules each module of `src/` imports; the entry points (main.rs, lib.rs, bin/)
+/// are left out, as they may use anything.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let graph = references(src);
     assert!(graph.len() > 40, "read {} files", graph.len());
     let entry_points = ["main", "lib", "bin"];
     let mut modules: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (file, targets) in &graph {
-        let from = module_of(&src, file);
+        let from = module_of(src, file);
         if entry_points.contains(&from.as_str()) {
             continue;
         }
         let entry = modules.entry(from.clone()).or_default();
         for target in targets {
-            let to = module_of(&src, target);
+            let to = module_of(src, target);
             if to != from && !entry_points.contains(&to.as_str()) {
                 entry.insert(to);
             }
         }
     }
+    modules
+}
+
+#[test]
+fn modules_import_each_other_without_a_cycle_and_only_downwards() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = module_graph(&src);
     assert_eq!(
         cycle(&modules),
         None,
@@ -326,4 +337,205 @@ fn the_reader_finds_cycles_and_use_trees() {
     let first: Vec<&str> = paths.iter().map(|p| p[0].as_str()).collect();
     assert_eq!(first, ["domain", "domain", "store"]);
     assert_eq!(paths[2], ["store", "Store"]);
+}
+
+/// One row of the map's modules table: its layer, its module (`store` for `store/`, `audit`
+/// for `audit.rs`) and the whole row's text.
+struct Row {
+    layer: String,
+    module: String,
+    text: String,
+}
+
+/// The rows of the table under `## The modules`, in order; other tables of the doc are not the map.
+fn map_rows(doc: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut in_section = false;
+    for line in doc.lines() {
+        if line.starts_with("## ") {
+            in_section = line.trim() == "## The modules";
+            continue;
+        }
+        let Some(cells) = line.trim().strip_prefix('|').filter(|_| in_section) else {
+            continue;
+        };
+        let cells: Vec<&str> = cells.split('|').map(str::trim).collect();
+        // The header and its rule have no module in backticks.
+        let Some(name) = cells
+            .get(1)
+            .and_then(|c| c.strip_prefix('`')?.strip_suffix('`'))
+        else {
+            continue;
+        };
+        rows.push(Row {
+            layer: cells[0].to_owned(),
+            module: name
+                .trim_end_matches('/')
+                .trim_end_matches(".rs")
+                .to_owned(),
+            text: line.to_owned(),
+        });
+    }
+    rows
+}
+
+/// What a text puts in backticks.
+fn quoted(text: &str) -> impl Iterator<Item = &str> {
+    text.split('`').skip(1).step_by(2)
+}
+
+/// What the map gets wrong about `files` (paths below `src/`, with `/`): a file its module's row
+/// does not name (as `fold`, `fold.rs` or `store/fold.rs`; a `mod.rs` or a one-file module is
+/// named by its row), and a `.rs` name of a row that is no file.
+fn map_errors(doc: &str, files: &[&str]) -> Vec<String> {
+    let rows = map_rows(doc);
+    let mut errors = Vec::new();
+    for file in files {
+        let (module, inner) = file
+            .split_once('/')
+            .unwrap_or((file.trim_end_matches(".rs"), ""));
+        let named = rows.iter().filter(|row| row.module == module).any(|row| {
+            inner.is_empty()
+                || inner == "mod.rs"
+                || quoted(&row.text)
+                    .any(|n| n == inner || n == inner.trim_end_matches(".rs") || n == *file)
+        });
+        if !named {
+            errors.push(format!("{file} is not named in its module's row"));
+        }
+    }
+    for row in &rows {
+        for name in quoted(&row.text).filter(|n| n.ends_with(".rs")) {
+            let within = format!("{}/{name}", row.module);
+            if !files.contains(&name) && !files.contains(&within.as_str()) {
+                errors.push(format!(
+                    "the map names `{name}` ({}), which is not a file under src/",
+                    row.module
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// Where `imports` (module -> the modules it uses) break the map's order: a module without a
+/// row, or an import of a module the map lists above the importer.
+fn order_breaks(doc: &str, imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let order: Vec<String> = map_rows(doc).into_iter().map(|row| row.module).collect();
+    let at = |module: &str| order.iter().position(|m| m == module);
+    let mut breaks = Vec::new();
+    for (from, targets) in imports {
+        let Some(from_at) = at(from) else {
+            breaks.push(format!("{from} has no row in the map"));
+            continue;
+        };
+        for to in targets {
+            match at(to) {
+                None => breaks.push(format!("{to} has no row in the map")),
+                Some(to_at) if to_at < from_at => {
+                    breaks.push(format!("{from} imports {to}, which the map lists above it"))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    breaks
+}
+
+#[test]
+fn the_map_names_every_file_and_imports_point_down_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut files = Vec::new();
+    files_under(&src, &mut files);
+    files.sort();
+    let files: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    assert_eq!(
+        map_errors(&doc, &files),
+        Vec::<String>::new(),
+        "docs/architecture.md"
+    );
+    let breaks = order_breaks(&doc, &module_graph(&src));
+    assert_eq!(breaks, Vec::<String>::new(), "docs/architecture.md's order");
+    // The map's layers are the ones the rules above hold.
+    for row in map_rows(&doc) {
+        let (module, layer) = (row.module.as_str(), row.layer.as_str());
+        let lower = LOWER.contains(&module);
+        assert_eq!(
+            lower,
+            ["lower", "leaf"].contains(&layer),
+            "{module} is {layer}"
+        );
+        assert_eq!(
+            USE_CASES.contains(&module),
+            layer == "use case",
+            "{module} is {layer}"
+        );
+        assert_eq!(
+            EDGES.contains(&module),
+            layer == "edge",
+            "{module} is {layer}"
+        );
+    }
+}
+
+#[test]
+fn the_map_checks_catch_a_wrong_map() {
+    let doc = "# Map\n\n## The modules\n\n| Layer | Module | What | Files |\n|---|---|---|---|\n\
+        | edge | `http/` | Handlers | `mod.rs`, `events` |\n\
+        | lower | `store/` | SQL | `fold.rs`, `gone.rs` |\n\
+        | leaf | `domain.rs` | Values | this file |\n\n\
+        ## Elsewhere\n\n| x | `queue/` | not a row of the map |\n";
+    let files = [
+        "http/mod.rs",
+        "http/events.rs",
+        "http/read.rs",
+        "store/mod.rs",
+        "store/fold.rs",
+        "domain.rs",
+        "queue/mod.rs",
+    ];
+    assert_eq!(
+        map_errors(doc, &files),
+        [
+            "http/read.rs is not named in its module's row",
+            "queue/mod.rs is not named in its module's row",
+            "the map names `gone.rs` (store), which is not a file under src/",
+        ]
+    );
+    let set = |modules: &[&str]| modules.iter().map(|m| m.to_string()).collect();
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::from([
+        ("http".to_owned(), set(&["store", "domain"])),
+        ("store".to_owned(), set(&["domain", "http"])),
+        ("domain".to_owned(), set(&[])),
+        ("queue".to_owned(), set(&["domain"])),
+    ]);
+    assert_eq!(
+        order_breaks(doc, &imports),
+        [
+            "queue has no row in the map",
+            "store imports http, which the map lists above it",
+        ]
+    );
+    // Put right, the same map and imports have nothing to say.
+    let fixed = doc
+        .replace("`events` |", "`events`, `read` |")
+        .replace(", `gone.rs`", "")
+        .replace(
+            "| leaf |",
+            "| lower | `queue/` | Redis | `mod.rs` |\n| leaf |",
+        );
+    imports.get_mut("store").unwrap().remove("http");
+    assert_eq!(map_errors(&fixed, &files), Vec::<String>::new());
+    assert_eq!(order_breaks(&fixed, &imports), Vec::<String>::new());
 }
