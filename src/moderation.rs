@@ -1,6 +1,7 @@
 //! Moderators' decisions, as the API and the console take them: a reversal of an automated
 //! action (with the override it implies, and the author's compensated signal scheduled) and an
-//! override of an entity's status, whose default length is decided here once.
+//! override of an entity's status, whose default length is decided here once. Which actions
+//! may be reversed is decided here too, as a typed refusal the edges map to their answers.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::{
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     fleet::Guard,
     queue::Queue,
-    store::{EndedTimer, Reversal, Store, StoreError},
+    store::{EndedTimer, LockedAction, Reversal, Store, StoreError},
     telemetry::{Chain, names},
 };
 
@@ -29,6 +30,51 @@ pub fn acceptable_text(text: &str) -> bool {
         && text.chars().count() <= MAX_TEXT
 }
 
+/// Why an action may not be reversed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReversalRefusal {
+    #[error("action {id} was already reversed by {by} at {at}")]
+    AlreadyReversed {
+        id: i64,
+        by: String,
+        at: DateTime<Utc>,
+    },
+    /// The entity changed after the action: only the latest change can be undone.
+    #[error(
+        "action {id} was superseded: the entity changed after it (now version {version}); reverse the latest action or set an override"
+    )]
+    Superseded { id: i64, version: i64 },
+}
+
+/// Why a reversal was not made: the rule refused, or the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReversalError {
+    #[error(transparent)]
+    Refused(#[from] ReversalRefusal),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// An action is reversed once, and only while it is the entity's latest change: restoring an
+/// older action's previous status would wipe (or even escalate over) what happened since.
+fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
+    let action = &locked.action;
+    if let (Some(at), Some(by)) = (action.reversed_at, &action.reversed_by) {
+        return Err(ReversalRefusal::AlreadyReversed {
+            id: action.id,
+            by: by.clone(),
+            at,
+        });
+    }
+    if locked.entity_version != action.applied_version + 1 {
+        return Err(ReversalRefusal::Superseded {
+            id: action.id,
+            version: locked.entity_version,
+        });
+    }
+    Ok(())
+}
+
 /// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
 /// counted, the author's compensated signal scheduled, and the action's rule weighed by the
 /// `guard` (its reversal rate changed just now).
@@ -41,8 +87,10 @@ pub async fn reverse(
     reason: &str,
     override_for: Duration,
     guard: &Guard,
-) -> Result<Reversal, StoreError> {
-    let reversal = store.reverse_action(id, by, reason, override_for).await?;
+) -> Result<Reversal, ReversalError> {
+    let reversal = store
+        .reverse_action(id, by, reason, override_for, may_reverse)
+        .await??;
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
     guard.after_reversal(store, &reversal.action.rule).await;
     if let Some(author) = &reversal.author {

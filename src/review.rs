@@ -1,14 +1,72 @@
 //! The review queue, as the API and the console work it: list what waits, claim an item,
-//! decide it. The store keeps the rules (who may claim, what a decision writes); this adds
-//! what every caller shares: the claim's length, the override's, and the counts.
+//! decide it. The rules of who may claim or decide are here, as typed refusals the edges map
+//! to their answers; the store locks the item's row, shows it to them, and writes. This adds
+//! what every caller shares too: the claim's length, the override's, and the counts.
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use crate::{
     domain::{Actor, ReviewDecision},
-    store::{ReviewItem, ReviewOutcome, Store, StoreError},
+    store::{LockedReviewItem, ReviewItem, ReviewOutcome, Store, StoreError},
     telemetry::names,
 };
+
+/// The step of the queue an escalated item keeps for admins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewStep {
+    Claim,
+    Decide,
+}
+
+impl ReviewStep {
+    fn verb(self) -> &'static str {
+        match self {
+            ReviewStep::Claim => "claims",
+            ReviewStep::Decide => "decides",
+        }
+    }
+}
+
+/// Why a moderator may not claim or decide an item as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewRefusal {
+    #[error("review item {item} was escalated; an admin {}", step.verb())]
+    Escalated { item: i64, step: ReviewStep },
+    /// A claim refused: another moderator's claim lasts.
+    #[error("review item {item} is claimed by {by} until {}", until.map(|t| t.to_rfc3339()).unwrap_or_default())]
+    ClaimedByAnother {
+        item: i64,
+        by: String,
+        until: Option<DateTime<Utc>>,
+    },
+    /// A claim refused: the item was decided or its flag reversed.
+    #[error("review item {item} is not waiting: it was decided or its flag reversed")]
+    NotWaiting { item: i64 },
+    #[error("review item {item} is decided already")]
+    AlreadyDecided { item: i64 },
+    #[error("the flag of review item {item} was reversed; nothing is left to decide")]
+    FlagReversed { item: i64 },
+    /// A decision refused: the moderator holds no live claim (`holder`: who does).
+    #[error("{}", match holder {
+        Some(holder) => format!("review item {item} is claimed by {holder}"),
+        None => format!("claim review item {item} before deciding it"),
+    })]
+    NotClaimed { item: i64, holder: Option<String> },
+    /// A decision refused: the entity moved on from the version the moderator saw.
+    #[error("moderation version changed since the snapshot (read {read})")]
+    EntityChanged { read: i64 },
+}
+
+/// Why a claim or a decision was not made: the rule refused, or the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error(transparent)]
+    Refused(#[from] ReviewRefusal),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// `by` claims item `id` for `claim_for`; an admin may claim an escalated item.
 pub async fn claim(
@@ -16,10 +74,14 @@ pub async fn claim(
     id: i64,
     by: &Actor,
     claim_for: Duration,
-) -> Result<ReviewItem, StoreError> {
-    store
-        .claim_review(id, &by.name, is_admin(by), claim_for)
-        .await
+) -> Result<ReviewItem, ReviewError> {
+    let admin = is_admin(by);
+    let claimed = store
+        .claim_review(id, &by.name, claim_for, |locked| {
+            may_claim(locked, &by.name, admin)
+        })
+        .await??;
+    Ok(claimed)
 }
 
 /// `by` decides item `id` on the entity as it was at `seen_version`; approve and hide hold
@@ -32,20 +94,75 @@ pub async fn decide(
     reason: &str,
     seen_version: i64,
     override_for: Duration,
-) -> Result<ReviewOutcome, StoreError> {
+) -> Result<ReviewOutcome, ReviewError> {
+    let admin = is_admin(by);
     let outcome = store
-        .decide_review(
-            id,
-            by,
-            is_admin(by),
-            decision,
-            reason,
-            seen_version,
-            override_for,
-        )
-        .await?;
+        .decide_review(id, by, decision, reason, override_for, |locked| {
+            may_decide(locked, &by.name, admin, seen_version)
+        })
+        .await??;
     metrics::counter!(names::REVIEW_DECISIONS, "decision" => decision.as_str()).increment(1);
     Ok(outcome)
+}
+
+/// A claim waits on an item not decided, its flag standing, held by no one else (claiming
+/// again extends one's own claim), and escalated only for an admin.
+fn may_claim(locked: &LockedReviewItem, moderator: &str, admin: bool) -> Result<(), ReviewRefusal> {
+    let item = &locked.item;
+    let escalated = item.escalated_at.is_some() && !admin;
+    let held = item.claimed_by.as_deref().filter(|by| *by != moderator);
+    if escalated {
+        return Err(ReviewRefusal::Escalated {
+            item: item.id,
+            step: ReviewStep::Claim,
+        });
+    }
+    if let Some(holder) = held {
+        return Err(ReviewRefusal::ClaimedByAnother {
+            item: item.id,
+            by: holder.to_owned(),
+            until: item.claim_until,
+        });
+    }
+    if locked.decided || locked.flag_reversed {
+        return Err(ReviewRefusal::NotWaiting { item: item.id });
+    }
+    Ok(())
+}
+
+/// A decision is made on an item still waiting (escalated: by an admin), by the moderator who
+/// holds its claim, on the entity's version they saw.
+fn may_decide(
+    locked: &LockedReviewItem,
+    moderator: &str,
+    admin: bool,
+    seen_version: i64,
+) -> Result<(), ReviewRefusal> {
+    let item = &locked.item;
+    if locked.decided {
+        return Err(ReviewRefusal::AlreadyDecided { item: item.id });
+    }
+    if locked.flag_reversed {
+        return Err(ReviewRefusal::FlagReversed { item: item.id });
+    }
+    if item.escalated_at.is_some() && !admin {
+        return Err(ReviewRefusal::Escalated {
+            item: item.id,
+            step: ReviewStep::Decide,
+        });
+    }
+    if item.claimed_by.as_deref() != Some(moderator) {
+        return Err(ReviewRefusal::NotClaimed {
+            item: item.id,
+            holder: item.claimed_by.clone(),
+        });
+    }
+    if item.moderation_version != seen_version {
+        return Err(ReviewRefusal::EntityChanged {
+            read: item.moderation_version,
+        });
+    }
+    Ok(())
 }
 
 /// An admin, or anyone where no API tokens are enforced (`--insecure-dev`: no role at all).

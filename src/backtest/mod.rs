@@ -75,16 +75,26 @@ pub struct Options {
     pub sample: usize,
 }
 
+/// Why a window was refused, as the field's error says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("must be a duration such as 24h, 7d or 30days")]
+    NotADuration,
+    #[error("must be longer than nothing")]
+    Empty,
+    #[error("must be at most 90 days")]
+    TooLong,
+}
+
 /// A window as a moderator writes it (`7d`, `24h`, `30days`): more than nothing, at most
-/// [`MAX_WINDOW`]; the error says what is wrong.
-pub fn parse_window(raw: &str) -> Result<Duration, String> {
-    let window = humantime::parse_duration(raw.trim())
-        .map_err(|_| "must be a duration such as 24h, 7d or 30days".to_owned())?;
+/// [`MAX_WINDOW`].
+pub fn parse_window(raw: &str) -> Result<Duration, WindowError> {
+    let window = humantime::parse_duration(raw.trim()).map_err(|_| WindowError::NotADuration)?;
     if window.is_zero() {
-        return Err("must be longer than nothing".into());
+        return Err(WindowError::Empty);
     }
     if window > MAX_WINDOW {
-        return Err("must be at most 90 days".into());
+        return Err(WindowError::TooLong);
     }
     Ok(window)
 }
@@ -242,7 +252,17 @@ mod tests {
         assert_eq!(parse_window("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert_eq!(parse_window(" 24h "), Ok(Duration::from_secs(86_400)));
         assert!(parse_window("0s").is_err());
-        assert!(parse_window("91days").unwrap_err().contains("90 days"));
-        assert!(parse_window("last week").unwrap_err().contains("duration"));
+        assert!(
+            parse_window("91days")
+                .unwrap_err()
+                .to_string()
+                .contains("90 days")
+        );
+        assert!(
+            parse_window("last week")
+                .unwrap_err()
+                .to_string()
+                .contains("duration")
+        );
     }
 }

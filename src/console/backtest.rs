@@ -38,7 +38,8 @@ const WINDOWS: [(&str, &str); 4] = [
 ];
 
 pub(super) fn window_of(raw: &str) -> Result<Duration, PageError> {
-    backtest::parse_window(raw).map_err(|problem| PageError::bad_field("window", &problem))
+    backtest::parse_window(raw)
+        .map_err(|problem| PageError::bad_field("window", &problem.to_string()))
 }
 
 /// The number of added actions (and of differing entities) to sample: 0 to [`MAX_SAMPLE`].

@@ -11,7 +11,11 @@ use axum::{
 use maud::html;
 
 use super::{csrf, layout};
-use crate::store::StoreError;
+use crate::{
+    moderation::{ReversalError, ReversalRefusal},
+    review::{ReviewError, ReviewRefusal},
+    store::StoreError,
+};
 
 /// Why a console request was refused or failed.
 #[derive(Debug, Clone)]
@@ -145,27 +149,56 @@ impl From<StoreError> for PageError {
         match &error {
             _ if error.is_unavailable() => PageError::unavailable(error),
             StoreError::NotFound(message) => PageError::not_found(format!("{message}.")),
-            StoreError::AlreadyReversed { .. } => PageError::new(
-                StatusCode::CONFLICT,
-                "Already reversed",
-                format!("{error}. Nothing was changed."),
-            ),
-            StoreError::Superseded { .. } => PageError::new(
-                StatusCode::CONFLICT,
-                "Superseded",
-                format!("{error}. Nothing was changed."),
-            ),
-            StoreError::Conflict { .. } => PageError::new(
-                StatusCode::CONFLICT,
-                "Not done",
-                format!("{error}. Nothing was changed."),
-            ),
-            StoreError::VersionConflict { .. } => PageError::new(
-                StatusCode::CONFLICT,
-                "The entity changed",
-                "The entity changed since this page was read. Nothing was changed: look again and decide on what it is now.",
-            ),
+            StoreError::VersionConflict { .. } => PageError::entity_changed(),
             _ => PageError::internal(error),
+        }
+    }
+}
+
+impl PageError {
+    /// A refusal, as the console says it: `title`, then why and that nothing changed.
+    fn refused(title: &str, refusal: impl std::fmt::Display) -> Self {
+        PageError::new(
+            StatusCode::CONFLICT,
+            title,
+            format!("{refusal}. Nothing was changed."),
+        )
+    }
+
+    /// The entity moved on from the version the page showed.
+    fn entity_changed() -> Self {
+        PageError::new(
+            StatusCode::CONFLICT,
+            "The entity changed",
+            "The entity changed since this page was read. Nothing was changed: look again and decide on what it is now.",
+        )
+    }
+}
+
+/// A review queue refusal, as `http::error` answers it to the API: 409.
+impl From<ReviewError> for PageError {
+    fn from(error: ReviewError) -> Self {
+        match error {
+            ReviewError::Refused(ReviewRefusal::EntityChanged { .. }) => {
+                PageError::entity_changed()
+            }
+            ReviewError::Refused(refusal) => PageError::refused("Not done", refusal),
+            ReviewError::Store(error) => error.into(),
+        }
+    }
+}
+
+/// A reversal refused, as `http::error` answers it to the API: 409.
+impl From<ReversalError> for PageError {
+    fn from(error: ReversalError) -> Self {
+        match error {
+            ReversalError::Refused(refusal @ ReversalRefusal::AlreadyReversed { .. }) => {
+                PageError::refused("Already reversed", refusal)
+            }
+            ReversalError::Refused(refusal @ ReversalRefusal::Superseded { .. }) => {
+                PageError::refused("Superseded", refusal)
+            }
+            ReversalError::Store(error) => error.into(),
         }
     }
 }

@@ -375,7 +375,7 @@ pub async fn claim_next(
             Ok(_) => {
                 return Ok(Redirect::to(&format!("/console/queue/{}", item.id)).into_response());
             }
-            Err(crate::store::StoreError::Conflict { .. }) => continue,
+            Err(review::ReviewError::Refused(_)) => continue,
             Err(error) => return Err(error.into()),
         }
     }

@@ -101,7 +101,7 @@ pub async fn run(
         .unwrap_or_default();
     let window_name = fields.optional("window").unwrap_or("7days");
     let window = backtest::parse_window(window_name)
-        .map_err(|problem| PageError::bad_field("window", &problem))?;
+        .map_err(|problem| PageError::bad_field("window", &problem.to_string()))?;
     let in_force = state.app.rules.current();
     let report = backtest::sweep::sweep(
         &state.app.store,

@@ -111,6 +111,33 @@ pub struct Declared {
     pub values: Option<Vec<String>>,
 }
 
+/// A declaration, named as the rules file writes it: `attributes.<scope>.<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclarationAt {
+    pub scope: Scope,
+    pub name: String,
+}
+
+impl std::fmt::Display for DeclarationAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "attributes.{}.{}", self.scope.as_str(), self.name)
+    }
+}
+
+/// Why a declaration under `[attributes]` was refused when the rules load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidDeclaration {
+    #[error("{0}: a name is a letter or _, then letters, digits or _ (at most {MAX_NAME_LEN})")]
+    Name(DeclarationAt),
+    #[error("{0}: `values` lists no value")]
+    NoValues(DeclarationAt),
+    #[error("{at}: `values` is for strings, not a {}", kind.as_str())]
+    ValuesNotString {
+        at: DeclarationAt,
+        kind: AttributeType,
+    },
+}
+
 /// Where an attribute is declared: on events, or on entities (their context).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -218,24 +245,22 @@ impl Declarations {
 
     /// Checks the declarations themselves when the rules load: names, and `values` only on
     /// strings, never empty.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvalidDeclaration> {
         for scope in [Scope::Event, Scope::Entity] {
             for (name, declared) in self.of(scope) {
-                let at = format!("attributes.{}.{name}", scope.as_str());
+                let at = || DeclarationAt {
+                    scope,
+                    name: name.clone(),
+                };
                 if !valid_name(name) {
-                    return Err(format!(
-                        "{at}: a name is a letter or _, then letters, digits or _ (at most {MAX_NAME_LEN})"
-                    ));
+                    return Err(InvalidDeclaration::Name(at()));
                 }
                 match (&declared.values, declared.kind) {
                     (Some(values), AttributeType::String) if values.is_empty() => {
-                        return Err(format!("{at}: `values` lists no value"));
+                        return Err(InvalidDeclaration::NoValues(at()));
                     }
                     (Some(_), kind) if kind != AttributeType::String => {
-                        return Err(format!(
-                            "{at}: `values` is for strings, not a {}",
-                            kind.as_str()
-                        ));
+                        return Err(InvalidDeclaration::ValuesNotString { at: at(), kind });
                     }
                     _ => {}
                 }
@@ -421,6 +446,7 @@ mod tests {
                 .unwrap()
                 .check()
                 .unwrap_err()
+                .to_string()
         };
         assert!(
             bad("[event.score]\ntype = \"number\"\nvalues = [\"1\"]\n").contains("event.score")

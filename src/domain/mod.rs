@@ -19,8 +19,8 @@ pub use self::{
         AttributeReads, AttributeStats, AuthorContext, SnapshotAttributes, WindowStats,
     },
     attributes::{
-        AttributeError, AttributeLimits, AttributeType, Attributes, Declarations, Declared, Scalar,
-        Scope, attributes_from_json,
+        AttributeError, AttributeLimits, AttributeType, Attributes, DeclarationAt, Declarations,
+        Declared, InvalidDeclaration, Scalar, Scope, attributes_from_json,
     },
     audit::{Actor, AuditAction, AuditEntry},
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},

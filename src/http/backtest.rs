@@ -77,7 +77,7 @@ pub async fn backtest(
         })?,
     };
     let window = backtest::parse_window(text("since")?.unwrap_or(DEFAULT_WINDOW))
-        .map_err(|problem| invalid(Some("since"), &problem))?;
+        .map_err(|problem| invalid(Some("since"), &problem.to_string()))?;
     let sample = match object.get("sample") {
         None | Some(Value::Null) => DEFAULT_SAMPLE,
         Some(value) => value

@@ -16,7 +16,13 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::{ingest::SubmitError, store::StoreError, telemetry::Chain};
+use crate::{
+    ingest::SubmitError,
+    moderation::{ReversalError, ReversalRefusal},
+    review::{ReviewError, ReviewRefusal},
+    store::StoreError,
+    telemetry::Chain,
+};
 
 /// The longest `field` an error names, in characters (then `…`).
 pub const MAX_FIELD_CHARS: usize = 64;
@@ -225,25 +231,48 @@ pub fn store_error(error: StoreError) -> ApiError {
     match &error {
         _ if error.is_unavailable() => ApiError::unavailable(error),
         StoreError::NotFound(message) => ApiError::not_found(message.clone()),
-        StoreError::AlreadyReversed { .. } => ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "already_reversed",
-            error.to_string(),
-        ),
-        StoreError::Conflict { code, .. } => {
-            ApiError::new(axum::http::StatusCode::CONFLICT, code, error.to_string())
-        }
         StoreError::VersionConflict { .. } => ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "version_conflict",
             error.to_string(),
         ),
-        StoreError::Superseded { .. } => ApiError::new(
-            axum::http::StatusCode::CONFLICT,
-            "superseded",
-            error.to_string(),
-        ),
         _ => ApiError::internal(error),
+    }
+}
+
+/// A review queue refusal is 409, its code naming which (README's error table).
+impl From<ReviewError> for ApiError {
+    fn from(error: ReviewError) -> Self {
+        let refusal = match error {
+            ReviewError::Refused(refusal) => refusal,
+            ReviewError::Store(error) => return store_error(error),
+        };
+        let code = match &refusal {
+            ReviewRefusal::Escalated { .. } => "escalated",
+            ReviewRefusal::ClaimedByAnother { .. } => "claimed",
+            ReviewRefusal::NotWaiting { .. } => "not_waiting",
+            ReviewRefusal::AlreadyDecided { .. } => "already_decided",
+            ReviewRefusal::FlagReversed { .. } => "reversed",
+            ReviewRefusal::NotClaimed { .. } => "not_claimed",
+            ReviewRefusal::EntityChanged { .. } => "version_conflict",
+        };
+        ApiError::new(StatusCode::CONFLICT, code, refusal.to_string())
+    }
+}
+
+/// A reversal refused is 409, its code naming why.
+impl From<ReversalError> for ApiError {
+    fn from(error: ReversalError) -> Self {
+        match error {
+            ReversalError::Refused(refusal) => {
+                let code = match &refusal {
+                    ReversalRefusal::AlreadyReversed { .. } => "already_reversed",
+                    ReversalRefusal::Superseded { .. } => "superseded",
+                };
+                ApiError::new(StatusCode::CONFLICT, code, refusal.to_string())
+            }
+            ReversalError::Store(error) => store_error(error),
+        }
     }
 }
 

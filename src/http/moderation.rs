@@ -185,8 +185,7 @@ pub async fn reverse(
         override_for,
         &Guard::new(&state.settings.moderation, Some(state.rules.clone())),
     )
-    .await
-    .map_err(store_error)?;
+    .await?;
     Ok(Json(json!(reversal)))
 }
 

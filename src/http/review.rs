@@ -168,8 +168,7 @@ pub async fn claim(
         &requester.actor(moderator),
         state.settings.moderation.review_claim,
     )
-    .await
-    .map_err(store_error)?;
+    .await?;
     Ok(Json(json!(item)))
 }
 
@@ -241,7 +240,6 @@ pub async fn decide(
         seen_version,
         state.settings.moderation.override_after_reversal,
     )
-    .await
-    .map_err(store_error)?;
+    .await?;
     Ok(Json(json!(outcome)))
 }

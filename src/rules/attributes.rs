@@ -13,7 +13,7 @@ use std::{
 };
 
 use cel::{
-    Context, ExecutionError, FunctionContext, Value,
+    Context, DeclarationError, ExecutionError, FunctionContext, Value,
     extractors::Arguments,
     objects::{Key, Map},
 };
@@ -132,35 +132,31 @@ pub(super) fn register(
     context: &mut Context<'_, '_>,
     signals: &Arc<BTreeMap<String, SignalStats>>,
     attributes: &Arc<SnapshotAttributes>,
-) -> Result<(), String> {
+) -> Result<(), DeclarationError> {
     let (s, a) = (Arc::clone(signals), Arc::clone(attributes));
-    context
-        .add_function(
-            "count",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let signal = text(ftx, &args, 0)?;
-                if ftx.this.is_some() {
-                    let count = a
-                        .author
-                        .as_ref()
-                        .and_then(|author| author.counts.get(&signal));
-                    return Ok(Value::Int(count.copied().unwrap_or(0)));
-                }
-                let Some(filter) = args.get(1) else {
-                    return Ok(Value::Int(s.get(&signal).map_or(0, |t| t.count)));
-                };
-                let (attribute, key) = filter_of(ftx, filter)?;
+    context.add_function(
+        "count",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| -> Result<Value, ExecutionError> {
+            let signal = text(ftx, &args, 0)?;
+            if ftx.this.is_some() {
                 let count = a
-                    .events
-                    .get(&signal)
-                    .and_then(|by| by.get(&attribute))
-                    .and_then(|stats| stats.values.get(&key));
-                Ok(Value::Int(count.copied().unwrap_or(0)))
-            },
-        )
-        .map_err(|e| e.to_string())?;
+                    .author
+                    .as_ref()
+                    .and_then(|author| author.counts.get(&signal));
+                return Ok(Value::Int(count.copied().unwrap_or(0)));
+            }
+            let Some(filter) = args.get(1) else {
+                return Ok(Value::Int(s.get(&signal).map_or(0, |t| t.count)));
+            };
+            let (attribute, key) = filter_of(ftx, filter)?;
+            let count = a
+                .events
+                .get(&signal)
+                .and_then(|by| by.get(&attribute))
+                .and_then(|stats| stats.values.get(&key));
+            Ok(Value::Int(count.copied().unwrap_or(0)))
+        },
+    )?;
     fn max(stats: &AttributeStats) -> Option<f64> {
         stats.max
     }
@@ -172,18 +168,16 @@ pub(super) fn register(
         ("latest", latest),
     ] {
         let a = Arc::clone(attributes);
-        context
-            .add_function(
-                name,
-                move |ftx: &FunctionContext,
-                      Arguments(args): Arguments|
-                      -> Result<Value, ExecutionError> {
-                    let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
-                    let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
-                    Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
-                },
-            )
-            .map_err(|e| e.to_string())?;
+        context.add_function(
+            name,
+            move |ftx: &FunctionContext,
+                  Arguments(args): Arguments|
+                  -> Result<Value, ExecutionError> {
+                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+                let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
+                Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
+            },
+        )?;
     }
     // The same over a trailing window.
     fn max_in(stats: &WindowStats) -> Option<f64> {
@@ -197,78 +191,60 @@ pub(super) fn register(
         ("latest_in", latest_in),
     ] {
         let a = Arc::clone(attributes);
-        context
-            .add_function(
-                name,
-                move |ftx: &FunctionContext,
-                      Arguments(args): Arguments|
-                      -> Result<Value, ExecutionError> {
-                    let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
-                    let window = text(ftx, &args, 2)?;
-                    let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
-                    Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
-                },
-            )
-            .map_err(|e| e.to_string())?;
-    }
-    let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "distinct",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
-                let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
-                let distinct = stats.map_or(0, |s| s.values.values().filter(|n| **n > 0).count());
-                Ok(Value::Int(distinct as i64))
-            },
-        )
-        .map_err(|e| e.to_string())?;
-    let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "distinct_in",
+        context.add_function(
+            name,
             move |ftx: &FunctionContext,
                   Arguments(args): Arguments|
                   -> Result<Value, ExecutionError> {
                 let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
                 let window = text(ftx, &args, 2)?;
                 let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
-                let distinct = stats.map_or(0, |w| w.values.values().filter(|n| **n > 0).count());
-                Ok(Value::Int(distinct as i64))
+                Ok(Value::Float(stats.and_then(pick).unwrap_or(0.0)))
             },
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
+    }
     let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "attr",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let name = text(ftx, &args, 0)?;
-                let default = args.get(1).cloned().unwrap_or(Value::Null);
-                Ok(context_of(ftx, &a)
-                    .and_then(|context| context.get(&name))
-                    .map_or(default, cel_value))
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    context.add_function(
+        "distinct",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| -> Result<Value, ExecutionError> {
+            let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+            let stats = a.events.get(&signal).and_then(|by| by.get(&attribute));
+            let distinct = stats.map_or(0, |s| s.values.values().filter(|n| **n > 0).count());
+            Ok(Value::Int(distinct as i64))
+        },
+    )?;
     let a = Arc::clone(attributes);
-    context
-        .add_function(
-            "has_attr",
-            move |ftx: &FunctionContext,
-                  Arguments(args): Arguments|
-                  -> Result<Value, ExecutionError> {
-                let name = text(ftx, &args, 0)?;
-                Ok(Value::Bool(
-                    context_of(ftx, &a).is_some_and(|context| context.contains_key(&name)),
-                ))
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    context.add_function(
+        "distinct_in",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| -> Result<Value, ExecutionError> {
+            let (signal, attribute) = (text(ftx, &args, 0)?, text(ftx, &args, 1)?);
+            let window = text(ftx, &args, 2)?;
+            let stats = window_of(ftx, &a, &signal, &attribute, &window)?;
+            let distinct = stats.map_or(0, |w| w.values.values().filter(|n| **n > 0).count());
+            Ok(Value::Int(distinct as i64))
+        },
+    )?;
+    let a = Arc::clone(attributes);
+    context.add_function(
+        "attr",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| -> Result<Value, ExecutionError> {
+            let name = text(ftx, &args, 0)?;
+            let default = args.get(1).cloned().unwrap_or(Value::Null);
+            Ok(context_of(ftx, &a)
+                .and_then(|context| context.get(&name))
+                .map_or(default, cel_value))
+        },
+    )?;
+    let a = Arc::clone(attributes);
+    context.add_function(
+        "has_attr",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| -> Result<Value, ExecutionError> {
+            let name = text(ftx, &args, 0)?;
+            Ok(Value::Bool(
+                context_of(ftx, &a).is_some_and(|context| context.contains_key(&name)),
+            ))
+        },
+    )?;
     Ok(())
 }
 

@@ -58,9 +58,32 @@ pub(super) fn position(source: &str, offset: usize) -> String {
     format!("{line}:{column}")
 }
 
+/// A function or window a condition names that quiesce does not offer; `at` is where
+/// (`line:column`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownName {
+    #[error(
+        "unknown function {function}(){}; quiesce offers {}, {}",
+        at.as_ref().map(|at| format!(" at {at}")).unwrap_or_default(),
+        QUIESCE_FUNCTIONS.join(", "),
+        super::attributes::FUNCTIONS.join(", ")
+    )]
+    Function {
+        function: String,
+        at: Option<String>,
+    },
+    #[error("unknown window {window:?} at {at}; use one of {}", window_names().join(", "))]
+    Window { window: String, at: String },
+}
+
+/// Every window a condition may name.
+fn window_names() -> Vec<&'static str> {
+    WINDOWS.iter().chain(&DAY_WINDOWS).map(|w| w.0).collect()
+}
+
 /// Checks what a compiled condition calls, and the windows it names, so that a typo fails at
 /// load time even in a branch that an empty snapshot never reaches.
-pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String> {
+pub(super) fn check_names(source: &str, program: &Program) -> Result<(), UnknownName> {
     for function in program.references().functions() {
         let operator =
             function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
@@ -69,14 +92,10 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
             && !super::attributes::FUNCTIONS.contains(&function)
             && !CEL_FUNCTIONS.contains(&function)
         {
-            let at = source
-                .find(function)
-                .map_or_else(String::new, |o| format!(" at {}", position(source, o)));
-            return Err(format!(
-                "unknown function {function}(){at}; quiesce offers {}, {}",
-                QUIESCE_FUNCTIONS.join(", "),
-                super::attributes::FUNCTIONS.join(", ")
-            ));
+            return Err(UnknownName::Function {
+                function: function.to_owned(),
+                at: source.find(function).map(|o| position(source, o)),
+            });
         }
     }
     for call in ["count_in(", "weight_in("] {
@@ -106,12 +125,10 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), String>
                     .chain(&DAY_WINDOWS)
                     .any(|(name, _)| *name == window)
             {
-                let names: Vec<&str> = WINDOWS.iter().chain(&DAY_WINDOWS).map(|w| w.0).collect();
-                return Err(format!(
-                    "unknown window {window:?} at {}; use one of {}",
-                    position(source, start),
-                    names.join(", ")
-                ));
+                return Err(UnknownName::Window {
+                    window: window.to_owned(),
+                    at: position(source, start),
+                });
             }
         }
     }

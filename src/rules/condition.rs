@@ -4,7 +4,10 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, Env, ExecutionError, FunctionContext, Program, Value, extractors::Arguments};
+use cel::{
+    Context, DeclarationError, Env, ExecutionError, FunctionContext, Program, Value,
+    extractors::Arguments,
+};
 
 use super::{Rule, RuleSet};
 use crate::domain::{DAY_WINDOWS, SignalStats, SignalTotals, Snapshot, WINDOWS};
@@ -33,8 +36,25 @@ fn window_totals(
         .unwrap_or_default())
 }
 
+/// Why a condition gave no answer on a snapshot.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConditionError {
+    #[error("expected a boolean, got {0:?}")]
+    NotBoolean(Value),
+    #[error(transparent)]
+    Execution(#[from] ExecutionError),
+    /// quiesce's functions could not be added to the condition's context.
+    #[error(transparent)]
+    Declaration(#[from] DeclarationError),
+}
+
+/// Why a rule's exemption (`unless`) gave no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("`unless`: {0}")]
+pub struct ExemptionError(pub ConditionError);
+
 impl Rule {
-    pub(super) fn matches(&self, context: &Context) -> Result<bool, String> {
+    pub(super) fn matches(&self, context: &Context) -> Result<bool, ConditionError> {
         run(&self.program, context)
     }
 
@@ -61,11 +81,10 @@ impl RuleSet {
 }
 
 /// Runs a condition of a rule (`when`, or `unless`) in an evaluation's context.
-pub(super) fn run(program: &Program, context: &Context) -> Result<bool, String> {
-    match program.execute(context) {
-        Ok(cel::Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!("expected a boolean, got {other:?}")),
-        Err(e) => Err(e.to_string()),
+pub(super) fn run(program: &Program, context: &Context) -> Result<bool, ConditionError> {
+    match program.execute(context)? {
+        Value::Bool(b) => Ok(b),
+        other => Err(ConditionError::NotBoolean(other)),
     }
 }
 
@@ -75,7 +94,7 @@ pub(super) fn run(program: &Program, context: &Context) -> Result<bool, String> 
 pub(super) fn context<'p>(
     env: &Arc<Env>,
     snapshot: &Snapshot,
-) -> Result<Context<'p, 'static>, String> {
+) -> Result<Context<'p, 'static>, ConditionError> {
     // One copy of the snapshot's figures, shared by every function of every rule.
     let signals: &Signals = &Arc::new(snapshot.signals.clone());
     let attributes = &Arc::new(snapshot.attributes.clone());
@@ -84,69 +103,52 @@ pub(super) fn context<'p>(
     super::attributes::register(&mut context, signals, attributes)?;
     context.add_variable_from_value("author", super::attributes::author_value(attributes));
     let s = Arc::clone(signals);
-    context
-        .add_function("weight", move |signal: Arc<String>| {
-            s.get(signal.as_str()).map_or(0.0, |t| t.weight)
-        })
-        .map_err(|e| e.to_string())?;
+    context.add_function("weight", move |signal: Arc<String>| {
+        s.get(signal.as_str()).map_or(0.0, |t| t.weight)
+    })?;
     let s = Arc::clone(signals);
-    context
-        .add_function("actors", move |signal: Arc<String>| {
-            s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
-        })
-        .map_err(|e| e.to_string())?;
+    context.add_function("actors", move |signal: Arc<String>| {
+        s.get(signal.as_str()).and_then(|t| t.actors).unwrap_or(0)
+    })?;
     let s = Arc::clone(signals);
-    context
-        .add_function("share", move |signal: Arc<String>, other: Arc<String>| {
-            let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
-            let (a, b) = (count(&signal), count(&other));
-            if a + b == 0.0 { 0.0 } else { a / (a + b) }
-        })
-        .map_err(|e| e.to_string())?;
+    context.add_function("share", move |signal: Arc<String>, other: Arc<String>| {
+        let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+        let (a, b) = (count(&signal), count(&other));
+        if a + b == 0.0 { 0.0 } else { a / (a + b) }
+    })?;
     let s = Arc::clone(signals);
-    context
-        .add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
-            let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
-            count(&signal) / count(&other).max(1.0)
-        })
-        .map_err(|e| e.to_string())?;
+    context.add_function("ratio", move |signal: Arc<String>, other: Arc<String>| {
+        let count = |name: &str| s.get(name).map_or(0, |t| t.count) as f64;
+        count(&signal) / count(&other).max(1.0)
+    })?;
     let (s, a) = (Arc::clone(signals), Arc::clone(attributes));
-    context
-        .add_function(
-            "count_in",
-            move |ftx: &FunctionContext, Arguments(args): Arguments| {
-                // With a filter: count_in("flag", {"reason": "spam"}, "1h").
-                if args.len() == 3 {
-                    return super::attributes::count_in(ftx, &args, &a);
-                }
-                let (Some(Value::String(signal)), Some(Value::String(window))) =
-                    (args.first(), args.get(1))
-                else {
-                    return Err(ftx.error("takes a signal and a window"));
-                };
-                window_totals(&s, signal, window).map(|t| Value::Int(t.count))
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    context.add_function(
+        "count_in",
+        move |ftx: &FunctionContext, Arguments(args): Arguments| {
+            // With a filter: count_in("flag", {"reason": "spam"}, "1h").
+            if args.len() == 3 {
+                return super::attributes::count_in(ftx, &args, &a);
+            }
+            let (Some(Value::String(signal)), Some(Value::String(window))) =
+                (args.first(), args.get(1))
+            else {
+                return Err(ftx.error("takes a signal and a window"));
+            };
+            window_totals(&s, signal, window).map(|t| Value::Int(t.count))
+        },
+    )?;
     let s = Arc::clone(signals);
-    context
-        .add_function(
-            "weight_in",
-            move |signal: Arc<String>, window: Arc<String>| {
-                window_totals(&s, &signal, &window).map(|t| t.weight)
-            },
-        )
-        .map_err(|e| e.to_string())?;
+    context.add_function(
+        "weight_in",
+        move |signal: Arc<String>, window: Arc<String>| {
+            window_totals(&s, &signal, &window).map(|t| t.weight)
+        },
+    )?;
     super::decay::add_functions(&mut context, signals)?;
-    context
-        .add_variable("kind", snapshot.kind.clone())
-        .map_err(|e| e.to_string())?;
-    context
-        .add_variable("status", snapshot.status.as_str())
-        .map_err(|e| e.to_string())?;
-    context
-        .add_variable("entity", snapshot.entity.as_str().to_owned())
-        .map_err(|e| e.to_string())?;
+    // Strings as CEL values: adding them cannot fail.
+    context.add_variable_from_value("kind", snapshot.kind.clone());
+    context.add_variable_from_value("status", snapshot.status.as_str().to_owned());
+    context.add_variable_from_value("entity", snapshot.entity.as_str().to_owned());
     Ok(context)
 }
 

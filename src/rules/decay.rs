@@ -12,9 +12,9 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use cel::{Context, ExecutionError};
+use cel::{Context, DeclarationError, ExecutionError};
 
-use crate::domain::{DAY_WINDOWS, SignalStats, WINDOWS, Windows, parse_half_life};
+use crate::domain::{DAY_WINDOWS, Invalid, SignalStats, WINDOWS, Windows, parse_half_life};
 
 /// The second argument of each call of `function` in a condition, as written (trimmed):
 /// `count_in("flag", "1h")` gives `"1h"` with its quotes. The offset is the call's.
@@ -49,10 +49,19 @@ fn literal(argument: &str) -> Option<&str> {
     })
 }
 
+/// A half-life of `decayed()` that cannot be read at load; `at` is where (`line:column`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HalfLifeError {
+    #[error("decayed() at {at}: the half-life must be a string literal such as \"30d\"")]
+    NotLiteral { at: String },
+    #[error("decayed() at {at}: {invalid}")]
+    Invalid { at: String, invalid: Invalid },
+}
+
 /// What a condition reads of the trailing figures: its minute windows, day windows and the
 /// half-lives of its decayed counts (each a string literal of 1h to 90d, or the condition is
 /// refused, with the position).
-pub(super) fn reads(source: &str) -> Result<Windows, String> {
+pub(super) fn reads(source: &str) -> Result<Windows, HalfLifeError> {
     let mut windows = Windows::NONE;
     for function in ["count_in", "weight_in"] {
         for (_, argument) in second_arguments(source, function) {
@@ -62,13 +71,11 @@ pub(super) fn reads(source: &str) -> Result<Windows, String> {
         }
     }
     for (at, argument) in second_arguments(source, "decayed") {
-        let position = super::check::position(source, at);
-        let half_life = literal(argument).ok_or_else(|| {
-            format!(
-                "decayed() at {position}: the half-life must be a string literal such as \"30d\""
-            )
-        })?;
-        parse_half_life(half_life).map_err(|e| format!("decayed() at {position}: {e}"))?;
+        let at = super::check::position(source, at);
+        let Some(half_life) = literal(argument) else {
+            return Err(HalfLifeError::NotLiteral { at });
+        };
+        parse_half_life(half_life).map_err(|invalid| HalfLifeError::Invalid { at, invalid })?;
         windows.half_lives.push(half_life.to_owned());
     }
     Ok(windows)
@@ -152,21 +159,19 @@ pub(crate) fn has_all(stats: &SignalStats, reads: &Windows) -> bool {
 pub(super) fn add_functions(
     context: &mut Context,
     signals: &Arc<BTreeMap<String, SignalStats>>,
-) -> Result<(), String> {
+) -> Result<(), DeclarationError> {
     let s = Arc::clone(signals);
-    context
-        .add_function(
-            "decayed",
-            move |signal: Arc<String>, half_life: Arc<String>| -> Result<f64, ExecutionError> {
-                parse_half_life(&half_life)
-                    .map_err(|e| ExecutionError::function_error("decayed", e.to_string()))?;
-                Ok(s.get(signal.as_str())
-                    .and_then(|stats| stats.decayed.get(half_life.as_str()))
-                    .copied()
-                    .unwrap_or(0.0))
-            },
-        )
-        .map_err(|e| e.to_string())
+    context.add_function(
+        "decayed",
+        move |signal: Arc<String>, half_life: Arc<String>| -> Result<f64, ExecutionError> {
+            parse_half_life(&half_life)
+                .map_err(|e| ExecutionError::function_error("decayed", e.to_string()))?;
+            Ok(s.get(signal.as_str())
+                .and_then(|stats| stats.decayed.get(half_life.as_str()))
+                .copied()
+                .unwrap_or(0.0))
+        },
+    )
 }
 
 #[cfg(test)]
@@ -234,9 +239,13 @@ mod tests {
 
     #[test]
     fn a_half_life_must_be_a_literal_within_bounds() {
-        let err = reads(r#"count("x") > 1 && decayed("x", "91d") > 1.0"#).unwrap_err();
+        let err = reads(r#"count("x") > 1 && decayed("x", "91d") > 1.0"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("1:19") && err.contains("91d"), "{err}");
-        let err = reads(r#"decayed("x", kind) > 1.0"#).unwrap_err();
+        let err = reads(r#"decayed("x", kind) > 1.0"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("string literal"), "{err}");
         assert!(reads(r#"my_decayed("x", kind) > 1.0"#).is_ok());
     }

@@ -16,9 +16,84 @@ pub(super) fn attribute_window(name: &str) -> bool {
         .any(|(window, seconds)| *window == name && *seconds <= 86_400)
 }
 
+/// Why a condition's read of attributes was refused at load, naming the function (`function`)
+/// and what it reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttributeReadError {
+    #[error("{function}() names its attribute with a string literal, e.g. \"score\"")]
+    AttributeNotLiteral { function: String },
+    #[error("{function}() reads the attribute {attribute:?}, which is not declared under [attributes.{}]", scope.as_str())]
+    Undeclared {
+        function: String,
+        attribute: String,
+        scope: Scope,
+    },
+    #[error("{function}() takes {arguments} arguments")]
+    Arity { function: String, arguments: usize },
+    #[error("{function}() names its signal with a string literal, e.g. \"flag\"")]
+    SignalNotLiteral { function: String },
+    #[error("{function}() reads a number attribute; {attribute:?} is a {}", kind.as_str())]
+    NotNumber {
+        function: String,
+        attribute: String,
+        kind: AttributeType,
+    },
+    #[error("{function}() reads a string or boolean attribute; {attribute:?} is a {}", kind.as_str())]
+    NotStringOrBoolean {
+        function: String,
+        attribute: String,
+        kind: AttributeType,
+    },
+    #[error(
+        "attr() takes the attribute and a default, the value it reads as when unset, e.g. attr(\"account_age_days\", 0)"
+    )]
+    AttrWithoutDefault,
+    #[error("attr({attribute:?}, ...)'s default is a {} literal", kind.as_str())]
+    AttrDefault {
+        attribute: String,
+        kind: AttributeType,
+    },
+    /// `example`: the filter's form is shown (the filter is not a map at all).
+    #[error("{function}()'s filter is a map literal{}", if *example { ", e.g. {\"reason\": \"spam\"}" } else { "" })]
+    FilterNotMap { function: String, example: bool },
+    #[error("{function}()'s filter names exactly one attribute")]
+    FilterNotOne { function: String },
+    #[error("{function}() filters {attribute:?} on {value:?}, which is not among its values ({})", values.join(", "))]
+    FilterValueUndeclared {
+        function: String,
+        attribute: String,
+        value: String,
+        values: Vec<String>,
+    },
+    #[error(
+        "{function}() filters on a string or boolean attribute; {attribute:?} is a number (use max or latest)"
+    )]
+    FilterOnNumber { function: String, attribute: String },
+    #[error("{function}() filters {attribute:?} on a {} literal", kind.as_str())]
+    FilterValueType {
+        function: String,
+        attribute: String,
+        kind: AttributeType,
+    },
+    #[error("{function}() names its window with a literal among {}", attribute_windows().join(", "))]
+    Window { function: String },
+}
+
+/// The windows an attribute aggregate may name, by name.
+fn attribute_windows() -> Vec<&'static str> {
+    WINDOWS
+        .iter()
+        .filter(|(w, _)| attribute_window(w))
+        .map(|(w, _)| *w)
+        .collect()
+}
+
 /// Checks what a condition reads of attributes against the declarations; returns which figures
 /// the snapshot must read for it.
-pub(super) fn check(program: &Program, declared: &Declarations) -> Result<AttributeReads, String> {
+pub(super) fn check(
+    program: &Program,
+    declared: &Declarations,
+) -> Result<AttributeReads, AttributeReadError> {
     let mut reads = AttributeReads::default();
     visit(program.expression(), &mut |expr| {
         match &expr.expr {
@@ -34,8 +109,8 @@ pub(super) fn check(program: &Program, declared: &Declarations) -> Result<Attrib
 /// Calls `f` on every expression of the tree.
 fn visit(
     expr: &IdedExpr,
-    f: &mut impl FnMut(&IdedExpr) -> Result<(), String>,
-) -> Result<(), String> {
+    f: &mut impl FnMut(&IdedExpr) -> Result<(), AttributeReadError>,
+) -> Result<(), AttributeReadError> {
     f(expr)?;
     match &expr.expr {
         Expr::Call(call) => {
@@ -87,16 +162,21 @@ fn declared_type(
     arg: Option<&IdedExpr>,
     scope: Scope,
     declared: &Declarations,
-) -> Result<(String, AttributeType), String> {
-    let name = arg.and_then(string_literal).ok_or_else(|| {
-        format!("{function}() names its attribute with a string literal, e.g. \"score\"")
-    })?;
-    let declaration = declared.of(scope).get(name).ok_or_else(|| {
-        format!(
-            "{function}() reads the attribute {name:?}, which is not declared under [attributes.{}]",
-            scope.as_str()
-        )
-    })?;
+) -> Result<(String, AttributeType), AttributeReadError> {
+    let name =
+        arg.and_then(string_literal)
+            .ok_or_else(|| AttributeReadError::AttributeNotLiteral {
+                function: function.to_owned(),
+            })?;
+    let declaration =
+        declared
+            .of(scope)
+            .get(name)
+            .ok_or_else(|| AttributeReadError::Undeclared {
+                function: function.to_owned(),
+                attribute: name.to_owned(),
+                scope,
+            })?;
     Ok((name.to_owned(), declaration.kind))
 }
 
@@ -104,13 +184,17 @@ fn check_call(
     call: &CallExpr,
     declared: &Declarations,
     reads: &mut AttributeReads,
-) -> Result<(), String> {
+) -> Result<(), AttributeReadError> {
     let name = call.func_name.as_str();
+    let function = || name.to_owned();
     let arity = |n: usize| {
         if call.args.len() == n {
             Ok(())
         } else {
-            Err(format!("{name}() takes {n} arguments"))
+            Err(AttributeReadError::Arity {
+                function: function(),
+                arguments: n,
+            })
         }
     };
     let signal_literal = || {
@@ -118,8 +202,8 @@ fn check_call(
             .first()
             .and_then(string_literal)
             .map(|_| ())
-            .ok_or_else(|| {
-                format!("{name}() names its signal with a string literal, e.g. \"flag\"")
+            .ok_or_else(|| AttributeReadError::SignalNotLiteral {
+                function: function(),
             })
     };
     match name {
@@ -149,10 +233,11 @@ fn check_call(
             if kind == AttributeType::Number {
                 Ok(())
             } else {
-                Err(format!(
-                    "{name}() reads a number attribute; {attribute:?} is a {}",
-                    kind.as_str()
-                ))
+                Err(AttributeReadError::NotNumber {
+                    function: function(),
+                    attribute,
+                    kind,
+                })
             }
         }
         "max" | "latest" | "distinct" | "distinct_in" => {
@@ -169,23 +254,22 @@ fn check_call(
             match (numeric, kind) {
                 (true, AttributeType::Number) => Ok(()),
                 (false, AttributeType::String | AttributeType::Boolean) => Ok(()),
-                (true, kind) => Err(format!(
-                    "{name}() reads a number attribute; {attribute:?} is a {}",
-                    kind.as_str()
-                )),
-                (false, kind) => Err(format!(
-                    "{name}() reads a string or boolean attribute; {attribute:?} is a {}",
-                    kind.as_str()
-                )),
+                (true, kind) => Err(AttributeReadError::NotNumber {
+                    function: function(),
+                    attribute,
+                    kind,
+                }),
+                (false, kind) => Err(AttributeReadError::NotStringOrBoolean {
+                    function: function(),
+                    attribute,
+                    kind,
+                }),
             }
         }
         "attr" => {
             reads.context = true;
             if call.args.len() != 2 {
-                return Err(
-                    "attr() takes the attribute and a default, the value it reads as when unset, e.g. attr(\"account_age_days\", 0)"
-                        .into(),
-                );
+                return Err(AttributeReadError::AttrWithoutDefault);
             }
             let (attribute, kind) =
                 declared_type(name, call.args.first(), Scope::Entity, declared)?;
@@ -204,10 +288,7 @@ fn check_call(
             if fits {
                 Ok(())
             } else {
-                Err(format!(
-                    "attr({attribute:?}, ...)'s default is a {} literal",
-                    kind.as_str()
-                ))
+                Err(AttributeReadError::AttrDefault { attribute, kind })
             }
         }
         "has_attr" => {
@@ -225,17 +306,24 @@ fn check_filter(
     name: &str,
     filter: Option<&IdedExpr>,
     declared: &Declarations,
-) -> Result<(), String> {
+) -> Result<(), AttributeReadError> {
+    let function = || name.to_owned();
     let Some(Expr::Map(filter)) = filter.map(|a| &a.expr) else {
-        return Err(format!(
-            "{name}()'s filter is a map literal, e.g. {{\"reason\": \"spam\"}}"
-        ));
+        return Err(AttributeReadError::FilterNotMap {
+            function: function(),
+            example: true,
+        });
     };
     let [entry] = filter.entries.as_slice() else {
-        return Err(format!("{name}()'s filter names exactly one attribute"));
+        return Err(AttributeReadError::FilterNotOne {
+            function: function(),
+        });
     };
     let EntryExpr::MapEntry(entry) = &entry.expr else {
-        return Err(format!("{name}()'s filter is a map literal"));
+        return Err(AttributeReadError::FilterNotMap {
+            function: function(),
+            example: false,
+        });
     };
     let (attribute, kind) = declared_type(name, Some(&entry.key), Scope::Event, declared)?;
     match (kind, literal(&entry.value)) {
@@ -244,45 +332,42 @@ fn check_filter(
             if let Some(values) = values
                 && !values.iter().any(|v| v == value.inner())
             {
-                return Err(format!(
-                    "{name}() filters {attribute:?} on {:?}, which is not among its values ({})",
-                    value.inner(),
-                    values.join(", ")
-                ));
+                return Err(AttributeReadError::FilterValueUndeclared {
+                    function: function(),
+                    attribute,
+                    value: value.inner().to_owned(),
+                    values: values.clone(),
+                });
             }
             Ok(())
         }
         (AttributeType::Boolean, Some(LiteralValue::Boolean(_))) => Ok(()),
-        (AttributeType::Number, _) => Err(format!(
-            "{name}() filters on a string or boolean attribute; {attribute:?} is a number (use max or latest)"
-        )),
-        (kind, _) => Err(format!(
-            "{name}() filters {attribute:?} on a {} literal",
-            kind.as_str()
-        )),
+        (AttributeType::Number, _) => Err(AttributeReadError::FilterOnNumber {
+            function: function(),
+            attribute,
+        }),
+        (kind, _) => Err(AttributeReadError::FilterValueType {
+            function: function(),
+            attribute,
+            kind,
+        }),
     }
 }
 
 /// A window an attribute aggregate names: a literal among the minute windows.
-fn check_window(name: &str, window: Option<&IdedExpr>) -> Result<(), String> {
+fn check_window(name: &str, window: Option<&IdedExpr>) -> Result<(), AttributeReadError> {
     match window.and_then(string_literal) {
         Some(window) if attribute_window(window) => Ok(()),
-        _ => Err(format!(
-            "{name}() names its window with a literal among {}",
-            WINDOWS
-                .iter()
-                .filter(|(w, _)| attribute_window(w))
-                .map(|(w, _)| *w)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        _ => Err(AttributeReadError::Window {
+            function: name.to_owned(),
+        }),
     }
 }
 
 /// A rule set of one rule, `when`, over these declarations: what the tests of the attribute
 /// functions and of their check at load share.
 #[cfg(test)]
-pub(super) fn rule_over_declarations(when: &str) -> Result<super::RuleSet, String> {
+pub(super) fn rule_over_declarations(when: &str) -> Result<super::RuleSet, super::RulesError> {
     const DECLARED: &str = r#"
 [attributes.event.reason]
 type = "string"
@@ -299,7 +384,6 @@ type = "string"
     super::RuleSet::from_toml(&format!(
         "{DECLARED}\n[[rule]]\nname = \"r\"\nwhen = '{when}'\naction = \"flag\"\nreason = \"x\"\n"
     ))
-    .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -338,7 +422,10 @@ mod tests {
             (r#"distinct_in("flag", "score", "1h") > 1"#, "number"),
             (r#"distinct_in("flag", "reason", "7d") > 1"#, "window"),
         ] {
-            let error = rule(when).err().unwrap_or_else(|| panic!("{when} loaded"));
+            let error = rule(when)
+                .err()
+                .unwrap_or_else(|| panic!("{when} loaded"))
+                .to_string();
             assert!(error.contains("\"r\""), "{when}: {error}");
             assert!(error.contains(wanted), "{when}: {error}");
         }

@@ -4,7 +4,12 @@
 
 use cel::{Context, Env, Program};
 
-use super::{Rule, check::check_names, condition::run};
+use super::{
+    Rule,
+    check::check_names,
+    condition::{ExemptionError, run},
+    problem::{Clause, LabelError, RuleProblem},
+};
 
 /// Most labels one rule may give.
 pub const MAX_LABELS: usize = 16;
@@ -18,37 +23,35 @@ fn valid_label(label: &str) -> bool {
 }
 
 /// The labels of a rule, checked: each valid and once, at most [`MAX_LABELS`].
-pub(super) fn check_labels(labels: &[String]) -> Result<(), String> {
+pub(super) fn check_labels(labels: &[String]) -> Result<(), LabelError> {
     if labels.len() > MAX_LABELS {
-        return Err(format!("at most {MAX_LABELS} labels"));
+        return Err(LabelError::TooMany { max: MAX_LABELS });
     }
     for (i, label) in labels.iter().enumerate() {
         if !valid_label(label) {
-            return Err(format!(
-                "label {label:?} must be 1-64 characters of a-z, 0-9, _, - and ."
-            ));
+            return Err(LabelError::Invalid(label.clone()));
         }
         if labels[..i].contains(label) {
-            return Err(format!("label {label:?} appears twice"));
+            return Err(LabelError::Twice(label.clone()));
         }
     }
     Ok(())
 }
 
 /// An exemption compiled and checked like a condition (`unless`).
-pub(super) fn compile_unless(env: &Env, source: &str) -> Result<Program, String> {
+pub(super) fn compile_unless(env: &Env, source: &str) -> Result<Program, RuleProblem> {
     let program = env
         .compile(source)
-        .map_err(|e| format!("`unless` does not parse: {e}"))?;
-    check_names(source, &program).map_err(|e| format!("`unless`: {e}"))?;
+        .map_err(|e| RuleProblem::Unparsed(Clause::Unless, e))?;
+    check_names(source, &program).map_err(|e| RuleProblem::UnknownName(Clause::Unless, e))?;
     Ok(program)
 }
 
 impl Rule {
     /// Whether the rule's exemption holds on the snapshot (false without one).
-    pub(super) fn exempted(&self, context: &Context) -> Result<bool, String> {
+    pub(super) fn exempted(&self, context: &Context) -> Result<bool, ExemptionError> {
         match &self.unless {
-            Some((_, program)) => run(program, context).map_err(|e| format!("`unless`: {e}")),
+            Some((_, program)) => run(program, context).map_err(ExemptionError),
             None => Ok(false),
         }
     }

@@ -10,6 +10,7 @@ pub(crate) mod decay;
 mod declared;
 mod effects;
 mod in_force;
+mod problem;
 mod rollout;
 mod verdict;
 
@@ -18,12 +19,17 @@ use std::{path::Path, sync::Arc};
 use cel::{Env, Program};
 use serde::{Deserialize, Serialize};
 
-use self::{check::check_names, condition::render_reason};
 pub use self::{
+    check::UnknownName,
+    condition::{ConditionError, ExemptionError},
+    decay::HalfLifeError,
+    declared::AttributeReadError,
     in_force::Rules,
+    problem::{Clause, LabelError, RuleProblem},
     verdict::{Decision, LabelDecision, Verdict},
 };
-use crate::domain::{Action, AttributeReads, Declarations, Snapshot, Windows};
+use self::{check::check_names, condition::render_reason};
+use crate::domain::{Action, AttributeReads, Declarations, InvalidDeclaration, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -34,10 +40,17 @@ pub enum RulesError {
     // print it twice ("No such file or directory (os error 2): No such file ...").
     #[error("cannot read rules file {path}: {error}")]
     Read { path: String, error: std::io::Error },
+    /// The file is not TOML of the rules' shape (the parser's message), or holds a NUL.
     #[error("invalid rules file: {0}")]
     Parse(String),
-    #[error("rule {rule:?}: {message}")]
-    Rule { rule: String, message: String },
+    #[error("invalid rules file: [attributes]: {0}")]
+    Declarations(InvalidDeclaration),
+    /// Boxed: a problem carries what it found, and errors travel by value.
+    #[error("rule {rule:?}: {problem}")]
+    Rule {
+        rule: String,
+        problem: Box<RuleProblem>,
+    },
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -163,44 +176,43 @@ impl RuleSet {
     }
 
     fn from_specs(specs: Vec<RuleSpec>, declarations: Declarations) -> Result<Self, RulesError> {
-        declarations
-            .check()
-            .map_err(|e| RulesError::Parse(format!("[attributes]: {e}")))?;
+        declarations.check().map_err(RulesError::Declarations)?;
         let mut attribute_reads = AttributeReads::default();
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
         let mut rules = Vec::with_capacity(specs.len());
         let mut window_reads = Vec::with_capacity(specs.len());
         for spec in specs {
-            let fail = |message: String| RulesError::Rule {
+            let fail = |problem: RuleProblem| RulesError::Rule {
                 rule: spec.name.clone(),
-                message,
+                problem: Box::new(problem),
             };
             if spec.name.is_empty() || !names.insert(spec.name.clone()) {
-                return Err(fail("rule names must be present and unique".into()));
+                return Err(fail(RuleProblem::Name));
             }
             let program = env
                 .compile(&spec.when)
-                .map_err(|e| fail(format!("`when` does not parse: {e}")))?;
-            check_names(&spec.when, &program).map_err(|e| fail(format!("`when`: {e}")))?;
+                .map_err(|e| fail(RuleProblem::Unparsed(Clause::When, e)))?;
+            check_names(&spec.when, &program)
+                .map_err(|e| fail(RuleProblem::UnknownName(Clause::When, e)))?;
             let read = declared::check(&program, &declarations)
-                .map_err(|e| fail(format!("`when`: {e}")))?;
+                .map_err(|e| fail(RuleProblem::AttributeRead(Clause::When, e)))?;
             attribute_reads.events |= read.events;
             attribute_reads.context |= read.context;
             attribute_reads.windows |= read.windows;
-            let windows_read =
-                decay::reads(&spec.when).map_err(|e| fail(format!("`when`: {e}")))?;
+            let windows_read = decay::reads(&spec.when)
+                .map_err(|e| fail(RuleProblem::HalfLife(Clause::When, e)))?;
             window_reads.push((spec.kinds.clone(), windows_read));
             let duration = spec
                 .duration
                 .as_deref()
                 .map(crate::domain::parse_duration)
                 .transpose()
-                .map_err(|e| fail(format!("`duration`: {e}")))?;
+                .map_err(|e| fail(RuleProblem::Duration(e)))?;
             if spec.action.is_none() && spec.labels.is_empty() {
-                return Err(fail("a rule needs an action or labels (or both)".into()));
+                return Err(fail(RuleProblem::NoEffect));
             }
-            effects::check_labels(&spec.labels).map_err(|e| fail(format!("`labels`: {e}")))?;
+            effects::check_labels(&spec.labels).map_err(|e| fail(RuleProblem::Labels(e)))?;
             let unless = spec
                 .unless
                 .as_ref()
@@ -212,20 +224,18 @@ impl RuleSet {
             if let Some((source, program)) = &unless {
                 // An exemption reads what it names too (an author's attribute, a window).
                 let read = declared::check(program, &declarations)
-                    .map_err(|e| fail(format!("`unless`: {e}")))?;
+                    .map_err(|e| fail(RuleProblem::AttributeRead(Clause::Unless, e)))?;
                 attribute_reads.events |= read.events;
                 attribute_reads.context |= read.context;
                 attribute_reads.windows |= read.windows;
-                let windows_read =
-                    decay::reads(source).map_err(|e| fail(format!("`unless`: {e}")))?;
+                let windows_read = decay::reads(source)
+                    .map_err(|e| fail(RuleProblem::HalfLife(Clause::Unless, e)))?;
                 window_reads.push((spec.kinds.clone(), windows_read));
             }
             if let Some(share) = spec.rollout
                 && !(share > 0.0 && share <= 1.0)
             {
-                return Err(fail(
-                    "`rollout` must be a share above 0 and at most 1".into(),
-                ));
+                return Err(fail(RuleProblem::Rollout));
             }
             let rule = Rule {
                 duration,
@@ -244,11 +254,12 @@ impl RuleSet {
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
             let empty = Snapshot::empty_for_validation();
-            let context = condition::context(&env, &empty).map_err(&fail)?;
+            let context =
+                condition::context(&env, &empty).map_err(|e| fail(RuleProblem::Context(e)))?;
             rule.matches(&context)
-                .map_err(|e| fail(format!("`when` cannot be evaluated: {e}")))?;
+                .map_err(|e| fail(RuleProblem::WhenFails(e)))?;
             rule.exempted(&context)
-                .map_err(|e| fail(format!("cannot be evaluated: {e}")))?;
+                .map_err(|e| fail(RuleProblem::ExemptionFails(e)))?;
             rules.push(rule);
         }
         Ok(Self {
@@ -344,7 +355,7 @@ impl RuleSet {
             .find(|s| s.name == name)
             .ok_or_else(|| RulesError::Rule {
                 rule: name.to_owned(),
-                message: "there is no rule of that name".into(),
+                problem: Box::new(RuleProblem::NoSuchRule),
             })?;
         spec.when = when.to_owned();
         Self::from_specs(specs, self.declarations.clone())
@@ -395,14 +406,15 @@ impl RuleSet {
                 Err(error) if rule.shadow => {
                     verdict
                         .shadow_errors
-                        .push((rule.name.clone(), error.clone()));
+                        .push((rule.name.clone(), error.to_string()));
                     continue;
                 }
                 Err(error) => {
-                    verdict.errors.push((rule.name.clone(), error.clone()));
+                    verdict.errors.push((rule.name.clone(), error.to_string()));
                     continue;
                 }
             };
+            // The verdict records an error as its message (it is stored with the evaluation).
             let matched = match rule.matches(context) {
                 Ok(true) => match rule.exempted(context) {
                     Ok(true) => {
@@ -412,9 +424,10 @@ impl RuleSet {
                         Ok(false)
                     }
                     Ok(false) => Ok(true),
-                    Err(error) => Err(error),
+                    Err(error) => Err(error.to_string()),
                 },
-                other => other,
+                Ok(false) => Ok(false),
+                Err(error) => Err(error.to_string()),
             };
             // A canary rule is live only for its share of entities, a shadow rule elsewhere.
             let shadow = rule.shadow || !rule.live_for(&snapshot.entity);

@@ -29,7 +29,6 @@ mod snapshots;
 mod sweep;
 mod timers;
 
-use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use sqlx::{
     PgPool,
@@ -50,14 +49,14 @@ pub use self::{
     deliveries::GithubDelivery,
     evaluations::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
-    moderation::Reversal,
+    moderation::{LockedAction, Reversal},
     outbox::OutboxRow,
     page_key::PageKey,
     partitions::{Dropped, PartitionPlan, Partitioned},
     primary::{NotPrimary, primary_refused_since, refusal},
     read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
-    review::{ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
+    review::{LockedReviewItem, ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
     rules_versions::{
         ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
         RulesVersionSummary,
@@ -81,20 +80,6 @@ pub enum StoreError {
     Corrupt(Corruption),
     #[error("{0}")]
     NotFound(String),
-    /// The request cannot be carried out in the state it found (a review item claimed by
-    /// someone else, already decided, ...): `code` names which, for the API's error body.
-    #[error("{message}")]
-    Conflict { code: &'static str, message: String },
-    #[error("action {id} was already reversed by {by} at {at}")]
-    AlreadyReversed {
-        id: i64,
-        by: String,
-        at: DateTime<Utc>,
-    },
-    #[error(
-        "action {id} was superseded: the entity changed after it (now version {version}); reverse the latest action or set an override"
-    )]
-    Superseded { id: i64, version: i64 },
     /// One failure of a statement that served several callers, handed to each of them.
     #[error(transparent)]
     Shared(std::sync::Arc<StoreError>),

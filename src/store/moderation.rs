@@ -26,32 +26,44 @@ pub struct Reversal {
     pub author: Option<EntityId>,
 }
 
+/// An action as its locked row holds it, with its entity's version (that row locked too): what
+/// the use case's rule reads (`moderation.rs`) before the store reverses it.
+#[derive(Debug, Clone)]
+pub struct LockedAction {
+    pub action: ActionRecord,
+    pub entity_version: i64,
+}
+
 impl Store {
-    /// A moderator reverses an automated action: the entity's status goes back to what it
-    /// was before the action, its version is bumped (an evaluation in flight then writes
-    /// nothing), and an override keeps automation from redoing it for `override_for`. The
-    /// reversal is recorded (who, when, why, in the audit trail too) and an outbox row tells
-    /// the platform.
-    pub async fn reverse_action(
+    /// A moderator reverses an automated action, if `may_reverse` allows it on the action and
+    /// its entity's version as their locked rows hold them (whose rule it is: `moderation.rs`):
+    /// the entity's status goes back to what it was before the action, its version is bumped
+    /// (an evaluation in flight then writes nothing), and an override keeps automation from
+    /// redoing it for `override_for`. The reversal is recorded (who, when, why, in the audit
+    /// trail too) and an outbox row tells the platform. `Ok(Err(refusal))`: the rule refused;
+    /// nothing written.
+    pub async fn reverse_action<R>(
         &self,
         id: i64,
         by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
-    ) -> Result<Reversal> {
+        may_reverse: impl Fn(&LockedAction) -> std::result::Result<(), R>,
+    ) -> Result<std::result::Result<Reversal, R>> {
         // The compensation is an event: a partition turnover is repaired and the whole
         // reversal retried.
-        self.with_turnover(|| self.reverse_once(id, by, reason, override_for))
+        self.with_turnover(|| self.reverse_once(id, by, reason, override_for, &may_reverse))
             .await
     }
 
-    async fn reverse_once(
+    async fn reverse_once<R>(
         &self,
         id: i64,
         by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
-    ) -> Result<Reversal> {
+        may_reverse: &impl Fn(&LockedAction) -> std::result::Result<(), R>,
+    ) -> Result<std::result::Result<Reversal, R>> {
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
         let action = sqlx::query_as!(
@@ -65,9 +77,6 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("no action {id}")))?;
-        if let (Some(at), Some(by)) = (action.reversed_at, action.reversed_by.clone()) {
-            return Err(StoreError::AlreadyReversed { id, by, at });
-        }
         // The author whose derived signal this action wrote (events never change, so this is
         // read before any entity lock); both entity rows are then locked in the order ingest
         // and evaluation batches lock them, so that none of them waits on the other in a cycle.
@@ -87,17 +96,20 @@ impl Store {
         let mut entities = vec![action.entity.as_str()];
         entities.extend(author.as_ref().map(EntityId::as_str));
         lock_in_order(&mut tx, &entities).await?;
-        // Only the latest change can be undone: restoring an older action's previous status
-        // would wipe (or even escalate over) what happened since.
-        let version = sqlx::query_scalar!(
+        let entity_version = sqlx::query_scalar!(
             "SELECT moderation_version FROM entities WHERE entity = $1",
             action.entity,
         )
         .fetch_one(&mut *tx)
         .await?;
-        if version != action.applied_version + 1 {
-            return Err(StoreError::Superseded { id, version });
+        let locked = LockedAction {
+            action,
+            entity_version,
+        };
+        if let Err(refusal) = may_reverse(&locked) {
+            return Ok(Err(refusal));
         }
+        let LockedAction { action, .. } = locked;
         // The author's derived signal for this action is compensated, so that reversed
         // actions do not count towards escalating the author.
         let author = match author {
@@ -211,7 +223,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Reversal {
+        Ok(Ok(Reversal {
             status: Status::parse(&action.previous_status).map_err(|e| {
                 StoreError::corrupt(format!("the previous status of action {id}"), e)
             })?,
@@ -219,7 +231,7 @@ impl Store {
             override_until,
             action,
             author,
-        })
+        }))
     }
 
     /// A moderator's decision on an entity: its status is set, its version bumped, and

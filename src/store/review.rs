@@ -2,7 +2,8 @@
 //! An item is the flag action's own row; a moderator claims it (for a while, so two do not
 //! work the same one) and decides. A decision that changes the entity's status is an action
 //! of its own (kind `review`): version-checked against what the moderator saw, deduplicated
-//! by the item, delivered through the outbox and reversible like any other.
+//! by the item, delivered through the outbox and reversible like any other. Who may claim or
+//! decide is the use case's rule (`review.rs`): the store locks the row, shows it, and writes.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -107,32 +108,27 @@ impl Store {
 
     /// One item, waiting or not (`None`: no flag action has this id).
     pub async fn review_item(&self, id: i64) -> Result<Option<ReviewItem>> {
-        Ok(sqlx::query_as!(
-            ReviewItem,
-            r#"SELECT a.id, a.entity, a.rule, a.reason, a.created_at AS flagged_at,
-                      e.status, e.moderation_version,
-                      CASE WHEN a.review_claim_until > now() THEN a.review_claimed_by END AS claimed_by,
-                      CASE WHEN a.review_claim_until > now() THEN a.review_claim_until END AS claim_until,
-                      a.review_escalated_at AS escalated_at
-               FROM actions a JOIN entities e ON e.entity = a.entity
-               WHERE a.id = $1 AND a.action = 'flag'"#,
-            id,
-        )
-        .fetch_optional(&self.pool)
-        .await?)
+        item_in(&self.pool, id).await
     }
 
-    /// `moderator` claims item `id` for `claim_for`: refused while someone else's claim
-    /// lasts, once the item is decided or its flag reversed, and for an escalated item
-    /// unless `admin`. Claiming again extends one's own claim.
-    pub async fn claim_review(
+    /// `moderator` claims item `id` for `claim_for`, if `may_claim` allows it on the item as
+    /// its locked row holds it (whose rule it is: `review.rs`). Claiming again extends one's
+    /// own claim. `Ok(Err(refusal))`: the item is there and the rule refused; nothing written.
+    pub async fn claim_review<R>(
         &self,
         id: i64,
         moderator: &str,
-        admin: bool,
         claim_for: std::time::Duration,
-    ) -> Result<ReviewItem> {
-        let claimed = sqlx::query_scalar!(
+        may_claim: impl FnOnce(&LockedReviewItem) -> std::result::Result<(), R>,
+    ) -> Result<std::result::Result<ReviewItem, R>> {
+        let mut tx = self.pool.begin().await?;
+        let locked = lock_item(&mut tx, id).await?;
+        if let Err(refusal) = may_claim(&locked) {
+            return Ok(Err(refusal));
+        }
+        // The statement's guard (kept as `.sqlx/` records it) holds under the lock once the
+        // rule allowed the claim; `$4` lets an escalated item through, the rule having decided.
+        sqlx::query_scalar!(
             "UPDATE actions SET review_claimed_by = $2, review_claim_until = now() + $3
              WHERE id = $1 AND action = 'flag' AND reviewed_at IS NULL AND reversed_at IS NULL
                AND (review_claim_until IS NULL OR review_claim_until <= now()
@@ -142,15 +138,12 @@ impl Store {
             id,
             moderator,
             interval(claim_for),
-            admin,
+            true,
         )
-        .fetch_optional(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
-        let item = self.waiting_item(id).await?;
-        if claimed.is_none() {
-            return Err(refusal(&item, moderator, admin));
-        }
-        Ok(item)
+        tx.commit().await?;
+        Ok(Ok(self.waiting_item(id).await?))
     }
 
     /// The item, or why there is none waiting under this id.
@@ -160,71 +153,38 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))
     }
 
-    /// `by` decides item `id`, which they must hold a live claim on, having seen the entity
-    /// at `seen_version`. Approve, hide and dismiss set the status (approve and hide with an
-    /// override lasting `override_for`, so automation does not flag it again meanwhile;
-    /// dismiss without one) as an action of kind `review`, and close the item; escalate
-    /// hands it to the admins (claim released, still waiting).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn decide_review(
+    /// `by` decides item `id`, if `may_decide` allows it on the item and its entity as their
+    /// locked rows hold them (whose rule it is, the version seen included: `review.rs`).
+    /// Approve, hide and dismiss set the status (approve and hide with an override lasting
+    /// `override_for`, so automation does not flag it again meanwhile; dismiss without one) as
+    /// an action of kind `review`, and close the item; escalate hands it to the admins (claim
+    /// released, still waiting). `Ok(Err(refusal))`: the rule refused; nothing written.
+    pub async fn decide_review<R>(
         &self,
         id: i64,
         by: &Actor,
-        admin: bool,
         decision: ReviewDecision,
         reason: &str,
-        seen_version: i64,
         override_for: std::time::Duration,
-    ) -> Result<ReviewOutcome> {
+        may_decide: impl FnOnce(&LockedReviewItem) -> std::result::Result<(), R>,
+    ) -> Result<std::result::Result<ReviewOutcome, R>> {
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
-        let item = sqlx::query!(
-            "SELECT entity, rule, reviewed_at, reversed_at, review_escalated_at,
-                    CASE WHEN review_claim_until > now() THEN review_claimed_by END AS claimed_by
-             FROM actions WHERE id = $1 AND action = 'flag' FOR UPDATE",
-            id,
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))?;
-        if item.reviewed_at.is_some() {
-            return Err(conflict(
-                "already_decided",
-                format!("review item {id} is decided already"),
-            ));
-        }
-        if item.reversed_at.is_some() {
-            return Err(conflict(
-                "reversed",
-                format!("the flag of review item {id} was reversed; nothing is left to decide"),
-            ));
-        }
-        if item.review_escalated_at.is_some() && !admin {
-            return Err(conflict(
-                "escalated",
-                format!("review item {id} was escalated; an admin decides it"),
-            ));
-        }
-        if item.claimed_by.as_deref() != Some(moderator) {
-            return Err(conflict(
-                "not_claimed",
-                match item.claimed_by {
-                    Some(holder) => format!("review item {id} is claimed by {holder}"),
-                    None => format!("claim review item {id} before deciding it"),
-                },
-            ));
-        }
+        let mut locked = lock_item(&mut tx, id).await?;
+        // The entity's row too, after the item's: the version the rule checks holds until commit.
         let entity = sqlx::query!(
             "SELECT status, moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
-            item.entity,
+            locked.item.entity,
         )
         .fetch_one(&mut *tx)
         .await?;
-        if entity.moderation_version != seen_version {
-            return Err(StoreError::VersionConflict {
-                read: entity.moderation_version,
-            });
+        locked.item.status = entity.status;
+        locked.item.moderation_version = entity.moderation_version;
+        if let Err(refusal) = may_decide(&locked) {
+            return Ok(Err(refusal));
         }
+        let LockedReviewItem { item, .. } = locked;
+        let seen_version = item.moderation_version;
         let after = serde_json::json!({ "item": id, "decision": decision, "reason": reason });
         let outcome = match decision.sets() {
             None => {
@@ -250,8 +210,8 @@ impl Store {
                     entity: item.entity.clone(),
                     decision,
                     action_id: None,
-                    status: entity.status.clone(),
-                    moderation_version: entity.moderation_version,
+                    status: item.status.clone(),
+                    moderation_version: item.moderation_version,
                 }
             }
             Some(status) => {
@@ -259,7 +219,7 @@ impl Store {
                     &mut tx,
                     id,
                     &item.entity,
-                    &entity.status,
+                    &item.status,
                     status,
                     decision,
                     moderator,
@@ -288,14 +248,14 @@ impl Store {
                 action: AuditAction::ReviewDecide,
                 subject: item.entity.clone(),
                 before: Some(serde_json::json!({
-                    "status": entity.status, "moderation_version": entity.moderation_version,
+                    "status": item.status, "moderation_version": item.moderation_version,
                 })),
                 after: Some(after),
             },
         )
         .await?;
         tx.commit().await?;
-        Ok(outcome)
+        Ok(Ok(outcome))
     }
 
     /// The status change of an approve, hide or dismiss: the moderator's action, the entity
@@ -423,28 +383,53 @@ impl Store {
     }
 }
 
-fn conflict(code: &'static str, message: String) -> StoreError {
-    StoreError::Conflict { code, message }
+/// A review item as its locked row holds it: what the use case's rule reads (`review.rs`)
+/// before the store writes. Only a live claim shows.
+#[derive(Debug, Clone)]
+pub struct LockedReviewItem {
+    /// The entity's status and version: locked too when deciding, as read when claiming.
+    pub item: ReviewItem,
+    pub decided: bool,
+    pub flag_reversed: bool,
 }
 
-/// Why a claim was refused, from the item as it is now.
-fn refusal(item: &ReviewItem, moderator: &str, admin: bool) -> StoreError {
-    let id = item.id;
-    match &item.claimed_by {
-        _ if item.escalated_at.is_some() && !admin => conflict(
-            "escalated",
-            format!("review item {id} was escalated; an admin claims it"),
-        ),
-        Some(holder) if holder != moderator => conflict(
-            "claimed",
-            format!(
-                "review item {id} is claimed by {holder} until {}",
-                item.claim_until.map(|t| t.to_rfc3339()).unwrap_or_default()
-            ),
-        ),
-        _ => conflict(
-            "not_waiting",
-            format!("review item {id} is not waiting: it was decided or its flag reversed"),
-        ),
-    }
+/// One item, waiting or not, read by `executor`.
+async fn item_in(executor: impl sqlx::PgExecutor<'_>, id: i64) -> Result<Option<ReviewItem>> {
+    Ok(sqlx::query_as!(
+        ReviewItem,
+        r#"SELECT a.id, a.entity, a.rule, a.reason, a.created_at AS flagged_at,
+                      e.status, e.moderation_version,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claimed_by END AS claimed_by,
+                      CASE WHEN a.review_claim_until > now() THEN a.review_claim_until END AS claim_until,
+                      a.review_escalated_at AS escalated_at
+               FROM actions a JOIN entities e ON e.entity = a.entity
+               WHERE a.id = $1 AND a.action = 'flag'"#,
+        id,
+    )
+    .fetch_optional(executor)
+    .await?)
+}
+
+/// Locks item `id`'s row until the transaction ends and reads it.
+async fn lock_item(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: i64,
+) -> Result<LockedReviewItem> {
+    let row = sqlx::query!(
+        "SELECT entity, rule, reviewed_at, reversed_at, review_escalated_at,
+                    CASE WHEN review_claim_until > now() THEN review_claimed_by END AS claimed_by
+             FROM actions WHERE id = $1 AND action = 'flag' FOR UPDATE",
+        id,
+    )
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))?;
+    let item = item_in(&mut **tx, id)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))?;
+    Ok(LockedReviewItem {
+        decided: row.reviewed_at.is_some(),
+        flag_reversed: row.reversed_at.is_some(),
+        item,
+    })
 }

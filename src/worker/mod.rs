@@ -31,7 +31,7 @@ use self::breaker::Breaker;
 pub use self::{
     batches::EvaluationBatches,
     lease::LeaseEstimator,
-    outcome::{EvaluationError, Failure, Outcome},
+    outcome::{EvaluationError, Failure, Outcome, RuleFailures},
 };
 use crate::{
     domain::Snapshot,

@@ -72,9 +72,26 @@ pub enum EvaluationError {
     #[error("entity is scheduled but has no record in Postgres")]
     UnknownEntity,
     #[error("the rules cannot evaluate this entity: {0}")]
-    Rules(String),
+    Rules(RuleFailures),
     #[error("evaluation did not finish within {0:?}")]
     TimedOut(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The live rules that could not evaluate an entity, each with its error as the verdict
+/// records it: one failure of the evaluation, joined into one line only when shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleFailures(pub Vec<(String, String)>);
+
+impl std::fmt::Display for RuleFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (rule, error)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "rule {rule:?}: {error}")?;
+        }
+        Ok(())
+    }
 }

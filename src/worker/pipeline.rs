@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::{EvaluationError, Failure, Outcome, Worker, lease::renew_while_running};
+use super::{EvaluationError, Failure, Outcome, RuleFailures, Worker, lease::renew_while_running};
 use crate::{
     domain::{Priority, Timer},
     queue::{Claim, Failed},
@@ -315,12 +315,7 @@ impl Worker {
         }
         if !verdict.errors.is_empty() {
             metrics::counter!(names::RULE_ERRORS).increment(verdict.errors.len() as u64);
-            let errors: Vec<String> = verdict
-                .errors
-                .iter()
-                .map(|(rule, error)| format!("rule {rule:?}: {error}"))
-                .collect();
-            return Err(EvaluationError::Rules(errors.join("; ")));
+            return Err(EvaluationError::Rules(RuleFailures(verdict.errors.clone())));
         }
         for shadow in &verdict.shadow {
             metrics::counter!(names::SHADOW_HITS, "rule" => shadow.rule.clone()).increment(1);
