@@ -151,7 +151,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
                 &store,
-                &backtest::Gate::default(),
+                &backtest::BacktestSemaphore::default(),
                 Arc::new(candidate),
                 &in_force,
                 backtest::Options {
@@ -185,7 +185,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(
                 &store,
-                &backtest::Gate::default(),
+                &backtest::BacktestSemaphore::default(),
                 &rules,
                 &in_force,
                 &rule,

@@ -64,8 +64,8 @@ use self::{
     session::{Session, SignedIn},
 };
 use crate::{
-    audit::Origin, backtest::Gate, credentials::Auth, domain::Actor, queue::Queue, rules::Rules,
-    store::Store,
+    audit::Origin, backtest::BacktestSemaphore, credentials::Auth, domain::Actor, queue::Queue,
+    rules::Rules, store::Store,
 };
 
 /// The console's Content-Security-Policy: its own stylesheet and images, no script, no
@@ -75,7 +75,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'none'
      form-action 'self'; frame-ancestors 'none'";
 
 /// What the console's pages use of the process: the same stores, rules, tokens and backtest
-/// gate as the API.
+/// semaphore as the API.
 #[derive(Clone)]
 pub struct App {
     pub store: Store,
@@ -84,7 +84,7 @@ pub struct App {
     /// The API's tokens, which moderators sign in with.
     pub auth: Arc<Auth>,
     /// One backtest at a time in this process (the API's and the console's).
-    pub backtests: Arc<Gate>,
+    pub backtests: Arc<BacktestSemaphore>,
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
     /// How long a claim on a review queue item lasts.
