@@ -12,7 +12,7 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::{
-    AdminVisit, ConsoleState, Visit,
+    AdminSession, ConsoleState, SignedInSession,
     backtest::{backtest_candidate, window_of},
     errors::PageError,
     forms::Fields,
@@ -31,14 +31,14 @@ const PAGE: i64 = 50;
 /// versions list.
 pub async fn publish(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["rules", "window", "message"],
     )?;
     let text = fields
@@ -52,7 +52,7 @@ pub async fn publish(
     let version = fleet::publish(
         &state.app.store,
         Some(&state.app.rules),
-        &visit.actor(),
+        &signed_in.actor(),
         text,
         message,
         Some(&report),
@@ -124,7 +124,7 @@ fn versions_table(versions: &[RulesVersionSummary]) -> Markup {
 /// `GET /console/rules?before=&published=`: the rules versions, newest first.
 pub async fn versions(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -169,7 +169,7 @@ pub async fn versions(
         }
     };
     Ok(layout::page(
-        &visit,
+        &signed_in,
         Section::Quality,
         "Rules versions",
         body,
