@@ -8,9 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::{
+    active_rules::Guard,
     audit,
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
-    fleet::Guard,
     queue::Queue,
     store::{EndedTimer, LockedAction, Reversal, Store, StoreError},
     telemetry::{Chain, names},

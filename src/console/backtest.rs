@@ -115,7 +115,7 @@ pub fn publish_form(signed_in: &SignedInSession, rules: &str, window: &str) -> M
                     input type="hidden" name="window" value=(window);
                     div.field {
                         label for="publish-message" { "Why (kept with the version and in the audit trail)" }
-                        input #publish-message type="text" name="message" required maxlength=(crate::fleet::MAX_MESSAGE);
+                        input #publish-message type="text" name="message" required maxlength=(crate::active_rules::MAX_MESSAGE);
                     }
                     div { button type="submit" { "Publish" } }
                 }

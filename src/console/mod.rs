@@ -90,7 +90,7 @@ pub struct App {
     /// How long a claim on a review queue item lasts.
     pub review_claim: std::time::Duration,
     /// What a reversal's rule is weighed against.
-    pub guard: crate::fleet::Guard,
+    pub guard: crate::active_rules::Guard,
 }
 
 /// The state of the process the console is mounted in (the API's): what it lends the console.

@@ -1,6 +1,6 @@
 //! Rules versions in the console: the versions list (each with the backtest figures it was
 //! published with) and, for admins, publishing the candidate the Backtest page just ran, with
-//! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::fleet`).
+//! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::active_rules`).
 
 use axum::{
     body::Bytes,
@@ -19,8 +19,8 @@ use super::{
     layout::{self, Section},
 };
 use crate::{
+    active_rules::{self, ActiveRulesError},
     backtest::Estimate,
-    fleet::{self, FleetError},
     store::RulesVersionSummary,
 };
 
@@ -45,11 +45,11 @@ pub async fn publish(
         .optional("rules")
         .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
     let message = fields.optional("message").unwrap_or("");
-    fleet::check_message(message).map_err(published_error)?;
+    active_rules::check_message(message).map_err(published_error)?;
     let window = window_of(fields.optional("window").unwrap_or("7days"))?;
     let report = backtest_candidate(&state, text, window, 0).await?;
     let report = serde_json::to_value(&report).map_err(PageError::internal)?;
-    let version = fleet::publish(
+    let version = active_rules::publish(
         &state.app.store,
         Some(&state.app.rules),
         &signed_in.actor(),
@@ -62,14 +62,14 @@ pub async fn publish(
     Ok(Redirect::to(&format!("/console/rules?published={version}")).into_response())
 }
 
-fn published_error(error: FleetError) -> PageError {
+fn published_error(error: ActiveRulesError) -> PageError {
     match error {
-        FleetError::Invalid(error) => {
+        ActiveRulesError::Invalid(error) => {
             PageError::bad_field("rules", &format!("do not load: {error}"))
         }
-        FleetError::Message(problem) => PageError::bad_field("message", &problem),
-        FleetError::Store(error) => PageError::from(error),
-        FleetError::Stored { .. } => PageError::internal(error),
+        ActiveRulesError::Message(problem) => PageError::bad_field("message", &problem),
+        ActiveRulesError::Store(error) => PageError::from(error),
+        ActiveRulesError::Stored { .. } => PageError::internal(error),
     }
 }
 

@@ -18,8 +18,8 @@ use super::{
     params::{bad_query, page_cursor, page_limit, parse_entity, path_param, unknown_parameters},
 };
 use crate::{
+    active_rules::Guard,
     domain::Status,
-    fleet::Guard,
     moderation::{self, Overridden, OverrideRequest, TEXT_RULE, acceptable_text},
     store::ActionFilter,
 };

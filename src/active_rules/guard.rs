@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use chrono::Utc;
 use serde_json::json;
 
-use super::{FleetError, hash, sync};
+use super::{ActiveRulesError, hash, sync};
 use crate::{
     domain::{Actor, AuditAction, AuditEntry},
     rules::{RuleSet, Rules},
@@ -63,17 +63,18 @@ impl Guard {
     }
 
     /// The version that turned `rule` to shadow, if this check published one.
-    pub async fn check(&self, store: &Store, rule: &str) -> Result<Option<i64>, FleetError> {
+    pub async fn check(&self, store: &Store, rule: &str) -> Result<Option<i64>, ActiveRulesError> {
         for _ in 0..ATTEMPTS {
             let Some(active) = store.active_rules().await? else {
                 return Ok(None);
             };
             let over = active.marker.version;
-            let set =
-                RuleSet::from_toml(&active.rules.text).map_err(|error| FleetError::Stored {
+            let set = RuleSet::from_toml(&active.rules.text).map_err(|error| {
+                ActiveRulesError::Stored {
                     version: over,
                     error,
-                })?;
+                }
+            })?;
             let armed = set
                 .rules()
                 .iter()
@@ -118,7 +119,7 @@ impl Guard {
         over: i64,
         text: &str,
         figures: RuleFigures,
-    ) -> Result<Option<i64>, FleetError> {
+    ) -> Result<Option<i64>, ActiveRulesError> {
         let rate = figures.reversals as f64 / figures.actions as f64;
         let message = format!(
             "guard: rule {rule} turned to shadow: {} of its last {} actions reversed (rate {rate:.3}, threshold {})",
