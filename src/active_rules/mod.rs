@@ -4,18 +4,18 @@
 //! activation). Every process puts the active version in force ([`sync`]) when it hears of a
 //! change ([`follow`]) and on a poll, swapping its whole rule set at once, so an evaluation never
 //! mixes versions. On an empty database the rules file (or the built-in rules) seeds version 1
-//! ([`start`]). The guard ([`Guard`]) publishes a version of its own to turn a rule that
+//! ([`start`]). The guard ([`RuleDemoter`]) publishes a version of its own to turn a rule that
 //! moderators reverse too often to shadow.
 
+mod demoter;
 mod follow;
-mod guard;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use self::{
+    demoter::{GUARD_AUTHOR, RuleDemoter},
     follow::follow,
-    guard::{GUARD_AUTHOR, Guard},
 };
 use crate::{
     domain::Actor,

@@ -89,8 +89,8 @@ pub struct App {
     pub override_after_reversal: std::time::Duration,
     /// How long a claim on a review queue item lasts.
     pub review_claim: std::time::Duration,
-    /// What a reversal's rule is weighed against.
-    pub guard: crate::active_rules::Guard,
+    /// The guard, which weighs a reversal's rule and turns it to shadow if reversed too often.
+    pub demoter: crate::active_rules::RuleDemoter,
 }
 
 /// The state of the process the console is mounted in (the API's): what it lends the console.

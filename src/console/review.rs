@@ -384,7 +384,7 @@ pub async fn reverse(
         &signed_in.actor(),
         &reason,
         override_for,
-        &app.guard,
+        &app.demoter,
     )
     .await?;
     tracing::info!(action = id, token = %signed_in.user.token, "console reversal");

@@ -1,8 +1,8 @@
-//! The guard: after each reversal, the reversed action's rule is weighed over its latest
-//! actions; a live rule that moderators reverse too often is turned to shadow by quiesce itself,
-//! as a new rules version (authored by [`GUARD_AUTHOR`], its message carrying the figures),
-//! with an audit entry, a metric the alert rules watch and an outbound webhook event. Every
-//! process puts that version in force as it does any publish.
+//! The guard ([`RuleDemoter`]): after each reversal, the reversed action's rule is weighed over
+//! its latest actions; a live rule that moderators reverse too often is turned to shadow by
+//! quiesce itself, as a new rules version (authored by [`GUARD_AUTHOR`], its message carrying the
+//! figures), with an audit entry, a metric the alert rules watch and an outbound webhook event.
+//! Every process puts that version in force as it does any publish.
 
 use std::{sync::Arc, time::Duration};
 
@@ -25,10 +25,11 @@ pub const GUARD_AUTHOR: &str = "quiesce-guard";
 /// its write.
 const ATTEMPTS: usize = 3;
 
-/// The guard's settings, and the rules in force in this process (put in force at once after
-/// a demotion; the other processes hear of it).
+/// The guard, which turns a live rule reversed too often to shadow: its settings, and the rules
+/// in force in this process (put in force at once after a demotion; the other processes hear
+/// of it).
 #[derive(Clone)]
-pub struct Guard {
+pub struct RuleDemoter {
     pub enabled: bool,
     /// How many of a rule's latest actions it weighs, and needs before it acts.
     pub actions: u32,
@@ -39,7 +40,7 @@ pub struct Guard {
     pub rules: Option<Arc<Rules>>,
 }
 
-impl Guard {
+impl RuleDemoter {
     pub fn new(settings: &Moderation, rules: Option<Arc<Rules>>) -> Self {
         Self {
             enabled: settings.guard,
@@ -185,8 +186,8 @@ mod tests {
 
     const TWO: &str = "# the rules\n[[rule]]\nname = \"a\"\nwhen = 'count(\"flag\") >= 2'\naction = \"hide\"\nreason = \"r\" # why\n\n[[rule]]\nname = \"b\"\nwhen = 'count(\"flag\") >= 3'\naction = \"flag\"\nreason = \"r\"\nshadow = false\n";
 
-    fn guard(actions: u32, threshold: f64) -> Guard {
-        Guard {
+    fn demoter(actions: u32, threshold: f64) -> RuleDemoter {
+        RuleDemoter {
             enabled: true,
             actions,
             threshold,
@@ -219,9 +220,9 @@ mod tests {
     #[test]
     fn it_trips_on_a_full_sample_above_the_threshold_only() {
         let figures = |actions, reversals| RuleFigures { actions, reversals };
-        assert!(guard(4, 0.5).trips(figures(4, 3)));
-        assert!(!guard(4, 0.5).trips(figures(4, 2)), "at the threshold");
-        assert!(!guard(4, 0.5).trips(figures(3, 3)), "too few actions");
+        assert!(demoter(4, 0.5).trips(figures(4, 3)));
+        assert!(!demoter(4, 0.5).trips(figures(4, 2)), "at the threshold");
+        assert!(!demoter(4, 0.5).trips(figures(3, 3)), "too few actions");
     }
 
     #[test]
