@@ -7,6 +7,7 @@
 //! entity through the Redis sets.
 
 pub mod actions;
+pub mod active_rules;
 pub mod audit;
 pub mod backtest;
 pub mod cli;
@@ -15,7 +16,6 @@ pub mod console;
 pub mod credentials;
 pub mod dead_letters;
 pub mod domain;
-pub mod fleet;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::{
+    active_rules::RuleDemoter,
     audit,
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
-    fleet::Guard,
     queue::Queue,
     store::{EndedTimer, LockedAction, Reversal, Store, StoreError},
     telemetry::{Chain, names},
@@ -76,8 +76,8 @@ fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
 }
 
 /// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
-/// counted, the author's compensated signal scheduled, and the action's rule weighed by the
-/// `guard` (its reversal rate changed just now).
+/// counted, the author's compensated signal scheduled, and the action's rule weighed by
+/// `demoter`, the guard (its reversal rate changed just now).
 #[tracing::instrument(skip_all, fields(action = id))]
 pub async fn reverse(
     store: &Store,
@@ -86,13 +86,13 @@ pub async fn reverse(
     by: &Actor,
     reason: &str,
     override_for: Duration,
-    guard: &Guard,
+    demoter: &RuleDemoter,
 ) -> Result<Reversal, ReversalError> {
     let reversal = store
         .reverse_action(id, by, reason, override_for, may_reverse)
         .await??;
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
-    guard.after_reversal(store, &reversal.action.rule).await;
+    demoter.after_reversal(store, &reversal.action.rule).await;
     if let Some(author) = &reversal.author {
         // The compensation is committed; if this schedule is lost the repair sweep finds it.
         if let Err(error) = queue.schedule(&[(author.clone(), Priority::Normal)]).await {

@@ -27,7 +27,7 @@ const LOWER: [&str; 9] = [
 /// What the lower layers must never import: the use cases and everything above them.
 const UPPER: [&str; 14] = [
     "audit",
-    "fleet",
+    "active_rules",
     "cli",
     "http",
     "console",
@@ -49,7 +49,7 @@ const USE_CASES: [&str; 7] = [
     "dead_letters",
     "actions",
     "audit",
-    "fleet",
+    "active_rules",
 ];
 /// The edges, which translate a command, a request or a form into a use-case call: no use case imports
 /// one.

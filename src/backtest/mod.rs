@@ -47,12 +47,12 @@ pub const MAX_SAMPLE: usize = 100;
 /// The longest window (evaluation records are kept for `retention` anyway).
 pub const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
 
-/// One backtest at a time through a gate (a process's API and console share one): a backtest
-/// takes a core while it runs.
+/// The semaphore that lets one backtest at a time run in a process (its API and console share
+/// one): a backtest takes a core while it runs.
 #[derive(Debug)]
-pub struct Gate(Semaphore);
+pub struct BacktestSemaphore(Semaphore);
 
-impl Default for Gate {
+impl Default for BacktestSemaphore {
     fn default() -> Self {
         Self(Semaphore::new(1))
     }
@@ -101,15 +101,15 @@ pub fn parse_window(raw: &str) -> Result<Duration, WindowError> {
 
 /// Replays `candidate` over the evaluations finished in the last `options.window`, beside
 /// `in_force` (the rules the report compares it with: each of their rules gets a line);
-/// refused with [`BacktestError::Busy`] while another backtest holds `gate`.
+/// refused with [`BacktestError::Busy`] while another backtest holds `semaphore`.
 pub async fn run(
     store: &Store,
-    gate: &Gate,
+    semaphore: &BacktestSemaphore,
     candidate: Arc<RuleSet>,
     in_force: &RuleSet,
     options: Options,
 ) -> Result<Report, BacktestError> {
-    let mut reports = run_many(store, gate, vec![candidate], in_force, options).await?;
+    let mut reports = run_many(store, semaphore, vec![candidate], in_force, options).await?;
     Ok(reports.remove(0))
 }
 
@@ -118,12 +118,12 @@ pub async fn run(
 /// the candidates' order.
 pub async fn run_many(
     store: &Store,
-    gate: &Gate,
+    semaphore: &BacktestSemaphore,
     candidates: Vec<Arc<RuleSet>>,
     in_force: &RuleSet,
     options: Options,
 ) -> Result<Vec<Report>, BacktestError> {
-    let _running = gate.0.try_acquire().map_err(|_| BacktestError::Busy)?;
+    let _running = semaphore.0.try_acquire().map_err(|_| BacktestError::Busy)?;
     let started = Instant::now();
     let until = store.now().await?;
     let window = chrono::Duration::from_std(options.window.min(MAX_WINDOW))

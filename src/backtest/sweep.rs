@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{BacktestError, Estimate, Gate, Options, Report, run_many};
+use super::{BacktestError, BacktestSemaphore, Estimate, Options, Report, run_many};
 use crate::{
     rules::{RuleSet, RulesError},
     store::Store,
@@ -176,7 +176,7 @@ pub enum SweepError {
 #[allow(clippy::too_many_arguments)]
 pub async fn sweep(
     store: &Store,
-    gate: &Gate,
+    semaphore: &BacktestSemaphore,
     rules: &RuleSet,
     in_force: &RuleSet,
     rule: &str,
@@ -214,7 +214,7 @@ pub async fn sweep(
         candidates.push(Arc::new(rules.with_condition(rule, &condition)?));
         conditions.push(condition);
     }
-    let reports = run_many(store, gate, candidates, in_force, options).await?;
+    let reports = run_many(store, semaphore, candidates, in_force, options).await?;
     let rows = values
         .iter()
         .zip(conditions)

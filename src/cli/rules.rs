@@ -7,9 +7,8 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use crate::{
-    audit,
+    active_rules, audit,
     backtest::{self, DEFAULT_SAMPLE, MAX_SAMPLE},
-    fleet,
     rules::RuleSet,
     settings::{ConfigArgs, Settings},
     startup::{connect_postgres, connect_store, load_report_settings, load_rules},
@@ -105,7 +104,7 @@ pub(super) enum RulesCommand {
 /// no version is stored yet.
 async fn in_force(settings: &Settings, store: &Store) -> anyhow::Result<Arc<RuleSet>> {
     let rules = load_rules(settings)?;
-    fleet::sync(store, &rules).await?;
+    active_rules::sync(store, &rules).await?;
     Ok(rules.current())
 }
 
@@ -121,8 +120,9 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let version =
-                fleet::publish(&store, None, &audit::command_line(), &text, &message, None).await?;
-            let published = fleet::Published::new(version, &text);
+                active_rules::publish(&store, None, &audit::command_line(), &text, &message, None)
+                    .await?;
+            let published = active_rules::Published::new(version, &text);
             println!("{}", serde_json::to_string(&published)?);
             Ok(())
         }
@@ -134,7 +134,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let settings = load_report_settings(&config)?;
             let store = Store::new(connect_postgres(&settings).await?);
             let message = message.unwrap_or_else(|| format!("rolled back to version {version}"));
-            fleet::rollback(&store, None, &audit::command_line(), version, &message).await?;
+            active_rules::rollback(&store, None, &audit::command_line(), version, &message).await?;
             println!("{}", serde_json::json!({ "version": version }));
             Ok(())
         }
@@ -151,7 +151,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::run(
                 &store,
-                &backtest::Gate::default(),
+                &backtest::BacktestSemaphore::default(),
                 Arc::new(candidate),
                 &in_force,
                 backtest::Options {
@@ -185,7 +185,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let in_force = in_force(&settings, &store).await?;
             let report = backtest::sweep::sweep(
                 &store,
-                &backtest::Gate::default(),
+                &backtest::BacktestSemaphore::default(),
                 &rules,
                 &in_force,
                 &rule,

@@ -5,7 +5,7 @@ use axum::{extract::State, http::Uri};
 use maud::{Markup, html};
 
 use super::{
-    AdminVisit, ConsoleState,
+    AdminSession, ConsoleState,
     errors::PageError,
     forms::Fields,
     layout::{self, Section},
@@ -17,7 +17,7 @@ const PAGE: i64 = 100;
 /// `GET /console/audit?action=&actor=&before=`.
 pub async fn page(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -131,7 +131,7 @@ pub async fn page(
         }
     };
     Ok(layout::page(
-        &visit,
+        &signed_in,
         Section::Operations,
         "Audit trail",
         body,

@@ -16,7 +16,7 @@ use axum::{
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, csrf,
+    ConsoleState, SignedInSession, csrf,
     entity::signals_table,
     errors::PageError,
     forms::Fields,
@@ -59,7 +59,13 @@ fn sample_of(raw: Option<&str>) -> Result<usize, PageError> {
 }
 
 /// The candidate's form, filled with `rules`.
-fn form(visit: &Visit, rules: &str, window: &str, sample: usize, promote: Option<&str>) -> Markup {
+fn form(
+    signed_in: &SignedInSession,
+    rules: &str,
+    window: &str,
+    sample: usize,
+    promote: Option<&str>,
+) -> Markup {
     html! {
         section.card aria-labelledby="candidate-title" {
             h2 #candidate-title { "Candidate rules" }
@@ -69,7 +75,7 @@ fn form(visit: &Visit, rules: &str, window: &str, sample: usize, promote: Option
                 "every evaluation of the window, on the snapshot each one decided on, and only reads: nothing is applied."
             }
             form.stack.wide method="post" action="/console/backtest" {
-                (csrf::field(&visit.session))
+                (csrf::field(&signed_in.session))
                 @if let Some(promote) = promote { input type="hidden" name="promote" value=(promote); }
                 div.field {
                     label for="backtest-rules" { "Rules (TOML)" }
@@ -94,22 +100,22 @@ fn form(visit: &Visit, rules: &str, window: &str, sample: usize, promote: Option
 
 /// The publish form under a backtest's report: admins publish the candidate (its text and
 /// window carried along), moderators are told who can.
-pub fn publish_form(visit: &Visit, rules: &str, window: &str) -> Markup {
+pub fn publish_form(signed_in: &SignedInSession, rules: &str, window: &str) -> Markup {
     html! {
         section.card #publish aria-labelledby="publish-title" {
             h2 #publish-title { "Publish this candidate" }
-            @if visit.user.is_admin() {
+            @if signed_in.user.is_admin() {
                 p.muted {
                     "As the next rules version, active in every serve and worker process at once. The backtest is run "
                     "again over the same window as it is published, and its figures (without the samples) are kept with the version."
                 }
                 form.stack.wide method="post" action="/console/backtest/publish" {
-                    (csrf::field(&visit.session))
+                    (csrf::field(&signed_in.session))
                     input type="hidden" name="rules" value=(rules);
                     input type="hidden" name="window" value=(window);
                     div.field {
                         label for="publish-message" { "Why (kept with the version and in the audit trail)" }
-                        input #publish-message type="text" name="message" required maxlength=(crate::fleet::MAX_MESSAGE);
+                        input #publish-message type="text" name="message" required maxlength=(crate::active_rules::MAX_MESSAGE);
                     }
                     div { button type="submit" { "Publish" } }
                 }
@@ -124,7 +130,7 @@ pub fn publish_form(visit: &Visit, rules: &str, window: &str) -> Markup {
 /// force (and that shadow rule turned live).
 pub async fn page(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -150,24 +156,24 @@ pub async fn page(
         @if let Some(name) = promote {
             p #promoting { "The rules in force, with the shadow rule " code { (name) } " turned live: what promoting it would have done." }
         }
-        (form(&visit, &candidate.to_toml(), window, sample, promote))
-        (super::sweep::form(&visit, &super::sweep::sweepable(&rules), window))
+        (form(&signed_in, &candidate.to_toml(), window, sample, promote))
+        (super::sweep::form(&signed_in, &super::sweep::sweepable(&rules), window))
     };
-    Ok(layout::page(&visit, Section::Quality, "Backtest", body))
+    Ok(layout::page(&signed_in, Section::Quality, "Backtest", body))
 }
 
 /// `POST /console/backtest` with `csrf`, `rules`, `window` (and `promote`, to show that
 /// shadow rule's matches beside the report): the report, and the form again.
 pub async fn run(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Markup, PageError> {
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["rules", "window", "sample", "promote"],
     )?;
     let text = fields
@@ -194,10 +200,10 @@ pub async fn run(
     let body = html! {
         h1 { "Backtest" }
         (report_view(&report, shadow_hits))
-        (publish_form(&visit, text, window_name))
-        (form(&visit, text, window_name, sample, promote))
+        (publish_form(&signed_in, text, window_name))
+        (form(&signed_in, text, window_name, sample, promote))
     };
-    Ok(layout::page(&visit, Section::Quality, "Backtest", body))
+    Ok(layout::page(&signed_in, Section::Quality, "Backtest", body))
 }
 
 /// The backtest of the posted candidate `text` over `window`, against the rules in force.

@@ -16,7 +16,7 @@ use chrono::{Duration, Utc};
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, charts, csrf,
+    ConsoleState, SignedInSession, charts, csrf,
     errors::PageError,
     forms::{Fields, parse_until},
     layout::{self, Section},
@@ -80,18 +80,23 @@ pub fn signals_table(id: &str, signals: &BTreeMap<String, SignalStats>) -> Marku
 }
 
 /// The form that sets an override on `entity`.
-pub fn override_form(visit: &Visit, entity: &str, current: Status) -> Markup {
-    override_form_with(visit, entity, current, "")
+pub fn override_form(signed_in: &SignedInSession, entity: &str, current: Status) -> Markup {
+    override_form_with(signed_in, entity, current, "")
 }
 
 /// The override form with its reason filled in (one written before the session ended).
-pub fn override_form_with(visit: &Visit, entity: &str, current: Status, reason: &str) -> Markup {
+pub fn override_form_with(
+    signed_in: &SignedInSession,
+    entity: &str,
+    current: Status,
+    reason: &str,
+) -> Markup {
     html! {
         section.card #set-override aria-labelledby="override-title" {
             h2 #override-title { "Set an override" }
             p.muted { "Sets the status now; automation may not go past it until the override ends." }
             form.stack method="post" action={ "/console/entities/" (entity) "/override" } {
-                (csrf::field(&visit.session))
+                (csrf::field(&signed_in.session))
                 div.field {
                     label for="override-status" { "Status" }
                     select #override-status name="status" {
@@ -140,7 +145,7 @@ fn parse_entity(path: Result<Path<String>, PathRejection>) -> Result<EntityId, P
 /// `GET /console/entities/{entity}?minutes=60`.
 pub async fn page(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     uri: Uri,
 ) -> Result<Markup, PageError> {
@@ -243,7 +248,7 @@ pub async fn page(
             }
             (override_block(&record.override_decision))
         }
-        (super::timer::block(&visit, entity.as_str(), &record.timer, &draft("timer_reason")))
+        (super::timer::block(&signed_in, entity.as_str(), &record.timer, &draft("timer_reason")))
         (super::timer::labels(&labels))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
@@ -325,15 +330,20 @@ pub async fn page(
                 (signals_table("author", &derived))
             }
         }
-        (override_form_with(&visit, entity.as_str(), record.status, &draft("override_reason")))
+        (override_form_with(&signed_in, entity.as_str(), record.status, &draft("override_reason")))
     };
-    Ok(layout::page(&visit, Section::Review, entity.as_str(), body))
+    Ok(layout::page(
+        &signed_in,
+        Section::Review,
+        entity.as_str(),
+        body,
+    ))
 }
 
 /// `POST /console/entities/{entity}/override` with `csrf`, `status`, `until` and `reason`.
 pub async fn override_status(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
@@ -341,7 +351,7 @@ pub async fn override_status(
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["status", "until", "reason"],
     )?;
     let entity = parse_entity(path)?;
@@ -352,7 +362,7 @@ pub async fn override_status(
         .transpose()
         .map_err(|problem| PageError::bad_field("until", &problem))?;
     let reason = fields.text("reason")?;
-    let by = visit.actor();
+    let by = signed_in.actor();
     let request = OverrideRequest {
         entity: &entity,
         by: &by,
@@ -364,6 +374,6 @@ pub async fn override_status(
     let app = &state.app;
     moderation::override_status(&app.store, &app.queue, request, app.override_after_reversal)
         .await?;
-    tracing::info!(%entity, status = status.as_str(), token = %visit.user.token, "console override");
+    tracing::info!(%entity, status = status.as_str(), token = %signed_in.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

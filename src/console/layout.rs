@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use super::{ReadSource, Visit, assets, csrf, session};
+use super::{ReadSource, SignedInSession, assets, csrf, session};
 use crate::backtest::Estimate;
 
 /// Which section of the console a page belongs to.
@@ -31,8 +31,8 @@ fn head(title: &str) -> Markup {
 }
 
 /// A page of the console for a signed-in moderator.
-pub fn page(visit: &Visit, section: Section, title: &str, body: Markup) -> Markup {
-    let user = &visit.user;
+pub fn page(signed_in: &SignedInSession, section: Section, title: &str, body: Markup) -> Markup {
+    let user = &signed_in.user;
     let item = |this: Section, href: &str, label: &str| {
         html! {
             li {
@@ -68,7 +68,7 @@ pub fn page(visit: &Visit, section: Section, title: &str, body: Markup) -> Marku
                             " (" (user.role.as_str()) ")"
                         }
                         form method="post" action="/console/logout" {
-                            (csrf::field(&visit.session))
+                            (csrf::field(&signed_in.session))
                             button.link type="submit" { "Sign out" }
                         }
                     }
@@ -78,7 +78,7 @@ pub fn page(visit: &Visit, section: Section, title: &str, body: Markup) -> Marku
                         "quiesce runs with --insecure-dev and no API tokens: anyone who can reach it may use the console as an admin."
                     }
                 }
-                @match visit.reads {
+                @match signed_in.reads {
                     Some(ReadSource::Replica { lag }) => p.banner.reads role="status" {
                         "Lists and figures are read from a replica (replay lag "
                         (format!("{:.1}", lag.as_secs_f64()))

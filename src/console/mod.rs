@@ -64,8 +64,8 @@ use self::{
     session::{Session, SignedIn},
 };
 use crate::{
-    audit::Origin, backtest::Gate, credentials::Auth, domain::Actor, queue::Queue, rules::Rules,
-    store::Store,
+    audit::Origin, backtest::BacktestSemaphore, credentials::Auth, domain::Actor, queue::Queue,
+    rules::Rules, store::Store,
 };
 
 /// The console's Content-Security-Policy: its own stylesheet and images, no script, no
@@ -75,7 +75,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'none'
      form-action 'self'; frame-ancestors 'none'";
 
 /// What the console's pages use of the process: the same stores, rules, tokens and backtest
-/// gate as the API.
+/// semaphore as the API.
 #[derive(Clone)]
 pub struct App {
     pub store: Store,
@@ -84,13 +84,13 @@ pub struct App {
     /// The API's tokens, which moderators sign in with.
     pub auth: Arc<Auth>,
     /// One backtest at a time in this process (the API's and the console's).
-    pub backtests: Arc<Gate>,
+    pub backtests: Arc<BacktestSemaphore>,
     /// How long the override implied by a reversal lasts.
     pub override_after_reversal: std::time::Duration,
     /// How long a claim on a review queue item lasts.
     pub review_claim: std::time::Duration,
-    /// What a reversal's rule is weighed against.
-    pub guard: crate::fleet::Guard,
+    /// The guard, which weighs a reversal's rule and turns it to shadow if reversed too often.
+    pub demoter: crate::active_rules::RuleDemoter,
 }
 
 /// The state of the process the console is mounted in (the API's): what it lends the console.
@@ -254,7 +254,7 @@ fn live_session(
 
 /// A signed-in moderator or admin, with their session; what every page but sign-in needs. A
 /// visitor without one is sent to sign in (a GET) or refused (anything else).
-pub struct Visit {
+pub struct SignedInSession {
     pub session: Session,
     pub user: SignedIn,
     /// Where the request came from, for the audit trail.
@@ -283,7 +283,7 @@ impl ReadSource {
     }
 }
 
-impl Visit {
+impl SignedInSession {
     /// The signed-in moderator as the audit trail records them.
     pub fn actor(&self) -> Actor {
         self.origin.actor(
@@ -294,7 +294,7 @@ impl Visit {
     }
 }
 
-impl FromRequestParts<ConsoleState> for Visit {
+impl FromRequestParts<ConsoleState> for SignedInSession {
     type Rejection = Response;
 
     async fn from_request_parts(
@@ -302,7 +302,7 @@ impl FromRequestParts<ConsoleState> for Visit {
         state: &ConsoleState,
     ) -> Result<Self, Self::Rejection> {
         if let Some((session, user)) = live_session(state, &parts.headers) {
-            return Ok(Visit {
+            return Ok(SignedInSession {
                 session,
                 user,
                 origin: Origin::of(&parts.headers, &parts.extensions),
@@ -328,23 +328,23 @@ impl FromRequestParts<ConsoleState> for Visit {
 }
 
 /// A signed-in admin: the operations pages. A moderator is refused with 403.
-pub struct AdminVisit(pub Visit);
+pub struct AdminSession(pub SignedInSession);
 
-impl FromRequestParts<ConsoleState> for AdminVisit {
+impl FromRequestParts<ConsoleState> for AdminSession {
     type Rejection = Response;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &ConsoleState,
     ) -> Result<Self, Self::Rejection> {
-        let visit = Visit::from_request_parts(parts, state).await?;
-        if !visit.user.is_admin() {
+        let signed_in = SignedInSession::from_request_parts(parts, state).await?;
+        if !signed_in.user.is_admin() {
             return Err(PageError::forbidden(&format!(
                 "Operations and dead letters need an admin token; you signed in with a {} token. Nothing was changed.",
-                visit.user.role.as_str()
+                signed_in.user.role.as_str()
             ))
             .into_response());
         }
-        Ok(AdminVisit(visit))
+        Ok(AdminSession(signed_in))
     }
 }

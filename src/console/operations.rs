@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::{
-    AdminVisit, ConsoleState, csrf,
+    AdminSession, ConsoleState, csrf,
     errors::PageError,
     forms::Fields,
     layout::{self, Section},
@@ -64,7 +64,7 @@ fn totals(depths: &[ShardDepth]) -> (u64, u64, u64, i64) {
 /// `GET /console/operations?after=`.
 pub async fn page(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -82,7 +82,7 @@ pub async fn page(
         })?),
     };
     let done = match query.get("done") {
-        Some("redriven") => last_redrive(&state, &visit).await?,
+        Some("redriven") => last_redrive(&state, &signed_in).await?,
         _ => None,
     };
     let app = &state.app;
@@ -139,7 +139,7 @@ pub async fn page(
                 p.muted #no-dead-letters { "None: every entity is being evaluated." }
             } @else {
                 form.filters method="post" action="/console/dead-letters/redrive" {
-                    (csrf::field(&visit.session))
+                    (csrf::field(&signed_in.session))
                     div.field {
                         label for="redrive-reason" { "Redrive" }
                         select #redrive-reason name="reason" {
@@ -167,7 +167,7 @@ pub async fn page(
                                     td.error data-label="Last error" { code { (entry.record.last_error) } }
                                     td data-label="Redrive" {
                                         form method="post" action={ "/console/dead-letters/" (entry.entity) "/redrive" } {
-                                            (csrf::field(&visit.session))
+                                            (csrf::field(&signed_in.session))
                                             button.secondary type="submit" aria-label={ "Redrive " (entry.entity) } { "Redrive" }
                                         }
                                     }
@@ -186,7 +186,7 @@ pub async fn page(
         }
     };
     Ok(layout::page(
-        &visit,
+        &signed_in,
         Section::Operations,
         "Operations",
         body,
@@ -201,13 +201,13 @@ const NOTICE_FOR: chrono::Duration = chrono::Duration::minutes(2);
 /// there is none: `?done=redriven` alone says nothing.
 async fn last_redrive(
     state: &ConsoleState,
-    visit: &super::Visit,
+    signed_in: &super::SignedInSession,
 ) -> Result<Option<String>, PageError> {
     let latest = state
         .app
         .store
         .audit_page(&AuditFilter {
-            actor: Some(visit.user.name.clone()),
+            actor: Some(signed_in.user.name.clone()),
             action: Some(AuditAction::Redrive.as_str().to_owned()),
             subject: None,
             since: Some(Utc::now() - NOTICE_FOR),
@@ -217,7 +217,7 @@ async fn last_redrive(
         .await?;
     Ok(latest
         .into_iter()
-        .find(|r| r.credential.as_deref() == Some(visit.user.token.as_str()))
+        .find(|r| r.credential.as_deref() == Some(signed_in.user.token.as_str()))
         .and_then(|r| r.after?.get("redriven")?.as_u64())
         .map(|n| format!("Redrove {n}: due again, with fresh attempts.")))
 }
@@ -229,17 +229,17 @@ fn redriven() -> Response {
 /// `POST /console/dead-letters/{entity}/redrive` with `csrf`.
 pub async fn redrive_one(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &visit.session, &[])?;
+    Fields::posted(&headers, &body, &signed_in.session, &[])?;
     let raw = path.map(|Path(raw)| raw).unwrap_or_default();
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
     let app = &state.app;
-    let done = dead_letters::redrive(&app.store, &app.queue, &entity, &visit.actor())
+    let done = dead_letters::redrive(&app.store, &app.queue, &entity, &signed_in.actor())
         .await
         .map_err(redrive_error)?;
     if !done {
@@ -247,18 +247,18 @@ pub async fn redrive_one(
             "{entity} is not dead-lettered."
         )));
     }
-    tracing::info!(%entity, token = %visit.user.token, "console redrive");
+    tracing::info!(%entity, token = %signed_in.user.token, "console redrive");
     Ok(redriven())
 }
 
 /// `POST /console/dead-letters/redrive` with `csrf` and `reason` (empty: all).
 pub async fn redrive_many(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
+    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
     let reason = fields.optional("reason");
     if let Some(reason) = reason
         && !REASONS.contains(&reason)
@@ -269,9 +269,9 @@ pub async fn redrive_many(
         ));
     }
     let app = &state.app;
-    let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &visit.actor())
+    let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &signed_in.actor())
         .await
         .map_err(redrive_error)?;
-    tracing::info!(count, reason, token = %visit.user.token, "console redrive");
+    tracing::info!(count, reason, token = %signed_in.user.token, "console redrive");
     Ok(redriven())
 }

@@ -12,7 +12,7 @@ use chrono::Utc;
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, canaries, charts,
+    ConsoleState, SignedInSession, canaries, charts,
     errors::PageError,
     forms::Fields,
     layout::{self, Section, rate},
@@ -46,7 +46,7 @@ fn backtest_query(rule: &str, window: &str) -> String {
 /// `GET /console/quality?window=7days`.
 pub async fn page(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -197,7 +197,7 @@ pub async fn page(
             }
         }
     };
-    Ok(layout::page(&visit, Section::Quality, "Quality", body))
+    Ok(layout::page(&signed_in, Section::Quality, "Quality", body))
 }
 
 /// The review queue's figures: what waits now, and the window's decisions.

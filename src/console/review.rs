@@ -12,7 +12,7 @@ use axum::{
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, csrf,
+    ConsoleState, SignedInSession, csrf,
     entity::{override_form, signals_table},
     errors::PageError,
     forms::{Fields, page_query, parse_utc},
@@ -199,7 +199,7 @@ fn actions_table(actions: &[ActionRecord]) -> Markup {
 /// `GET /console/review`: the queue.
 pub async fn list(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -226,7 +226,7 @@ pub async fn list(
             }
         }
     };
-    Ok(layout::page(&visit, Section::Review, "Review", body))
+    Ok(layout::page(&signed_in, Section::Review, "Review", body))
 }
 
 fn action_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
@@ -246,7 +246,7 @@ fn snapshot_signals(
 /// `GET /console/actions/{id}`: one action, what it was decided on, and what can be done.
 pub async fn action(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     uri: Uri,
 ) -> Result<Markup, PageError> {
@@ -344,7 +344,7 @@ pub async fn action(
                     ". Your name and reason are recorded."
                 }
                 form.stack method="post" action={ "/console/actions/" (action.id) "/reverse" } {
-                    (csrf::field(&visit.session))
+                    (csrf::field(&signed_in.session))
                     div.field {
                         label for="reason" { "Reason" }
                         textarea #reason name="reason" required maxlength="1000" { (draft) }
@@ -358,21 +358,21 @@ pub async fn action(
             }
         }
         @if let Some(now) = &now {
-            (override_form(&visit, &action.entity, now.status))
+            (override_form(&signed_in, &action.entity, now.status))
         }
     };
-    Ok(layout::page(&visit, Section::Review, &title, body))
+    Ok(layout::page(&signed_in, Section::Review, &title, body))
 }
 
 /// `POST /console/actions/{id}/reverse` with `csrf` and `reason`.
 pub async fn reverse(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
+    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
     let id = action_id(path)?;
     let reason = fields.text("reason")?;
     let app = &state.app;
@@ -381,12 +381,12 @@ pub async fn reverse(
         &app.store,
         &app.queue,
         id,
-        &visit.actor(),
+        &signed_in.actor(),
         &reason,
         override_for,
-        &app.guard,
+        &app.demoter,
     )
     .await?;
-    tracing::info!(action = id, token = %visit.user.token, "console reversal");
+    tracing::info!(action = id, token = %signed_in.user.token, "console reversal");
     Ok(Redirect::to(&format!("/console/actions/{id}?done=reversed")).into_response())
 }

@@ -14,7 +14,7 @@ use chrono::Utc;
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, csrf,
+    ConsoleState, SignedInSession, csrf,
     errors::PageError,
     forms::{Fields, page_query},
     layout::{self, Section},
@@ -52,7 +52,10 @@ impl Filters {
     }
 }
 
-fn read_filters(fields: &Fields, visit: &Visit) -> Result<(Filters, ReviewFilter), PageError> {
+fn read_filters(
+    fields: &Fields,
+    signed_in: &SignedInSession,
+) -> Result<(Filters, ReviewFilter), PageError> {
     fields.only(&["rule", "older_than", "claimed_by", "escalated", "after"])?;
     let mut filters = Filters::default();
     let mut filter = ReviewFilter {
@@ -83,7 +86,7 @@ fn read_filters(fields: &Fields, visit: &Visit) -> Result<(Filters, ReviewFilter
         }
         match who {
             "nobody" => filter.claimed = Some(false),
-            "me" => filter.claimed_by = Some(visit.user.name.clone()),
+            "me" => filter.claimed_by = Some(signed_in.user.name.clone()),
             name => filter.claimed_by = Some(name.to_owned()),
         }
         filters.claimed_by = Some(who.to_owned());
@@ -144,10 +147,10 @@ fn filter_form(filters: &Filters) -> Markup {
     }
 }
 
-fn claim_form(visit: &Visit, item: &ReviewItem, label: &str) -> Markup {
+fn claim_form(signed_in: &SignedInSession, item: &ReviewItem, label: &str) -> Markup {
     html! {
         form.inline method="post" action={ "/console/queue/" (item.id) "/claim" } {
-            (csrf::field(&visit.session))
+            (csrf::field(&signed_in.session))
             button type="submit" aria-label={ (label) " item " (item.id) " on " (item.entity) } { (label) }
         }
     }
@@ -155,11 +158,11 @@ fn claim_form(visit: &Visit, item: &ReviewItem, label: &str) -> Markup {
 
 /// Whether this visitor may claim the item: no one holds it, and an escalated one is for
 /// admins.
-fn claimable(visit: &Visit, item: &ReviewItem) -> bool {
-    item.claimed_by.is_none() && (item.escalated_at.is_none() || visit.user.is_admin())
+fn claimable(signed_in: &SignedInSession, item: &ReviewItem) -> bool {
+    item.claimed_by.is_none() && (item.escalated_at.is_none() || signed_in.user.is_admin())
 }
 
-fn items_table(visit: &Visit, items: &[ReviewItem]) -> Markup {
+fn items_table(signed_in: &SignedInSession, items: &[ReviewItem]) -> Markup {
     let now = Utc::now();
     html! {
         div.table-wrap {
@@ -194,10 +197,10 @@ fn items_table(visit: &Visit, items: &[ReviewItem]) -> Markup {
                                 }
                             }
                             td data-label="Work" {
-                                @if item.claimed_by.as_deref() == Some(visit.user.name.as_str()) {
+                                @if item.claimed_by.as_deref() == Some(signed_in.user.name.as_str()) {
                                     a.open href={ "/console/queue/" (item.id) } { "Open #" (item.id) }
-                                } @else if claimable(visit, item) {
-                                    (claim_form(visit, item, "Claim"))
+                                } @else if claimable(signed_in, item) {
+                                    (claim_form(signed_in, item, "Claim"))
                                 } @else {
                                     a.open href={ "/console/queue/" (item.id) } { "View #" (item.id) }
                                 }
@@ -224,11 +227,11 @@ fn wait(waited: chrono::Duration) -> String {
 /// `GET /console/queue`: what waits, oldest first.
 pub async fn list(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    let (filters, filter) = read_filters(&fields, &visit).map_err(PageError::bad_query)?;
+    let (filters, filter) = read_filters(&fields, &signed_in).map_err(PageError::bad_query)?;
     let mut items = state.app.store.review_items(&filter).await?;
     let more = items.len() as i64 > PAGE;
     items.truncate(PAGE as usize);
@@ -240,14 +243,14 @@ pub async fn list(
             (humantime::format_duration(state.app.review_claim)) ")."
         }
         form.inline method="post" action="/console/queue/next" {
-            (csrf::field(&visit.session))
+            (csrf::field(&signed_in.session))
             button #claim-next type="submit" accesskey="n" { "Claim the oldest unclaimed item" }
         }
         (filter_form(&filters))
         @if items.is_empty() {
             p.notice #queue-empty { "Nothing waits that matches these filters." }
         } @else {
-            (items_table(&visit, &items))
+            (items_table(&signed_in, &items))
         }
         nav.pager aria-label="Pages" {
             @if filter.after.is_some() {
@@ -258,7 +261,7 @@ pub async fn list(
             }
         }
     };
-    Ok(layout::page(&visit, Section::Queue, "Queue", body))
+    Ok(layout::page(&signed_in, Section::Queue, "Queue", body))
 }
 
 fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
@@ -271,7 +274,7 @@ fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> 
 /// decision form.
 pub async fn item(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     uri: Uri,
 ) -> Result<Markup, PageError> {
@@ -291,7 +294,7 @@ pub async fn item(
         .review_item(id)
         .await?
         .ok_or_else(|| PageError::not_found(format!("There is no review item {id}.")))?;
-    let mine = item.claimed_by.as_deref() == Some(visit.user.name.as_str());
+    let mine = item.claimed_by.as_deref() == Some(signed_in.user.name.as_str());
     let title = format!("Item #{id}");
     let body = html! {
         h1 { "Item #" (id) " · " (item.entity) }
@@ -317,7 +320,7 @@ pub async fn item(
                     ". Hide: hidden, held as long. Dismiss: visible, automation free to act again. Escalate: an admin decides."
                 }
                 form.stack method="post" action={ "/console/queue/" (id) "/decide" } {
-                    (csrf::field(&visit.session))
+                    (csrf::field(&signed_in.session))
                     input type="hidden" name="version" value=(item.moderation_version);
                     div.field {
                         label for="reason" { "Reason" }
@@ -331,25 +334,31 @@ pub async fn item(
                     }
                 }
             }
-        } @else if claimable(&visit, &item) {
-            (claim_form(&visit, &item, "Claim"))
+        } @else if claimable(&signed_in, &item) {
+            (claim_form(&signed_in, &item, "Claim"))
         }
         p { a href="/console/queue" { "Back to the queue" } }
     };
-    Ok(layout::page(&visit, Section::Queue, &title, body))
+    Ok(layout::page(&signed_in, Section::Queue, &title, body))
 }
 
 /// `POST /console/queue/{id}/claim`.
 pub async fn claim(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &visit.session, &[])?;
+    Fields::posted(&headers, &body, &signed_in.session, &[])?;
     let id = item_id(path)?;
-    review::claim(&state.app.store, id, &visit.actor(), state.app.review_claim).await?;
+    review::claim(
+        &state.app.store,
+        id,
+        &signed_in.actor(),
+        state.app.review_claim,
+    )
+    .await?;
     Ok(Redirect::to(&format!("/console/queue/{id}")).into_response())
 }
 
@@ -357,15 +366,15 @@ pub async fn claim(
 /// admins only).
 pub async fn claim_next(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &visit.session, &[])?;
-    let actor = visit.actor();
+    Fields::posted(&headers, &body, &signed_in.session, &[])?;
+    let actor = signed_in.actor();
     let filter = ReviewFilter {
         claimed: Some(false),
-        escalated: (!visit.user.is_admin()).then_some(false),
+        escalated: (!signed_in.user.is_admin()).then_some(false),
         limit: 20,
         ..Default::default()
     };
@@ -385,7 +394,7 @@ pub async fn claim_next(
 /// `POST /console/queue/{id}/decide` with `csrf`, `decision`, `reason` and `version`.
 pub async fn decide(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
@@ -393,7 +402,7 @@ pub async fn decide(
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["decision", "reason", "version"],
     )?;
     let id = item_id(path)?;
@@ -411,13 +420,13 @@ pub async fn decide(
     review::decide(
         &state.app.store,
         id,
-        &visit.actor(),
+        &signed_in.actor(),
         decision,
         &reason,
         version,
         state.app.override_after_reversal,
     )
     .await?;
-    tracing::info!(item = id, decision = decision.as_str(), token = %visit.user.token, "console review decision");
+    tracing::info!(item = id, decision = decision.as_str(), token = %signed_in.user.token, "console review decision");
     Ok(Redirect::to("/console/queue").into_response())
 }

@@ -1,6 +1,6 @@
 //! Rules versions in the console: the versions list (each with the backtest figures it was
 //! published with) and, for admins, publishing the candidate the Backtest page just ran, with
-//! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::fleet`).
+//! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::active_rules`).
 
 use axum::{
     body::Bytes,
@@ -12,15 +12,15 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::{
-    AdminVisit, ConsoleState, Visit,
+    AdminSession, ConsoleState, SignedInSession,
     backtest::{backtest_candidate, window_of},
     errors::PageError,
     forms::Fields,
     layout::{self, Section},
 };
 use crate::{
+    active_rules::{self, ActiveRulesError},
     backtest::Estimate,
-    fleet::{self, FleetError},
     store::RulesVersionSummary,
 };
 
@@ -31,28 +31,28 @@ const PAGE: i64 = 50;
 /// versions list.
 pub async fn publish(
     State(state): State<ConsoleState>,
-    AdminVisit(visit): AdminVisit,
+    AdminSession(signed_in): AdminSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["rules", "window", "message"],
     )?;
     let text = fields
         .optional("rules")
         .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
     let message = fields.optional("message").unwrap_or("");
-    fleet::check_message(message).map_err(published_error)?;
+    active_rules::check_message(message).map_err(published_error)?;
     let window = window_of(fields.optional("window").unwrap_or("7days"))?;
     let report = backtest_candidate(&state, text, window, 0).await?;
     let report = serde_json::to_value(&report).map_err(PageError::internal)?;
-    let version = fleet::publish(
+    let version = active_rules::publish(
         &state.app.store,
         Some(&state.app.rules),
-        &visit.actor(),
+        &signed_in.actor(),
         text,
         message,
         Some(&report),
@@ -62,14 +62,14 @@ pub async fn publish(
     Ok(Redirect::to(&format!("/console/rules?published={version}")).into_response())
 }
 
-fn published_error(error: FleetError) -> PageError {
+fn published_error(error: ActiveRulesError) -> PageError {
     match error {
-        FleetError::Invalid(error) => {
+        ActiveRulesError::Invalid(error) => {
             PageError::bad_field("rules", &format!("do not load: {error}"))
         }
-        FleetError::Message(problem) => PageError::bad_field("message", &problem),
-        FleetError::Store(error) => PageError::from(error),
-        FleetError::Stored { .. } => PageError::internal(error),
+        ActiveRulesError::Message(problem) => PageError::bad_field("message", &problem),
+        ActiveRulesError::Store(error) => PageError::from(error),
+        ActiveRulesError::Stored { .. } => PageError::internal(error),
     }
 }
 
@@ -124,7 +124,7 @@ fn versions_table(versions: &[RulesVersionSummary]) -> Markup {
 /// `GET /console/rules?before=&published=`: the rules versions, newest first.
 pub async fn versions(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     uri: Uri,
 ) -> Result<Markup, PageError> {
     let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
@@ -169,7 +169,7 @@ pub async fn versions(
         }
     };
     Ok(layout::page(
-        &visit,
+        &signed_in,
         Section::Quality,
         "Rules versions",
         body,

@@ -6,7 +6,7 @@ use axum::{body::Bytes, extract::State, http::HeaderMap};
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, charts, csrf,
+    ConsoleState, SignedInSession, charts, csrf,
     errors::PageError,
     forms::Fields,
     layout::{self, Section},
@@ -18,7 +18,7 @@ use crate::backtest::{
 
 /// The sweep's form: a rule in force (those with a number in their condition), which of its
 /// numbers, the values (empty: ten around it) and the window.
-pub fn form(visit: &Visit, rules: &[(String, String)], window: &str) -> Markup {
+pub fn form(signed_in: &SignedInSession, rules: &[(String, String)], window: &str) -> Markup {
     html! {
         section.card aria-labelledby="sweep-title" {
             h2 #sweep-title { "Sweep a threshold" }
@@ -27,7 +27,7 @@ pub fn form(visit: &Visit, rules: &[(String, String)], window: &str) -> Markup {
                 "the actions, the reversals saved and the expected reversal rate at each, to pick a threshold from the moderators' verdicts."
             }
             form.stack.wide method="post" action="/console/backtest/sweep" {
-                (csrf::field(&visit.session))
+                (csrf::field(&signed_in.session))
                 div.field {
                     label for="sweep-rule" { "Rule (its condition)" }
                     select #sweep-rule name="rule" {
@@ -65,14 +65,14 @@ pub fn sweepable(rules: &crate::rules::RuleSet) -> Vec<(String, String)> {
 /// `POST /console/backtest/sweep` with `csrf`, `rule`, `literal`, `values` and `window`.
 pub async fn run(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Markup, PageError> {
     let fields = Fields::posted(
         &headers,
         &body,
-        &visit.session,
+        &signed_in.session,
         &["rule", "literal", "values", "window"],
     )?;
     let rule = fields.text("rule")?;
@@ -134,9 +134,9 @@ pub async fn run(
     let body = html! {
         h1 { "Backtest" }
         (view(&report))
-        (form(&visit, &sweepable(&in_force), window_name))
+        (form(&signed_in, &sweepable(&in_force), window_name))
     };
-    Ok(layout::page(&visit, Section::Quality, "Sweep", body))
+    Ok(layout::page(&signed_in, Section::Quality, "Sweep", body))
 }
 
 fn view(report: &SweepReport) -> Markup {

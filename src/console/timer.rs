@@ -13,7 +13,7 @@ use chrono::Utc;
 use maud::{Markup, html};
 
 use super::{
-    ConsoleState, Visit, csrf,
+    ConsoleState, SignedInSession, csrf,
     errors::PageError,
     forms::Fields,
     layout::{self},
@@ -48,7 +48,12 @@ pub fn labels(labels: &[LabelRecord]) -> Markup {
 /// The timer in force on `entity`, with the form that ends it now (its reason filled in with
 /// `reason`: one written before the session ended, else empty); a line saying there is none
 /// otherwise.
-pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>, reason: &str) -> Markup {
+pub fn block(
+    signed_in: &SignedInSession,
+    entity: &str,
+    timer: &Option<Timer>,
+    reason: &str,
+) -> Markup {
     html! {
         @match timer {
             Some(t) => {
@@ -68,7 +73,7 @@ pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>, reason: &str) -
                         " and restores " (layout::status(t.restores_to.as_str())) "."
                     }
                     form.stack method="post" action={ "/console/entities/" (entity) "/timer/end" } {
-                        (csrf::field(&visit.session))
+                        (csrf::field(&signed_in.session))
                         div.field {
                             label for="timer-reason" { "Reason" }
                             textarea #timer-reason name="reason" required maxlength="1000" { (reason) }
@@ -85,12 +90,12 @@ pub fn block(visit: &Visit, entity: &str, timer: &Option<Timer>, reason: &str) -
 /// `POST /console/entities/{entity}/timer/end` with `csrf` and `reason`.
 pub async fn end(
     State(state): State<ConsoleState>,
-    visit: Visit,
+    signed_in: SignedInSession,
     path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &visit.session, &["reason"])?;
+    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
     let raw = path.map(|Path(raw)| raw).unwrap_or_default();
     let entity = EntityId::parse(&raw)
         .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
@@ -99,10 +104,10 @@ pub async fn end(
         &state.app.store,
         &state.app.queue,
         &entity,
-        &visit.actor(),
+        &signed_in.actor(),
         &reason,
     )
     .await?;
-    tracing::info!(%entity, token = %visit.user.token, "console ended a timer");
+    tracing::info!(%entity, token = %signed_in.user.token, "console ended a timer");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=timer")).into_response())
 }

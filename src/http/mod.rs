@@ -75,7 +75,10 @@ impl crate::console::ConsoleApp for AppState {
             backtests: Arc::clone(&self.backtests),
             override_after_reversal: self.settings.moderation.override_after_reversal,
             review_claim: self.settings.moderation.review_claim,
-            guard: crate::fleet::Guard::new(&self.settings.moderation, Some(self.rules.clone())),
+            demoter: crate::active_rules::RuleDemoter::new(
+                &self.settings.moderation,
+                Some(self.rules.clone()),
+            ),
         }
     }
 }

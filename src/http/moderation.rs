@@ -18,8 +18,8 @@ use super::{
     params::{bad_query, page_cursor, page_limit, parse_entity, path_param, unknown_parameters},
 };
 use crate::{
+    active_rules::RuleDemoter,
     domain::Status,
-    fleet::Guard,
     moderation::{self, Overridden, OverrideRequest, TEXT_RULE, acceptable_text},
     store::ActionFilter,
 };
@@ -183,7 +183,7 @@ pub async fn reverse(
         &requester.actor(moderator),
         reason,
         override_for,
-        &Guard::new(&state.settings.moderation, Some(state.rules.clone())),
+        &RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone())),
     )
     .await?;
     Ok(Json(json!(reversal)))

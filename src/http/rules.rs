@@ -10,9 +10,9 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    rules_versions::fleet_error,
+    rules_versions::active_rules_error,
 };
-use crate::{audit, fleet, telemetry::OrNone};
+use crate::{active_rules, audit, telemetry::OrNone};
 
 const HITS_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
@@ -92,9 +92,9 @@ pub async fn reload(
 ) -> Result<Json<Value>, ApiError> {
     let current = state.rules.current();
     let before = (current.rules().len(), current.version());
-    fleet::sync(&state.store, &state.rules)
+    active_rules::sync(&state.store, &state.rules)
         .await
-        .map_err(|e| fleet_error(e, "rules"))?;
+        .map_err(|e| active_rules_error(e, "rules"))?;
     let current = state.rules.current();
     let after = (current.rules().len(), current.version());
     tracing::info!(rules = after.0, version = %OrNone(after.1), "rules reloaded");

@@ -1,6 +1,6 @@
 //! Rules versions: publishing a rules file as the next version (`POST /v1/rules`), listing
 //! the versions (`GET /v1/rules/versions`) and making an earlier one active again
-//! (`POST /v1/rules/versions/{version}/activate`). The `fleet` use case does the work; every
+//! (`POST /v1/rules/versions/{version}/activate`). The `active_rules` use case does the work; every
 //! process puts the new version in force within moments (LISTEN/NOTIFY, with a poll behind it).
 
 use std::collections::HashMap;
@@ -20,28 +20,30 @@ use super::{
     moderation::{invalid, json_object},
     params::{page_cursor, page_limit, path_param, unknown_parameters},
 };
-use crate::fleet::{self, FleetError};
+use crate::active_rules::{self, ActiveRulesError};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
 
 /// How a failed publish or rollback reaches the client: rules that do not compile are 422
 /// naming the rule and the position, a bad message 422 naming the field.
-pub(crate) fn fleet_error(error: FleetError, field: &str) -> ApiError {
+pub(crate) fn active_rules_error(error: ActiveRulesError, field: &str) -> ApiError {
     match error {
-        FleetError::Invalid(error) => ApiError::new(
+        ActiveRulesError::Invalid(error) => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_rules",
             format!("{error}; nothing was published"),
         )
         .with_field(field),
-        FleetError::Stored { .. } => ApiError::new(
+        ActiveRulesError::Stored { .. } => ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_rules",
             format!("{error}; the active version stays"),
         ),
-        FleetError::Message(problem) => invalid(Some("message"), &format!("message {problem}")),
-        FleetError::Store(error) => store_error(error),
+        ActiveRulesError::Message(problem) => {
+            invalid(Some("message"), &format!("message {problem}"))
+        }
+        ActiveRulesError::Store(error) => store_error(error),
     }
 }
 
@@ -76,14 +78,14 @@ pub async fn publish(
     State(state): State<AppState>,
     requester: Requester,
     RequestBody(body): RequestBody,
-) -> Result<(StatusCode, Json<fleet::Published>), ApiError> {
+) -> Result<(StatusCode, Json<active_rules::Published>), ApiError> {
     let object = json_object(&body, &["rules", "message"])?;
     let rules = text_field(&object, "rules")?
         .ok_or_else(|| invalid(Some("rules"), "is required: a rules file's TOML"))?;
     let message = text_field(&object, "message")?
         .ok_or_else(|| invalid(Some("message"), "is required: why this version"))?;
     let actor = requester.token_actor();
-    let version = fleet::publish(
+    let version = active_rules::publish(
         &state.store,
         Some(&state.rules),
         &actor,
@@ -92,11 +94,11 @@ pub async fn publish(
         None,
     )
     .await
-    .map_err(|e| fleet_error(e, "rules"))?;
+    .map_err(|e| active_rules_error(e, "rules"))?;
     tracing::info!(version, "rules version published");
     Ok((
         StatusCode::CREATED,
-        Json(fleet::Published::new(version, rules)),
+        Json(active_rules::Published::new(version, rules)),
     ))
 }
 
@@ -173,9 +175,9 @@ pub async fn activate(
         text_field(&object, "message")?.map_or(default, str::to_owned)
     };
     let actor = requester.token_actor();
-    fleet::rollback(&state.store, Some(&state.rules), &actor, version, &message)
+    active_rules::rollback(&state.store, Some(&state.rules), &actor, version, &message)
         .await
-        .map_err(|e| fleet_error(e, "version"))?;
+        .map_err(|e| active_rules_error(e, "version"))?;
     tracing::info!(version, "rules version activated again");
     Ok(Json(json!({ "version": version })))
 }

@@ -12,8 +12,8 @@ use super::{
     signature::InboundSecrets,
 };
 use crate::{
-    backtest::Gate, credentials::WebhookSecret, ingest::Ingestor, queue::Queue, rules::Rules,
-    settings::Settings, store::Store,
+    backtest::BacktestSemaphore, credentials::WebhookSecret, ingest::Ingestor, queue::Queue,
+    rules::Rules, settings::Settings, store::Store,
 };
 
 /// What every handler shares. Axum clones the state for each request (and each layer that
@@ -45,7 +45,7 @@ pub struct Shared {
     /// The process' settings: request limits, timeouts, the override after a reversal.
     pub settings: Arc<Settings>,
     /// One backtest at a time in this process (the API's and the console's).
-    pub backtests: Arc<Gate>,
+    pub backtests: Arc<BacktestSemaphore>,
 }
 
 impl AppState {
@@ -93,7 +93,7 @@ impl AppState {
             sources: Arc::new(sources),
             rate_limits: Arc::new(RateLimits::new(&settings.http, &security.sources)),
             ingest_slots: Arc::new(Semaphore::new(settings.http.max_concurrent_ingest)),
-            backtests: Arc::new(Gate::default()),
+            backtests: Arc::new(BacktestSemaphore::default()),
             settings: Arc::new(settings.clone()),
         }))
     }

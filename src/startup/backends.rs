@@ -8,8 +8,8 @@ use tokio::sync::Notify;
 
 use super::connect::{connect_redis, connect_store, database_address, keyspace};
 use crate::{
+    active_rules,
     credentials::redact_passwords,
-    fleet,
     maintenance::Maintenance,
     queue::{Queue, Wakeups},
     rules::Rules,
@@ -45,7 +45,7 @@ impl Backends {
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not make the time partitions ahead of time");
         }
         // The active rules version, not the file, is in force (the file seeds an empty table).
-        fleet::start(&store, &rules)
+        active_rules::start(&store, &rules)
             .await
             .context("cannot put the active rules version in force")?;
         Ok(Self {

@@ -23,7 +23,7 @@ pub use self::{
 };
 use crate::{
     actions::{DeliverySettings, Dispatcher},
-    fleet,
+    active_rules,
     settings::{ConfigArgs, Settings},
     telemetry,
 };
@@ -142,7 +142,7 @@ async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
     backends.check_schedule_matches_database(settings).await?;
     reload_rules_on_sighup(Arc::clone(&backends.rules), backends.store.clone());
     let shutdown = shutdown_on_signal();
-    tokio::spawn(fleet::follow(
+    tokio::spawn(active_rules::follow(
         backends.store.clone(),
         Arc::clone(&backends.rules),
         settings.moderation.rules_poll_interval,

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    audit,
+    active_rules, audit,
     domain::Actor,
-    fleet,
     rules::Rules,
     store::Store,
     telemetry::{Chain, OrNone},
@@ -29,7 +28,7 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
             super::systemd::notify(&[sd_notify::NotifyState::Reloading]);
             let before = rules.current();
             let before = (before.rules().len(), before.version());
-            match fleet::sync(&store, &rules).await {
+            match active_rules::sync(&store, &rules).await {
                 Ok(synced) => {
                     let after = rules.current();
                     let after = (after.rules().len(), after.version());

@@ -70,7 +70,7 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     assert_eq!(seeded["text"], quiesce::rules::DEFAULT_RULES);
     assert_eq!(
         seeded["hash"],
-        quiesce::fleet::hash(quiesce::rules::DEFAULT_RULES)
+        quiesce::active_rules::hash(quiesce::rules::DEFAULT_RULES)
     );
     assert_eq!(app.get("/readyz").await.1["rules_version"], 1);
     assert_eq!(flag_twice(&app, "post:before").await, (Some(1), None));
@@ -137,7 +137,7 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["version"], 2);
-    assert_eq!(body["hash"], quiesce::fleet::hash(HIDE_AT_TWO));
+    assert_eq!(body["hash"], quiesce::active_rules::hash(HIDE_AT_TWO));
     let (_, listing) = call(&app, "GET", "/v1/rules", TOKEN_MODERATOR, json!(null)).await;
     assert_eq!(listing["version"]["version"], 2);
     assert_eq!(listing["version"]["author"], admin.as_str());
@@ -283,7 +283,7 @@ async fn the_command_line_publishes_and_rolls_back() {
         .await;
     let published: Value = serde_json::from_str(&out).expect("JSON on stdout");
     assert_eq!(published["version"], 2);
-    assert_eq!(published["hash"], quiesce::fleet::hash(HIDE_AT_TWO));
+    assert_eq!(published["hash"], quiesce::active_rules::hash(HIDE_AT_TWO));
     // The keys in the order the README shows them.
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();

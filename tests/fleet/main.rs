@@ -357,7 +357,7 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
     )
     .bind(silent)
     .bind(&text)
-    .bind(quiesce::fleet::hash(&text))
+    .bind(quiesce::active_rules::hash(&text))
     .execute(&fleet.app.pool)
     .await
     .unwrap();

@@ -777,7 +777,7 @@ async fn processes_on_different_rules_versions_fire_the_disagreement_alert() {
          SELECT version, 'publish', 'test', 'only some hear of it' FROM v",
     )
     .bind(&text)
-    .bind(quiesce::fleet::hash(&text))
+    .bind(quiesce::active_rules::hash(&text))
     .execute(&app.pool)
     .await
     .unwrap();

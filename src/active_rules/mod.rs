@@ -1,19 +1,21 @@
-//! One rule set for the whole fleet: rules live in Postgres as numbered versions, one of them
-//! active. A publish validates a rules file and stores it as the next version; a rollback makes
-//! an earlier one active again (a new activation). Every process puts the active version in
-//! force ([`sync`]) when it hears of a change ([`follow`]) and on a poll, swapping its whole
-//! rule set at once, so an evaluation never mixes versions. On an empty database the rules
-//! file (or the built-in rules) seeds version 1 ([`start`]).
+//! The active rules version, one rule set for every process of the fleet: rules live in
+//! Postgres as numbered versions, one of them active. A publish validates a rules file and
+//! stores it as the next version; a rollback makes an earlier one active again (a new
+//! activation). Every process puts the active version in force ([`sync`]) when it hears of a
+//! change ([`follow`]) and on a poll, swapping its whole rule set at once, so an evaluation never
+//! mixes versions. On an empty database the rules file (or the built-in rules) seeds version 1
+//! ([`start`]). The guard ([`RuleDemoter`]) publishes a version of its own to turn a rule that
+//! moderators reverse too often to shadow.
 
+mod demoter;
 mod follow;
-mod guard;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use self::{
+    demoter::{GUARD_AUTHOR, RuleDemoter},
     follow::follow,
-    guard::{GUARD_AUTHOR, Guard},
 };
 use crate::{
     domain::Actor,
@@ -24,8 +26,9 @@ use crate::{
 /// The longest publish or rollback message.
 pub const MAX_MESSAGE: usize = 1000;
 
+/// Why a seed, a sync, a publish or a rollback failed.
 #[derive(Debug, thiserror::Error)]
-pub enum FleetError {
+pub enum ActiveRulesError {
     /// The rules do not compile: nothing was stored.
     #[error(transparent)]
     Invalid(#[from] RulesError),
@@ -74,14 +77,14 @@ pub fn hash(text: &str) -> String {
 }
 
 /// A publish or rollback message: 1 to [`MAX_MESSAGE`] characters, no NUL.
-pub fn check_message(message: &str) -> Result<(), FleetError> {
+pub fn check_message(message: &str) -> Result<(), ActiveRulesError> {
     if message.trim().is_empty() || message.chars().count() > MAX_MESSAGE {
-        return Err(FleetError::Message(format!(
+        return Err(ActiveRulesError::Message(format!(
             "must be 1-{MAX_MESSAGE} characters"
         )));
     }
     if message.contains('\0') {
-        return Err(FleetError::Message("must not contain NUL".into()));
+        return Err(ActiveRulesError::Message("must not contain NUL".into()));
     }
     Ok(())
 }
@@ -89,7 +92,7 @@ pub fn check_message(message: &str) -> Result<(), FleetError> {
 /// Seeds an empty versions table with the rules the process started with (its rules file or
 /// the built-in rules) as version 1, then puts the active version in force. Concurrent starts
 /// seed once.
-pub async fn start(store: &Store, rules: &Rules) -> Result<Option<Synced>, FleetError> {
+pub async fn start(store: &Store, rules: &Rules) -> Result<Option<Synced>, ActiveRulesError> {
     let text = rules.current().text();
     let message = match rules.source() {
         Some(path) => format!("seeded from {}", path.display()),
@@ -112,7 +115,7 @@ pub async fn start(store: &Store, rules: &Rules) -> Result<Option<Synced>, Fleet
 
 /// Puts the active version in force here if it is not already (one read when it is);
 /// `None` while no version is stored.
-pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, FleetError> {
+pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, ActiveRulesError> {
     let Some(marker) = store.active_rules_marker().await? else {
         return Ok(None);
     };
@@ -128,7 +131,7 @@ pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, FleetE
     };
     let version = active.marker.version;
     let set = RuleSet::from_toml(&active.rules.text)
-        .map_err(|error| FleetError::Stored { version, error })?
+        .map_err(|error| ActiveRulesError::Stored { version, error })?
         .versioned(version);
     let count = set.rules().len();
     let changed = rules.install(set, active.marker.activation);
@@ -159,7 +162,7 @@ pub async fn publish(
     text: &str,
     message: &str,
     backtest: Option<&Value>,
-) -> Result<i64, FleetError> {
+) -> Result<i64, ActiveRulesError> {
     check_message(message)?;
     // Postgres text holds no NUL; a TOML file has none outside a comment anyway.
     if text.contains('\0') {
@@ -191,13 +194,14 @@ pub async fn rollback(
     actor: &Actor,
     version: i64,
     message: &str,
-) -> Result<(), FleetError> {
+) -> Result<(), ActiveRulesError> {
     check_message(message)?;
     let stored = store
         .rules_version(version)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("there is no rules version {version}")))?;
-    RuleSet::from_toml(&stored.text).map_err(|error| FleetError::Stored { version, error })?;
+    RuleSet::from_toml(&stored.text)
+        .map_err(|error| ActiveRulesError::Stored { version, error })?;
     store.activate_rules(actor, version, message).await?;
     if let Some(rules) = rules {
         sync(store, rules).await?;

@@ -9,7 +9,7 @@ use sqlx::postgres::{PgListener, PgNotification};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::{FleetError, sync};
+use super::{ActiveRulesError, sync};
 use crate::{rules::Rules, store::Store, telemetry::Chain};
 
 /// Keeps the active version in force in this process until `shutdown`: on every notification,
@@ -68,7 +68,7 @@ async fn check(store: &Store, rules: &Rules, outage: &mut bool) {
             tracing::info!("the active rules version can be checked again");
         }
         Ok(_) => {}
-        Err(FleetError::Store(error)) if error.is_unavailable() => {
+        Err(ActiveRulesError::Store(error)) if error.is_unavailable() => {
             if !*outage {
                 tracing::warn!(error = %Chain(&error), "cannot check the active rules version while Postgres is unavailable; the rules in force stay, checked again on the poll");
             }

@@ -1,15 +1,15 @@
-//! The guard: after each reversal, the reversed action's rule is weighed over its latest
-//! actions; a live rule that moderators reverse too often is turned to shadow by quiesce itself,
-//! as a new rules version (authored by [`GUARD_AUTHOR`], its message carrying the figures),
-//! with an audit entry, a metric the alert rules watch and an outbound webhook event. Every
-//! process puts that version in force as it does any publish.
+//! The guard ([`RuleDemoter`]): after each reversal, the reversed action's rule is weighed over
+//! its latest actions; a live rule that moderators reverse too often is turned to shadow by
+//! quiesce itself, as a new rules version (authored by [`GUARD_AUTHOR`], its message carrying the
+//! figures), with an audit entry, a metric the alert rules watch and an outbound webhook event.
+//! Every process puts that version in force as it does any publish.
 
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
 use serde_json::json;
 
-use super::{FleetError, hash, sync};
+use super::{ActiveRulesError, hash, sync};
 use crate::{
     domain::{Actor, AuditAction, AuditEntry},
     rules::{RuleSet, Rules},
@@ -25,10 +25,11 @@ pub const GUARD_AUTHOR: &str = "quiesce-guard";
 /// its write.
 const ATTEMPTS: usize = 3;
 
-/// The guard's settings, and the rules in force in this process (put in force at once after
-/// a demotion; the other processes hear of it).
+/// The guard, which turns a live rule reversed too often to shadow: its settings, and the rules
+/// in force in this process (put in force at once after a demotion; the other processes hear
+/// of it).
 #[derive(Clone)]
-pub struct Guard {
+pub struct RuleDemoter {
     pub enabled: bool,
     /// How many of a rule's latest actions it weighs, and needs before it acts.
     pub actions: u32,
@@ -39,7 +40,7 @@ pub struct Guard {
     pub rules: Option<Arc<Rules>>,
 }
 
-impl Guard {
+impl RuleDemoter {
     pub fn new(settings: &Moderation, rules: Option<Arc<Rules>>) -> Self {
         Self {
             enabled: settings.guard,
@@ -63,17 +64,18 @@ impl Guard {
     }
 
     /// The version that turned `rule` to shadow, if this check published one.
-    pub async fn check(&self, store: &Store, rule: &str) -> Result<Option<i64>, FleetError> {
+    pub async fn check(&self, store: &Store, rule: &str) -> Result<Option<i64>, ActiveRulesError> {
         for _ in 0..ATTEMPTS {
             let Some(active) = store.active_rules().await? else {
                 return Ok(None);
             };
             let over = active.marker.version;
-            let set =
-                RuleSet::from_toml(&active.rules.text).map_err(|error| FleetError::Stored {
+            let set = RuleSet::from_toml(&active.rules.text).map_err(|error| {
+                ActiveRulesError::Stored {
                     version: over,
                     error,
-                })?;
+                }
+            })?;
             let armed = set
                 .rules()
                 .iter()
@@ -118,7 +120,7 @@ impl Guard {
         over: i64,
         text: &str,
         figures: RuleFigures,
-    ) -> Result<Option<i64>, FleetError> {
+    ) -> Result<Option<i64>, ActiveRulesError> {
         let rate = figures.reversals as f64 / figures.actions as f64;
         let message = format!(
             "guard: rule {rule} turned to shadow: {} of its last {} actions reversed (rate {rate:.3}, threshold {})",
@@ -184,8 +186,8 @@ mod tests {
 
     const TWO: &str = "# the rules\n[[rule]]\nname = \"a\"\nwhen = 'count(\"flag\") >= 2'\naction = \"hide\"\nreason = \"r\" # why\n\n[[rule]]\nname = \"b\"\nwhen = 'count(\"flag\") >= 3'\naction = \"flag\"\nreason = \"r\"\nshadow = false\n";
 
-    fn guard(actions: u32, threshold: f64) -> Guard {
-        Guard {
+    fn demoter(actions: u32, threshold: f64) -> RuleDemoter {
+        RuleDemoter {
             enabled: true,
             actions,
             threshold,
@@ -218,9 +220,9 @@ mod tests {
     #[test]
     fn it_trips_on_a_full_sample_above_the_threshold_only() {
         let figures = |actions, reversals| RuleFigures { actions, reversals };
-        assert!(guard(4, 0.5).trips(figures(4, 3)));
-        assert!(!guard(4, 0.5).trips(figures(4, 2)), "at the threshold");
-        assert!(!guard(4, 0.5).trips(figures(3, 3)), "too few actions");
+        assert!(demoter(4, 0.5).trips(figures(4, 3)));
+        assert!(!demoter(4, 0.5).trips(figures(4, 2)), "at the threshold");
+        assert!(!demoter(4, 0.5).trips(figures(3, 3)), "too few actions");
     }
 
     #[test]
