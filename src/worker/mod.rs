@@ -48,9 +48,10 @@ const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 /// Most shards one poll takes from the due index.
 const SHARDS_PER_READ: usize = 64;
 
-/// Most reads of the due index a process makes per `poll_interval` when nothing wakes it and
-/// nothing is due at once: what falls due within a tenth of it waits for one read.
-const READS_PER_POLL_INTERVAL: u32 = 10;
+/// Shortest sleep between a process's reads of the due index when nothing wakes it and
+/// nothing is due at once (a tenth of `poll_interval` if that is shorter): what falls due
+/// within it waits for one read.
+const READ_GAP: Duration = Duration::from_millis(10);
 
 /// How long a poll holds the shards it read from the due index: the other processes, woken
 /// by the same due time, leave them to it until it settles them (in a few milliseconds,
@@ -362,7 +363,7 @@ impl Worker {
                             // bounded however dense the due times get.
                             // Something due now (a full read, a shard with more than a claim
                             // batch) is read again at once.
-                            let gap = self.settings.poll_interval / READS_PER_POLL_INTERVAL;
+                            let gap = READ_GAP.min(self.settings.poll_interval / 10);
                             sleep_for = if next.is_zero() {
                                 next
                             } else {
