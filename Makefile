@@ -161,7 +161,8 @@ bench-traces:
 ## bench-cluster: the batched burst on a private Redis Cluster and one node (bench/cluster/, SCALING.md)
 # 3 masters and 3 replicas from QUIESCE_CLUSTER_PORT (default 7101), and a private single node;
 # the burst, the same events in small requests and the paced run: keys and commands/s per
-# master, max/min, fire delay; Redis bytes per pending entity.
+# master, max/min, fire delay; Redis bytes per pending entity; then issue 39's shape (random
+# entities, 1 serve + 3 workers) on the cluster. BENCH_CLUSTER_RUNS=random runs that one alone.
 bench-cluster:
 	@$(WITH_SERVICES_AND_REDIS_SERVER) bench/cluster/run.sh
 

@@ -4,7 +4,8 @@ bench/idle-cost/run.sh), from what they wrote: INFO ALL of every node before and
 (info/<label>-<host:port>.txt), the load generator's JSON, the prefix's keys per primary
 (info/<label>-keys.txt) and the server's /metrics around the burst. Standard library only.
 
-  report.py burst DIR     the burst and the pending run, on the cluster and on one node
+  report.py burst DIR     the burst and the pending run, on the cluster and on one node, and
+                          issue 39's shape (random entities, 1 serve + 3 workers) on the cluster
   report.py idle DIR      idle worker processes: commands per second per process
 
 Commands are INFO commandstats calls (what total_commands_processed counts too): Redis 7 counts
@@ -116,6 +117,9 @@ def script_calls(directory, label):
             m = re.match(r"quiesce_ingest_commit_seconds_count(?:\{.*\})? (\S+)", line)
             if m:
                 counts["(group commits)"] += float(m.group(1))
+            m = re.match(r"quiesce_evaluations_total(?:\{.*\})? (\S+)", line)
+            if m:
+                counts["(evaluations)"] += float(m.group(1))
         return counts
 
     before = read(os.path.join(directory, f"{label}-before.prom"))
@@ -134,9 +138,24 @@ def n(x, digits=0):
     return f"{x:,.{digits}f}"
 
 
+def holds_index(directory, label, node):
+    """Whether a master held the shard index's keys after a run (its key listing)."""
+    listing = os.path.join(directory, "info", f"{label}-keys-{node}.list")
+    return os.path.exists(listing) and any("}:shards:" in k for k in open(listing))
+
+
 def burst(directory):
     env = json.load(open(os.path.join(directory, "environment.json")))
     slots = slots_of(directory)
+    if os.path.exists(os.path.join(directory, "burst-cluster-before.prom")) or os.path.exists(
+        os.path.join(directory, "burst-node-before.prom")
+    ):
+        burst_runs(directory, env, slots)
+    if os.path.exists(os.path.join(directory, "random-cluster-before.prom")):
+        random_run(directory, env, slots)
+
+
+def burst_runs(directory, env, slots):
     print(f"## bench-cluster ({env['machine']}, Redis {env['redis']}, PostgreSQL {env['postgres']})")
     print()
     if "load" in env:
@@ -169,8 +188,7 @@ def burst(directory):
         keys = keys_of(directory, f"burst-{target}")
         for node in masters:
             d = deltas[node]
-            listing = os.path.join(directory, "info", f"burst-{target}-keys-{node}.list")
-            index = os.path.exists(listing) and any("}:shards:" in k for k in open(listing))
+            index = holds_index(directory, f"burst-{target}", node)
             shown = f"{node} (shard index)" if index and len(masters) > 1 else node
             print(
                 f"| {name} | {shown} | {n(slots[node]) if node in slots else '-'} "
@@ -277,6 +295,73 @@ def burst(directory):
                 f"| {target} | all | {total[0]} | {n(total[1])} | {n(total[2])} | {n(total[3])} "
                 f"| {total[3] / total[2]:.0f} | |"
             )
+
+
+RANDOM_SCRIPTS = ("(group commits)", "schedule", "index_report", "index_read", "index_settle", "claim",
+                  "ack", "reap", "renew", "retry", "(evaluations)")
+
+
+def random_run(directory, env, slots):
+    label = "random-cluster"
+    seconds_asked = env.get("random_seconds", 4)
+    print()
+    print("### Issue 39's shape: random entities, 1 `serve` + 3 `worker` processes")
+    print()
+    if env.get("random_load"):
+        print(f"Load average (1, 5, 15 min) at the start of this run: {env['random_load']}.")
+        print()
+    print(
+        "One `quiesce serve` and three `quiesce worker` processes on the cluster, a 2 s window, "
+        f"{env['shards']} shards; 4 senders, each posting requests of 20 events from entities drawn "
+        "at random among 1,000 (1-4 events each, mixed signals) and pausing 0-20 ms after each "
+        "(`quiesce-loadgen --scenario random --entities 1000 --batch 20 --connections 4 --pause 20ms`). "
+        f"Commands: INFO commandstats of every node over {seconds_asked} s, from "
+        f"{env.get('random_warmup', 3)} s into the send (entities fall due 2 s after their last "
+        "event, so by then evaluations run as the events come)."
+    )
+    print()
+    nodes = nodes_of(directory, f"{label}-before")
+    deltas = {node: delta(directory, f"{label}-before", f"{label}-after", node) for node in nodes}
+    masters = [node for node in nodes if deltas[node]["role"] == "master"]
+    print("| master | slots | commands | commands/s | EVALSHA/s | CPU s | by command (calls) |")
+    print("|---|---|---|---|---|---|---|")
+    for node in masters:
+        d = deltas[node]
+        shown = f"{node} (shard index)" if holds_index(directory, label, node) else node
+        print(
+            f"| {shown} | {n(slots[node]) if node in slots else '-'} | {n(d['commands'])} "
+            f"| {n(d['commands'] / d['seconds'])} | {n(d['calls']['evalsha'] / d['seconds'])} "
+            f"| {d['cpu']:.2f} | {', '.join(f'{k} {n(v)}' for k, v in d['calls'].most_common())} |"
+        )
+    run = json.load(open(os.path.join(directory, f"{label}.json")))
+    d = run["drain"]
+    fire = d["fire_delay_ms"]
+    ms = [deltas[m] for m in masters]
+    print()
+    print(
+        "| events/s (whole send) | evaluations per entity | fire delay p50 / p99 / max ms "
+        "| duplicate / wrong actions | drained | commands/s, all masters | max/min commands "
+        "| max/min EVALSHA | max/min CPU |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {n(run['events_per_second'])} | {d['evaluations_per_entity']:.2f} "
+        f"| {fire['p50']:.0f} / {fire['p99']:.0f} / {fire['max']:.0f} "
+        f"| {d['duplicate_actions']} / {d['wrong_actions']} | {str(d['drained']).lower()} "
+        f"| {n(sum(m['commands'] for m in ms) / ms[0]['seconds'])} "
+        f"| **{ratio([m['commands'] for m in ms])}** | {ratio([m['calls']['evalsha'] for m in ms])} "
+        f"| {ratio([m['cpu'] for m in ms])} |"
+    )
+    scripts = script_calls(directory, label)
+    print()
+    print(
+        "Script calls of the four processes between /metrics scrapes just around the count "
+        "(quiesce_redis_script_duration_seconds_count), with group commits and evaluations:"
+    )
+    print()
+    print("| " + " | ".join(RANDOM_SCRIPTS) + " |")
+    print("|" + "---|" * len(RANDOM_SCRIPTS))
+    print("| " + " | ".join(n(scripts.get(k, 0)) for k in RANDOM_SCRIPTS) + " |")
 
 
 def idle(directory):

@@ -22,7 +22,7 @@ struct Args {
         env = "QUIESCE_LOADGEN_URL"
     )]
     url: String,
-    /// steady (Zipf entities), burst (each entity one burst), hot (10 entities get 90% of the events: a viral post under a vote storm), spam-wave (flags only) or sloan (posts buried in upvotes with a few early flags).
+    /// steady (Zipf entities), burst (each entity one burst), hot (10 entities get 90% of the events: a viral post under a vote storm), spam-wave (flags only), sloan (posts buried in upvotes with a few early flags) or random (each request from entities drawn at random, 1-4 events each).
     #[arg(long, value_enum, default_value = "burst")]
     scenario: Scenario,
     /// Events to send (sloan: ignored; each post gets 10 flags and 500 upvotes).
@@ -34,9 +34,13 @@ struct Args {
     /// Events per second to pace at [default: as fast as the server takes them].
     #[arg(long)]
     rate: Option<u32>,
-    /// With --rate: send for this long (e.g. 30s), that is rate x duration events, at most --events.
+    /// Send for this long (e.g. 30s): with --rate, rate x duration events; without, requests
+    /// until then (the events not sent are left out of the checks). At most --events either way.
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
+    /// Each connection waits a random time between zero and this after each request (e.g. 20ms).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pause: Duration,
     /// Events per request.
     #[arg(long, default_value_t = 100)]
     batch: usize,
@@ -108,6 +112,9 @@ async fn main() -> ExitCode {
         events,
         entities: args.entities,
         rate: args.rate,
+        // With a rate the duration bounds the events (above); without, the send's time.
+        send_for: args.duration.filter(|_| args.rate.is_none()),
+        pause: args.pause,
         batch: args.batch,
         connections: args.connections,
         token: args.token,

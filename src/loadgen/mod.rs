@@ -14,6 +14,7 @@ use std::{
 };
 
 use anyhow::Context;
+use rand::Rng;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -44,6 +45,9 @@ pub enum Scenario {
     SpamWave,
     /// Valid posts buried in upvotes with a few early flags: nothing should happen.
     Sloan,
+    /// Each request's events come from entities drawn at random (uniformly), 1 to 4 events
+    /// each, mixed signals: a platform sending events as they happen on many posts at once.
+    Random,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +60,11 @@ pub struct LoadConfig {
     pub entities: usize,
     /// Events per second to pace at; `None`: as fast as the server takes them.
     pub rate: Option<u32>,
+    /// Stop sending new requests after this long (the events not sent by then are left out of
+    /// the report and the checks); `None`: send them all.
+    pub send_for: Option<Duration>,
+    /// Each connection waits a random time between zero and this after each request.
+    pub pause: Duration,
     /// Events per request.
     pub batch: usize,
     /// Requests in flight.
@@ -92,8 +101,7 @@ struct Tally {
 /// Runs the scenario and, with a database URL, the drain and outcome checks.
 pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let planned = Arc::new(plan(&config));
-    let events_sent = planned.len();
-    let batches = events_sent.div_ceil(config.batch.max(1));
+    let batches = planned.len().div_ceil(config.batch.max(1));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(config.connections)
         .build()?;
@@ -114,7 +122,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let per_second: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
     let bar = if config.progress {
-        indicatif::ProgressBar::new(events_sent as u64)
+        indicatif::ProgressBar::new(planned.len() as u64)
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -146,8 +154,14 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
             config.run_id.clone(),
         );
         let (batch, rate, attributes) = (config.batch.max(1), config.rate, config.attributes);
+        let (send_for, pause) = (config.send_for, config.pause);
         senders.spawn(async move {
             loop {
+                // Checked before taking a request: every request taken is sent, so the events
+                // sent are the plan's first ones.
+                if send_for.is_some_and(|limit| started.elapsed() >= limit) {
+                    return;
+                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 if index >= batches {
                     return;
@@ -215,13 +229,18 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
                     Err(error) if error.is_timeout() => Some("timeout".to_owned()),
                     Err(_) => Some("connection".to_owned()),
                 };
-                let mut tally = tally.lock().expect("tally lock");
-                tally.latencies_ms.push(elapsed_ms);
-                if let Some(error) = outcome {
-                    *tally.errors.entry(error).or_default() += 1;
+                {
+                    let mut tally = tally.lock().expect("tally lock");
+                    tally.latencies_ms.push(elapsed_ms);
+                    if let Some(error) = outcome {
+                        *tally.errors.entry(error).or_default() += 1;
+                    }
                 }
-                drop(tally);
                 bar.inc(count as u64);
+                if !pause.is_zero() {
+                    let wait = rand::rng().random_range(0..=pause.as_micros() as u64);
+                    tokio::time::sleep(Duration::from_micros(wait)).await;
+                }
             }
         });
     }
@@ -230,12 +249,14 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     }
     let send_seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    // The plan's first requests, all of them unless `send_for` stopped the send.
+    let events_sent = (next.load(Ordering::Relaxed) * config.batch.max(1)).min(planned.len());
     let mut tally = std::mem::take(&mut *tally.lock().expect("tally lock"));
     let accepted = accepted.load(Ordering::Relaxed);
     let per_second = std::mem::take(&mut *per_second.lock().expect("tally lock"));
 
     let drain = match &config.database_url {
-        Some(url) => Some(drain(&config, url, &planned, accepted, started).await?),
+        Some(url) => Some(drain(&config, url, &planned[..events_sent], accepted, started).await?),
         None => None,
     };
     Ok(Report {

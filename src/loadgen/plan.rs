@@ -11,6 +11,8 @@ const SLOAN_UPVOTES: usize = 500;
 /// The `hot` scenario's hot entities and the share of the events they receive, in tenths.
 const HOT_ENTITIES: usize = 10;
 const HOT_TENTHS: usize = 9;
+/// Most events the `random` scenario gives one entity in one request.
+const RANDOM_MAX_EVENTS: usize = 4;
 /// One event to send: which entity (index) and which signal.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Planned {
@@ -70,7 +72,30 @@ pub(super) fn plan(config: &LoadConfig) -> Vec<Planned> {
             }
             planned
         }
+        Scenario::Random => random(config.events, entities, config.batch.max(1), &mut rng),
     }
+}
+
+/// The `random` scenario: request by request, entities drawn uniformly with 1 to
+/// [`RANDOM_MAX_EVENTS`] events each (the last one of a request cut to fit).
+fn random(events: usize, entities: usize, batch: usize, rng: &mut StdRng) -> Vec<Planned> {
+    let mut planned = Vec::with_capacity(events);
+    while planned.len() < events {
+        let request_end = (planned.len() + batch).min(events);
+        while planned.len() < request_end {
+            let entity = rng.random_range(0..entities) as u32;
+            let count = rng
+                .random_range(1..=RANDOM_MAX_EVENTS)
+                .min(request_end - planned.len());
+            for _ in 0..count {
+                planned.push(Planned {
+                    entity,
+                    signal: mixed_signal(rng),
+                });
+            }
+        }
+    }
+    planned
 }
 
 /// The entity of the `hot` scenario's event `i`: of every ten events, nine go to the hot
@@ -105,7 +130,34 @@ pub(super) fn entity_name(run_id: &str, index: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{HOT_ENTITIES, hot_entity};
+    use rand::{SeedableRng, rngs::StdRng};
+
+    use super::{HOT_ENTITIES, RANDOM_MAX_EVENTS, hot_entity, random};
+
+    #[test]
+    fn the_random_scenario_gives_each_request_entities_drawn_at_random_with_one_to_four_events() {
+        let (events, entities, batch) = (20_000, 1_000, 20);
+        let planned = random(events, entities, batch, &mut StdRng::seed_from_u64(1));
+        assert_eq!(planned.len(), events);
+        let mut seen = vec![false; entities];
+        let (mut runs, mut longer) = (0, 0);
+        for request in planned.chunks(batch) {
+            // Runs of one entity within a request: its events, 1 to 4, or more where the same
+            // entity was drawn twice in a row (one draw in a thousand).
+            for run in request.chunk_by(|a, b| a.entity == b.entity) {
+                if run.len() > RANDOM_MAX_EVENTS {
+                    longer += 1;
+                }
+                seen[run[0].entity as usize] = true;
+                runs += 1;
+            }
+        }
+        assert!(longer * 200 < runs, "{longer} of {runs} runs over 4 events");
+        // About 2.5 events an entity, and nearly every entity drawn.
+        let mean = events as f64 / runs as f64;
+        assert!((2.2..=2.8).contains(&mean), "{mean}");
+        assert!(seen.iter().filter(|s| **s).count() > 990);
+    }
 
     #[test]
     fn the_hot_scenario_sends_nine_tenths_to_ten_entities_and_spreads_the_rest() {

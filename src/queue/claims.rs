@@ -68,7 +68,7 @@ pub enum Failed {
 /// [`Queue::report_leases`].
 #[derive(Debug, Default)]
 #[must_use = "the lease index must be told (Queue::report_leases)"]
-pub struct LeaseReports(Vec<(Shard, i64)>);
+pub struct LeaseReports(pub(super) Vec<(Shard, i64)>);
 
 impl Queue {
     /// Claims up to `limit` due entities of one shard, and reports their lease deadline to the
@@ -136,7 +136,7 @@ impl Queue {
     }
 
     /// Tells the lease index what claims made with [`Self::claim_deferring`] owe it, in one
-    /// call.
+    /// call (a worker's round does it with its settle: [`Self::settle_round`]).
     pub async fn report_leases(&self, leases: LeaseReports) {
         self.report(IndexKind::Leases, &leases.0).await;
     }

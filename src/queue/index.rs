@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 
-use super::{IndexKind, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
+use super::{IndexKind, LeaseReports, Queue, QueueError, Result, Shard, scripts::SCRIPTS};
 use crate::telemetry::Timed;
 
 /// Shards rescanned at once (each its own call: a cluster pipeline holds one slot).
@@ -27,6 +27,33 @@ pub const RESCAN_MAX_SHARDS_PER_STEP: usize = 16;
 fn rescan_slice(shards: usize, every: Duration) -> usize {
     let steps = (every.as_secs_f64() / RESCAN_STEP.as_secs_f64()).max(1.0);
     ((shards as f64 / steps).ceil() as usize).clamp(1, RESCAN_MAX_SHARDS_PER_STEP)
+}
+
+/// Redis' clock for the index's reads: the index master's TIME at most [`Self::RESYNC`] ago,
+/// carried forward by this process's monotonic clock, so that a read does not ask TIME each
+/// time. A read's now only picks the shards it returns and where a hold ends: a shard read a
+/// little early is a visit for nothing (its own script uses its master's clock), one read a
+/// little late would wait that much, so the estimate errs ahead of Redis' clock, never behind.
+#[derive(Debug, Default)]
+pub(super) struct IndexClock(std::sync::Mutex<Option<(i64, std::time::Instant)>>);
+
+impl IndexClock {
+    /// How long an estimate is carried forward before a read asks TIME again.
+    const RESYNC: Duration = Duration::from_secs(5);
+
+    /// Redis' clock now (unix ms), if it was asked less than [`Self::RESYNC`] ago.
+    fn now_ms(&self) -> Option<i64> {
+        let synced = *self.0.lock().expect("not poisoned");
+        synced
+            .filter(|(_, at)| at.elapsed() < Self::RESYNC)
+            .map(|(ms, at)| ms + at.elapsed().as_millis() as i64)
+    }
+
+    /// Redis' clock read `ms` after `asked` (when the call was sent): counted from `asked`,
+    /// and a millisecond more for TIME's rounding down, the estimate is never behind.
+    fn synced(&self, ms: i64, asked: std::time::Instant) {
+        *self.0.lock().expect("not poisoned") = Some((ms + 1, asked));
+    }
 }
 
 /// The first member of a sorted set with its score, as ZRANGE 0 0 WITHSCORES answers.
@@ -49,6 +76,22 @@ pub struct IndexRead {
 pub struct ReadShard {
     pub shard: Shard,
     reports: String,
+    /// Its time in the index when read (unix ms).
+    at: i64,
+    /// Whether the read held it ([`Queue::read_and_hold`]): not settled, it gets `at` back.
+    held: bool,
+}
+
+impl ReadShard {
+    /// What its settle passes to index_settle.lua.
+    fn settle_arg(&self, settle: Settle) -> i64 {
+        match settle {
+            // Still due from when it was read: never later than the truth (a report since
+            // then only lowers it further).
+            Settle::Untouched if self.held => self.at.max(0),
+            settle => settle.as_arg(),
+        }
+    }
 }
 
 /// Shards whose calls failed lately (their master is down or failing over): a poll skips
@@ -138,13 +181,31 @@ impl Queue {
     /// Reads up to `limit` shards of an index that may hold something due now (the most
     /// overdue first).
     pub async fn read_index(&self, kind: IndexKind, limit: usize) -> Result<IndexRead> {
+        self.read_and_hold(kind, limit, Duration::ZERO).await
+    }
+
+    /// [`Self::read_index`], and the shards read are held for `hold`: other readers do not
+    /// read them until this reader settles them ([`Self::settle_index`], which gives a shard it
+    /// did not get to its time back) or the hold ends. Processes that wake at the same due time
+    /// then do not all claim and settle the same shards.
+    pub async fn read_and_hold(
+        &self,
+        kind: IndexKind,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<IndexRead> {
         let index = self.keys.index();
         let mut redis = self.redis.clone();
+        let held = !hold.is_zero();
+        let estimate = self.index_clock.now_ms();
+        let asked = std::time::Instant::now();
         let reply: Vec<redis::Value> = SCRIPTS
             .index_read
             .key(index.times(kind))
             .key(index.reports(kind))
             .arg(limit)
+            .arg(hold.as_millis() as u64)
+            .arg(estimate.map_or_else(String::new, |ms| ms.to_string()))
             .invoke_async(&mut redis)
             .timed_script("index_read")
             .await?;
@@ -155,6 +216,9 @@ impl Queue {
                 .map_err(redis::RedisError::from)?)
         };
         let now_ms = number(values.next())?;
+        if estimate.is_none() {
+            self.index_clock.synced(now_ms, asked);
+        }
         let next_ms = Some(number(values.next())?).filter(|&at| at >= 0);
         let mut shards = Vec::new();
         let mut foreign = Vec::new();
@@ -162,11 +226,24 @@ impl Queue {
             let id: String = redis::from_redis_value(id).map_err(redis::RedisError::from)?;
             let reports: String = redis::from_redis_value(values.next().ok_or_else(short)?)
                 .map_err(redis::RedisError::from)?;
+            // A score, as Lua gives it: a string.
+            let at: String = redis::from_redis_value(values.next().ok_or_else(short)?)
+                .map_err(redis::RedisError::from)?;
+            let at = at
+                .parse::<f64>()
+                .map_err(|_| QueueError::Reply("index_read: a time that is no number".into()))?
+                as i64;
+            let read = |shard| ReadShard {
+                shard,
+                reports,
+                at,
+                held,
+            };
             match Shard::parse(&id) {
-                Some(shard) if self.keys.knows(shard) => shards.push(ReadShard { shard, reports }),
+                Some(shard) if self.keys.knows(shard) => shards.push(read(shard)),
                 // Another process's layout during a shard count change: left to the processes
                 // that use it.
-                Some(shard) => foreign.push(ReadShard { shard, reports }),
+                Some(shard) => foreign.push(read(shard)),
                 None => self.forget_in_index(kind, &id).await?,
             }
         }
@@ -182,8 +259,8 @@ impl Queue {
 
     /// Settles, as empty, the shards of a layout this process does not use that hold nothing
     /// due or in flight any more (a layout retired, or drained): they leave the index unless a
-    /// report came since the read. The others are left to the processes that use their layout.
-    /// A shard that cannot be asked stays as it is.
+    /// report came since the read. The others are left to the processes that use their layout
+    /// (given their time back, if held), as is a shard that cannot be asked.
     async fn drop_empty_foreign(&self, kind: IndexKind, foreign: Vec<ReadShard>) {
         let checks = foreign.into_iter().map(|read| {
             let keys = self.keys.for_foreign_shard(read.shard);
@@ -194,15 +271,19 @@ impl Queue {
                     .zcard(keys.inflight())
                     .query_async(&mut redis)
                     .await;
-                matches!(held, Ok((0, 0))).then_some((read, Settle::Empty))
+                let settle = match held {
+                    Ok((0, 0)) => Settle::Empty,
+                    _ => Settle::Untouched,
+                };
+                (read, settle)
             }
         });
-        let empty: Vec<(ReadShard, Settle)> = futures::future::join_all(checks)
+        let settled: Vec<(ReadShard, Settle)> = futures::future::join_all(checks)
             .await
             .into_iter()
-            .flatten()
+            .filter(|(read, settle)| read.held || *settle != Settle::Untouched)
             .collect();
-        if let Err(error) = self.settle_index(kind, &empty).await {
+        if let Err(error) = self.settle_index(kind, &settled).await {
             tracing::debug!(error = %crate::telemetry::Chain(&error), "could not drop empty shards of another layout from the index");
         }
     }
@@ -223,23 +304,54 @@ impl Queue {
     }
 
     /// Settles shards read from an index: each shard's time becomes what its script answered
-    /// if no report has come since the read, else only goes down to it.
+    /// if no report has come since the read, else only goes down to it; a shard held and
+    /// untouched gets its time back.
     pub async fn settle_index(
         &self,
         kind: IndexKind,
         shards: &[(ReadShard, Settle)],
     ) -> Result<()> {
-        if shards.is_empty() {
+        self.settle_reporting(kind, shards, &[]).await
+    }
+
+    /// Settles the due index after a worker's round ([`Self::settle_index`]) and tells the
+    /// lease index what the round's claims owe it ([`Self::claim_deferring`]), in one call:
+    /// both are the index's, under one hash tag.
+    pub async fn settle_round(
+        &self,
+        shards: &[(ReadShard, Settle)],
+        leases: LeaseReports,
+    ) -> Result<()> {
+        self.settle_reporting(IndexKind::Due, shards, &leases.0)
+            .await
+    }
+
+    async fn settle_reporting(
+        &self,
+        kind: IndexKind,
+        shards: &[(ReadShard, Settle)],
+        leases: &[(Shard, i64)],
+    ) -> Result<()> {
+        if shards.is_empty() && leases.is_empty() {
             return Ok(());
         }
         let index = self.keys.index();
         let mut invocation = SCRIPTS.index_settle.prepare_invoke();
         invocation.key(index.times(kind)).key(index.reports(kind));
+        if !leases.is_empty() {
+            invocation
+                .key(index.times(IndexKind::Leases))
+                .key(index.reports(IndexKind::Leases));
+        }
+        invocation.arg(shards.len());
         for (read, settle) in shards {
             invocation
                 .arg(read.shard.id())
                 .arg(&read.reports)
-                .arg(settle.as_arg());
+                .arg(read.settle_arg(*settle));
+        }
+        for (shard, at) in leases {
+            invocation.arg(shard.id()).arg(*at);
         }
         let mut redis = self.redis.clone();
         let _: i64 = invocation

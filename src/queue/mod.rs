@@ -52,6 +52,8 @@ pub struct Queue {
     redis: RedisConnection,
     keys: Keyspace,
     timing: Timing,
+    /// Redis' clock as the index's reads last asked it, shared by this process's readers.
+    index_clock: std::sync::Arc<index::IndexClock>,
 }
 
 impl Queue {
@@ -60,6 +62,7 @@ impl Queue {
             redis,
             keys,
             timing,
+            index_clock: std::sync::Arc::default(),
         }
     }
 

@@ -48,6 +48,16 @@ const MAX_POLL_BACKOFF: Duration = Duration::from_secs(5);
 /// Most shards one poll takes from the due index.
 const SHARDS_PER_READ: usize = 64;
 
+/// Shortest sleep between a process's reads of the due index when nothing wakes it and
+/// nothing is due at once (a tenth of `poll_interval` if that is shorter): what falls due
+/// within it waits for one read.
+const READ_GAP: Duration = Duration::from_millis(10);
+
+/// How long a poll holds the shards it read from the due index: the other processes, woken
+/// by the same due time, leave them to it until it settles them (in a few milliseconds,
+/// unless it died: then they wait this long at most).
+const READ_HOLD: Duration = Duration::from_millis(500);
+
 /// A test seam: runs after the snapshot is read and before the decision is written.
 pub type BeforeApplyHook = Arc<dyn Fn(Snapshot) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -59,6 +69,24 @@ pub struct ClaimRound {
     pub next_due_in: Option<Duration>,
     /// Due entities pushed back because an earlier claim of theirs is still running.
     pub busy: usize,
+    /// Redis' clock at the read of the due index (unix ms).
+    pub read_at_ms: i64,
+    /// Shards the read found due (and held).
+    pub shards_read: usize,
+}
+
+impl ClaimRound {
+    /// Whether the round found nothing due although it read at or after `expected` (the
+    /// index's time this process slept until): another process took what was due first.
+    pub fn beaten(&self, expected: Option<i64>) -> bool {
+        self.shards_read == 0 && expected.is_some_and(|at| self.read_at_ms >= at)
+    }
+
+    /// When the earliest entity still waiting is due (unix ms, Redis' clock).
+    fn next_due_at_ms(&self) -> Option<i64> {
+        self.next_due_in
+            .map(|wait| self.read_at_ms + wait.as_millis() as i64)
+    }
 }
 
 #[derive(Clone)]
@@ -136,18 +164,24 @@ impl Worker {
     }
 
     /// Claims up to `limit` due entities from the shards the due index says may hold some
-    /// (the most overdue first), then settles the index with what each shard answered.
+    /// (the most overdue first, no more shards than `limit`: the others are left to other
+    /// processes), then settles the index with what each shard answered.
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
         let lease = self.leases.current();
         metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
+        let read_limit = SHARDS_PER_READ.min(limit.max(1));
         let read = self
             .queue
-            .read_index(IndexKind::Due, SHARDS_PER_READ)
+            .read_and_hold(IndexKind::Due, read_limit, READ_HOLD)
             .await?;
-        let mut round = ClaimRound::default();
+        let mut round = ClaimRound {
+            read_at_ms: read.now_ms,
+            shards_read: read.shards.len(),
+            ..ClaimRound::default()
+        };
         let mut next_due_in: Option<i64> = read.next_ms.map(|at| (at - read.now_ms).max(0));
         // A full read: more shards may be due now than it returned.
-        let full_read = read.shards.len() >= SHARDS_PER_READ;
+        let full_read = read.shards.len() >= read_limit;
         let mut paused = 0;
         let mut settled = Vec::with_capacity(read.shards.len());
         let mut failures = Vec::new();
@@ -215,11 +249,12 @@ impl Worker {
         if full_read && paused < settled.len() {
             next_due_in = Some(0);
         }
-        // The round's leases in one report to the lease index, before anything is processed.
-        self.queue.report_leases(leases).await;
-        if let Err(error) = self.queue.settle_index(IndexKind::Due, &settled).await {
-            // The shards keep their earlier (lower) times: read again, nothing missed.
-            tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index");
+        // The settle and the round's leases in one call to the index, before anything is
+        // processed.
+        if let Err(error) = self.queue.settle_round(&settled, leases).await {
+            // The shards keep their earlier (lower) times, or are held a moment: read again,
+            // nothing missed. The leases are found by the rescan, as any report not made.
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "could not settle the due index nor report the round's leases; the rescan will");
         }
         // Keep what other shards gave: dropping it would strand those claims until their
         // leases expire. Only a poll that claimed nothing and failed is an error.
@@ -248,6 +283,8 @@ impl Worker {
         let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
         let mut tasks = JoinSet::new();
         let mut backoff = self.settings.poll_interval;
+        // The due index's time this process sleeps until, when it sleeps for one.
+        let mut expected: Option<i64> = None;
         let listening = shutdown.child_token();
         if let Some(wakeups) = self.wakeups.clone() {
             tokio::spawn(wakeups.forward(Arc::clone(&self.wakeup), listening.clone()));
@@ -291,6 +328,8 @@ impl Worker {
                     Ok(round) => {
                         backoff = self.settings.poll_interval;
                         let full = round.claims.len() == available;
+                        let beaten = round.beaten(expected);
+                        let next_due_at = round.next_due_at_ms();
                         for claim in round.claims {
                             let permit = Arc::clone(&permits)
                                 .try_acquire_owned()
@@ -308,14 +347,35 @@ impl Worker {
                                 drop(permit);
                             });
                         }
+                        expected = None;
                         if full {
                             // More may be due; come back as soon as a permit frees.
                             sleep_for = Duration::ZERO;
+                        } else if beaten {
+                            // Every process sleeps until the same next time, and one takes
+                            // what is due then. Those that lost go back to the poll interval
+                            // (or a wake-up) instead of each reading the index at every due
+                            // time for nothing: the winner follows the due times, and a
+                            // process that finds shards due in a poll follows them again.
                         } else if let Some(next) = round.next_due_in {
-                            sleep_for = next.min(self.settings.poll_interval);
+                            // Due times a few milliseconds apart are taken together: one read
+                            // and one settle for several shards, so the index's reads stay
+                            // bounded however dense the due times get.
+                            // Something due now (a full read, a shard with more than a claim
+                            // batch) is read again at once.
+                            let gap = READ_GAP.min(self.settings.poll_interval / 10);
+                            sleep_for = if next.is_zero() {
+                                next
+                            } else {
+                                next.max(gap).min(self.settings.poll_interval)
+                            };
+                            if next <= self.settings.poll_interval {
+                                expected = next_due_at;
+                            }
                         }
                     }
                     Err(error) => {
+                        expected = None;
                         tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed; backing off");
                         backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
                         sleep_for = self.jittered(backoff);
@@ -354,5 +414,31 @@ impl Worker {
                 let _ = self.queue.unlock(&claim).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimRound;
+
+    #[test]
+    fn a_poll_that_woke_for_a_due_time_and_found_nothing_due_was_beaten_to_it() {
+        let empty = ClaimRound {
+            read_at_ms: 1_000,
+            ..ClaimRound::default()
+        };
+        assert!(empty.beaten(Some(1_000)));
+        assert!(empty.beaten(Some(990)));
+        assert!(
+            !empty.beaten(Some(1_001)),
+            "woke before it (a wake-up, the poll interval)"
+        );
+        assert!(!empty.beaten(None), "it slept for no due time");
+        let found = ClaimRound {
+            read_at_ms: 1_000,
+            shards_read: 1,
+            ..ClaimRound::default()
+        };
+        assert!(!found.beaten(Some(1_000)), "it read shards due");
     }
 }

@@ -19,6 +19,8 @@ fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> 
         events,
         entities,
         rate: None,
+        send_for: None,
+        pause: Duration::ZERO,
         batch: 50,
         connections: 8,
         token: None,
@@ -121,4 +123,35 @@ async fn per_event_evaluation_of_the_sloan_scenario_is_reported_as_wrong() {
     let drain = report.drain.unwrap();
     assert_eq!((drain.wrong_actions, drain.actions), (0, 0));
     assert_eq!(drain.evaluations, 3);
+}
+
+#[tokio::test]
+async fn a_random_send_for_a_time_stops_then_checks_only_the_events_it_sent() {
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(300);
+        s.schedule.max_wait = Duration::from_secs(20);
+    }))
+    .await;
+    let planned = 1_000_000;
+    let mut random = config(&app, Scenario::Random, planned, 200);
+    random.batch = 20;
+    random.connections = 2;
+    random.send_for = Some(Duration::from_millis(500));
+    random.pause = Duration::from_millis(20);
+    let report = loadgen::run(random).await.unwrap();
+    assert!(
+        report.errors_by_status.is_empty(),
+        "{:?}",
+        report.errors_by_status
+    );
+    assert!((1..planned).contains(&report.events_sent), "stopped early");
+    assert_eq!(report.events_sent, report.requests as usize * 20);
+    assert_eq!(report.events_accepted, report.events_sent as u64);
+    // Pauses of 10 ms on average: 2 connections make at most about 100 requests in 500 ms
+    // (without them, a request takes a few milliseconds).
+    assert!(report.requests <= 150, "{} requests", report.requests);
+    let drain = report.drain.unwrap();
+    assert!(drain.drained, "the checks wait for what was sent only");
+    assert!((1..=200).contains(&drain.entities));
+    assert_eq!((drain.wrong_actions, drain.duplicate_actions), (0, 0));
 }

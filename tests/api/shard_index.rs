@@ -1,12 +1,13 @@
 //! The shard indexes (docs/state-machine.md): a shard is reported only when its earliest entry
-//! moves earlier, a settle never raises a shard's time over a report made since its read, and
+//! moves earlier, a settle never raises a shard's time over a report made since its read, a
+//! poll's hold keeps other readers off the shards it read for a while and misses nothing, and
 //! the rescan rebuilds an index Redis lost, a slice of shards each second.
 
 use std::time::Duration;
 
 use quiesce::{
     domain::{EntityId, Priority},
-    queue::{IndexKind, Queue, Settle, Shard},
+    queue::{IndexKind, Queue, ReadShard, Settle, Shard},
 };
 
 use crate::helpers::{TestOptions, spawn_app, wait_for};
@@ -36,6 +37,29 @@ async fn reports(queue: &Queue, kind: IndexKind, shard: Shard) -> i64 {
 
 async fn read_due(queue: &Queue) -> quiesce::queue::IndexRead {
     queue.read_index(IndexKind::Due, 64).await.unwrap()
+}
+
+/// A worker poll's read: what it reads is held for `hold`.
+async fn hold_due(queue: &Queue, hold: Duration) -> quiesce::queue::IndexRead {
+    queue.read_and_hold(IndexKind::Due, 64, hold).await.unwrap()
+}
+
+/// `count` entities of one shard, the first made due now (a critical event).
+async fn first_due(queue: &Queue, count: usize) -> (Vec<EntityId>, Shard) {
+    let entities = same_shard(queue, count);
+    queue
+        .schedule(&[(entities[0].clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    let shard = queue.keys().shard_of(&entities[0]);
+    (entities, shard)
+}
+
+/// The shard as a poll holding for `hold` reads it.
+async fn hold_shard(queue: &Queue, shard: Shard, hold: Duration) -> ReadShard {
+    let read = hold_due(queue, hold).await;
+    let found = read.shards.iter().find(|r| r.shard == shard).cloned();
+    found.unwrap_or_else(|| panic!("{shard} is not due: {read:?}"))
 }
 
 #[tokio::test]
@@ -286,4 +310,85 @@ async fn the_rescan_rebuilds_an_index_redis_lost_a_slice_of_shards_at_a_time() {
     })
     .await;
     assert_eq!(read_due(queue).await.shards.len(), shards);
+}
+
+#[tokio::test]
+async fn a_held_shard_is_left_to_its_reader_and_due_again_after_the_hold_if_the_reader_died() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let queue = &app.backends.queue;
+    let (entities, shard) = first_due(queue, 1).await;
+
+    // Two processes woken by the same due time: the second does not read what the first
+    // holds, and learns to look again by the end of the hold.
+    let hold = Duration::from_secs(2);
+    let first = hold_due(queue, hold).await;
+    assert!(first.shards.iter().any(|r| r.shard == shard), "{first:?}");
+    let second = hold_due(queue, hold).await;
+    assert!(second.shards.iter().all(|r| r.shard != shard), "{second:?}");
+    assert!(
+        second.next_ms.is_some_and(|at| at <= first.now_ms + 2_000),
+        "{second:?}"
+    );
+
+    // The first reader dies before its settle: once the hold ends the shard is due again,
+    // and a worker claims the entity.
+    let worker = app.worker();
+    wait_for(
+        Duration::from_secs(10),
+        "the entity to be claimed after the hold",
+        || async {
+            let round = worker.claim_once(10).await.unwrap();
+            round.claims.iter().any(|c| c.entity == entities[0])
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_held_shard_its_reader_did_not_get_to_is_due_again_at_its_settle() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let queue = &app.backends.queue;
+    let (_, shard) = first_due(queue, 1).await;
+    // A hold far longer than the test: only the settle can give the shard back.
+    let taken = hold_shard(queue, shard, Duration::from_secs(300)).await;
+    assert!(read_due(queue).await.shards.is_empty());
+    queue
+        .settle_index(IndexKind::Due, &[(taken, Settle::Untouched)])
+        .await
+        .unwrap();
+    let again = read_due(queue).await;
+    assert!(again.shards.iter().any(|r| r.shard == shard), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_report_during_a_hold_shows_the_shard_to_other_readers_and_outlives_the_settle() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let queue = &app.backends.queue;
+    let (entities, shard) = first_due(queue, 2).await;
+    let (busy, lease) = (Duration::from_millis(250), Duration::from_secs(5));
+    let hold = Duration::from_secs(300);
+    let taken = hold_shard(queue, shard, hold).await;
+    let batch = queue.claim(shard, 10, busy, lease).await.unwrap();
+    assert_eq!(batch.claims.len(), 1);
+    assert_eq!(batch.next_due_ms, None);
+    // Another process makes an entity of the shard due while the shard is held.
+    queue
+        .schedule(&[(entities[1].clone(), Priority::Critical)])
+        .await
+        .unwrap();
+    // The report shows the held shard to other readers at once.
+    let seen = hold_shard(queue, shard, hold).await;
+    // The holder's settle (as it answered before the report) removes nothing.
+    queue
+        .settle_index(IndexKind::Due, &[(taken, Settle::Empty)])
+        .await
+        .unwrap();
+    // The other reader did not get to it either: the shard is due for the next.
+    queue
+        .settle_index(IndexKind::Due, &[(seen, Settle::Untouched)])
+        .await
+        .unwrap();
+    let round = app.worker().claim_once(10).await.unwrap();
+    assert_eq!(round.claims.len(), 1);
+    assert_eq!(round.claims[0].entity, entities[1]);
 }

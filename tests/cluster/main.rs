@@ -396,6 +396,8 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
             events: 6000,
             entities: 300,
             rate: None,
+            send_for: None,
+            pause: Duration::ZERO,
             batch: 50,
             connections: 8,
             token: None,
