@@ -458,6 +458,20 @@ mod tests {
     }
 
     /// The report of `tally` beside the default rules.
+    /// The pile-on rule's expected reversal rate and its basis in the report of `tally`.
+    fn hide_expected_rate(candidate: &RuleSet, tally: Tally) -> (f64, u64) {
+        let report = report_of(candidate, tally);
+        let line = report
+            .rules
+            .iter()
+            .find(|r| r.rule == "hide_flag_pile_on")
+            .expect("the pile-on rule in the report");
+        let rate = line
+            .expected_reversal_rate
+            .unwrap_or_else(|| panic!("an expected reversal rate: {line:?}"));
+        (rate.rate, rate.basis)
+    }
+
     fn report_of(candidate: &RuleSet, tally: Tally) -> super::super::report::Report {
         super::super::report::Report::new(
             candidate,
@@ -540,14 +554,7 @@ mod tests {
             (0, 0, 1),
             "{hide:?}"
         );
-        let report = report_of(&candidate, tally);
-        let line = report
-            .rules
-            .iter()
-            .find(|r| r.rule == "hide_flag_pile_on")
-            .unwrap();
-        let rate = line.expected_reversal_rate.unwrap();
-        assert_eq!((rate.rate, rate.basis), (0.0, 1), "{line:?}");
+        assert_eq!(hide_expected_rate(&candidate, tally), (0.0, 1));
     }
 
     #[test]
@@ -578,14 +585,7 @@ mod tests {
             (0, 1, 1),
             "{hide:?}"
         );
-        let report = report_of(&candidate, tally);
-        let line = report
-            .rules
-            .iter()
-            .find(|r| r.rule == "hide_flag_pile_on")
-            .unwrap();
-        let rate = line.expected_reversal_rate.unwrap();
-        assert_eq!((rate.rate, rate.basis), (0.5, 2), "{line:?}");
+        assert_eq!(hide_expected_rate(&candidate, tally), (0.5, 2));
     }
 
     #[test]
