@@ -126,21 +126,15 @@ impl Store {
         if let Err(refusal) = may_claim(&locked) {
             return Ok(Err(refusal));
         }
-        // The statement's guard (kept as `.sqlx/` records it) holds under the lock once the
-        // rule allowed the claim; `$4` lets an escalated item through, the rule having decided.
-        sqlx::query_scalar!(
+        // The row is locked and the rule allowed the claim on it: the store only writes.
+        sqlx::query!(
             "UPDATE actions SET review_claimed_by = $2, review_claim_until = now() + $3
-             WHERE id = $1 AND action = 'flag' AND reviewed_at IS NULL AND reversed_at IS NULL
-               AND (review_claim_until IS NULL OR review_claim_until <= now()
-                    OR review_claimed_by = $2)
-               AND (review_escalated_at IS NULL OR $4)
-             RETURNING id",
+             WHERE id = $1",
             id,
             moderator,
             interval(claim_for),
-            true,
         )
-        .fetch_one(&mut *tx)
+        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(Ok(self.waiting_item(id).await?))
