@@ -13,8 +13,10 @@ use crate::telemetry::names;
 const MAX_BREAKER_PAUSE: Duration = Duration::from_secs(1);
 
 /// Stops claiming while Postgres is unreachable, so that workers neither churn through claims
-/// nor hammer a database that is down. Opens on an evaluation that found Postgres unreachable;
-/// after an exponential, jittered pause a ping decides whether to close or stay open.
+/// nor hammer a database that is down. Opens on an evaluation that found Postgres unreachable, or
+/// before a claim when any connection of the process met a primary refusing writes;
+/// after an exponential, jittered pause, whether the primary takes writes decides whether it
+/// closes or stays open.
 #[derive(Debug, Default)]
 pub(super) struct Breaker {
     state: Mutex<BreakerState>,

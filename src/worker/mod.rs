@@ -15,7 +15,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use futures::future::BoxFuture;
@@ -290,9 +290,20 @@ impl Worker {
             tokio::spawn(wakeups.forward(Arc::clone(&self.wakeup), listening.clone()));
         }
         let _stop_listening = listening.drop_guard();
+        let mut fence_read = Instant::now();
 
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
+
+            // Any of the process's connections may learn first that the primary takes no
+            // writes (the outbox's, a scrape's writability check, one the fence refused): claims
+            // pause then, rather than take entities only to give them back.
+            let reading = Instant::now();
+            if !self.breaker.is_open() && crate::store::primary_refused_since(fence_read) {
+                tracing::warn!("the primary refused a connection or a write; pausing claims");
+                self.breaker.trip(self.settings.poll_interval);
+            }
+            fence_read = reading;
 
             let available = permits.available_permits();
             let mut sleep_for = self.settings.poll_interval;

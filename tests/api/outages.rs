@@ -367,3 +367,44 @@ async fn a_read_only_primary_is_an_outage_that_burns_no_attempt_and_ends_by_itse
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_worker_with_nothing_to_evaluate_pauses_claims_once_its_process_finds_the_primary_read_only()
+ {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+    }))
+    .await;
+    let (worker, shutdown, running) = start_workers(&app);
+    set_read_only(&app, true).await;
+    // Nothing is due: no evaluation of this worker meets the read-only server. Readiness, as
+    // a load balancer or a scrape asks it, does; the worker pauses before its next claim
+    // instead of claiming entities only to give them back.
+    let (status, ready) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    wait_for(
+        Duration::from_secs(10),
+        "the idle worker's breaker to open",
+        || async { worker.breaker_open() },
+    )
+    .await;
+
+    set_read_only(&app, false).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the breaker to close once the primary takes writes",
+        || async { !worker.breaker_open() },
+    )
+    .await;
+    app.send(&serde_json::json!([event("after", "post:after", "flag")]))
+        .await;
+    app.wait_settled(Duration::from_secs(30)).await;
+    assert_eq!(
+        app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:after'")
+            .await,
+        1,
+        "claims resumed"
+    );
+    shutdown.cancel();
+    running.await.unwrap();
+}
