@@ -345,6 +345,9 @@ pub struct Recovery {
     /// ha-figures` holds to its target, where `make ha` only reports it (every entity's
     /// evaluation covering all its events is checked by `Rig::check` either way).
     pub after_writes: Option<Duration>,
+    /// Evaluations finished per 0.5 s from 1 s before the disruption (what the figure is read
+    /// from, printed beside the answers').
+    pub timeline: String,
 }
 
 pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) -> Recovery {
@@ -392,8 +395,91 @@ pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) 
         (Some(_), Some(ms)) => Some(Duration::from_millis(ms as u64)),
         (Some(_), None) => None,
     };
+    let timeline = (0..40)
+        .map(|i| {
+            let from = -1000.0 + 500.0 * f64::from(i);
+            finished
+                .iter()
+                .filter(|t| **t >= from && **t < from + 500.0)
+                .count()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     Recovery {
+        timeline,
         rate_before,
         after_writes: after_disruption.map(|d| d.saturating_sub(outage.back_after)),
     }
+}
+
+/// The schedule's lag (how overdue the most overdue entity is, across shards), sampled every
+/// 100 ms from its start until stopped: whether quiesce keeps up with what is due, apart from
+/// the rate at which the load makes entities due.
+pub struct LagWatch {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Vec<(Instant, i64)>>,
+}
+
+impl LagWatch {
+    pub fn start(rig: &Rig) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let queue = rig.app.backends.queue.clone();
+        let until = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while !until.is_cancelled() {
+                if let Ok(depths) = queue.depths().await {
+                    let lag = depths.iter().map(|d| d.lag_ms).max().unwrap_or(0);
+                    samples.push((Instant::now(), lag));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            samples
+        });
+        Self { stop, task }
+    }
+
+    /// The samples: the most overdue entity's lag in ms, when it was read.
+    pub async fn finish(self) -> Vec<(Instant, i64)> {
+        self.stop.cancel();
+        self.task.await.expect("the lag watch")
+    }
+}
+
+/// From `writes_back` until the lag stayed under `bound_ms` for a second (`None`: it never did
+/// before the samples end), and the largest lag per 0.5 s from `from` (40 slots).
+pub fn lag_caught_up(
+    samples: &[(Instant, i64)],
+    from: Instant,
+    writes_back: Instant,
+    bound_ms: i64,
+) -> (Option<Duration>, String) {
+    let mut under_since: Option<Instant> = None;
+    let mut caught_up = None;
+    for (at, lag) in samples.iter().filter(|(at, _)| *at >= writes_back) {
+        if *lag < bound_ms {
+            let since = *under_since.get_or_insert(*at);
+            if at.duration_since(since) >= Duration::from_secs(1) {
+                caught_up = Some(since.duration_since(writes_back));
+                break;
+            }
+        } else {
+            under_since = None;
+        }
+    }
+    let timeline = (0..40u64)
+        .map(|slot| {
+            let start = from + Duration::from_millis(500 * slot);
+            let end = start + Duration::from_millis(500);
+            samples
+                .iter()
+                .filter(|(at, _)| *at >= start && *at < end)
+                .map(|(_, lag)| *lag)
+                .max()
+                .map_or("-".to_string(), |lag| lag.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    (caught_up, timeline)
 }

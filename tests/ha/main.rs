@@ -31,7 +31,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use checks::{Rig, evaluation_recovery};
+use checks::{LagWatch, Rig, evaluation_recovery, lag_caught_up};
 use cluster::{act, answers_primary, ha, leader, members};
 use helpers::wait_for;
 use sender::Sender;
@@ -43,6 +43,9 @@ const ENTITIES: usize = 400;
 const WARM_UP: Duration = Duration::from_secs(7);
 /// Load after writes are accepted again: the evaluations' rate after is measured over it.
 const AFTER: Duration = Duration::from_secs(8);
+/// The schedule has caught up once no due entity waits longer than this for its evaluation
+/// (for a second).
+const LAG_BOUND_MS: i64 = 500;
 
 /// How often each failover runs (HA_RUNS, 1 unless make ha-figures sets it).
 fn runs() -> usize {
@@ -161,6 +164,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
     // The switch: the moment another node's Patroni answers HAProxy's primary check.
     let watch = (failover != Failover::PostgresKilled)
         .then(|| tokio::spawn(first_new_primary(before.name.clone())));
+    let lag = LagWatch::start(&rig);
     let (_, disrupted) = act(&[failover.command()]).await;
     load.until_accepting(Instant::now(), Duration::from_secs(90))
         .await;
@@ -169,6 +173,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         None => None,
     };
     let sender = load.finish().await;
+    let lag = lag.finish().await;
     let outage = sender.outage(disrupted.instant);
     eprintln!(
         "ha {} (run {run}): answers per 0.5 s from 1 s before the first non-202 (202/other): {}",
@@ -184,6 +189,21 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
     }
 
     let recovery = evaluation_recovery(&rig, &disrupted, &outage).await;
+    let from = disrupted.instant - Duration::from_secs(1);
+    let (caught_up, lag_timeline) = lag_caught_up(
+        &lag,
+        from,
+        disrupted.instant + outage.back_after,
+        LAG_BOUND_MS,
+    );
+    eprintln!(
+        "ha {} (run {run}): per 0.5 s from 1 s before the {}: evaluations {}; the most overdue \
+         entity's lag (ms) {}",
+        failover.name(),
+        failover.event(),
+        recovery.timeline,
+        lag_timeline,
+    );
     let last_failure = disrupted.instant + outage.last_failure_after;
     let last_failure_after_switch =
         last_failure.saturating_duration_since(switched.unwrap_or(disrupted.instant));
@@ -200,7 +220,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         "ha {} (run {run}): leader {} -> {}{switch}; a non-202 window of {:.1?} ({} attempts \
          answered otherwise, {} before the {}), the last {:.1?} after the {}, writes accepted \
          again {:.1?} after it; evaluations {:.0}/s before, back to >= 90% {} after writes \
-         were; {counts}; {} ERROR lines in the processes' logs",
+         were; no due entity waiting over {LAG_BOUND_MS} ms {} after writes were; {counts}; {} ERROR lines in the processes' logs",
         failover.name(),
         before.name,
         now_leader.name,
@@ -213,6 +233,7 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         outage.back_after,
         recovery.rate_before,
         recovered(recovery.after_writes),
+        recovered(caught_up),
         rig.error_lines(),
     );
     Figures {
