@@ -7,10 +7,10 @@ use std::{
 
 use crate::telemetry::names;
 
-/// Longest pause of the breaker between probes: a probe is one cheap statement, and claiming
-/// resumes at most this long after the primary takes writes again (a failover's evaluations
-/// are back within seconds of the new primary answering).
-const MAX_BREAKER_PAUSE: Duration = Duration::from_secs(1);
+/// Longest pause of the breaker between probes: a probe is one cheap statement (four a second
+/// per process in an outage), and claiming resumes at most this long after the primary takes
+/// writes again: a failover's backlog waits on it, then on the workers' capacity.
+const MAX_BREAKER_PAUSE: Duration = Duration::from_millis(250);
 
 /// Stops claiming while Postgres is unreachable, so that workers neither churn through claims
 /// nor hammer a database that is down. Opens on an evaluation that found Postgres unreachable, or

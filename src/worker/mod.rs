@@ -320,6 +320,9 @@ impl Worker {
                 {
                     Ok(Ok(())) => {
                         self.breaker.close();
+                        // The primary takes writes now: a refusal met before this probe (the
+                        // old primary's, or the promotion's retirement) must not pause again.
+                        fence_read = Instant::now();
                         true
                     }
                     _ => {
