@@ -356,7 +356,7 @@ impl Worker {
                             let running = Arc::clone(&running);
                             tasks.spawn(async move {
                                 let token = claim.token.clone();
-                                worker.process(claim).await;
+                                worker.evaluate_claim(claim).await;
                                 running.lock().expect("not poisoned").remove(&token);
                                 drop(permit);
                             });

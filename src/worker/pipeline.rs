@@ -40,9 +40,9 @@ impl Worker {
     /// The span's `evaluation` is the claim token: the id every log line of this attempt shares.
     /// When spans are exported, it continues the trace of the oldest event it decides on and
     /// follows from each of them, once the snapshot has read them (`traced`).
-    pub async fn process(&self, claim: Claim) -> Outcome {
+    pub async fn evaluate_claim(&self, claim: Claim) -> Outcome {
         let span = tracing::info_span!("evaluation", entity = %claim.entity, evaluation = %claim.token, shard = %claim.shard);
-        self.process_in(claim).instrument(span).await
+        self.evaluate_counted(claim).instrument(span).await
     }
 
     /// Puts the evaluation's span in the trace of the events its snapshot covers, and records
@@ -73,9 +73,11 @@ impl Worker {
         }
     }
 
-    async fn process_in(&self, claim: Claim) -> Outcome {
+    /// [`Self::evaluate_locked`] with a panic taken for a failed attempt, the outcome counted,
+    /// timed and logged once.
+    async fn evaluate_counted(&self, claim: Claim) -> Outcome {
         let started = Instant::now();
-        let outcome = match AssertUnwindSafe(self.process_inner(&claim))
+        let outcome = match AssertUnwindSafe(self.evaluate_locked(&claim))
             .catch_unwind()
             .await
         {
@@ -108,7 +110,10 @@ impl Worker {
         outcome
     }
 
-    async fn process_inner(&self, claim: &Claim) -> Outcome {
+    /// Takes the entity's lock, evaluates it under the lock ([`Self::evaluate`]) and settles the
+    /// claim by how that ended: acked, given back without an attempt (an outage, a conflict),
+    /// or failed.
+    async fn evaluate_locked(&self, claim: &Claim) -> Outcome {
         let locking = Instant::now();
         let locked = self
             .queue

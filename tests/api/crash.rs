@@ -165,7 +165,7 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     assert_eq!(app.max_wait_anchor(&entity).await, Some(anchor));
 
     let claim = claim_next(&worker).await;
-    let outcome = worker.process(claim).await;
+    let outcome = worker.evaluate_claim(claim).await;
     assert!(
         matches!(
             outcome,

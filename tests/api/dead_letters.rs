@@ -155,7 +155,7 @@ async fn a_fatal_failure_is_dead_lettered_at_once_and_the_cli_lists_and_redrives
         .claims
         .pop()
         .expect("due at once");
-    let outcome = worker.process(claim).await;
+    let outcome = worker.evaluate_claim(claim).await;
     assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
     let dead = dead_letters(&app).await;
     assert_eq!(dead.len(), 1);
@@ -206,7 +206,7 @@ async fn a_postgres_outage_does_not_use_up_attempts() {
     // Many more failed tries than attempts allowed, all because Postgres is away.
     for _ in 0..4 {
         let claim = claim_next(&worker).await;
-        let outcome = worker.process(claim).await;
+        let outcome = worker.evaluate_claim(claim).await;
         assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
     }
 
@@ -214,7 +214,7 @@ async fn a_postgres_outage_does_not_use_up_attempts() {
     // Read once Postgres is back: the dead letters live there.
     assert!(dead_letters(&app).await.is_empty());
     let claim = claim_next(&worker).await;
-    let outcome = worker.process(claim).await;
+    let outcome = worker.evaluate_claim(claim).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     assert_eq!(app.status_of("post:outage").await, "hidden");
 }
@@ -288,7 +288,7 @@ async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
     let worker = app
         .worker()
         .with_before_apply(poison_hook("post:dl", Arc::clone(&poisoned)));
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
     let before = dead_letters(&app).await;
     assert_eq!(before.len(), 1);
@@ -342,7 +342,7 @@ async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     assert_eq!(app.evaluation_count("post:dl").await, 1);
     assert!(dead_letters(&app).await.is_empty());
@@ -368,7 +368,7 @@ async fn redrive_after_a_redis_loss_evaluates_the_entity_again() {
     let worker = app
         .worker()
         .with_before_apply(poison_hook("post:lost", Arc::clone(&poisoned)));
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
 
     // Redis forgets everything, and no sweep has run: Postgres alone knows the dead letter.
@@ -376,7 +376,7 @@ async fn redrive_after_a_redis_loss_evaluates_the_entity_again() {
     poisoned.store(false, Ordering::SeqCst);
     let redriven = app.run_cli(&["dead-letters", "redrive", "--all"]).await;
     assert_eq!(redriven.trim(), "redriven: 1");
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
     assert_eq!(app.evaluation_count("post:lost").await, 1);
     assert!(dead_letters(&app).await.is_empty());
@@ -395,7 +395,7 @@ async fn attempts_survive_a_redis_loss_mid_retry() {
     let worker = app
         .worker()
         .with_before_apply(poison_hook("post:retry", Arc::new(AtomicBool::new(true))));
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     assert_eq!(
         app.scalar("SELECT attempts::bigint FROM entity_failures WHERE entity = 'post:retry'")
@@ -406,10 +406,10 @@ async fn attempts_survive_a_redis_loss_mid_retry() {
     // Redis forgets the count; a new event schedules the entity again.
     app.lose_redis_data().await;
     app.send(&event("r2", "post:retry", "flag")).await;
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     // The third attempt overall is the last, whatever Redis remembered.
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
     let dead = dead_letters(&app).await;
     assert_eq!(dead.len(), 1);

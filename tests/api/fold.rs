@@ -181,7 +181,7 @@ async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() 
     )
     .await;
     let worker = app.worker();
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.evaluation_count("post:crash").await, 1);
     assert_eq!(
         app.scalar("SELECT event_count FROM evaluations WHERE entity = 'post:crash'")
@@ -205,7 +205,7 @@ async fn an_entity_evaluated_before_is_found_again_when_redis_loses_its_next_eve
     .await;
     let worker = app.worker();
     app.send(&flags("x", "post:again", 2)).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.evaluation_count("post:again").await, 1);
     // The entity row exists and owes nothing: its next event writes no row, and Redis loses
     // that event's schedule.
@@ -218,7 +218,7 @@ async fn an_entity_evaluated_before_is_found_again_when_redis_loses_its_next_eve
         || async { maintenance.sweep_once(None).await.unwrap().0.repaired == 1 },
     )
     .await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.evaluation_count("post:again").await, 2);
     assert_eq!(read_counts(&app, "post:again").await, (3, 3));
 }

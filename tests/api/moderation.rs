@@ -30,7 +30,7 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
     .await;
     let plain = app.worker();
     flags(&app, "post:r", "a", 10).await;
-    plain.process(claim_next(&plain).await).await;
+    plain.evaluate_claim(claim_next(&plain).await).await;
     assert_eq!(app.status_of("post:r").await, "hidden");
     let hide = action_ids(&app, "post:r").await[0];
 
@@ -43,7 +43,7 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
     let claim = claim_next(&paused).await;
     let in_flight = tokio::spawn({
         let paused = paused.clone();
-        async move { paused.process(claim).await }
+        async move { paused.evaluate_claim(claim).await }
     });
     tokio::time::timeout(Duration::from_secs(10), entered.notified())
         .await
@@ -70,7 +70,7 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         matches!(outcome, quiesce::worker::Outcome::Retry(_)),
         "{outcome:?}"
     );
-    plain.process(claim_next(&plain).await).await;
+    plain.evaluate_claim(claim_next(&plain).await).await;
     assert_eq!(app.status_of("post:r").await, "visible");
     assert_eq!(action_ids(&app, "post:r").await, vec![hide]);
 
@@ -119,7 +119,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     .await;
     let worker = app.worker();
     flags(&app, "post:o", "a", 10).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     let hide = action_ids(&app, "post:o").await[0];
     let (status, _) = app
         .post_json(
@@ -131,7 +131,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
 
     // The same flags, and more, while the override holds: no action.
     flags(&app, "post:o", "b", 3).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.status_of("post:o").await, "visible");
 
     // The moderator shortens the override; once it expires automation may act again.
@@ -149,7 +149,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     )
     .await;
     flags(&app, "post:o", "c", 1).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.status_of("post:o").await, "hidden");
     assert_eq!(
         action_ids(&app, "post:o").await.len(),
@@ -166,7 +166,7 @@ async fn moderator_requests_are_validated() {
     .await;
     flags(&app, "post:v", "a", 10).await;
     let worker = app.worker();
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     let hide = action_ids(&app, "post:v").await[0];
     let reverse = format!("/v1/actions/{hide}/reverse");
     let cases: Vec<(&str, Value, u16, Option<&str>)> = vec![
@@ -388,9 +388,9 @@ async fn only_the_latest_action_can_be_reversed() {
     .await;
     let worker = app.worker();
     flags(&app, "post:l", "a", 3).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     flags(&app, "post:l", "b", 7).await;
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     let ids = action_ids(&app, "post:l").await;
     assert_eq!(ids.len(), 2, "flagged, then hidden");
 

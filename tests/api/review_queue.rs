@@ -30,7 +30,7 @@ async fn flagged_as(app: &TestApp, entities: &[&str], token: Option<&str>) -> Ve
             request = request.bearer_auth(token);
         }
         assert_eq!(request.send().await.unwrap().status().as_u16(), 202);
-        worker.process(claim_next(&worker).await).await;
+        worker.evaluate_claim(claim_next(&worker).await).await;
         assert_eq!(app.status_of(entity).await, "flagged");
         let id: i64 =
             sqlx::query_scalar("SELECT id FROM actions WHERE entity = $1 AND action = 'flag'")

@@ -17,7 +17,7 @@ async fn flags(app: &TestApp, entity: &str, n: usize) {
 
 async fn evaluate_next(app: &TestApp) {
     let worker = app.worker();
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(
         matches!(outcome, quiesce::worker::Outcome::Done(_)),
         "{outcome:?}"

@@ -27,7 +27,7 @@ async fn flag_twice(app: &TestApp, entity: &str) -> (Option<i64>, Option<i64>) {
     let (status, body) = call(app, "POST", "/v1/events", TOKEN_ADMIN, json!(events)).await;
     assert_eq!(status, 202, "{body}");
     let worker = app.worker();
-    let outcome = worker.process(claim_next(&worker).await).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(
         matches!(outcome, quiesce::worker::Outcome::Done(_)),
         "{outcome:?}"

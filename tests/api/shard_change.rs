@@ -93,7 +93,10 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
     for _ in 0..2 {
         let claim = claim_next(&new_worker).await;
         evaluated.push(claim.entity.clone());
-        assert!(matches!(new_worker.process(claim).await, Outcome::Done(_)));
+        assert!(matches!(
+            new_worker.evaluate_claim(claim).await,
+            Outcome::Done(_)
+        ));
     }
     evaluated.sort();
     assert_eq!(evaluated, vec![fresh.clone(), held.clone()]);
@@ -244,7 +247,7 @@ async fn dead_lettered_ghost(app: &TestApp) -> EntityId {
     let claim = claim_next(&worker).await;
     assert_eq!(claim.entity, ghost);
     assert!(matches!(
-        worker.process(claim).await,
+        worker.evaluate_claim(claim).await,
         Outcome::DeadLettered(_)
     ));
     ghost

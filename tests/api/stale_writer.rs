@@ -37,7 +37,7 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
     let claim = claim_next(&paused).await;
     let paused_run = tokio::spawn({
         let paused = paused.clone();
-        async move { paused.process(claim).await }
+        async move { paused.evaluate_claim(claim).await }
     });
     tokio::time::timeout(Duration::from_secs(10), entered.notified())
         .await
@@ -63,7 +63,7 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
         || async { app.maintenance().reap_once().await.unwrap().returned == 1 },
     )
     .await;
-    let outcome = rescuer.process(claim_next(&rescuer).await).await;
+    let outcome = rescuer.evaluate_claim(claim_next(&rescuer).await).await;
     assert!(
         matches!(outcome, Outcome::Done(Completion::Applied { .. })),
         "{outcome:?}"
@@ -159,10 +159,10 @@ async fn claims_get_a_lease_derived_from_measured_evaluation_times() {
     // Before any measurement, claims get the configured lease.
     let first = claim_next(&worker).await;
     assert_eq!(first.lease_ms, 30_000);
-    worker.process(first).await;
+    worker.evaluate_claim(first).await;
     for _ in 1..25 {
         let claim = claim_next(&worker).await;
-        worker.process(claim).await;
+        worker.evaluate_claim(claim).await;
     }
     // 25 fast evaluations later: p99 x 2 + 1s, far below the 30s ceiling.
     app.send(&event("next", "post:next", "upvote")).await;

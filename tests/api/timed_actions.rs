@@ -66,7 +66,7 @@ async fn notifications(app: &TestApp, entity: &str) -> Vec<(String, String, Stri
 /// One round of the worker: claims what is due and evaluates it.
 async fn drive(worker: &quiesce::worker::Worker) {
     for claim in worker.claim_once(10).await.unwrap().claims {
-        worker.process(claim).await;
+        worker.evaluate_claim(claim).await;
     }
 }
 

@@ -166,7 +166,7 @@ async fn hide(app: &TestApp, entity: &str) {
         .collect();
     app.send(&json!(events)).await;
     let worker = app.worker();
-    worker.process(claim_next(&worker).await).await;
+    worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.status_of(entity).await, "hidden");
 }
 
