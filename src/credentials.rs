@@ -59,16 +59,25 @@ impl fmt::Debug for ApiToken {
     }
 }
 
+/// Why an API token spec is refused; never echoes the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenSpecError {
+    #[error("expected role:<sha256 hex of the token>")]
+    Shape,
+    #[error("the role must be ingest, moderator or admin")]
+    Role,
+    #[error("the hash must be 64 hex digits (sha256 of the token)")]
+    Hash,
+}
+
 impl ApiToken {
     /// `role:<64 hex digits>`, the SHA-256 of the token. Errors never echo the spec.
-    pub fn parse(spec: &str) -> Result<Self, String> {
-        let (role, hex) = spec
-            .split_once(':')
-            .ok_or("expected role:<sha256 hex of the token>")?;
-        let role = Role::parse(role).ok_or("the role must be ingest, moderator or admin")?;
+    pub fn parse(spec: &str) -> Result<Self, TokenSpecError> {
+        let (role, hex) = spec.split_once(':').ok_or(TokenSpecError::Shape)?;
+        let role = Role::parse(role).ok_or(TokenSpecError::Role)?;
         let hash: [u8; 32] = decode_hex(hex)
             .and_then(|bytes| bytes.try_into().ok())
-            .ok_or("the hash must be 64 hex digits (sha256 of the token)")?;
+            .ok_or(TokenSpecError::Hash)?;
         Ok(Self { role, hash })
     }
 
@@ -117,15 +126,24 @@ impl fmt::Debug for WebhookSecret {
     }
 }
 
+/// Why a webhook secret is refused; never echoes the secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookSecretError {
+    #[error("expected whsec_ followed by base64")]
+    NotBase64,
+    #[error("the key must be at least 16 bytes")]
+    TooShort,
+}
+
 impl WebhookSecret {
     /// Errors never echo the secret.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, WebhookSecretError> {
         let encoded = raw.strip_prefix("whsec_").unwrap_or(raw);
         let key = STANDARD
             .decode(encoded)
-            .map_err(|_| "expected whsec_ followed by base64".to_owned())?;
+            .map_err(|_| WebhookSecretError::NotBase64)?;
         if key.len() < 16 {
-            return Err("the key must be at least 16 bytes".into());
+            return Err(WebhookSecretError::TooShort);
         }
         Ok(Self(key))
     }

@@ -1,6 +1,7 @@
 //! The moderator console under `/console`: how its sessions are signed, how long they last,
 //! when their cookie is marked Secure, and how often one address may try to sign in.
 
+use super::value::InvalidValue;
 use std::{net::IpAddr, time::Duration};
 
 use figment::value::Value;
@@ -44,16 +45,17 @@ section! {
 /// Shortest session key, in characters (a random one has 43: base64 of 32 bytes).
 pub const MIN_SESSION_KEY: usize = 32;
 
-fn long_enough(key: &Option<SecretString>) -> Result<(), String> {
+fn long_enough(key: &Option<SecretString>) -> Result<(), InvalidValue> {
     match key {
         Some(key) if key.expose_secret().chars().count() < MIN_SESSION_KEY => Err(format!(
             "must be at least {MIN_SESSION_KEY} characters, e.g. openssl rand -base64 32"
-        )),
+        )
+        .into()),
         _ => Ok(()),
     }
 }
 
-fn session_length(ttl: &Duration) -> Result<(), String> {
+fn session_length(ttl: &Duration) -> Result<(), InvalidValue> {
     if (Duration::from_secs(60)..=Duration::from_secs(30 * 24 * 3600)).contains(ttl) {
         Ok(())
     } else {
@@ -83,7 +85,7 @@ impl SecureCookie {
 impl Setting for SecureCookie {
     const VALUE_NAME: &'static str = "WHEN";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match value.as_str().map(str::trim) {
             Some("auto") => Ok(SecureCookie::Auto),
             Some("always") => Ok(SecureCookie::Always),
@@ -111,19 +113,19 @@ impl TrustedProxies {
 }
 
 /// One entry: `10.0.0.7`, `10.0.0.0/8`, `fd00::/8`.
-fn network(item: &str) -> Result<IpNet, String> {
+fn network(item: &str) -> Result<IpNet, InvalidValue> {
     item.parse::<IpNet>()
         .or_else(|_| item.parse::<IpAddr>().map(IpNet::from))
         .map_err(|_| {
-            format!("{item:?} is not an address or a network; expected e.g. 10.0.0.7, 10.0.0.0/8 or fd00::/8")
+            format!("{item:?} is not an address or a network; expected e.g. 10.0.0.7, 10.0.0.0/8 or fd00::/8").into()
         })
 }
 
 /// Comma-separated, as the variable and the flag give them.
 impl std::str::FromStr for TrustedProxies {
-    type Err = String;
+    type Err = InvalidValue;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, InvalidValue> {
         Self::read(&Value::from(text))
     }
 }
@@ -131,7 +133,7 @@ impl std::str::FromStr for TrustedProxies {
 impl Setting for TrustedProxies {
     const VALUE_NAME: &'static str = "NETWORKS";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         items(value)?
             .iter()
             .map(|item| network(item))
@@ -165,8 +167,8 @@ mod tests {
     fn a_short_key_or_a_session_length_out_of_bounds_is_refused_without_echo() {
         let short = Some(SecretString::from("tooshort-secret-value"));
         let refusal = long_enough(&short).unwrap_err();
-        assert!(refusal.contains("at least 32"), "{refusal}");
-        assert!(!refusal.contains("tooshort"), "{refusal}");
+        assert!(refusal.reason().contains("at least 32"), "{refusal}");
+        assert!(!refusal.reason().contains("tooshort"), "{refusal}");
         assert!(long_enough(&Some(SecretString::from("k".repeat(32)))).is_ok());
         assert!(long_enough(&None).is_ok());
         assert!(session_length(&Duration::from_secs(59)).is_err());
@@ -201,7 +203,7 @@ mod tests {
         );
         assert_eq!(TrustedProxies::default().show(), "none");
         let refusal = TrustedProxies::read(&Value::from("10.0.0.0/8,proxy.local")).unwrap_err();
-        assert!(refusal.contains("\"proxy.local\""), "{refusal}");
+        assert!(refusal.reason().contains("\"proxy.local\""), "{refusal}");
         assert!(TrustedProxies::read(&Value::from("10.0.0.0/33")).is_err());
     }
 }

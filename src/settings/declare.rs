@@ -4,6 +4,7 @@
 //! setting are derived from its name: `max_wait` is `QUIESCE_MAX_WAIT` and `--max-wait`.
 
 pub use super::field::{Field, Shown, variable};
+use super::value::InvalidValue;
 use super::{ConfigError, layers::Layers};
 
 /// What every section offers the settings as a whole.
@@ -26,7 +27,7 @@ pub trait Flags {
 }
 
 /// A check: the value is not zero.
-pub fn nonzero<T: Default + PartialEq>(value: &T) -> Result<(), String> {
+pub fn nonzero<T: Default + PartialEq>(value: &T) -> Result<(), InvalidValue> {
     if *value == T::default() {
         Err("must be greater than zero".into())
     } else {
@@ -35,13 +36,12 @@ pub fn nonzero<T: Default + PartialEq>(value: &T) -> Result<(), String> {
 }
 
 /// A check: the duration is at least `least` (a lease is renewed every third of it).
-pub fn at_least(least: std::time::Duration) -> impl Fn(&std::time::Duration) -> Result<(), String> {
+pub fn at_least(
+    least: std::time::Duration,
+) -> impl Fn(&std::time::Duration) -> Result<(), InvalidValue> {
     move |value| {
         if *value < least {
-            Err(format!(
-                "must be at least {}",
-                humantime::format_duration(least)
-            ))
+            Err(format!("must be at least {}", humantime::format_duration(least)).into())
         } else {
             Ok(())
         }
@@ -49,12 +49,12 @@ pub fn at_least(least: std::time::Duration) -> impl Fn(&std::time::Duration) -> 
 }
 
 /// A check: the number is between `low` and `high`, both included.
-pub fn within(low: u32, high: u32) -> impl Fn(&u32) -> Result<(), String> {
+pub fn within(low: u32, high: u32) -> impl Fn(&u32) -> Result<(), InvalidValue> {
     move |value| {
         if (low..=high).contains(value) {
             Ok(())
         } else {
-            Err(format!("must be between {low} and {high}"))
+            Err(format!("must be between {low} and {high}").into())
         }
     }
 }
@@ -70,7 +70,7 @@ pub fn help(doc: &str, name: &str, default: &str) -> String {
 
 /// Declares one section of the settings. Each field is written once: its doc (the reference
 /// for the file, `--help` and `quiesce config`), its type, its default and, optionally, a check
-/// of its value (`check f` with `f: Fn(&T) -> Result<(), String>`); `#[value_name = ".."]`
+/// of its value (`check f` with `f: Fn(&T) -> Result<(), InvalidValue>`); `#[value_name = ".."]`
 /// renames its value in `--help`.
 macro_rules! section {
     (
@@ -140,7 +140,7 @@ macro_rules! section {
                     $(
                         $field: {
                             let field = fields.next().expect("one entry per field");
-                            layers.read::<$ty>(field, |_value: &$ty| -> Result<(), String> {
+                            layers.read::<$ty>(field, |_value: &$ty| -> Result<(), $crate::settings::InvalidValue> {
                                 $( ($check)(_value)?; )?
                                 Ok(())
                             })?
@@ -153,12 +153,12 @@ macro_rules! section {
                 let mut fields = <Self as $crate::settings::declare::Section>::FIELDS.iter();
                 $(
                     let field = fields.next().expect("one entry per field");
-                    let check = |_value: &$ty| -> Result<(), String> {
+                    let check = |_value: &$ty| -> Result<(), $crate::settings::InvalidValue> {
                         $( ($check)(_value)?; )?
                         Ok(())
                     };
                     check(&self.$field)
-                        .map_err(|reason| $crate::settings::ConfigError::conflict(field, reason))?;
+                        .map_err(|reason| $crate::settings::ConfigError::conflict(field, reason.to_string()))?;
                 )+
                 Ok(())
             }

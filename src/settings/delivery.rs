@@ -1,5 +1,6 @@
 //! Outbound webhooks: where applied actions, reversals and overrides are delivered.
 
+use super::value::InvalidValue;
 use std::time::Duration;
 
 use super::declare::{nonzero, section};
@@ -26,7 +27,7 @@ section! {
     }
 }
 
-fn http_url(url: &Option<String>) -> Result<(), String> {
+fn http_url(url: &Option<String>) -> Result<(), InvalidValue> {
     match url {
         Some(url) if !url.starts_with("http://") && !url.starts_with("https://") => {
             Err("expected an http:// or https:// URL".into())

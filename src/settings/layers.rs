@@ -2,6 +2,7 @@
 //! (`--config`), then `QUIESCE_*` environment variables, then flags. Each value keeps the layer
 //! that gave it; errors and `quiesce config` name it.
 
+use super::value::InvalidValue;
 use std::path::{Path, PathBuf};
 
 use figment::{
@@ -188,7 +189,7 @@ impl Layers {
     pub fn read<T: Setting>(
         &self,
         field: &Field,
-        check: impl Fn(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), InvalidValue>,
     ) -> Result<T, ConfigError> {
         let Ok(value) = self.figment.find_value(&field.path()) else {
             return T::absent().ok_or_else(|| ConfigError::Invalid {
@@ -211,7 +212,7 @@ impl Layers {
                     format!(" {:?}", describe(&value))
                 },
                 origin: self.origin(field).describe(field),
-                reason,
+                reason: reason.to_string(),
             })
     }
 

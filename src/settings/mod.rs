@@ -41,6 +41,7 @@ pub use self::{
     schedule::{Schedule, ScheduleFlags},
     security::{Security, SecurityFlags, Source},
     telemetry::{Telemetry, TelemetryFlags},
+    value::InvalidValue,
     worker::{Worker, WorkerFlags},
 };
 use self::{

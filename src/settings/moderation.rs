@@ -1,5 +1,6 @@
 //! The rules, and what follows a moderator's decision.
 
+use super::value::InvalidValue;
 use std::{
     path::{Path, PathBuf},
     time::Duration,
@@ -49,7 +50,7 @@ section! {
     }
 }
 
-fn fraction(value: &f64) -> Result<(), String> {
+fn fraction(value: &f64) -> Result<(), InvalidValue> {
     if (0.0..=1.0).contains(value) {
         Ok(())
     } else {
@@ -91,7 +92,7 @@ impl RulesSource {
 impl Setting for RulesSource {
     const VALUE_NAME: &'static str = "FILE";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "a file path or built-in")? {
             "" => Err("must not be empty (built-in for the rules compiled in)".into()),
             "built-in" => Ok(Self::BuiltIn),

@@ -1,5 +1,6 @@
 //! Redis, which holds the debounce schedule, and how the schedule is laid out in it.
 
+use super::value::InvalidValue;
 use crate::credentials::ServiceUrl;
 
 use std::time::Duration;
@@ -34,7 +35,7 @@ section! {
     }
 }
 
-fn redis_prefix(prefix: &str) -> Result<(), String> {
+fn redis_prefix(prefix: &str) -> Result<(), InvalidValue> {
     if prefix.is_empty() || prefix.len() > 64 || prefix.contains(['{', '}']) {
         Err("must be 1-64 characters without braces".into())
     } else {
@@ -43,7 +44,7 @@ fn redis_prefix(prefix: &str) -> Result<(), String> {
 }
 
 /// Redis Cluster has 16,384 slots; a shard takes at least one.
-fn shard_count(count: &u16) -> Result<(), String> {
+fn shard_count(count: &u16) -> Result<(), InvalidValue> {
     match count {
         0 => Err("must be greater than zero".into()),
         1..=16_384 => Ok(()),
@@ -51,7 +52,7 @@ fn shard_count(count: &u16) -> Result<(), String> {
     }
 }
 
-fn shard_count_or_zero(count: &u16) -> Result<(), String> {
+fn shard_count_or_zero(count: &u16) -> Result<(), InvalidValue> {
     if *count == 0 {
         Ok(())
     } else {

@@ -1,5 +1,6 @@
 //! When an entity is evaluated, and how a failed evaluation is retried.
 
+use super::value::InvalidValue;
 use std::time::Duration;
 
 use figment::value::Value;
@@ -48,7 +49,7 @@ impl Schedule {
 impl Setting for ScheduleMode {
     const VALUE_NAME: &'static str = "MODE";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match value.as_str().map(str::trim) {
             Some("sliding") => Ok(ScheduleMode::Sliding),
             Some("fixed") => Ok(ScheduleMode::Fixed),

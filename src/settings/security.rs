@@ -1,5 +1,6 @@
 //! Who may use the API: tokens, inbound signing secrets and named sources.
 
+use super::value::InvalidValue;
 use std::time::Duration;
 
 use figment::value::Value;
@@ -34,7 +35,7 @@ section! {
 impl Security {
     /// What `serve` needs before it exposes the API: tokens and inbound signing secrets, unless
     /// `insecure_dev` says otherwise.
-    pub fn check_serving(&self) -> Result<(), String> {
+    pub fn check_serving(&self) -> Result<(), InvalidValue> {
         if self.insecure_dev {
             return Ok(());
         }
@@ -58,7 +59,7 @@ impl Security {
             Err(format!(
                 "refusing to serve an open API: configure {}; or pass --insecure-dev for local development",
                 missing.join(" and ")
-            ))
+            ).into())
         }
     }
 }
@@ -90,7 +91,7 @@ impl Source {
         }
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvalidValue> {
         if !valid_name(&self.name) {
             // Not echoed: a secret pasted without `name=` would land here.
             return Err("a source name must be 1-64 of a-z, 0-9, - and _".into());
@@ -99,13 +100,15 @@ impl Source {
             return Err(format!(
                 "source {} has no secret; every source must sign its requests",
                 self.name
-            ));
+            )
+            .into());
         }
         if self.rate_limit == Some(0) || self.rate_burst == Some(0) {
             return Err(format!(
                 "source {}: rate_limit and rate_burst must be greater than zero",
                 self.name
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -147,7 +150,7 @@ struct SourceTable {
 
 /// `name=whsec_...` or `name=github:<secret>`, comma-separated; a name given several times has
 /// several secrets (rotation). Errors never echo an entry: it holds a secret.
-fn sources_from_text(raw: &str) -> Result<Vec<Source>, String> {
+fn sources_from_text(raw: &str) -> Result<Vec<Source>, InvalidValue> {
     let mut sources: Vec<Source> = Vec::new();
     for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         // A secret's base64 may end in `=`: an entry whose part before the first `=` is no
@@ -168,7 +171,7 @@ fn sources_from_text(raw: &str) -> Result<Vec<Source>, String> {
             Some(github) if !github.is_empty() => {
                 source.github_secrets.push(SecretString::from(github))
             }
-            Some(_) => return Err(format!("source {name}: the github secret is empty")),
+            Some(_) => return Err(format!("source {name}: the github secret is empty").into()),
             None => source.secrets.push(
                 WebhookSecret::parse(secret)
                     .map_err(|reason| format!("source {name}: {reason}"))?,
@@ -178,7 +181,7 @@ fn sources_from_text(raw: &str) -> Result<Vec<Source>, String> {
     Ok(sources)
 }
 
-fn source_from_table(table: SourceTable) -> Result<Source, String> {
+fn source_from_table(table: SourceTable) -> Result<Source, InvalidValue> {
     let secrets = table
         .secrets
         .iter()
@@ -203,7 +206,7 @@ impl Setting for Vec<Source> {
     const VALUE_NAME: &'static str = "SOURCES";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         let sources = match value {
             Value::String(_, raw) => sources_from_text(raw)?,
             Value::Array(..) => value
@@ -266,7 +269,7 @@ impl Setting for Vec<Source> {
     }
 }
 
-fn distinct_names(sources: &[Source]) -> Result<(), String> {
+fn distinct_names(sources: &[Source]) -> Result<(), InvalidValue> {
     match sources
         .iter()
         .enumerate()
@@ -275,7 +278,8 @@ fn distinct_names(sources: &[Source]) -> Result<(), String> {
         Some((_, s)) => Err(format!(
             "source {} is configured twice; list all its secrets in one entry",
             s.name
-        )),
+        )
+        .into()),
         None => Ok(()),
     }
 }

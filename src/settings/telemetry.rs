@@ -1,5 +1,6 @@
 //! Logs and metrics.
 
+use super::value::InvalidValue;
 use std::net::SocketAddr;
 
 use figment::value::Value;
@@ -22,7 +23,7 @@ section! {
 impl Setting for LogFormat {
     const VALUE_NAME: &'static str = "FORMAT";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match value.as_str().map(str::trim) {
             Some("text") => Ok(LogFormat::Text),
             Some("json") => Ok(LogFormat::Json),

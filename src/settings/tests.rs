@@ -140,10 +140,10 @@ fn serve_refuses_an_open_api_unless_insecure_dev_is_chosen() {
     let settings = Settings::default();
     let err = settings.security.check_serving().unwrap_err();
     assert!(
-        err.contains("QUIESCE_API_TOKENS") && err.contains("QUIESCE_INBOUND_SECRETS"),
+        err.reason().contains("QUIESCE_API_TOKENS") && err.reason().contains("QUIESCE_INBOUND_SECRETS"),
         "{err}"
     );
-    assert!(err.contains("--insecure-dev"), "{err}");
+    assert!(err.reason().contains("--insecure-dev"), "{err}");
     let mut dev = Settings::default();
     dev.security.insecure_dev = true;
     assert!(dev.security.check_serving().is_ok());

@@ -10,6 +10,42 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::{ApiToken, ServiceUrl, WebhookSecret};
 
+/// Why a value given for a setting is refused: the reason [`super::ConfigError::Invalid`] shows
+/// beside the setting's names, its value (never a secret's) and the layer it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(String);
+
+impl InvalidValue {
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for InvalidValue {
+    fn from(reason: String) -> Self {
+        Self(reason)
+    }
+}
+
+impl From<crate::credentials::TokenSpecError> for InvalidValue {
+    fn from(error: crate::credentials::TokenSpecError) -> Self {
+        Self(error.to_string())
+    }
+}
+
+impl From<crate::credentials::WebhookSecretError> for InvalidValue {
+    fn from(error: crate::credentials::WebhookSecretError) -> Self {
+        Self(error.to_string())
+    }
+}
+
+impl From<&str> for InvalidValue {
+    fn from(reason: &str) -> Self {
+        Self(reason.to_owned())
+    }
+}
+
 /// A type a setting can have.
 pub trait Setting: Sized {
     /// What `--help` calls the value.
@@ -18,7 +54,7 @@ pub trait Setting: Sized {
     const SECRET: bool = false;
 
     /// Reads the value a layer gave.
-    fn read(value: &Value) -> Result<Self, String>;
+    fn read(value: &Value) -> Result<Self, InvalidValue>;
 
     /// The value when no layer gives one: `Some(None)` for optional settings.
     fn absent() -> Option<Self> {
@@ -50,10 +86,10 @@ pub trait Setting: Sized {
 }
 
 /// The text of a string value; other kinds are refused as `expected`.
-pub(super) fn text<'a>(value: &'a Value, expected: &str) -> Result<&'a str, String> {
+pub(super) fn text<'a>(value: &'a Value, expected: &str) -> Result<&'a str, InvalidValue> {
     match value {
         Value::String(_, text) => Ok(text.trim()),
-        _ => Err(format!("expected {expected}")),
+        _ => Err(format!("expected {expected}").into()),
     }
 }
 
@@ -65,7 +101,7 @@ pub(super) fn number(n: figment::value::Num) -> Option<f64> {
 }
 
 /// Items of a list: a TOML array of strings, or comma-separated text.
-pub(super) fn items(value: &Value) -> Result<Vec<String>, String> {
+pub(super) fn items(value: &Value) -> Result<Vec<String>, InvalidValue> {
     match value {
         Value::Array(_, values) => values
             .iter()
@@ -84,13 +120,13 @@ pub(super) fn items(value: &Value) -> Result<Vec<String>, String> {
 impl Setting for Duration {
     const VALUE_NAME: &'static str = "DURATION";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         let raw = text(
             value,
             "a duration string such as \"15s\", \"500ms\" or \"2m\"",
         )?;
         humantime::parse_duration(raw)
-            .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms or 2m"))
+            .map_err(|e| format!("{e}; expected a duration such as 15s, 500ms or 2m").into())
     }
 
     fn to_text(&self) -> Option<String> {
@@ -103,7 +139,7 @@ macro_rules! whole_numbers {
         impl Setting for $ty {
             const VALUE_NAME: &'static str = "N";
 
-            fn read(value: &Value) -> Result<Self, String> {
+            fn read(value: &Value) -> Result<Self, InvalidValue> {
                 let number = match value {
                     Value::Num(_, n) => n.to_u128_lossy(),
                     Value::String(_, raw) => raw.trim().parse::<u128>().ok(),
@@ -111,7 +147,7 @@ macro_rules! whole_numbers {
                 };
                 number
                     .and_then(|n| <$ty>::try_from(n).ok())
-                    .ok_or_else(|| format!("expected a whole number from 0 to {}", <$ty>::MAX))
+                    .ok_or_else(|| format!("expected a whole number from 0 to {}", <$ty>::MAX).into())
             }
 
             fn to_text(&self) -> Option<String> {
@@ -126,7 +162,7 @@ whole_numbers!(u16, u32, usize);
 impl Setting for f64 {
     const VALUE_NAME: &'static str = "NUMBER";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         let number = match value {
             Value::Num(_, n) => number(*n),
             Value::String(_, raw) => raw.trim().parse::<f64>().ok(),
@@ -145,7 +181,7 @@ impl Setting for f64 {
 impl Setting for bool {
     const VALUE_NAME: &'static str = "BOOL";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match value {
             Value::Bool(_, b) => Ok(*b),
             Value::String(_, raw) => match raw.trim().to_ascii_lowercase().as_str() {
@@ -173,7 +209,7 @@ impl Setting for bool {
 impl Setting for String {
     const VALUE_NAME: &'static str = "TEXT";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "a string")? {
             "" => Err("must not be empty".into()),
             text => Ok(text.to_owned()),
@@ -189,7 +225,7 @@ impl Setting for SecretString {
     const VALUE_NAME: &'static str = "SECRET";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "a string")? {
             "" => Err("must not be empty".into()),
             text => Ok(SecretString::from(text)),
@@ -205,7 +241,7 @@ impl Setting for SecretString {
 impl Setting for ServiceUrl {
     const VALUE_NAME: &'static str = "URL";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "a URL")? {
             "" => Err("must not be empty".into()),
             text => Ok(ServiceUrl::from(text)),
@@ -225,7 +261,7 @@ impl Setting for ServiceUrl {
 impl Setting for Option<ServiceUrl> {
     const VALUE_NAME: &'static str = "URL";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         ServiceUrl::read(value).map(Some)
     }
 
@@ -248,7 +284,7 @@ impl Setting for Option<SecretString> {
     const VALUE_NAME: &'static str = "SECRET";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         SecretString::read(value).map(Some)
     }
 
@@ -269,7 +305,7 @@ impl Setting for Option<SecretString> {
 impl Setting for SocketAddr {
     const VALUE_NAME: &'static str = "ADDR";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         text(value, "host:port")?
             .parse()
             .map_err(|_| "expected host:port, e.g. 127.0.0.1:8080".into())
@@ -284,7 +320,7 @@ impl Setting for SocketAddr {
 impl Setting for Option<SocketAddr> {
     const VALUE_NAME: &'static str = "ADDR";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "host:port or off")? {
             off if off.eq_ignore_ascii_case("off") => Ok(None),
             raw => raw
@@ -306,7 +342,7 @@ impl Setting for Option<SocketAddr> {
 impl Setting for Option<PathBuf> {
     const VALUE_NAME: &'static str = "FILE";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         match text(value, "a file path")? {
             "" => Err("must not be empty".into()),
             path => Ok(Some(PathBuf::from(path))),
@@ -325,7 +361,7 @@ impl Setting for Option<PathBuf> {
 impl Setting for Option<String> {
     const VALUE_NAME: &'static str = "TEXT";
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         String::read(value).map(Some)
     }
 
@@ -342,8 +378,8 @@ impl Setting for Option<WebhookSecret> {
     const VALUE_NAME: &'static str = "SECRET";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
-        WebhookSecret::parse(text(value, "a whsec_ secret")?).map(Some)
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
+        Ok(Some(WebhookSecret::parse(text(value, "a whsec_ secret")?)?))
     }
 
     fn absent() -> Option<Self> {
@@ -372,10 +408,10 @@ impl Setting for Vec<WebhookSecret> {
     const VALUE_NAME: &'static str = "SECRETS";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         items(value)?
             .iter()
-            .map(|s| WebhookSecret::parse(s))
+            .map(|s| WebhookSecret::parse(s).map_err(InvalidValue::from))
             .collect()
     }
 
@@ -397,7 +433,7 @@ impl Setting for Vec<SecretString> {
     const VALUE_NAME: &'static str = "SECRETS";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
         Ok(items(value)?.into_iter().map(SecretString::from).collect())
     }
 
@@ -420,8 +456,11 @@ impl Setting for Vec<ApiToken> {
     const VALUE_NAME: &'static str = "SPECS";
     const SECRET: bool = true;
 
-    fn read(value: &Value) -> Result<Self, String> {
-        items(value)?.iter().map(|s| ApiToken::parse(s)).collect()
+    fn read(value: &Value) -> Result<Self, InvalidValue> {
+        items(value)?
+            .iter()
+            .map(|s| ApiToken::parse(s).map_err(InvalidValue::from))
+            .collect()
     }
 
     fn to_text(&self) -> Option<String> {
@@ -483,8 +522,8 @@ mod tests {
         let secret = SecretString::read(&string("hunter2-secret")).unwrap();
         assert_eq!(secret.show(), "[REDACTED]");
         let err = Vec::<WebhookSecret>::read(&string("whsec_hunter2-secret")).unwrap_err();
-        assert!(!err.contains("hunter2"), "{err}");
+        assert!(!err.reason().contains("hunter2"), "{err}");
         let err = Vec::<ApiToken>::read(&string("admin:hunter2-secret")).unwrap_err();
-        assert!(!err.contains("hunter2"), "{err}");
+        assert!(!err.reason().contains("hunter2"), "{err}");
     }
 }
