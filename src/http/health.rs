@@ -61,7 +61,13 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     (status, Json(body))
 }
 
-/// Prometheus text format; queue depths are read from Redis at scrape time.
+/// How long a scrape waits on a backend: Prometheus gives up on a scrape after 10 s by default,
+/// and an outage is when the breaker's and the primary's gauges must still be read.
+const SCRAPE_WAIT: Duration = Duration::from_secs(3);
+
+/// Prometheus text format; queue depths are read from Redis at scrape time. Answers within
+/// twice [`SCRAPE_WAIT`] whatever the backends do: Postgres and Redis are asked at once, and
+/// Postgres' figures only when it takes writes (they keep their last values meanwhile).
 pub(super) async fn render_metrics(
     queue: &Queue,
     store: &Store,
@@ -69,14 +75,16 @@ pub(super) async fn render_metrics(
     handle: &PrometheusHandle,
     timeout: Duration,
 ) -> impl IntoResponse + use<> {
+    let wait = timeout.min(SCRAPE_WAIT);
     // Whether the primary takes writes, as /readyz asks it: a read-only or recovering server
     // answers a ping, so the alert on this gauge is what notices it.
-    let writable = matches!(
-        tokio::time::timeout(timeout, store.writable()).await,
-        Ok(Ok(()))
+    let (writable, depths) = tokio::join!(
+        tokio::time::timeout(wait, store.writable()),
+        tokio::time::timeout(wait, queue.depths())
     );
+    let writable = matches!(writable, Ok(Ok(())));
     metrics::gauge!(names::POSTGRES_WRITABLE).set(f64::from(u8::from(writable)));
-    match tokio::time::timeout(timeout, queue.depths()).await {
+    match depths {
         Ok(Ok(depths)) => {
             for depth in depths {
                 let shard = depth.shard.to_string();
@@ -94,14 +102,38 @@ pub(super) async fn render_metrics(
         }
         Err(_) => tracing::warn!("queue depth timed out for the scrape"),
     }
-    match tokio::time::timeout(timeout, store.outbox_backlog()).await {
+    if writable {
+        postgres_figures(store, rules, wait).await;
+    }
+    // This process's rules version, read from its own handle (several apps may share one
+    // recorder in tests).
+    metrics::gauge!(names::RULES_VERSION).set(rules.current().version().unwrap_or(0) as f64);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        handle.render(),
+    )
+}
+
+/// The gauges read from Postgres at scrape time, asked at once, each within `wait`.
+async fn postgres_figures(store: &Store, rules: &crate::rules::Rules, wait: Duration) {
+    let (backlog, review, reversals) = tokio::join!(
+        tokio::time::timeout(wait, store.outbox_backlog()),
+        tokio::time::timeout(wait, store.review_figures(Duration::from_secs(3600))),
+        // The reversal rate comes from Postgres, so it survives restarts and is the same on
+        // every process. Rules in force without actions read 0.
+        tokio::time::timeout(wait, store.reversal_counts(Duration::from_secs(24 * 3600)))
+    );
+    match backlog {
         Ok(Ok(backlog)) => metrics::gauge!(names::OUTBOX_BACKLOG).set(backlog as f64),
         Ok(Err(error)) => {
             tracing::warn!(error = %crate::telemetry::Chain(&error), "outbox backlog unavailable for the scrape")
         }
         Err(_) => tracing::warn!("outbox backlog timed out for the scrape"),
     }
-    match tokio::time::timeout(timeout, store.review_figures(Duration::from_secs(3600))).await {
+    match review {
         Ok(Ok(figures)) => {
             metrics::gauge!(names::REVIEW_WAITING).set(figures.waiting as f64);
             let oldest = figures.oldest_flagged_at.map_or(0.0, |at| {
@@ -114,13 +146,7 @@ pub(super) async fn render_metrics(
         }
         Err(_) => tracing::warn!("review queue timed out for the scrape"),
     }
-    // This process's rules version, read from its own handle (several apps may share one
-    // recorder in tests).
-    metrics::gauge!(names::RULES_VERSION).set(rules.current().version().unwrap_or(0) as f64);
-    // The reversal rate comes from Postgres, so it survives restarts and is the same on every
-    // process. Rules in force without actions read 0.
-    let window = Duration::from_secs(24 * 3600);
-    match tokio::time::timeout(timeout, store.reversal_counts(window)).await {
+    match reversals {
         Ok(Ok((_, by_rule))) => {
             let mut rules: std::collections::BTreeMap<String, crate::store::ReversalCounts> = rules
                 .current()
@@ -142,11 +168,4 @@ pub(super) async fn render_metrics(
         }
         Err(_) => tracing::warn!("reversal rate timed out for the scrape"),
     }
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        handle.render(),
-    )
 }

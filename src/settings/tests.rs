@@ -140,7 +140,8 @@ fn serve_refuses_an_open_api_unless_insecure_dev_is_chosen() {
     let settings = Settings::default();
     let err = settings.security.check_serving().unwrap_err();
     assert!(
-        err.reason().contains("QUIESCE_API_TOKENS") && err.reason().contains("QUIESCE_INBOUND_SECRETS"),
+        err.reason().contains("QUIESCE_API_TOKENS")
+            && err.reason().contains("QUIESCE_INBOUND_SECRETS"),
         "{err}"
     );
     assert!(err.reason().contains("--insecure-dev"), "{err}");

@@ -408,3 +408,30 @@ async fn a_worker_with_nothing_to_evaluate_pauses_claims_once_its_process_finds_
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_scrape_answers_within_prometheus_scrape_timeout_while_the_primary_is_read_only() {
+    // The default backend timeout: each Postgres read of a scrape could wait this long, as
+    // the pool tries new connections and the fence refuses each.
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(5);
+    }))
+    .await;
+    set_read_only(&app, true).await;
+    // Prometheus' default scrape_timeout: a scrape that takes longer is dropped, and with it
+    // the gauges that say Postgres is away.
+    let response = app
+        .client
+        .get(format!("{}/metrics", app.metrics_base))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("the scrape answered within 10 s");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(
+        text.lines().any(|l| l == "quiesce_postgres_writable 0"),
+        "the scrape says Postgres takes no writes"
+    );
+    set_read_only(&app, false).await;
+}

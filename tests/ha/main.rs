@@ -461,8 +461,8 @@ async fn a_read_only_spell_on_the_primary_pauses_claims_burns_no_attempt_and_dea
     // every process' breaker and the API's readiness are watched.
     let seconds = SPELL.as_secs().to_string();
     let spell_over = CancellationToken::new();
-    // Each process watched on its own: a scrape waits for Postgres (the outbox backlog) up to
-    // the backend timeout during the spell.
+    // Each process watched on its own: a scrape may wait a few seconds on Postgres during the
+    // spell (at most 3 s per backend, `render_metrics`).
     let paused = rig.metrics.iter().map(|metrics| {
         let spell_over = spell_over.clone();
         async move {
