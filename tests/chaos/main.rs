@@ -2,7 +2,7 @@
 //! load runs; afterwards Postgres is checked the way a queue checker accounts for every item:
 //! what went in came out, once. Slow, so `make chaos` runs it (and CI), not `make test`.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]

@@ -4,7 +4,7 @@
 //! processes share the cluster; afterwards Postgres accounts for every event (tests/support/load.rs).
 //! Each test prints its figures on a `cluster ...:` line.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]

@@ -5,7 +5,7 @@
 //! text; a forged form refused; every page readable at 1280 and 390 pixels (the screenshots in
 //! docs/console/). Ignored in `make test`, which needs no browser.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]

@@ -6,7 +6,7 @@
 //! listeners' connections terminated, or a version made active without one) is caught by the
 //! poll.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]

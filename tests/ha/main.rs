@@ -11,7 +11,7 @@
 
 mod checks;
 mod cluster;
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]

@@ -5,7 +5,7 @@
 //! condition it describes (with `for:` shortened). Needs `prometheus` and `promtool` (Debian
 //! package prometheus), so `make observability` runs it (and CI), not `make test`.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]
