@@ -31,6 +31,7 @@ impl TestDatabase {
             keys: None,
         };
         let mut admin = admin_connection(base).await;
+        // DDL naming a database made up at run time (as the drop below): a string.
         sqlx::query(&format!("CREATE DATABASE {}", database.name()))
             .execute(&mut admin)
             .await
@@ -125,14 +126,16 @@ pub async fn connection_usage(base: &str) -> Option<ConnectionUsage> {
     let mut connection = PgConnection::connect(&format!("{base}/postgres"))
         .await
         .ok()?;
-    let (in_use, max_connections): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM pg_stat_activity
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()),
-                current_setting('max_connections')::bigint",
+    let usage = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM pg_stat_activity
+                   WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()) AS "in_use!",
+                  current_setting('max_connections')::bigint AS "max_connections!""#,
     )
     .fetch_one(&mut connection)
     .await
     .ok()?;
+    let (in_use, max_connections) = (usage.in_use, usage.max_connections);
+
     connection.close().await.ok();
     Some(ConnectionUsage {
         in_use,

@@ -338,6 +338,8 @@ async fn write_before(database_url: &str, version: i64, sql: &str) {
         .run(&mut connection)
         .await
         .expect("the migrations before the one under test");
+    // The test's own statements, on a schema older than the one they are checked against: a
+    // string.
     sqlx::raw_sql(sql)
         .execute(&mut connection)
         .await

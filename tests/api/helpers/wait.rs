@@ -33,13 +33,7 @@ where
 impl TestApp {
     /// Every recorded event has been covered by an evaluation and nothing waits in Redis.
     pub async fn settled(&self) -> bool {
-        self.queue_is_empty().await
-            && self
-                .scalar(
-                    "SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count",
-                )
-                .await
-                == 0
+        self.queue_is_empty().await && self.count_unevaluated_events().await == 0
     }
 
     pub async fn wait_settled(&self, timeout: Duration) {
