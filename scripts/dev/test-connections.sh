@@ -2,7 +2,7 @@
 # Whether the Postgres server has the connections `make test` is about to need, asked at the
 # start of the run: each test thread holds up to 10 connections at once (its app's pool of 8,
 # the rules listener, the admin or migration connection: TEST_CONNECTIONS in
-# tests/api/helpers.rs; the few tests that start a worker or serve process hold more).
+# tests/api/helpers/database.rs; the few tests that start a worker or serve process hold more).
 #   test-connections.sh THREADS
 # prints on stdout the number of test threads to run: THREADS when they fit in the connections
 # free now; else as many as fit, saying so on stderr; and fails, saying what to do, when not

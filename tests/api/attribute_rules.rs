@@ -8,6 +8,7 @@ use std::time::Duration;
 use quiesce::{domain::EntityId, rules::RuleSet};
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     attributes::DECLARED,
     helpers::{TestApp, TestOptions, spawn_app, wait_for},
@@ -64,10 +65,11 @@ fn events(prefix: &str, entity: &str, signal: &str, attributes: &[Value]) -> Val
 }
 
 async fn actions(app: &TestApp) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT entity, rule FROM actions ORDER BY entity")
-        .fetch_all(&app.pool)
+    app.actions()
         .await
-        .unwrap()
+        .into_iter()
+        .map(|a| (a.entity, a.rule))
+        .collect()
 }
 
 #[tokio::test]
@@ -115,8 +117,10 @@ async fn aggregates_over_attributes_decide_and_read_the_same_folded_or_not() {
     assert_eq!(unfolded.events["flag"]["reason"].values["spam"], 3);
     fold_all(&app, &["post:c", "post:a"]).await;
     assert_eq!(
-        app.scalar("SELECT count(*) FROM attribute_numbers WHERE entity = 'post:c'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM attribute_numbers WHERE entity = 'post:c'"
+        ),
         1
     );
     assert_eq!(app.snapshot("post:c").await.attributes, unfolded);
@@ -139,12 +143,12 @@ async fn fold_all(app: &TestApp, entities: &[&str]) {
     let store = &app.backends.store;
     wait_for(Duration::from_secs(10), "every event folded", || async {
         store.fold(entities, 1).await.unwrap();
-        app.scalar(&format!(
-            "SELECT count(*) FROM unfolded_events WHERE entity IN ('{}')",
-            entities.join("', '")
-        ))
-        .await
-            == 0
+        let entities: Vec<String> = entities.iter().map(|&e| e.to_owned()).collect();
+        scalar!(
+            app,
+            "SELECT count(*) FROM unfolded_events WHERE entity = ANY($1)",
+            &entities
+        ) == 0
     })
     .await;
 }
@@ -190,7 +194,7 @@ async fn context_is_validated_kept_with_its_history_and_read_through_the_author(
         assert_eq!(error["error"]["field"], field, "{body}: {error}");
     }
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_context").await,
+        scalar!(app, "SELECT count(*) FROM entity_context"),
         1,
         "refusals write nothing"
     );
@@ -225,12 +229,10 @@ async fn context_is_validated_kept_with_its_history_and_read_through_the_author(
         "the new account's comment only"
     );
     // The evaluation kept what it read of the author.
-    let saw: Value = sqlx::query_scalar(
-        "SELECT snapshot FROM evaluations WHERE entity = 'comment:new' ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let saw: Value = scalar!(
+        app,
+        "SELECT snapshot FROM evaluations WHERE entity = 'comment:new' ORDER BY id DESC LIMIT 1"
+    );
     let author = &saw["attributes"]["author"];
     assert_eq!(author["id"], "user:new", "{saw}");
     assert_eq!(author["status"], "visible", "{saw}");
@@ -353,7 +355,7 @@ reason = "a surge of spam reports"
     // Folded, the figures read the same (the fold keeps minute buckets as for the counts).
     let store = &app.backends.store;
     fold_all(&app, &["post:old", "post:new"]).await;
-    assert!(app.scalar("SELECT count(*) FROM attribute_buckets").await > 0);
+    assert!(app.count_attribute_buckets().await > 0);
     assert_eq!(windows(&app.snapshot("post:old").await), windows(&old));
     assert_eq!(windows(&app.snapshot("post:new").await), windows(&new));
     // Evaluated: only the entity whose spam reports are within the hour is hidden.
@@ -369,20 +371,18 @@ reason = "a surge of spam reports"
         "spam_surge"
     );
     // Buckets older than the longest window leave with retention, in bounded batches.
-    sqlx::query(
-        "INSERT INTO attribute_buckets (entity, signal, attribute, value, bucket_start, count)
+    sqlx::query!(
+        "INSERT INTO attribute_buckets
+ (entity, signal, attribute, value, bucket_start, count)
          VALUES ('post:old', 'report', 'reason', 'spam', now() - interval '26 hours', 1)",
     )
     .execute(&app.pool)
     .await
     .unwrap();
-    let before = app.scalar("SELECT count(*) FROM attribute_buckets").await;
+    let before = app.count_attribute_buckets().await;
     let purged = store.purge_expired(1000, 10).await.unwrap();
     assert_eq!(purged.attribute_buckets, 1);
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM attribute_buckets").await,
-        before - 1
-    );
+    assert_eq!(app.count_attribute_buckets().await, before - 1);
 }
 
 #[tokio::test]

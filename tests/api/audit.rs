@@ -12,6 +12,7 @@ use quiesce::{
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     console::csrf_of,
     helpers::{TestApp, TestOptions, call, event, spawn_app, wait_for},
@@ -118,9 +119,10 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
     let (status, body) = call(&app, "POST", "/v1/events", TOKEN_INGEST, json!(events)).await;
     assert_eq!(status, 202, "{body}");
     app.wait_settled(SETTLE).await;
-    let hide: i64 = app
-        .scalar("SELECT id FROM actions WHERE entity = 'post:a' AND action = 'hide'")
-        .await;
+    let hide: i64 = scalar!(
+        app,
+        "SELECT id FROM actions WHERE entity = 'post:a' AND action = 'hide'"
+    );
     let reason = json!({"moderator": "mod:ana", "reason": "not abuse"});
     let (status, body) = call(
         &app,
@@ -150,9 +152,7 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
         .unwrap();
     // Unknown to Postgres, a worker dead-letters it at once.
     wait_for(SETTLE, "post:ghost dead-lettered", || async {
-        app.scalar("SELECT count(*) FROM dead_letters WHERE entity = 'post:ghost'")
-            .await
-            == 1
+        app.dead_letter_count_of("post:ghost").await == 1
     })
     .await;
     let (status, body) = call(
@@ -280,19 +280,34 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
 
     // Append-only: UPDATE, DELETE and TRUNCATE are refused; only the retention pass removes
     // entries, and only those past audit_retention.
-    for statement in [
-        "UPDATE audit_log SET actor = 'someone else'",
-        "DELETE FROM audit_log",
-        "TRUNCATE audit_log",
+    for (statement, refused) in [
+        (
+            "UPDATE",
+            sqlx::query!("UPDATE audit_log SET actor = 'someone else'")
+                .execute(&app.pool)
+                .await,
+        ),
+        (
+            "DELETE",
+            sqlx::query!("DELETE FROM audit_log")
+                .execute(&app.pool)
+                .await,
+        ),
+        // TRUNCATE is DDL to the compile-time check: a string.
+        (
+            "TRUNCATE",
+            sqlx::query("TRUNCATE audit_log").execute(&app.pool).await,
+        ),
     ] {
-        let error = sqlx::query(statement).execute(&app.pool).await.unwrap_err();
+        let error = refused.unwrap_err();
         assert!(
             error.to_string().contains("append-only"),
             "{statement}: {error}"
         );
     }
-    sqlx::query(
-        "INSERT INTO audit_log (at, actor, action, subject) VALUES (now() - interval '500 days', 'old', 'rules.reload', 'rules')",
+    sqlx::query!(
+        "INSERT INTO audit_log (at, actor, action, subject)
+ VALUES (now() - interval '500 days', 'old', 'rules.reload', 'rules')",
     )
     .execute(&app.pool)
     .await

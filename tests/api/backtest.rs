@@ -5,10 +5,12 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
+use quiesce::domain::Status;
 use quiesce::rules::{DEFAULT_RULES, RuleSet};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     console::{csrf_of, sign_in},
     helpers::{TestApp, TestOptions, event, spawn_app},
@@ -45,15 +47,6 @@ async fn backtest(app: &TestApp, rules: &str) -> Value {
     report
 }
 
-/// The action ids of one entity, oldest first.
-async fn action_ids(app: &TestApp, entity: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT id FROM actions WHERE entity = $1 ORDER BY id")
-        .bind(entity)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
-}
-
 async fn reverse(app: &TestApp, action: i64) {
     let (status, body) = app
         .post_json(
@@ -68,18 +61,16 @@ async fn reverse(app: &TestApp, action: i64) {
 /// version and evaluation count, and this test's Redis keys (but the index rescan's own, which
 /// maintenance writes on a timer).
 async fn fingerprint(app: &TestApp) -> (String, Vec<String>) {
-    let rows: String = sqlx::query_scalar(
+    let rows: String = scalar!(
+        app,
         "SELECT concat_ws(' ',
                 (SELECT count(*) FROM evaluations), (SELECT count(*) FROM actions),
                 (SELECT count(*) FROM actions WHERE reversed_at IS NOT NULL),
                 (SELECT count(*) FROM outbox), (SELECT count(*) FROM moderator_decisions),
                 (SELECT count(*) FROM events),
                 (SELECT string_agg(concat_ws(':', entity, status, moderation_version, evaluation_count,
-                                             override_status), ',' ORDER BY entity) FROM entities))",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+                                             override_status), ',' ORDER BY entity) FROM entities))"
+    );
     let mut keys = app.work_keys().await;
     keys.sort();
     (rows, keys)
@@ -126,8 +117,8 @@ async fn replaying_the_rules_in_force_reproduces_every_action_and_a_stricter_thr
     signals(&app, "post:be", "b", "flag", 7).await;
     app.wait_settled(SETTLE).await;
     // A moderator reverses post:b12's hide.
-    reverse(&app, action_ids(&app, "post:b12").await[0]).await;
-    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    reverse(&app, app.action_ids_of("post:b12").await[0]).await;
+    let actions = app.count_actions().await;
     assert_eq!(
         actions, 7,
         "b3 flag, b9 b12 b20 hide, be flag and hide, br hide"
@@ -147,7 +138,7 @@ async fn replaying_the_rules_in_force_reproduces_every_action_and_a_stricter_thr
     assert_eq!(identity["coverage"]["skipped_without_snapshot"], 0);
     assert_eq!(
         identity["coverage"]["replayed"],
-        app.scalar("SELECT count(*) FROM evaluations").await
+        app.count_evaluations().await
     );
     for (name, taken) in [
         ("hide_flag_pile_on", 4),
@@ -166,12 +157,11 @@ async fn replaying_the_rules_in_force_reproduces_every_action_and_a_stricter_thr
     // A hide threshold of 15: exactly the hides below it go (b9, b12, be's second), the one
     // above it (b20) stays; where nothing else had acted, the review rule flags instead.
     let strict = backtest(&app, &hide_threshold("15")).await;
-    let hides_below: i64 = app
-        .scalar(
-            "SELECT count(*) FROM actions WHERE rule = 'hide_flag_pile_on'
-               AND (snapshot->'signals'->'flag'->>'weight')::float8 < 15",
-        )
-        .await;
+    let hides_below: i64 = scalar!(
+        app,
+        "SELECT count(*) FROM actions WHERE rule = 'hide_flag_pile_on'
+               AND (snapshot->'signals'->'flag'->>'weight')::float8 < 15"
+    );
     assert_eq!(hides_below, 3);
     let pile_on = rule(&strict, "hide_flag_pile_on");
     assert_eq!(pile_on["removed"], hides_below, "{strict}");
@@ -231,12 +221,12 @@ async fn overrides_and_reversals_hold_in_the_replay_and_the_cli_reports_the_same
     // post:r: hidden at ten flags, reversed, then two more flags; automation may not redo it.
     signals(&app, "post:r", "a", "flag", 10).await;
     app.wait_settled(SETTLE).await;
-    reverse(&app, action_ids(&app, "post:r").await[0]).await;
+    reverse(&app, app.action_ids_of("post:r").await[0]).await;
     signals(&app, "post:r", "b", "flag", 2).await;
     app.wait_settled(SETTLE).await;
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
-    assert_eq!(app.status_of("post:o").await, "visible");
-    assert_eq!(app.status_of("post:r").await, "visible");
+    assert_eq!(app.count_actions().await, 1);
+    assert_eq!(app.status_of("post:o").await, Status::Visible);
+    assert_eq!(app.status_of("post:r").await, Status::Visible);
     let before = fingerprint(&app).await;
 
     // An eager candidate (hide at a score of 5) keeps r's first hide and adds nothing: o is
@@ -582,15 +572,11 @@ async fn a_candidate_that_hides_one_evaluation_later_saves_no_reversal_and_its_j
     // reverses the hide.
     signals(&app, "post:rh", "a", "flag", 11).await;
     app.wait_settled(SETTLE).await;
-    assert_eq!(app.status_of("post:rh").await, "hidden");
+    assert_eq!(app.status_of("post:rh").await, Status::Hidden);
     signals(&app, "post:rh", "b", "flag", 1).await;
     app.wait_settled(SETTLE).await;
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:rh'")
-            .await,
-        2
-    );
-    reverse(&app, action_ids(&app, "post:rh").await[0]).await;
+    assert_eq!(app.evaluation_count("post:rh").await, 2);
+    reverse(&app, app.action_ids_of("post:rh").await[0]).await;
 
     // A candidate hiding at 12 flags only flags at 11, but hides at the 12th flag, before
     // the reversal: the moderator would have reversed that hide too.
@@ -655,7 +641,7 @@ async fn a_renamed_rule_is_expected_to_be_reversed_as_often_as_the_rule_in_force
         signals(&app, entity, "a", "flag", 10).await;
     }
     app.wait_settled(SETTLE).await;
-    reverse(&app, action_ids(&app, "post:n1").await[0]).await;
+    reverse(&app, app.action_ids_of("post:n1").await[0]).await;
     let identity = backtest(&app, DEFAULT_RULES).await;
     let in_force = rule(&identity, "hide_flag_pile_on");
     assert_eq!(
@@ -732,9 +718,10 @@ async fn a_sweep_reproduces_the_identity_backtest_at_the_rules_own_value_and_a_b
     }
     app.wait_settled(SETTLE).await;
     // A moderator reverses the hide of the 9-flag post.
-    let hide: i64 = app
-        .scalar("SELECT id FROM actions WHERE entity = 'post:s9' AND action = 'hide'")
-        .await;
+    let hide: i64 = scalar!(
+        app,
+        "SELECT id FROM actions WHERE entity = 'post:s9' AND action = 'hide'"
+    );
     reverse(&app, hide).await;
 
     let file = std::env::temp_dir().join(format!("sweep-{}.toml", uuid::Uuid::new_v4()));

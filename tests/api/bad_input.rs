@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestOptions, spawn_app};
+use crate::helpers::{TestOptions, scalar, spawn_app};
 
 struct Case {
     name: &'static str,
@@ -226,9 +226,9 @@ async fn every_validation_rule_answers_with_its_status_and_writes_nothing() {
         }
     }
 
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
-    assert_eq!(app.scalar("SELECT count(*) FROM entities").await, 0);
-    assert_eq!(app.scalar("SELECT count(*) FROM signal_counts").await, 0);
+    assert_eq!(app.count_events().await, 0);
+    assert_eq!(app.count_entities().await, 0);
+    assert_eq!(scalar!(app, "SELECT count(*) FROM signal_counts"), 0);
     assert_eq!(app.work_keys().await, Vec::<String>::new());
 
     // The same service still takes a valid request afterwards.

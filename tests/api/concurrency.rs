@@ -42,10 +42,13 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     app.wait_settled(Duration::from_secs(60)).await;
 
     let rows: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> =
-        sqlx::query_as("SELECT entity, worker, started_at, finished_at FROM evaluations ORDER BY entity, started_at")
+        sqlx::query!(r#"SELECT entity, worker, started_at, finished_at AS "finished_at!" FROM evaluations ORDER BY entity, started_at"#)
             .fetch_all(&app.pool)
             .await
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.entity, row.worker, row.started_at, row.finished_at))
+            .collect();
     let mut by_entity: HashMap<&str, Vec<Run>> = HashMap::new();
     for (entity, worker, started, finished) in &rows {
         by_entity
@@ -77,15 +80,9 @@ async fn workers_in_two_processes_never_evaluate_one_entity_at_once() {
     );
 
     // Each entity got 20 flags: at most one flag action and one hide action, ending hidden.
-    let duplicated = app
-        .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
-        .await;
+    let duplicated = app.count_duplicate_actions().await;
     assert_eq!(duplicated, 0, "an action was applied twice");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
-            .await,
-        12
-    );
+    assert_eq!(app.count_hidden().await, 12);
 
     process.start_kill().unwrap();
     process.wait().await.unwrap();

@@ -336,15 +336,8 @@ async fn bad_console_input_gets_a_page_naming_the_field_and_writes_nothing() {
     .await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
     // Only the good form wrote: one decision, one version bump.
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM moderator_decisions").await,
-        1
-    );
-    assert_eq!(
-        app.scalar("SELECT moderation_version FROM entities WHERE entity = 'post:console-form'")
-            .await,
-        1
-    );
+    assert_eq!(app.count_moderator_decisions().await, 1);
+    assert_eq!(app.moderation_version_of("post:console-form").await, 1);
     // A bad filter names its parameter too.
     let review = app
         .client

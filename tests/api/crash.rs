@@ -10,10 +10,11 @@ use std::{
 };
 
 use futures::FutureExt;
+use quiesce::domain::Status;
 use serde_json::json;
 use sqlx::Connection;
 
-use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, claim_next, event, scalar, spawn_app, wait_for};
 
 #[tokio::test]
 async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
@@ -32,15 +33,14 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
         .await
         .unwrap();
     let mut hold = blocker.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:crash' FOR UPDATE")
-        .execute(&mut *hold)
+    sqlx::query!("SELECT 1 AS held FROM entities WHERE entity = 'post:crash' FOR UPDATE")
+        .fetch_one(&mut *hold)
         .await
         .unwrap();
 
     let mut doomed = app.spawn_worker_process("doomed", None);
     wait_for(Duration::from_secs(20), "the worker to block in its write", || async {
-        app.scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-            .await
+        scalar!(app, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
             > 0
     })
     .await;
@@ -72,20 +72,16 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     wait_for(
         Duration::from_secs(20),
         "the survivor to apply the action",
-        || async { app.status_of("post:crash").await == "hidden" },
+        || async { app.status_of("post:crash").await == Status::Hidden },
     )
     .await;
     app.wait_settled(Duration::from_secs(20)).await;
     shutdown.cancel();
     running.await.unwrap();
 
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:crash'")
-            .await,
-        1
-    );
-    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 1);
-    let workers: Vec<String> = sqlx::query_scalar(
+    assert_eq!(app.action_count_of("post:crash").await, 1);
+    assert_eq!(app.count_outbox().await, 1);
+    let workers: Vec<String> = sqlx::query_scalar!(
         "SELECT worker FROM evaluations WHERE entity = 'post:crash' ORDER BY id",
     )
     .fetch_all(&app.pool)
@@ -176,8 +172,8 @@ async fn a_claim_that_is_never_acked_is_returned_and_evaluated_once() {
     // The first claim's owner comes back late: its token no longer acks anything.
     assert!(!app.backends.queue.ack(&lost).await.unwrap());
     assert!(!app.backends.queue.ack(&retried).await.unwrap());
-    assert_eq!(app.status_of("post:dropped").await, "flagged");
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.status_of("post:dropped").await, Status::Flagged);
+    assert_eq!(app.count_actions().await, 1);
     assert_eq!(app.evaluation_count("post:dropped").await, 1);
     assert!(app.settled().await);
 }
@@ -211,7 +207,7 @@ async fn a_hung_evaluation_is_abandoned_at_the_timeout_and_retried() {
         .collect();
     app.send(&json!(events)).await;
     app.wait_settled(Duration::from_secs(20)).await;
-    assert_eq!(app.status_of("post:hung").await, "hidden");
+    assert_eq!(app.status_of("post:hung").await, Status::Hidden);
     assert_eq!(
         app.evaluation_count("post:hung").await,
         1,

@@ -13,13 +13,14 @@ use std::{
 };
 
 use futures::FutureExt;
+use quiesce::domain::Status;
 use quiesce::{
     domain::{EntityId, Priority},
     worker::Outcome,
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
 
 async fn dead_letters(app: &TestApp) -> Vec<Value> {
     let (status, body) = app.get("/v1/dead-letters").await;
@@ -62,22 +63,20 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
         Duration::from_secs(30),
         "the 1000 healthy entities to be evaluated",
         || async {
-            app.scalar(
-                "SELECT count(DISTINCT entity) FROM evaluations WHERE entity <> 'post:poison'",
-            )
-            .await
-                == 1000
+            scalar!(
+                app,
+                "SELECT count(DISTINCT entity) FROM evaluations WHERE entity <> 'post:poison'"
+            ) == 1000
         },
     )
     .await;
     // On time: the poison's retries hold no worker for long (bounded by the window, the
     // workers' throughput and a loaded machine, not by the poison's backoff).
-    let slowest = app
-        .scalar(
-            "SELECT (1000 * extract(epoch FROM max(v.started_at - e.last_event_at)))::bigint
-             FROM evaluations v JOIN entities e USING (entity) WHERE entity <> 'post:poison'",
-        )
-        .await;
+    let slowest = scalar!(
+        app,
+        "SELECT (1000 * extract(epoch FROM max(v.started_at - e.last_event_at)))::bigint
+             FROM evaluations v JOIN entities e USING (entity) WHERE entity <> 'post:poison'"
+    );
     assert!(slowest < 20_000, "a healthy entity waited {slowest} ms");
     let dead = &dead_letters(&app).await[0];
     assert_eq!(dead["entity"], "post:poison");
@@ -95,11 +94,7 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
 
     // New events for a dead-lettered entity are still recorded, but do not schedule it.
     app.send(&event("p-late", "post:poison", "flag")).await;
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:poison'")
-            .await,
-        11
-    );
+    assert_eq!(app.event_count_of("post:poison").await, 11);
     let entity = EntityId::parse("post:poison").unwrap();
     assert_eq!(
         app.backends
@@ -126,7 +121,7 @@ async fn a_poison_entity_is_dead_lettered_while_the_others_are_evaluated_and_red
         || async { app.evaluation_count("post:poison").await == 1 },
     )
     .await;
-    assert_eq!(app.status_of("post:poison").await, "hidden");
+    assert_eq!(app.status_of("post:poison").await, Status::Hidden);
     assert!(dead_letters(&app).await.is_empty());
     let again = app
         .client
@@ -216,7 +211,7 @@ async fn a_postgres_outage_does_not_use_up_attempts() {
     let claim = claim_next(&worker).await;
     let outcome = worker.evaluate_claim(claim).await;
     assert!(matches!(outcome, Outcome::Done(_)), "{outcome:?}");
-    assert_eq!(app.status_of("post:outage").await, "hidden");
+    assert_eq!(app.status_of("post:outage").await, Status::Hidden);
 }
 
 #[tokio::test]
@@ -347,11 +342,11 @@ async fn a_dead_letter_survives_a_redis_loss_and_stays_dead_until_redriven() {
     assert_eq!(app.evaluation_count("post:dl").await, 1);
     assert!(dead_letters(&app).await.is_empty());
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM dead_letters
              WHERE entity = 'post:dl' AND redriven_at IS NOT NULL AND redriven_by = 'api'"
-        )
-        .await,
+        ),
         1
     );
 }
@@ -398,8 +393,10 @@ async fn attempts_survive_a_redis_loss_mid_retry() {
     let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
     assert!(matches!(outcome, Outcome::Failed(_)), "{outcome:?}");
     assert_eq!(
-        app.scalar("SELECT attempts::bigint FROM entity_failures WHERE entity = 'post:retry'")
-            .await,
+        scalar!(
+            app,
+            "SELECT attempts::bigint FROM entity_failures WHERE entity = 'post:retry'"
+        ),
         1
     );
 
@@ -416,8 +413,10 @@ async fn attempts_survive_a_redis_loss_mid_retry() {
     assert_eq!(dead[0]["attempts"], 3);
     assert!(dead[0]["first_failure_ms"].as_i64() < dead[0]["last_failure_ms"].as_i64());
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_failures WHERE entity = 'post:retry'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM entity_failures WHERE entity = 'post:retry'"
+        ),
         0,
         "the failure record ends with the dead letter"
     );

@@ -10,11 +10,12 @@ use std::{
 };
 
 use futures::{FutureExt, future::join_all};
+use quiesce::domain::Status;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, event, scalar, spawn_app, wait_for};
 
 /// 500 upvotes and 10 flags in random order, sent as concurrent requests.
 fn sloan_burst(entity: &str) -> Vec<Value> {
@@ -48,27 +49,20 @@ async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_lef
     app.wait_settled(Duration::from_secs(30)).await;
 
     assert_eq!(app.evaluation_count("post:sloan").await, 1);
-    assert_eq!(app.status_of("post:sloan").await, "visible");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:sloan'")
-            .await,
-        0
+    assert_eq!(app.status_of("post:sloan").await, Status::Visible);
+    assert_eq!(app.action_count_of("post:sloan").await, 0);
+    let snapshot_events: i64 = scalar!(
+        app,
+        "SELECT event_count FROM evaluations WHERE entity = 'post:sloan'"
     );
-    let snapshot_events: i64 = app
-        .scalar("SELECT event_count FROM evaluations WHERE entity = 'post:sloan'")
-        .await;
     assert_eq!(
         snapshot_events, 510,
         "the one evaluation saw the whole burst"
     );
 
     assert_eq!(app.evaluation_count("post:flagged").await, 1);
-    assert_eq!(app.status_of("post:flagged").await, "hidden");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:flagged'")
-            .await,
-        1
-    );
+    assert_eq!(app.status_of("post:flagged").await, Status::Hidden);
+    assert_eq!(app.action_count_of("post:flagged").await, 1);
 }
 
 #[tokio::test]
@@ -98,20 +92,20 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
     assert_eq!(replies.iter().map(|r| r.0).sum::<u64>(), 10_000);
 
     app.wait_settled(Duration::from_secs(60)).await;
-    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 200);
+    assert_eq!(app.count_evaluations().await, 200);
+    assert_eq!(app.count_evaluated_entities().await, 200);
     assert_eq!(
-        app.scalar("SELECT count(DISTINCT entity) FROM evaluations")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM entity_counts WHERE event_count = 50"
+        ),
         200
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count = 50")
-            .await,
-        200
-    );
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM evaluations WHERE event_count <> 50")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM evaluations WHERE event_count <> 50"
+        ),
         0
     );
 }
@@ -140,8 +134,7 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
 
     // Without the max-wait cap the window never closes during the stream: no evaluation at all.
     let during: Vec<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT started_at FROM evaluations WHERE entity = 'post:stream' AND started_at <= $1 ORDER BY started_at")
-            .bind(stream_end)
+        sqlx::query_scalar!("SELECT started_at FROM evaluations WHERE entity = 'post:stream' AND started_at <= $1 ORDER BY started_at", stream_end)
             .fetch_all(&app.pool)
             .await
             .unwrap();
@@ -160,11 +153,7 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
         assert!(gap <= bound, "evaluations {gap} apart, more than {bound}");
     }
     app.wait_settled(Duration::from_secs(20)).await;
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:stream'")
-            .await,
-        sent
-    );
+    assert_eq!(app.event_count_of("post:stream").await, sent);
 }
 
 #[tokio::test]
@@ -209,7 +198,7 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
     release.notify_one();
 
     app.wait_settled(Duration::from_secs(20)).await;
-    let seen: Vec<i64> = sqlx::query_scalar(
+    let seen: Vec<i64> = sqlx::query_scalar!(
         "SELECT event_count FROM evaluations WHERE entity = 'post:busy' ORDER BY id",
     )
     .fetch_all(&app.pool)

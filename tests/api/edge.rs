@@ -95,7 +95,7 @@ async fn unauthenticated_uploads_hold_no_ingest_slot() {
         .flat_map(|status| [*status; 4])
         .collect();
     assert_eq!(statuses, expected);
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 5);
+    assert_eq!(app.count_events().await, 5);
 }
 
 #[tokio::test]
@@ -116,7 +116,7 @@ async fn a_declared_body_above_the_limit_is_refused_before_it_is_sent() {
         answer_status(&mut stream, Duration::from_secs(10)).await,
         Some(413)
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(app.count_events().await, 0);
 }
 
 /// Sends `head` and then `body` whole, in chunks, before reading anything; returns all the
@@ -172,7 +172,7 @@ async fn a_client_that_sends_its_whole_body_over_the_limit_reads_the_413() {
             .unwrap_or_else(|_| panic!("round {round}: a JSON body: {json}"));
         assert_eq!(json["error"]["code"], "payload_too_large", "round {round}");
     }
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(app.count_events().await, 0);
 }
 
 #[tokio::test]
@@ -190,7 +190,7 @@ async fn a_trickled_body_is_cut_off_at_the_pace_floor() {
         answer_status(&mut stream, Duration::from_secs(10)).await,
         Some(408)
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(app.count_events().await, 0);
     // A body that comes at once is unaffected.
     app.send(&event("pace-1", "post:pace", "flag")).await;
 }
@@ -440,5 +440,5 @@ async fn every_route_that_takes_a_body_answers_one_over_the_limit_with_the_json_
     // At least ingest (2 routes), attributes, reverse, override, review claim and decide, rules
     // publish and activate, backtest and redrive: the document says which take a body.
     assert!(checked.len() >= 11, "routes with a body: {checked:?}");
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(app.count_events().await, 0);
 }

@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
+use quiesce::domain::Status;
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     helpers::{TestApp, TestOptions, event, spawn_app},
     secrets::TOKEN_MODERATOR,
@@ -51,10 +53,11 @@ async fn labels(app: &TestApp, entity: &str) -> Vec<String> {
 }
 
 async fn label_notes(app: &TestApp, entity: &str) -> i64 {
-    app.scalar(&format!(
-        "SELECT count(*) FROM outbox WHERE topic = 'label.applied' AND payload->>'entity' = '{entity}'"
-    ))
-    .await
+    scalar!(
+        app,
+        "SELECT count(*) FROM outbox WHERE topic = 'label.applied' AND payload->>'entity' = $1",
+        entity
+    )
 }
 
 #[tokio::test]
@@ -67,46 +70,32 @@ async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_record
 
     // Two reports: a label alone, the status unchanged.
     reports(&app, "post:1", 0..2).await;
-    assert_eq!(app.status_of("post:1").await, "visible");
+    assert_eq!(app.status_of("post:1").await, Status::Visible);
     assert_eq!(labels(&app, "post:1").await, ["spam"]);
     assert_eq!(label_notes(&app, "post:1").await, 1);
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:1'")
-            .await,
-        0
-    );
+    assert_eq!(app.action_count_of("post:1").await, 0);
 
     // A third: the hide and its labels; `spam` again is recorded and delivered once.
     reports(&app, "post:1", 2..3).await;
-    assert_eq!(app.status_of("post:1").await, "hidden");
+    assert_eq!(app.status_of("post:1").await, Status::Hidden);
     let mut now = labels(&app, "post:1").await;
     now.sort();
     assert_eq!(now, ["review", "spam"]);
     assert_eq!(label_notes(&app, "post:1").await, 2);
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:1'")
-            .await,
-        1
-    );
+    assert_eq!(app.action_count_of("post:1").await, 1);
 
     // A staff post: the hide rule is exempted (recorded with the evaluation); the other
     // rule's label is given all the same.
     reports(&app, "post:staff-1", 0..3).await;
-    assert_eq!(app.status_of("post:staff-1").await, "visible");
+    assert_eq!(app.status_of("post:staff-1").await, Status::Visible);
     assert_eq!(labels(&app, "post:staff-1").await, ["spam"]);
-    let exempted: Value = sqlx::query_scalar(
+    let exempted: Value = scalar!(
+        app,
         "SELECT decisions->'exempted' FROM evaluations WHERE entity = 'post:staff-1'
-         ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
-    assert_eq!(exempted, json!(["hide_reported"]));
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'post:staff-1'")
-            .await,
-        0
+         ORDER BY id DESC LIMIT 1"
     );
+    assert_eq!(exempted, json!(["hide_reported"]));
+    assert_eq!(app.action_count_of("post:staff-1").await, 0);
 
     // The rules listing says what each rule does.
     let (status, listing) = app.get("/v1/rules").await;
@@ -202,8 +191,8 @@ async fn an_exemption_is_shown_by_the_api_counted_per_rule_and_explained_on_the_
         .collect();
     crate::console::ingest(&app, &json!(events)).await;
     app.wait_settled(Duration::from_secs(30)).await;
-    assert_eq!(app.status_of("post:staff-7").await, "visible");
-    assert_eq!(app.status_of("post:7").await, "hidden");
+    assert_eq!(app.status_of("post:staff-7").await, Status::Visible);
+    assert_eq!(app.status_of("post:7").await, Status::Hidden);
 
     // The API: the staff post's evaluation lists the hide rule as exempted, not matched; the
     // other post's as matched and applied.

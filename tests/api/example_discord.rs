@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use quiesce::domain::Status;
 use quiesce::{domain::Windows, rules::RuleSet};
 use serde_json::json;
 
@@ -44,11 +45,11 @@ async fn violation(app: &TestApp, n: usize) {
 
 /// The user's actions so far: (action, rule).
 async fn actions(app: &TestApp) -> Vec<(String, String)> {
-    sqlx::query_as("SELECT action, rule FROM actions WHERE entity = $1 ORDER BY id")
-        .bind(USER)
-        .fetch_all(&app.pool)
+    app.actions_of(USER)
         .await
-        .unwrap()
+        .into_iter()
+        .map(|a| (a.action, a.rule))
+        .collect()
 }
 
 fn expected(rows: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -75,17 +76,18 @@ async fn strikes(app: &TestApp) -> f64 {
 /// Waits for the user's timeout to end, and checks it ended no earlier than its end.
 async fn restored(app: &TestApp) {
     wait_for(Duration::from_secs(30), "the timeout's end", || async {
-        app.status_of(USER).await == "visible"
+        app.status_of(USER).await == Status::Visible
     })
     .await;
-    let (ends_at, restored_at): (DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
-        "SELECT s.ends_at, r.created_at FROM actions s, actions r
-         WHERE s.entity = $1 AND r.entity = $1 AND s.action = 'suspend' AND r.action = 'restore'
-         ORDER BY s.id DESC, r.id DESC LIMIT 1",
+    let (ends_at, restored_at): (DateTime<Utc>, DateTime<Utc>) = sqlx::query!(
+        r#"SELECT s.ends_at AS "ends_at!", r.created_at FROM actions s, actions r
+           WHERE s.entity = $1 AND r.entity = $1 AND s.action = 'suspend' AND r.action = 'restore'
+           ORDER BY s.id DESC, r.id DESC LIMIT 1"#,
+        USER
     )
-    .bind(USER)
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.ends_at, row.created_at))
     .unwrap();
     assert!(
         restored_at >= ends_at,
@@ -104,7 +106,7 @@ async fn the_discord_timeout_ladder_times_out_restores_forgives_and_escalates() 
     // One violation: a warning label, no timeout.
     violation(&app, 1).await;
     assert_eq!(actions(&app).await, expected(&[]));
-    assert_eq!(app.status_of(USER).await, "visible");
+    assert_eq!(app.status_of(USER).await, Status::Visible);
 
     // A second: the 10-minute rung (1 s here), restored at its end (the queue settles only
     // once the timer's end is evaluated).
@@ -127,7 +129,7 @@ async fn the_discord_timeout_ladder_times_out_restores_forgives_and_escalates() 
         2,
         "an expired strike does not count"
     );
-    assert_eq!(app.status_of(USER).await, "visible");
+    assert_eq!(app.status_of(USER).await, Status::Visible);
 
     // A fourth right after: two fresh strikes, the short rung again.
     violation(&app, 4).await;

@@ -46,10 +46,11 @@ async fn send(app: &TestApp, entity: &str, author: &str, signal: &str, attribute
 
 /// (entity, action, rule) of every action taken, by entity.
 async fn actions(app: &TestApp) -> Vec<(String, String, String)> {
-    sqlx::query_as("SELECT entity, action, rule FROM actions ORDER BY entity")
-        .fetch_all(&app.pool)
+    app.actions()
         .await
-        .unwrap()
+        .into_iter()
+        .map(|a| (a.entity, a.action, a.rule))
+        .collect()
 }
 
 fn expected(rows: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {

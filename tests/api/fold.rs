@@ -7,7 +7,9 @@ use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
+use crate::helpers::{
+    TestApp, TestOptions, claim_next, event, pausing_hook, scalar, spawn_app, wait_for,
+};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -24,20 +26,23 @@ async fn read_counts(app: &TestApp, entity: &str) -> (i64, i64) {
 /// The folded part alone: (entities.event_count, signal_totals' flag count, its buckets' sum).
 async fn folded(app: &TestApp, entity: &str) -> (i64, i64, i64) {
     (
-        app.scalar(&format!(
-            "SELECT event_count FROM entities WHERE entity = '{entity}'"
-        ))
-        .await,
-        app.scalar(&format!(
+        scalar!(
+            app,
+            "SELECT event_count FROM entities WHERE entity = $1",
+            entity
+        ),
+        scalar!(
+            app,
             "SELECT coalesce(sum(count), 0)::int8 FROM signal_totals
-             WHERE entity = '{entity}' AND signal = 'flag'"
-        ))
-        .await,
-        app.scalar(&format!(
+             WHERE entity = $1 AND signal = 'flag'",
+            entity
+        ),
+        scalar!(
+            app,
             "SELECT coalesce(sum(count), 0)::int8 FROM signal_buckets
-             WHERE entity = '{entity}' AND signal = 'flag'"
-        ))
-        .await,
+             WHERE entity = $1 AND signal = 'flag'",
+            entity
+        ),
     )
 }
 
@@ -65,7 +70,7 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
     // A transaction still open holds back what a fold may take: its event, and those of
     // every transaction after it, stay unfolded and are counted by reads all the same.
     let mut open = app.pool.begin().await.unwrap();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO events (id, entity, signal, weight, priority)
          VALUES ('late', 'post:f', 'flag', 1, 'normal')",
     )
@@ -104,11 +109,7 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
     // The folded buckets give the windows the unfolded events gave.
     let (_, all_folded) = app.get("/v1/entities/post:f").await;
     assert_eq!(windows(&all_folded), [Some(6); 4], "{all_folded}");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM unfolded_events").await,
-        0,
-        "everything is folded"
-    );
+    assert_eq!(app.count_unfolded_events().await, 0, "everything is folded");
 }
 
 #[tokio::test]
@@ -137,7 +138,7 @@ async fn an_event_committed_during_an_evaluation_is_counted_and_causes_one_more(
     resume.notify_one();
     app.wait_settled(Duration::from_secs(15)).await;
 
-    let seen: Vec<i64> = sqlx::query_scalar(
+    let seen: Vec<i64> = sqlx::query_scalar!(
         "SELECT event_count FROM evaluations WHERE entity = 'post:during' ORDER BY id",
     )
     .fetch_all(&app.pool)
@@ -146,8 +147,10 @@ async fn an_event_committed_during_an_evaluation_is_counted_and_causes_one_more(
     assert_eq!(seen, [4, 6], "the first saw the burst, the second all six");
     assert_eq!(read_counts(&app, "post:during").await, (6, 6));
     assert_eq!(
-        app.scalar("SELECT evaluated_event_count FROM entities WHERE entity = 'post:during'")
-            .await,
+        scalar!(
+            app,
+            "SELECT evaluated_event_count FROM entities WHERE entity = 'post:during'"
+        ),
         6
     );
 }
@@ -184,8 +187,10 @@ async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() 
     worker.evaluate_claim(claim_next(&worker).await).await;
     assert_eq!(app.evaluation_count("post:crash").await, 1);
     assert_eq!(
-        app.scalar("SELECT event_count FROM evaluations WHERE entity = 'post:crash'")
-            .await,
+        scalar!(
+            app,
+            "SELECT event_count FROM evaluations WHERE entity = 'post:crash'"
+        ),
         4,
         "the evaluation saw the four events once"
     );
@@ -251,7 +256,7 @@ async fn retention_racing_folds_drops_only_folded_events_and_keeps_every_count()
     let (purged, ()) = tokio::join!(maintenance.purge_once(), sending);
     folding.await.unwrap();
     assert_eq!(purged.unwrap(), 6, "the old partition went, once folded");
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 14);
+    assert_eq!(app.count_events().await, 14);
     assert_eq!(read_counts(&app, "post:race").await, (20, 20));
     wait_for(Duration::from_secs(10), "the last fold", || async {
         store.fold(&["post:race"], 1).await.unwrap();
@@ -297,7 +302,7 @@ async fn the_upgrade_keeps_every_count_and_folds_from_there() {
     );
     let author = app.snapshot("post:up").await.author;
     assert_eq!(author.as_ref().map(|a| a.as_str()), Some("user:7"));
-    assert_eq!(app.scalar("SELECT count(*) FROM unfolded_events").await, 0);
+    assert_eq!(app.count_unfolded_events().await, 0);
 
     // New events are appended and folded from there.
     assert_eq!(app.send(&flags("v", "post:up", 2)).await, (2, 0));
@@ -330,10 +335,11 @@ async fn an_evaluation_folds_an_entity_that_gathered_many_events_and_reads_a_few
     for (entity, n) in [("post:few", 5), ("post:many", 200)] {
         assert_eq!(read_counts(&app, entity).await, (n, n), "{entity}");
         assert_eq!(
-            app.scalar(&format!(
-                "SELECT event_count FROM evaluations WHERE entity = '{entity}'"
-            ))
-            .await,
+            scalar!(
+                app,
+                "SELECT event_count FROM evaluations WHERE entity = $1",
+                entity
+            ),
             n,
             "{entity}: one evaluation, on every event"
         );

@@ -77,8 +77,7 @@ async fn flag_twice(app: &TestApp, entities: &[String]) {
 }
 
 async fn action_ids(app: &TestApp, rule: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT id FROM actions WHERE rule = $1 ORDER BY id")
-        .bind(rule)
+    sqlx::query_scalar!("SELECT id FROM actions WHERE rule = $1 ORDER BY id", rule)
         .fetch_all(&app.pool)
         .await
         .unwrap()
@@ -200,11 +199,13 @@ async fn a_rule_reversed_past_the_threshold_is_turned_to_shadow_and_an_opted_out
         "no more live actions"
     );
     assert_eq!(action_ids(&app, "kept_comments").await.len(), 5);
-    let (rules_version, shadow): (Option<i64>, Value) = sqlx::query_as(
-        "SELECT rules_version, decisions->'shadow' FROM evaluations WHERE entity = 'post:guard9'",
+    let (rules_version, shadow): (Option<i64>, Value) = sqlx::query!(
+        r#"SELECT rules_version, decisions->'shadow' AS "shadow!"
+           FROM evaluations WHERE entity = 'post:guard9'"#,
     )
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.rules_version, row.shadow))
     .unwrap();
     assert_eq!(rules_version, Some(2));
     assert!(shadow.to_string().contains("guarded_posts"), "{shadow}");

@@ -12,11 +12,13 @@ use crate::helpers::{
 
 async fn database_exists(name: &str) -> bool {
     let mut admin = admin_connection(&database_base_url()).await;
-    let exists = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(name)
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
+    let exists = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1) AS "exists!""#,
+        name
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
     admin.close().await.ok();
     exists
 }
@@ -54,6 +56,7 @@ impl TestRole {
     async fn create(limit: u32) -> Self {
         let name = format!("quiesce_test_role_{}", uuid::Uuid::new_v4().simple());
         let mut admin = admin_connection(&database_base_url()).await;
+        // DDL naming a role made up at run time, here and in the drop: strings.
         sqlx::query(&format!(
             "CREATE ROLE {name} LOGIN CONNECTION LIMIT {limit}"
         ))
@@ -95,6 +98,7 @@ async fn a_server_with_no_connection_to_spare_is_named_with_what_to_do() {
 
     let message = explain_postgres_error("connect to Postgres", &error, &base).await;
     let mut admin = admin_connection(&base).await;
+    // SHOW selects nothing the compile-time check can type: a string.
     let max: String = sqlx::query_scalar("SHOW max_connections")
         .fetch_one(&mut admin)
         .await

@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app};
+use crate::helpers::{TestOptions, event, scalar, spawn_app};
 
 #[tokio::test]
 async fn an_event_id_sent_twice_is_counted_once() {
@@ -31,17 +31,9 @@ async fn an_event_id_sent_twice_is_counted_once() {
         (1, 1)
     );
 
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 3);
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:1'")
-            .await,
-        3
-    );
-    assert_eq!(
-        app.scalar("SELECT count FROM signal_counts WHERE entity = 'post:1' AND signal = 'flag'")
-            .await,
-        3
-    );
+    assert_eq!(app.count_events().await, 3);
+    assert_eq!(app.event_count_of("post:1").await, 3);
+    assert_eq!(app.signal_count_of("post:1", "flag").await, 3);
 }
 
 #[tokio::test]
@@ -93,16 +85,17 @@ async fn accepted_events_are_in_postgres_and_scheduled_when_202_returns() {
         .collect();
     let (accepted, duplicates) = app.send(&json!(events)).await;
     assert_eq!((accepted, duplicates), (300, 0));
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 300);
+    assert_eq!(app.count_events().await, 300);
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count = 10")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM entity_counts WHERE event_count = 10"
+        ),
         30
     );
     // Minute buckets for windowed rules count the same events.
     assert_eq!(
-        app.scalar("SELECT sum(count)::bigint FROM bucket_counts")
-            .await,
+        scalar!(app, "SELECT sum(count)::bigint FROM bucket_counts"),
         300
     );
     let depths = app.backends.queue.depths().await.unwrap();
@@ -117,19 +110,21 @@ async fn optional_fields_are_recorded() {
         "weight": 2.5, "occurred_at": "2026-11-30T10:00:00+01:00", "priority": "normal"
     });
     app.send(&body).await;
-    let (actor, weight, occurred): (String, f64, chrono::DateTime<chrono::Utc>) =
-        sqlx::query_as("SELECT actor, weight, occurred_at FROM events WHERE id = 'evt-full'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let (actor, weight, occurred): (String, f64, chrono::DateTime<chrono::Utc>) = sqlx::query!(
+        r#"SELECT actor AS "actor!", weight, occurred_at AS "occurred_at!"
+               FROM events WHERE id = 'evt-full'"#
+    )
+    .fetch_one(&app.pool)
+    .await
+    .map(|row| (row.actor, row.weight, row.occurred_at))
+    .unwrap();
     assert_eq!(actor, "user:9");
     assert_eq!(weight, 2.5);
     assert_eq!(occurred.to_rfc3339(), "2026-11-30T09:00:00+00:00");
-    let weight_sum: f64 =
-        sqlx::query_scalar("SELECT weight_sum FROM signal_counts WHERE entity = 'post:3'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let weight_sum: f64 = scalar!(
+        app,
+        "SELECT weight_sum FROM signal_counts WHERE entity = 'post:3'"
+    );
     assert_eq!(weight_sum, 2.5);
 }
 
@@ -160,10 +155,9 @@ async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
     for reply in replies {
         assert_eq!(reply.status(), 202);
     }
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1000);
+    assert_eq!(app.count_events().await, 1000);
     assert_eq!(
-        app.scalar("SELECT sum(event_count)::bigint FROM entity_counts")
-            .await,
+        scalar!(app, "SELECT sum(event_count)::bigint FROM entity_counts"),
         1000
     );
 }
@@ -195,7 +189,7 @@ async fn an_id_reused_for_another_entity_is_a_duplicate_and_schedules_only_the_r
             .due_at_ms
             .is_some()
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM entities").await, 1);
+    assert_eq!(app.count_entities().await, 1);
 }
 
 #[tokio::test]
@@ -206,7 +200,7 @@ async fn ingest_does_not_wait_for_an_open_transaction_that_updated_the_entity() 
     app.send(&json!([event("first", "post:busy", "flag")]))
         .await;
     let mut updater = app.pool.begin().await.unwrap();
-    sqlx::query("UPDATE entities SET pending_since = NULL WHERE entity = 'post:busy'")
+    sqlx::query!("UPDATE entities SET pending_since = NULL WHERE entity = 'post:busy'")
         .execute(&mut *updater)
         .await
         .unwrap();
@@ -220,8 +214,10 @@ async fn ingest_does_not_wait_for_an_open_transaction_that_updated_the_entity() 
     let response = sent.expect("the request is answered while the other transaction is open");
     assert_eq!(response.status(), 202);
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events WHERE entity = 'post:busy'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM events WHERE entity = 'post:busy'"
+        ),
         2
     );
 }

@@ -53,7 +53,7 @@ async fn each_named_source_is_checked_with_its_own_secrets() {
     assert_eq!(body["error"]["code"], "unknown_source");
     assert_eq!(body["error"]["field"], "source");
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await,
+        app.count_events().await,
         1,
         "only the correctly signed event is written"
     );
@@ -92,7 +92,7 @@ async fn a_flooding_source_gets_429_while_another_keeps_being_served() {
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
     let body: Value = limited.json().await.unwrap();
     assert_eq!(body["error"]["code"], "rate_limited");
-    let noisy_written = app.scalar("SELECT count(*) FROM events").await;
+    let noisy_written = app.count_events().await;
 
     // The other source has a budget of its own.
     for round in 0..3 {
@@ -102,10 +102,7 @@ async fn a_flooding_source_gets_429_while_another_keeps_being_served() {
         assert_eq!(response.status(), 202, "quiet source, request {round}");
     }
     // The refused batch wrote nothing; the quiet source's 60 events did land.
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await,
-        noisy_written + 60
-    );
+    assert_eq!(app.count_events().await, noisy_written + 60);
 
     // Within the advertised wait (plus scheduling slack), the noisy source is served again.
     wait_for(
@@ -187,7 +184,7 @@ async fn a_body_that_never_finishes_is_answered_408() {
     .await;
     let mut stream = stalled_upload(&app).await;
     assert_eq!(read_status(&mut stream).await, 408);
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 0);
+    assert_eq!(app.count_events().await, 0);
     // The server is unaffected.
     app.send(&event("t1", "post:t", "flag")).await;
 }

@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, DurationRound, Utc};
+use quiesce::domain::Status;
 use quiesce::{
     domain::{DAYS_KEPT, Snapshot, Windows, decay_weight},
     rules::RuleSet,
 };
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, event, scalar, spawn_app, wait_for};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const MINUTE: chrono::Duration = chrono::Duration::minutes(1);
@@ -80,7 +81,7 @@ async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold()
         app.age_events(&[id], DAY * days).await;
     }
     let received: Vec<DateTime<Utc>> =
-        sqlx::query_scalar("SELECT received_at FROM events WHERE entity = 'post:long'")
+        sqlx::query_scalar!("SELECT received_at FROM events WHERE entity = 'post:long'")
             .fetch_all(&app.pool)
             .await
             .unwrap();
@@ -97,15 +98,14 @@ async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold()
     // only (older than any day bucket kept).
     wait_for(Duration::from_secs(10), "the fold", || async {
         app.backends.store.fold(&["post:long"], 1).await.unwrap();
-        app.scalar("SELECT count(*) FROM unfolded_events").await == 0
+        app.count_unfolded_events().await == 0
     })
     .await;
     assert_eq!(
-        app.scalar("SELECT coalesce(sum(count), 0)::int8 FROM signal_days")
-            .await,
+        scalar!(app, "SELECT coalesce(sum(count), 0)::int8 FROM signal_days"),
         5
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM signal_days").await, 4);
+    assert_eq!(scalar!(app, "SELECT count(*) FROM signal_days"), 4);
     assert_eq!(day_windows(&app, "post:long").await, expected_windows);
     let (value, at) = decayed(&app, "post:long").await;
     let expected = expected_decay(&received, at, 30 * 86_400);
@@ -139,11 +139,10 @@ reason = "three strikes"
     .unwrap();
     // The fourth goes one second before the current minute: a partition holds the hour before
     // the first one made (which may begin this minute).
-    let first: DateTime<Utc> =
-        sqlx::query_scalar("SELECT min(lower_bound) FROM partitions WHERE parent = 'events'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let first: DateTime<Utc> = scalar!(
+        app,
+        "SELECT min(lower_bound) FROM partitions WHERE parent = 'events'"
+    );
     app.backends
         .store
         .add_partition(
@@ -157,15 +156,13 @@ reason = "three strikes"
     // read at once; should the minute turn in between, again.
     let mut read = None;
     for _ in 0..3 {
-        let minute: DateTime<Utc> = sqlx::query_scalar(
+        let minute: DateTime<Utc> = scalar!(
+            app,
             "WITH moved AS (
                  UPDATE events SET received_at = CASE WHEN id = 's4'
                      THEN date_trunc('minute', now()) - interval '1 second' ELSE now() END)
-             SELECT date_trunc('minute', now())",
-        )
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+             SELECT date_trunc('minute', now())"
+        );
         let fresh = decaying(&app, "user:fresh", "1h").await;
         let last = decaying(&app, "user:last", "1h").await;
         let in_minute = |s: &Snapshot| s.taken_at.duration_trunc(MINUTE).unwrap() == minute;
@@ -201,7 +198,7 @@ async fn a_fold_keeps_at_most_91_day_buckets_per_entity_and_signal() {
     let app = spawn_app(TestOptions::idle()).await;
     app.send(&json!([event("e1", "post:kept", "flag")])).await;
     // Day buckets for each of the last 120 days, as if folded over four months.
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO signal_days (entity, signal, day, count, weight_sum)
          SELECT 'post:kept', 'flag', (now() AT TIME ZONE 'UTC')::date - d, 1, 1
          FROM generate_series(1, 120) d",
@@ -211,21 +208,23 @@ async fn a_fold_keeps_at_most_91_day_buckets_per_entity_and_signal() {
     .unwrap();
     wait_for(Duration::from_secs(10), "the fold", || async {
         app.backends.store.fold(&["post:kept"], 1).await.unwrap();
-        app.scalar("SELECT count(*) FROM unfolded_events").await == 0
+        app.count_unfolded_events().await == 0
     })
     .await;
     assert_eq!(
-        app.scalar("SELECT count(*) FROM signal_days WHERE entity = 'post:kept'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM signal_days WHERE entity = 'post:kept'"
+        ),
         DAYS_KEPT,
         "today and the 90 days before"
     );
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM signal_days WHERE entity = 'post:kept'
              AND day < (now() AT TIME ZONE 'UTC')::date - 90"
-        )
-        .await,
+        ),
         0
     );
     // Today's bucket (the folded event) and the 90 days before: 91 events in the 90d window.
@@ -238,25 +237,24 @@ async fn a_fold_keeps_at_most_91_day_buckets_per_entity_and_signal() {
 async fn day_buckets_cost_a_bounded_number_of_bytes_per_entity() {
     const ENTITIES: i64 = 2000;
     let app = spawn_app(TestOptions::idle()).await;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO signal_days (entity, signal, day, count, weight_sum)
          SELECT 'user:' || e, 'auto.hide', (now() AT TIME ZONE 'UTC')::date - d, 1, 1
          FROM generate_series(1, $1) e, generate_series(0, 90) d",
+        i32::try_from(ENTITIES).unwrap()
     )
-    .bind(ENTITIES)
     .execute(&app.pool)
     .await
     .unwrap();
+    // VACUUM: maintenance, not a statement the compile-time check takes.
     sqlx::query("VACUUM ANALYZE signal_days")
         .execute(&app.pool)
         .await
         .unwrap();
-    let (heap, total): (i64, i64) = sqlx::query_as(
-        "SELECT pg_relation_size('signal_days'), pg_total_relation_size('signal_days')",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap();
+    let (heap, total) = (
+        scalar!(app, "SELECT pg_relation_size('signal_days')"),
+        scalar!(app, "SELECT pg_total_relation_size('signal_days')"),
+    );
     let per_entity = total / ENTITIES;
     println!(
         "day buckets at their bound (1 signal x 91 days): {} bytes per entity and signal \
@@ -287,7 +285,7 @@ async fn an_authors_strikes_expire_under_the_default_rules() {
     let strikes = |app: &TestApp| {
         let pool = app.pool.clone();
         async move {
-            sqlx::query_scalar::<_, String>(
+            sqlx::query_scalar!(
                 "SELECT id FROM events WHERE entity = 'user:55' AND signal = 'auto.hide'",
             )
             .fetch_all(&pool)
@@ -299,12 +297,18 @@ async fn an_authors_strikes_expire_under_the_default_rules() {
         app.send(&hide_post(post)).await;
     }
     app.wait_settled(Duration::from_secs(30)).await;
-    assert_eq!(app.status_of("user:55").await, "visible", "two strikes");
+    assert_eq!(
+        app.status_of("user:55").await,
+        Status::Visible,
+        "two strikes"
+    );
     // The two strikes are 40 days old (not folded yet: the author's reads take them from the
     // events): each now weighs 0.5^(40/30) = 0.40.
     assert_eq!(
-        app.scalar("SELECT count(*) FROM signal_days WHERE entity = 'user:55'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM signal_days WHERE entity = 'user:55'"
+        ),
         0
     );
     let old = strikes(&app).await;
@@ -315,14 +319,18 @@ async fn an_authors_strikes_expire_under_the_default_rules() {
     // A third hide: 1 + 2 x 0.40 < 2.5, the old strikes have expired far enough.
     app.send(&hide_post(2)).await;
     app.wait_settled(Duration::from_secs(30)).await;
-    assert_eq!(app.status_of("post:2").await, "hidden");
-    assert_eq!(app.status_of("user:55").await, "visible", "expired strikes");
+    assert_eq!(app.status_of("post:2").await, Status::Hidden);
+    assert_eq!(
+        app.status_of("user:55").await,
+        Status::Visible,
+        "expired strikes"
+    );
 
     // One more: 2 + 2 x 0.40 >= 2.5, suspended (the old strikes still count, decayed).
     app.send(&hide_post(3)).await;
     app.wait_settled(Duration::from_secs(30)).await;
-    assert_eq!(app.status_of("user:55").await, "suspended");
-    let snapshot: Value = sqlx::query_scalar(
+    assert_eq!(app.status_of("user:55").await, Status::Suspended);
+    let snapshot: Value = sqlx::query_scalar!(
         "SELECT snapshot FROM actions WHERE entity = 'user:55' AND rule = 'suspend_repeat_offender'",
     )
     .fetch_one(&app.pool)
@@ -333,9 +341,5 @@ async fn an_authors_strikes_expire_under_the_default_rules() {
         .as_f64()
         .unwrap();
     assert!(value > 2.7 && value < 2.9, "{snapshot}");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'user:55'")
-            .await,
-        1
-    );
+    assert_eq!(app.action_count_of("user:55").await, 1);
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use quiesce::{queue::RedisDurability, store::Partitioned};
 use serde_json::json;
 
+use crate::helpers::scalar;
 use crate::{
     helpers::{TestOptions, event, spawn_app},
     private_redis::PrivateRedis,
@@ -30,24 +31,22 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     app.age_events(&["e0", "e1", "e2"], days(8)).await;
 
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 3);
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 2);
+    assert_eq!(app.count_events().await, 2);
     assert_eq!(
-        app.scalar("SELECT count FROM signal_counts WHERE entity = 'post:old'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count FROM signal_counts WHERE entity = 'post:old'"
+        ),
         5,
         "aggregates are unchanged"
     );
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:old'")
-            .await,
-        5
-    );
+    assert_eq!(app.event_count_of("post:old").await, 5);
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 0);
 
     // Old evaluation records and delivered outbox rows go with them; undelivered rows stay.
     app.add_past_partition(Partitioned::Evaluations, days(10), days(9) - hours(1))
         .await;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO evaluations (entity, worker, started_at, finished_at, moderation_version,
                                   event_count, decisions)
          VALUES ('post:old', 'w', now() - interval '9 days', now() - interval '9 days', 0, 1, '{}'),
@@ -56,7 +55,7 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     .execute(&app.pool)
     .await
     .unwrap();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO outbox (topic, idempotency_key, payload, delivered_at)
          VALUES ('t', 'old-delivered', '{}', now() - interval '9 days'),
                 ('t', 'old-pending', '{}', NULL)",
@@ -65,8 +64,8 @@ async fn events_past_retention_are_deleted_and_totals_stay() {
     .await
     .unwrap();
     app.maintenance().purge_once().await.unwrap();
-    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 1);
-    let left: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM outbox")
+    assert_eq!(app.count_evaluations().await, 1);
+    let left: Vec<String> = sqlx::query_scalar!("SELECT idempotency_key FROM outbox")
         .fetch_all(&app.pool)
         .await
         .unwrap();

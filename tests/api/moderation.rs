@@ -2,24 +2,19 @@
 
 use std::{sync::Arc, time::Duration};
 
+use quiesce::domain::Status;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
+use crate::helpers::{
+    TestApp, TestOptions, claim_next, event, pausing_hook, scalar, spawn_app, wait_for,
+};
 
 async fn flags(app: &TestApp, entity: &str, tag: &str, n: usize) {
     let events: Vec<Value> = (0..n)
         .map(|i| event(&format!("{entity}-{tag}-{i}"), entity, "flag"))
         .collect();
     app.send(&json!(events)).await;
-}
-
-async fn action_ids(app: &TestApp, entity: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT id FROM actions WHERE entity = $1 ORDER BY id")
-        .bind(entity)
-        .fetch_all(&app.pool)
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -31,8 +26,8 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
     let plain = app.worker();
     flags(&app, "post:r", "a", 10).await;
     plain.evaluate_claim(claim_next(&plain).await).await;
-    assert_eq!(app.status_of("post:r").await, "hidden");
-    let hide = action_ids(&app, "post:r").await[0];
+    assert_eq!(app.status_of("post:r").await, Status::Hidden);
+    let hide = app.action_ids_of("post:r").await[0];
 
     // More flags arrive; an evaluation reads its snapshot (hidden, version 1) and is paused.
     flags(&app, "post:r", "b", 2).await;
@@ -71,8 +66,8 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         "{outcome:?}"
     );
     plain.evaluate_claim(claim_next(&plain).await).await;
-    assert_eq!(app.status_of("post:r").await, "visible");
-    assert_eq!(action_ids(&app, "post:r").await, vec![hide]);
+    assert_eq!(app.status_of("post:r").await, Status::Visible);
+    assert_eq!(app.action_ids_of("post:r").await, vec![hide]);
 
     let (_, entity) = app.get("/v1/entities/post:r").await;
     assert_eq!(entity["status"], "visible");
@@ -94,7 +89,7 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
             .contains("mod:ana")
     );
 
-    let topics: Vec<String> = sqlx::query_scalar("SELECT topic FROM outbox ORDER BY id")
+    let topics: Vec<String> = sqlx::query_scalar!("SELECT topic FROM outbox ORDER BY id")
         .fetch_all(&app.pool)
         .await
         .unwrap();
@@ -105,8 +100,10 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         (Some(1), Some(1))
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM moderator_decisions WHERE kind = 'reversal'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM moderator_decisions WHERE kind = 'reversal'"
+        ),
         1
     );
 }
@@ -120,7 +117,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     let worker = app.worker();
     flags(&app, "post:o", "a", 10).await;
     worker.evaluate_claim(claim_next(&worker).await).await;
-    let hide = action_ids(&app, "post:o").await[0];
+    let hide = app.action_ids_of("post:o").await[0];
     let (status, _) = app
         .post_json(
             &format!("/v1/actions/{hide}/reverse"),
@@ -132,7 +129,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     // The same flags, and more, while the override holds: no action.
     flags(&app, "post:o", "b", 3).await;
     worker.evaluate_claim(claim_next(&worker).await).await;
-    assert_eq!(app.status_of("post:o").await, "visible");
+    assert_eq!(app.status_of("post:o").await, Status::Visible);
 
     // The moderator shortens the override; once it expires automation may act again.
     let until = chrono::Utc::now() + chrono::Duration::milliseconds(800);
@@ -150,9 +147,9 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
     .await;
     flags(&app, "post:o", "c", 1).await;
     worker.evaluate_claim(claim_next(&worker).await).await;
-    assert_eq!(app.status_of("post:o").await, "hidden");
+    assert_eq!(app.status_of("post:o").await, Status::Hidden);
     assert_eq!(
-        action_ids(&app, "post:o").await.len(),
+        app.action_ids_of("post:o").await.len(),
         2,
         "a second hide, after the override"
     );
@@ -167,7 +164,7 @@ async fn moderator_requests_are_validated() {
     flags(&app, "post:v", "a", 10).await;
     let worker = app.worker();
     worker.evaluate_claim(claim_next(&worker).await).await;
-    let hide = action_ids(&app, "post:v").await[0];
+    let hide = app.action_ids_of("post:v").await[0];
     let reverse = format!("/v1/actions/{hide}/reverse");
     let cases: Vec<(&str, Value, u16, Option<&str>)> = vec![
         (
@@ -253,13 +250,10 @@ async fn moderator_requests_are_validated() {
     assert_eq!(reply["error"]["field"], "rule");
     assert_eq!(
         app.status_of("post:v").await,
-        "hidden",
+        Status::Hidden,
         "nothing of a rejected request is written"
     );
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM moderator_decisions").await,
-        0
-    );
+    assert_eq!(app.count_moderator_decisions().await, 0);
 }
 
 #[tokio::test]
@@ -277,12 +271,12 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
     }
     app.wait_settled(Duration::from_secs(20)).await;
     let hides: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM actions WHERE action = 'hide' ORDER BY id")
+        sqlx::query_scalar!("SELECT id FROM actions WHERE action = 'hide' ORDER BY id")
             .fetch_all(&app.pool)
             .await
             .unwrap();
     let reviews: Vec<i64> =
-        sqlx::query_scalar("SELECT id FROM actions WHERE action = 'flag' ORDER BY id")
+        sqlx::query_scalar!("SELECT id FROM actions WHERE action = 'flag' ORDER BY id")
             .fetch_all(&app.pool)
             .await
             .unwrap();
@@ -297,21 +291,27 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
         assert_eq!(status, 200);
     }
     // One of the reversals came more than 24h after its action: not a reversal by the metric.
-    sqlx::query("UPDATE actions SET created_at = now() - interval '30 hours' WHERE id = $1")
-        .bind(hides[1])
-        .execute(&app.pool)
-        .await
-        .unwrap();
+    sqlx::query!(
+        "UPDATE actions SET created_at = now() - interval '30 hours' WHERE id = $1",
+        hides[1]
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
 
     // Expected, counted here from the rows: actions created in the window, and reversed
     // within 24h of being created.
-    let expected: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT rule, count(*), count(*) FILTER (WHERE reversed_at <= created_at + interval '24 hours')
-         FROM actions WHERE created_at >= now() - interval '48 hours' GROUP BY rule ORDER BY rule",
+    let expected: Vec<(String, i64, i64)> = sqlx::query!(
+        r#"SELECT rule, count(*) AS "actions!",
+                  count(*) FILTER (WHERE reversed_at <= created_at + interval '24 hours') AS "reversed!"
+           FROM actions WHERE created_at >= now() - interval '48 hours' GROUP BY rule ORDER BY rule"#,
     )
     .fetch_all(&app.pool)
     .await
-    .unwrap();
+    .unwrap()
+    .into_iter()
+    .map(|row| (row.rule, row.actions, row.reversed))
+    .collect();
     assert_eq!(
         expected,
         vec![
@@ -391,7 +391,7 @@ async fn only_the_latest_action_can_be_reversed() {
     worker.evaluate_claim(claim_next(&worker).await).await;
     flags(&app, "post:l", "b", 7).await;
     worker.evaluate_claim(claim_next(&worker).await).await;
-    let ids = action_ids(&app, "post:l").await;
+    let ids = app.action_ids_of("post:l").await;
     assert_eq!(ids.len(), 2, "flagged, then hidden");
 
     let (status, body) = app
@@ -402,7 +402,11 @@ async fn only_the_latest_action_can_be_reversed() {
         .await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "superseded");
-    assert_eq!(app.status_of("post:l").await, "hidden", "nothing written");
+    assert_eq!(
+        app.status_of("post:l").await,
+        Status::Hidden,
+        "nothing written"
+    );
 
     let (status, body) = app
         .post_json(

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, event, scalar, spawn_app, wait_for};
 
 #[tokio::test]
 async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedule() {
@@ -50,14 +50,12 @@ async fn an_unreachable_redis_gives_503_and_the_senders_retry_repairs_the_schedu
     )
     .await;
     app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(app.event_count_of("post:r").await, 2);
     assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:r'")
-            .await,
-        2
-    );
-    assert_eq!(
-        app.scalar("SELECT evaluated_event_count FROM entities WHERE entity = 'post:r'")
-            .await,
+        scalar!(
+            app,
+            "SELECT evaluated_event_count FROM entities WHERE entity = 'post:r'"
+        ),
         2
     );
 }
@@ -97,7 +95,7 @@ async fn an_unreachable_postgres_gives_503_quickly_and_writes_nothing_to_redis()
             == 202
     })
     .await;
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 1);
+    assert_eq!(app.count_events().await, 1);
 }
 
 #[tokio::test]
@@ -142,11 +140,7 @@ async fn workers_stop_claiming_while_postgres_is_down_and_resume_by_themselves()
     postgres.restore();
     app.wait_settled(Duration::from_secs(30)).await;
     assert!(!worker.breaker_open());
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
-            .await,
-        5
-    );
+    assert_eq!(app.count_hidden().await, 5);
     let depths = app.backends.queue.depths().await.unwrap();
     assert_eq!(
         depths.iter().map(|d| d.dead).sum::<u64>(),
@@ -204,7 +198,7 @@ async fn a_shard_that_cannot_be_scheduled_fails_only_the_requests_that_touch_it(
     }
     // Every event is durable, the failed requests' too.
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await,
+        app.count_events().await,
         (on_broken.len() + elsewhere.len()) as i64
     );
 
@@ -219,14 +213,12 @@ async fn a_shard_that_cannot_be_scheduled_fails_only_the_requests_that_touch_it(
         Duration::from_secs(30),
         "every entity to be evaluated",
         || async {
-            app.scalar("SELECT count(DISTINCT entity) FROM evaluations")
-                .await
-                == (on_broken.len() + elsewhere.len()) as i64
+            app.count_evaluated_entities().await == (on_broken.len() + elsewhere.len()) as i64
         },
     )
     .await;
     assert_eq!(
-        app.scalar("SELECT count(*) FROM evaluations").await,
+        app.count_evaluations().await,
         (on_broken.len() + elsewhere.len()) as i64
     );
 }
@@ -260,6 +252,7 @@ async fn set_read_only(app: &crate::helpers::TestApp, read_only: bool) {
     let url = app.settings.database.database_url.expose_secret();
     let mut connection = sqlx::PgConnection::connect(url).await.unwrap();
     // This session may itself have started read-only.
+    // Session control and ALTER DATABASE: strings, no schema to check them against.
     sqlx::query("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
         .execute(&mut connection)
         .await
@@ -276,11 +269,11 @@ async fn set_read_only(app: &crate::helpers::TestApp, read_only: bool) {
     .await
     .unwrap();
     if read_only {
-        sqlx::query(
+        sqlx::query!(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid()",
         )
-        .execute(&mut connection)
+        .fetch_all(&mut connection)
         .await
         .unwrap();
     }
@@ -345,20 +338,15 @@ async fn a_read_only_primary_is_an_outage_that_burns_no_attempt_and_ends_by_itse
     set_read_only(&app, false).await;
     app.wait_settled(Duration::from_secs(30)).await;
     assert!(!worker.breaker_open());
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
-            .await,
-        5
-    );
+    assert_eq!(app.count_hidden().await, 5);
     assert_eq!(dead().await, 0, "no entity dead-lettered");
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_failures").await,
+        scalar!(app, "SELECT count(*) FROM entity_failures"),
         0,
         "no attempt recorded against an entity"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events WHERE id = 'during'")
-            .await,
+        scalar!(app, "SELECT count(*) FROM events WHERE id = 'during'"),
         0,
         "the refused request wrote nothing"
     );
@@ -400,8 +388,7 @@ async fn a_worker_with_nothing_to_evaluate_pauses_claims_once_its_process_finds_
         .await;
     app.wait_settled(Duration::from_secs(30)).await;
     assert_eq!(
-        app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:after'")
-            .await,
+        app.evaluation_count("post:after").await,
         1,
         "claims resumed"
     );

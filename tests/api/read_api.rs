@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use quiesce::domain::Status;
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, event, scalar, spawn_app, wait_for};
 
 #[tokio::test]
 async fn an_entity_shows_its_status_aggregates_and_schedule() {
@@ -159,12 +160,11 @@ async fn an_entitys_evaluations_are_paged_newest_first_with_their_decisions_and_
     assert_eq!(action["id"], acted["action_id"], "{actions} {acted}");
     let version = acted["rules_version"].as_i64().expect("a rules version");
     assert_eq!(action["rules_version"], version, "{actions}");
-    let carried = app
-        .scalar(
-            "SELECT (payload->>'rules_version')::int8 FROM outbox
-             WHERE topic = 'action.applied' AND payload->>'entity' = 'post:p'",
-        )
-        .await;
+    let carried = scalar!(
+        app,
+        "SELECT (payload->>'rules_version')::int8 FROM outbox
+             WHERE topic = 'action.applied' AND payload->>'entity' = 'post:p'"
+    );
     assert_eq!(carried, version);
 
     for (bad, status, field) in [
@@ -218,7 +218,7 @@ async fn health_readiness_and_metrics_answer() {
         .collect();
     app.send(&json!(events)).await;
     wait_for(Duration::from_secs(20), "the hide action", || async {
-        app.status_of("post:m").await == "hidden"
+        app.status_of("post:m").await == Status::Hidden
     })
     .await;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, event, scalar, spawn_app, wait_for};
 
 #[tokio::test]
 async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
@@ -64,7 +64,7 @@ async fn the_sweeps_mark_is_committed_before_its_pass_ends() {
     let app = spawn_app(TestOptions::idle()).await;
     app.send(&json!([event("m1", "post:marked", "flag")])).await;
     // As after an evaluation that saw an earlier event: not pending, an event unevaluated.
-    sqlx::query("UPDATE entities SET pending_since = NULL WHERE entity = 'post:marked'")
+    sqlx::query!("UPDATE entities SET pending_since = NULL WHERE entity = 'post:marked'")
         .execute(&app.pool)
         .await
         .unwrap();
@@ -73,8 +73,7 @@ async fn the_sweeps_mark_is_committed_before_its_pass_ends() {
     // The event counts once the grace has passed since it was received (a pass reads up to
     // its transaction's start less the grace).
     wait_for(Duration::from_secs(10), "the grace to pass", || async {
-        app.scalar("SELECT count(*) FROM events WHERE id = 'm1' AND received_at < now() - interval '300 ms'")
-            .await
+        scalar!(app, "SELECT count(*) FROM events WHERE id = 'm1' AND received_at < now() - interval '300 ms'")
             == 1
     })
     .await;
@@ -95,8 +94,10 @@ async fn the_sweeps_mark_is_committed_before_its_pass_ends() {
 
     // The pass is still open: its mark is seen outside it, and ingest goes on for the entity.
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE entity = 'post:marked' AND pending_since IS NOT NULL")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM entities WHERE entity = 'post:marked' AND pending_since IS NOT NULL"
+        ),
         1
     );
     let sent = tokio::time::timeout(
@@ -128,15 +129,7 @@ async fn entities_whose_schedule_redis_lost_are_still_evaluated_once() {
     app.wait_settled(Duration::from_secs(30)).await;
     // Every entity evaluated; a sweep that read an entity as owed just before its ack may
     // add one harmless extra evaluation.
-    assert_eq!(
-        app.scalar("SELECT count(DISTINCT entity) FROM evaluations")
-            .await,
-        20
-    );
-    assert!(app.scalar("SELECT count(*) FROM evaluations").await <= 40);
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE status = 'hidden'")
-            .await,
-        20
-    );
+    assert_eq!(app.count_evaluated_entities().await, 20);
+    assert!(app.count_evaluations().await <= 40);
+    assert_eq!(app.count_hidden().await, 20);
 }

@@ -12,7 +12,7 @@ use quiesce::{
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, event, scalar, spawn_app, wait_for};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -43,11 +43,11 @@ fn domain_event(id: &str, entity: &str) -> Event {
 
 /// The partition that holds this event.
 async fn partition_of(app: &TestApp, id: &str) -> String {
-    sqlx::query_scalar("SELECT tableoid::regclass::text FROM events WHERE id = $1")
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await
-        .expect("the event is recorded")
+    scalar!(
+        app,
+        "SELECT tableoid::regclass::text FROM events WHERE id = $1",
+        id
+    )
 }
 
 /// Waits until Postgres' clock is past the end of this events partition.
@@ -56,13 +56,11 @@ async fn wait_until_over(app: &TestApp, partition: &str) {
         Duration::from_secs(10),
         "the partition's time is over",
         || async {
-            sqlx::query_scalar::<_, bool>(
+            scalar!(
+                app,
                 "SELECT upper_bound <= now() FROM partitions WHERE name = $1",
+                partition
             )
-            .bind(partition)
-            .fetch_one(&app.pool)
-            .await
-            .unwrap()
         },
     )
     .await;
@@ -75,12 +73,12 @@ async fn current_partition(app: &TestApp, margin: Duration) -> String {
     loop {
         // A write makes the partition of now if it is missing.
         app.backends.store.extend_partitions().await.unwrap();
-        let found: Option<String> = sqlx::query_scalar(
+        let found: Option<String> = sqlx::query_scalar!(
             "SELECT name FROM partitions
              WHERE parent = 'events' AND lower_bound <= now()
                AND upper_bound > now() + make_interval(secs => $1)",
+            margin.as_secs_f64()
         )
-        .bind(margin.as_secs_f64())
         .fetch_optional(&app.pool)
         .await
         .unwrap();
@@ -109,7 +107,7 @@ async fn an_old_partition_is_dropped_whole_while_newer_events_and_totals_stay() 
     let buckets = app
         .add_past_partition(Partitioned::SignalBuckets, 8 * DAY + HOUR, 8 * DAY - HOUR)
         .await;
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO signal_buckets (entity, signal, bucket_start, count, weight_sum)
          VALUES ('post:kept', 'flag', date_trunc('minute', now() - interval '8 days'), 4, 4)",
     )
@@ -119,31 +117,29 @@ async fn an_old_partition_is_dropped_whole_while_newer_events_and_totals_stay() 
 
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 4);
     for gone in [&old, &buckets] {
-        let left = app
-            .scalar(&format!(
-                "SELECT count(*) FROM pg_class WHERE relname = '{gone}'"
-            ))
-            .await;
+        let left = scalar!(
+            app,
+            "SELECT count(*) FROM pg_class WHERE relname = $1",
+            gone
+        );
         assert_eq!(left, 0, "{gone} is dropped");
-        let listed = app
-            .scalar(&format!(
-                "SELECT count(*) FROM partitions WHERE name = '{gone}'"
-            ))
-            .await;
+        let listed = scalar!(app, "SELECT count(*) FROM partitions WHERE name = $1", gone);
         assert_eq!(listed, 0, "{gone} is forgotten");
     }
-    let left: Vec<String> = sqlx::query_scalar("SELECT id FROM events ORDER BY id")
+    let left: Vec<String> = sqlx::query_scalar!("SELECT id FROM events ORDER BY id")
         .fetch_all(&app.pool)
         .await
         .unwrap();
     assert_eq!(left, ["r4", "r5"]);
-    assert_eq!(app.scalar("SELECT count(*) FROM signal_buckets").await, 1);
-    for totals in [
-        "SELECT event_count FROM entity_counts WHERE entity = 'post:kept'",
-        "SELECT count FROM signal_counts WHERE entity = 'post:kept'",
-    ] {
-        assert_eq!(app.scalar(totals).await, 6, "{totals}");
-    }
+    assert_eq!(scalar!(app, "SELECT count(*) FROM signal_buckets"), 1);
+    assert_eq!(app.event_count_of("post:kept").await, 6);
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count FROM signal_counts WHERE entity = 'post:kept'"
+        ),
+        6
+    );
     // The dropped ids are forgotten, the kept ones remembered.
     assert_eq!(
         app.send(&json!([
@@ -174,21 +170,19 @@ async fn a_resent_id_is_a_duplicate_across_a_partition_boundary() {
         "b2 is in a newer partition"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE entity = 'post:other'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM entities WHERE entity = 'post:other'"
+        ),
         0
     );
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:first'")
-            .await,
-        2
-    );
+    assert_eq!(app.event_count_of("post:first").await, 2);
     // The insert after the boundary sealed the partition the first copy is in.
-    let sealed = app
-        .scalar(&format!(
-            "SELECT count(*) FROM partitions WHERE name = '{first}' AND sealed_at IS NOT NULL"
-        ))
-        .await;
+    let sealed = scalar!(
+        app,
+        "SELECT count(*) FROM partitions WHERE name = $1 AND sealed_at IS NOT NULL",
+        first
+    );
     assert_eq!(sealed, 1);
     let entities = app.backends.store.entities_of(&["b1"]).await.unwrap();
     assert_eq!(entities["b1"].as_str(), "post:first");
@@ -200,8 +194,10 @@ async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_ded
     let old = current_partition(&app, Duration::from_millis(800)).await;
     // A transaction received before the boundary writes id s1 and stays open past it.
     let mut writer = PgConnection::connect(&app.database_url()).await.unwrap();
+    // Transaction control (BEGIN, COMMIT, ROLLBACK) here and below stays a string: no
+    // schema to check it against.
     sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO events (id, entity, signal, weight, priority)
          VALUES ('s1', 'post:s', 'flag', 1, 'normal')",
     )
@@ -219,12 +215,16 @@ async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_ded
         store.record_events(&[&event]).await
     });
     // The seal waits for the open transaction's lock on the old partition.
-    let waiting =
-        format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = '{old}'::regclass");
     wait_for(
         Duration::from_secs(10),
         "the seal waits for the writer",
-        || async { app.scalar(&waiting).await > 0 },
+        || async {
+            scalar!(
+                app,
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass($1)",
+                &old
+            ) > 0
+        },
     )
     .await;
     assert!(
@@ -239,8 +239,7 @@ async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_ded
         .unwrap();
     assert!(inserted.is_empty(), "s1 is a duplicate: {inserted:?}");
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events WHERE id = 's1'")
-            .await,
+        scalar!(app, "SELECT count(*) FROM events WHERE id = 's1'"),
         1
     );
 }
@@ -252,20 +251,20 @@ async fn a_transaction_received_before_the_seal_cannot_write_after_it() {
     // Received (its now()) before the boundary, but writing only after the seal.
     let mut late = PgConnection::connect(&app.database_url()).await.unwrap();
     sqlx::query("BEGIN").execute(&mut late).await.unwrap();
-    sqlx::query("SELECT now()")
-        .execute(&mut late)
+    sqlx::query!("SELECT now()")
+        .fetch_one(&mut late)
         .await
         .unwrap();
     wait_until_over(&app, &old).await;
     assert_eq!(app.send(&event("t1", "post:t", "flag")).await, (1, 0));
-    let sealed = app
-        .scalar(&format!(
-            "SELECT count(*) FROM partitions WHERE name = '{old}' AND sealed_at IS NOT NULL"
-        ))
-        .await;
+    let sealed = scalar!(
+        app,
+        "SELECT count(*) FROM partitions WHERE name = $1 AND sealed_at IS NOT NULL",
+        &old
+    );
     assert_eq!(sealed, 1, "the send sealed {old}");
 
-    let refused = sqlx::query(
+    let refused = sqlx::query!(
         "INSERT INTO events (id, entity, signal, weight, priority)
          VALUES ('t1', 'post:t', 'flag', 1, 'normal')",
     )
@@ -279,8 +278,7 @@ async fn a_transaction_received_before_the_seal_cannot_write_after_it() {
     assert_eq!(code.as_deref(), Some("40001"), "{refused}");
     sqlx::query("ROLLBACK").execute(&mut late).await.unwrap();
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events WHERE id = 't1'")
-            .await,
+        scalar!(app, "SELECT count(*) FROM events WHERE id = 't1'"),
         1
     );
 }
@@ -316,24 +314,15 @@ async fn concurrent_writers_of_one_id_record_it_once_across_boundaries() {
         accepted += join_all(tasks).await.into_iter().sum::<usize>();
         rounds += 1;
     }
-    let partitions = app
-        .scalar("SELECT count(DISTINCT tableoid) FROM events")
-        .await;
+    let partitions = scalar!(app, "SELECT count(DISTINCT tableoid) FROM events");
     assert!(partitions >= 3, "the rounds span {partitions} partitions");
     assert_eq!(accepted, rounds, "each id once");
+    assert_eq!(app.count_events().await, rounds as i64);
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await,
+        scalar!(app, "SELECT count(DISTINCT id) FROM events"),
         rounds as i64
     );
-    assert_eq!(
-        app.scalar("SELECT count(DISTINCT id) FROM events").await,
-        rounds as i64
-    );
-    assert_eq!(
-        app.scalar("SELECT event_count FROM entity_counts WHERE entity = 'post:c'")
-            .await,
-        rounds as i64
-    );
+    assert_eq!(app.event_count_of("post:c").await, rounds as i64);
 }
 
 #[tokio::test]
@@ -341,7 +330,7 @@ async fn a_write_that_finds_no_partition_makes_it() {
     let app = spawn_app(TestOptions::idle()).await;
     // Every events partition of now and later goes (as if the service had been stopped
     // longer than it made partitions ahead for).
-    let ahead: Vec<String> = sqlx::query_scalar(
+    let ahead: Vec<String> = sqlx::query_scalar!(
         "SELECT name FROM partitions WHERE parent = 'events' AND upper_bound > now()",
     )
     .fetch_all(&app.pool)
@@ -349,18 +338,22 @@ async fn a_write_that_finds_no_partition_makes_it() {
     .unwrap();
     assert!(!ahead.is_empty());
     for name in &ahead {
-        for statement in [
-            format!("ALTER TABLE events DETACH PARTITION {name}"),
-            format!("SELECT partition_forget('{name}')"),
-        ] {
-            sqlx::query(&statement).execute(&app.pool).await.unwrap();
-        }
+        // DDL on a partition named at run time: a string.
+        sqlx::query(&format!("ALTER TABLE events DETACH PARTITION {name}"))
+            .execute(&app.pool)
+            .await
+            .unwrap();
+        sqlx::query!("SELECT partition_forget($1)", name)
+            .execute(&app.pool)
+            .await
+            .unwrap();
     }
     assert_eq!(app.send(&event("n1", "post:n", "flag")).await, (1, 0));
     assert_eq!(app.send(&event("n1", "post:n", "flag")).await, (0, 1));
-    let made = app
-        .scalar("SELECT count(*) FROM partitions WHERE parent = 'events' AND upper_bound > now()")
-        .await;
+    let made = scalar!(
+        app,
+        "SELECT count(*) FROM partitions WHERE parent = 'events' AND upper_bound > now()"
+    );
     assert!(made > 0, "the partition of now was made");
 }
 
@@ -374,12 +367,13 @@ async fn a_detach_cut_short_is_finished_by_the_next_pass() {
     // An open snapshot makes the concurrent detach wait; a lock timeout cuts it short, which
     // leaves the partition half detached.
     let mut reader = PgConnection::connect(&app.database_url()).await.unwrap();
+    // Transaction and session control, and DDL on a partition named at run time: strings.
     sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut reader)
         .await
         .unwrap();
-    sqlx::query("SELECT count(*) FROM events")
-        .execute(&mut reader)
+    sqlx::query!("SELECT count(*) FROM events")
+        .fetch_one(&mut reader)
         .await
         .unwrap();
     let mut detacher = PgConnection::connect(&app.database_url()).await.unwrap();
@@ -394,19 +388,16 @@ async fn a_detach_cut_short_is_finished_by_the_next_pass() {
     .await
     .expect_err("cut short by the lock timeout");
     sqlx::query("COMMIT").execute(&mut reader).await.unwrap();
-    let state: String = sqlx::query_scalar("SELECT partition_state($1)")
-        .bind(&old)
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let state: String = scalar!(app, "SELECT partition_state($1)", &old);
     assert_eq!(state, "detaching");
 
     assert_eq!(app.maintenance().purge_once().await.unwrap(), 1);
     assert_eq!(
-        app.scalar(&format!(
-            "SELECT count(*) FROM pg_class WHERE relname = '{old}'"
-        ))
-        .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM pg_class WHERE relname = $1",
+            &old
+        ),
         0
     );
 }

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use quiesce::credentials::{ApiToken, Role};
+use quiesce::domain::Status;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
 
 /// Three flags (the default rules' `review_repeated_flags`) on each entity, evaluated: each
 /// is flagged and waits in the queue, in this order.
@@ -31,13 +32,14 @@ async fn flagged_as(app: &TestApp, entities: &[&str], token: Option<&str>) -> Ve
         }
         assert_eq!(request.send().await.unwrap().status().as_u16(), 202);
         worker.evaluate_claim(claim_next(&worker).await).await;
-        assert_eq!(app.status_of(entity).await, "flagged");
-        let id: i64 =
-            sqlx::query_scalar("SELECT id FROM actions WHERE entity = $1 AND action = 'flag'")
-                .bind(entity)
-                .fetch_one(&app.pool)
-                .await
-                .unwrap();
+        assert_eq!(app.status_of(entity).await, Status::Flagged);
+        let id: i64 = sqlx::query_scalar!(
+            "SELECT id FROM actions WHERE entity = $1 AND action = 'flag'",
+            entity
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
         ids.push(id);
     }
     ids
@@ -109,22 +111,22 @@ async fn two_moderators_cannot_claim_one_item_and_a_decision_is_a_reversible_act
         (409, json!("version_conflict")),
         "{body}"
     );
-    assert_eq!(app.status_of("post:q1").await, "flagged");
+    assert_eq!(app.status_of("post:q1").await, Status::Flagged);
 
     let (status, outcome) = decide(&app, ids[0], decision("mod:ana", version)).await;
     assert_eq!(status, 200, "{outcome}");
     assert_eq!(outcome["status"], "visible");
     assert_eq!(outcome["moderation_version"], version + 1);
     let action = outcome["action_id"].as_i64().unwrap();
-    assert_eq!(app.status_of("post:q1").await, "visible");
+    assert_eq!(app.status_of("post:q1").await, Status::Visible);
     let (_, entity) = app.get("/v1/entities/post:q1").await;
     assert_eq!(entity["override"]["status"], "visible", "{entity}");
     assert_eq!(
-        app.scalar(&format!(
-            "SELECT count(*) FROM outbox WHERE topic = 'action.applied' AND idempotency_key = 'review:{}'",
-            ids[0]
-        ))
-        .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'action.applied' AND idempotency_key = $1",
+            format!("review:{}", ids[0])
+        ),
         1
     );
     assert_eq!(waiting(&app, "").await, vec![ids[1]]);
@@ -143,7 +145,7 @@ async fn two_moderators_cannot_claim_one_item_and_a_decision_is_a_reversible_act
         )
         .await;
     assert_eq!(status, 200, "{reversal}");
-    assert_eq!(app.status_of("post:q1").await, "flagged");
+    assert_eq!(app.status_of("post:q1").await, Status::Flagged);
     assert_eq!(
         waiting(&app, "").await,
         ids,
@@ -181,9 +183,7 @@ async fn an_expired_claim_is_picked_up_by_another_moderator() {
         Vec::<i64>::new()
     );
     // Ana's claim is gone: her decision is refused, Ben's goes through.
-    let version = app
-        .scalar("SELECT moderation_version FROM entities WHERE entity = 'post:x1'")
-        .await;
+    let version = app.moderation_version_of("post:x1").await;
     let body = |who: &str| json!({"moderator": who, "decision": "hide", "reason": "abuse", "moderation_version": version});
     let (status, refused) = decide(&app, ids[0], body("mod:ana")).await;
     assert_eq!(
@@ -193,7 +193,7 @@ async fn an_expired_claim_is_picked_up_by_another_moderator() {
     );
     let (status, outcome) = decide(&app, ids[0], body("mod:ben")).await;
     assert_eq!(status, 200, "{outcome}");
-    assert_eq!(app.status_of("post:x1").await, "hidden");
+    assert_eq!(app.status_of("post:x1").await, Status::Hidden);
     let (_, entity) = app.get("/v1/entities/post:x1").await;
     assert_eq!(entity["override"]["status"], "hidden", "{entity}");
 }
@@ -240,12 +240,7 @@ async fn dismiss_frees_automation_and_escalate_leaves_the_item_to_an_admin() {
     }
     let version = |entity: &'static str| {
         let app = &app;
-        async move {
-            app.scalar(&format!(
-                "SELECT moderation_version FROM entities WHERE entity = '{entity}'"
-            ))
-            .await
-        }
+        async move { app.moderation_version_of(entity).await }
     };
     let decide_as = |token: &'static str, id: i64, body: Value| {
         let app = &app;
@@ -258,9 +253,9 @@ async fn dismiss_frees_automation_and_escalate_leaves_the_item_to_an_admin() {
     )
     .await;
     assert_eq!(status, 200, "{dismissed}");
-    assert_eq!(app.status_of("post:d1").await, "visible");
+    assert_eq!(app.status_of("post:d1").await, Status::Visible);
     let override_status: Option<String> =
-        sqlx::query_scalar("SELECT override_status FROM entities WHERE entity = 'post:d1'")
+        sqlx::query_scalar!("SELECT override_status FROM entities WHERE entity = 'post:d1'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -275,15 +270,17 @@ async fn dismiss_frees_automation_and_escalate_leaves_the_item_to_an_admin() {
     .await;
     assert_eq!(status, 200, "{escalated}");
     assert!(escalated["action_id"].is_null());
-    assert_eq!(app.status_of("post:e1").await, "flagged");
+    assert_eq!(app.status_of("post:e1").await, Status::Flagged);
     assert_eq!(
         version("post:e1").await,
         before,
         "escalating changes nothing of the entity"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM outbox WHERE topic = 'review.escalated'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'review.escalated'"
+        ),
         1
     );
     // A moderator cannot take it back; an admin claims and decides it.
@@ -312,7 +309,7 @@ async fn dismiss_frees_automation_and_escalate_leaves_the_item_to_an_admin() {
     )
     .await;
     assert_eq!(status, 200, "{hidden}");
-    assert_eq!(app.status_of("post:e1").await, "hidden");
+    assert_eq!(app.status_of("post:e1").await, Status::Hidden);
 }
 
 #[tokio::test]
@@ -324,7 +321,7 @@ async fn a_bad_decision_or_filter_is_refused_with_its_field_and_writes_nothing()
         json!({"moderator": "mod:ana"}),
     )
     .await;
-    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    let actions = app.count_actions().await;
     for (body, field) in [
         (
             json!({"moderator": "mod:ana", "decision": "maybe", "reason": "r", "moderation_version": 1}),
@@ -374,6 +371,6 @@ async fn a_bad_decision_or_filter_is_refused_with_its_field_and_writes_nothing()
         .post_json("/v1/review/999999/claim", json!({"moderator": "mod:ana"}))
         .await;
     assert_eq!(status, 404);
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, actions);
-    assert_eq!(app.status_of("post:b1").await, "flagged");
+    assert_eq!(app.count_actions().await, actions);
+    assert_eq!(app.status_of("post:b1").await, Status::Flagged);
 }

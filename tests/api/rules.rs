@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use quiesce::domain::Status;
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
 
 async fn flags(app: &TestApp, entity: &str, n: usize) {
     let events: Vec<Value> = (0..n)
@@ -43,13 +44,14 @@ async fn a_shadow_rule_is_recorded_and_counted_but_changes_nothing() {
     flags(&app, "post:s", 3).await;
     evaluate_next(&app).await;
 
-    assert_eq!(app.status_of("post:s").await, "visible");
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 0);
-    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(app.status_of("post:s").await, Status::Visible);
+    assert_eq!(app.count_actions().await, 0);
+    assert_eq!(app.count_outbox().await, 0);
     let (decisions, snapshot): (Value, Option<Value>) =
-        sqlx::query_as("SELECT decisions, snapshot FROM evaluations WHERE entity = 'post:s'")
+        sqlx::query!("SELECT decisions, snapshot FROM evaluations WHERE entity = 'post:s'")
             .fetch_one(&app.pool)
             .await
+            .map(|row| (row.decisions, row.snapshot))
             .unwrap();
     assert_eq!(decisions["shadow"][0]["rule"], "trial_suspend");
     assert_eq!(decisions["shadow"][0]["action"], "suspend");
@@ -87,8 +89,8 @@ reason = "{count.flag} flags from {actors.flag} actor"
         .collect();
     app.send(&json!(events)).await;
     evaluate_next(&app).await;
-    assert_eq!(app.status_of("post:w").await, "flagged");
-    let reason: String = sqlx::query_scalar("SELECT reason FROM actions")
+    assert_eq!(app.status_of("post:w").await, Status::Flagged);
+    let reason: String = sqlx::query_scalar!("SELECT reason FROM actions")
         .fetch_one(&app.pool)
         .await
         .unwrap();
@@ -141,7 +143,7 @@ async fn a_broken_rules_version_is_refused_and_the_old_rules_stay() {
     );
     flags(&app, "post:a", 2).await;
     evaluate_next(&app).await;
-    assert_eq!(app.status_of("post:a").await, "flagged");
+    assert_eq!(app.status_of("post:a").await, Status::Flagged);
 
     let (status, body) = publish(
         first
@@ -152,8 +154,8 @@ async fn a_broken_rules_version_is_refused_and_the_old_rules_stay() {
     assert_eq!((status, body["version"].as_i64()), (201, Some(2)), "{body}");
     flags(&app, "post:b", 2).await;
     evaluate_next(&app).await;
-    assert_eq!(app.status_of("post:b").await, "hidden");
-    let rule: String = sqlx::query_scalar("SELECT rule FROM actions WHERE entity = 'post:b'")
+    assert_eq!(app.status_of("post:b").await, Status::Hidden);
+    let rule: String = sqlx::query_scalar!("SELECT rule FROM actions WHERE entity = 'post:b'")
         .fetch_one(&app.pool)
         .await
         .unwrap();
@@ -179,23 +181,23 @@ async fn repeated_automated_hides_on_one_authors_posts_suspend_the_author_once()
     app.wait_settled(Duration::from_secs(30)).await;
 
     for post in 0..3 {
-        assert_eq!(app.status_of(&format!("post:{post}")).await, "hidden");
+        assert_eq!(app.status_of(&format!("post:{post}")).await, Status::Hidden);
     }
-    assert_eq!(app.status_of("user:77").await, "suspended");
-    let (rule, reason): (String, String) =
-        sqlx::query_as("SELECT rule, reason FROM actions WHERE entity = 'user:77'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    assert_eq!(app.status_of("user:77").await, Status::Suspended);
+    let suspension = &app.actions_of("user:77").await[0];
+    let (rule, reason) = (&suspension.rule, &suspension.reason);
     assert_eq!(rule, "suspend_repeat_offender");
     assert_eq!(reason, "3 automated hides of their posts");
     // One derived signal per action, recorded with the action.
-    let derived: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT e.id, e.signal, e.actor FROM events e WHERE e.entity = 'user:77' ORDER BY e.actor",
+    let derived: Vec<(String, String, String)> = sqlx::query!(
+        r#"SELECT e.id, e.signal, e.actor AS "actor!" FROM events e WHERE e.entity = 'user:77' ORDER BY e.actor"#,
     )
     .fetch_all(&app.pool)
     .await
-    .unwrap();
+    .unwrap()
+    .into_iter()
+    .map(|row| (row.id, row.signal, row.actor))
+    .collect();
     assert_eq!(derived.len(), 3, "{derived:?}");
     for (i, (id, signal, actor)) in derived.iter().enumerate() {
         assert!(id.starts_with("derived:"), "{id}");
@@ -203,11 +205,7 @@ async fn repeated_automated_hides_on_one_authors_posts_suspend_the_author_once()
         assert_eq!(actor, &format!("post:{i}"));
     }
     let (_, post) = app.get("/v1/entities/post:0").await;
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM actions WHERE entity = 'user:77'")
-            .await,
-        1
-    );
+    assert_eq!(app.action_count_of("user:77").await, 1);
     assert!(post["status"] == "hidden");
 }
 
@@ -268,9 +266,7 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
         app.send(&hide_post(post)).await;
     }
     app.wait_settled(Duration::from_secs(30)).await;
-    let first: i64 = app
-        .scalar("SELECT min(id) FROM actions WHERE entity = 'post:0'")
-        .await;
+    let first: i64 = scalar!(app, "SELECT min(id) FROM actions WHERE entity = 'post:0'");
     let response = app
         .client
         .post(format!("{}/v1/actions/{first}/reverse", app.base))
@@ -282,42 +278,35 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
     app.send(&hide_post(2)).await;
     app.wait_settled(Duration::from_secs(30)).await;
 
-    assert_eq!(app.status_of("post:2").await, "hidden");
+    assert_eq!(app.status_of("post:2").await, Status::Hidden);
+    assert_eq!(app.signal_count_of("user:88", "auto.hide").await, 3);
     assert_eq!(
-        app.scalar(
-            "SELECT count FROM signal_counts WHERE entity = 'user:88' AND signal = 'auto.hide'"
-        )
-        .await,
-        3
-    );
-    assert_eq!(
-        app.scalar(
-            "SELECT count FROM signal_counts WHERE entity = 'user:88' AND signal = 'auto.hide.reversed'"
-        )
-        .await,
+        app.signal_count_of("user:88", "auto.hide.reversed").await,
         1
     );
     assert_eq!(
         app.status_of("user:88").await,
-        "visible",
+        Status::Visible,
         "two hides stand, not three"
     );
     // Folded into the author's totals, the derived signals and the compensation count the same.
     let folded = |signal: &'static str| {
         let app = &app;
         async move {
-            app.scalar(&format!(
+            scalar!(
+                app,
                 "SELECT coalesce(sum(count), 0)::int8 FROM signal_totals
-                 WHERE entity = 'user:88' AND signal = '{signal}'"
-            ))
-            .await
+                 WHERE entity = 'user:88' AND signal = $1",
+                signal
+            )
         }
     };
     wait_for(Duration::from_secs(10), "the author's fold", || async {
         app.backends.store.fold(&["user:88"], 1).await.unwrap();
-        app.scalar("SELECT count(*) FROM unfolded_events WHERE entity = 'user:88'")
-            .await
-            == 0
+        scalar!(
+            app,
+            "SELECT count(*) FROM unfolded_events WHERE entity = 'user:88'"
+        ) == 0
     })
     .await;
     assert_eq!(folded("auto.hide").await, 3);
@@ -356,17 +345,20 @@ async fn a_canary_rule_acts_only_on_its_share_of_entities_and_the_backtest_compa
         let entity = quiesce::domain::EntityId::parse(post).unwrap();
         let in_share = rules.rules()[0].live_for(&entity);
         live += usize::from(in_share);
-        let expected = if in_share { "flagged" } else { "visible" };
+        let expected = if in_share {
+            Status::Flagged
+        } else {
+            Status::Visible
+        };
         assert_eq!(app.status_of(post).await, expected, "{post}");
     }
     assert!(live > 5 && live < 35, "a share of about half: {live}");
     // Out of its share the rule ran as a shadow rule: its matches are recorded there.
-    let shadow_hits = app
-        .scalar(
-            "SELECT count(*) FROM evaluations
-             WHERE decisions->'shadow' @> '[{\"rule\": \"trial_flag\"}]'",
-        )
-        .await;
+    let shadow_hits = scalar!(
+        app,
+        "SELECT count(*) FROM evaluations
+             WHERE decisions->'shadow' @> '[{\"rule\": \"trial_flag\"}]'"
+    );
     assert_eq!(shadow_hits, (posts.len() - live) as i64);
     // The backtest of the rules in force reproduces the actions and compares the two groups.
     let (status, report) = app
@@ -432,7 +424,7 @@ async fn quality_shows_a_canarys_two_groups_with_their_evaluations_and_matches_p
             .filter(|(p, n)| live_for(p) == live && (flags == 0 || *n == flags))
             .count()
     };
-    let evaluated = app.scalar("SELECT count(*) FROM evaluations").await;
+    let evaluated = app.count_evaluations().await;
     assert_eq!(evaluated, 40, "each post evaluated once");
     let per_1000 = |matches: usize, evaluations: usize| {
         format!("{:.1}", 1000.0 * matches as f64 / evaluations as f64)

@@ -10,6 +10,7 @@ use quiesce::credentials::{ApiToken, Role};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     audit::console_session,
     helpers::{TestApp, TestOptions, call, claim_next, event, spawn_app},
@@ -32,19 +33,20 @@ async fn flag_twice(app: &TestApp, entity: &str) -> (Option<i64>, Option<i64>) {
         matches!(outcome, quiesce::worker::Outcome::Done(_)),
         "{outcome:?}"
     );
-    let evaluation: Option<i64> = sqlx::query_scalar(
+    let evaluation: Option<i64> = sqlx::query_scalar!(
         "SELECT rules_version FROM evaluations WHERE entity = $1 ORDER BY id DESC LIMIT 1",
+        entity
     )
-    .bind(entity)
     .fetch_one(&app.pool)
     .await
     .unwrap();
-    let action: Option<Option<i64>> =
-        sqlx::query_scalar("SELECT rules_version FROM actions WHERE entity = $1")
-            .bind(entity)
-            .fetch_optional(&app.pool)
-            .await
-            .unwrap();
+    let action: Option<Option<i64>> = sqlx::query_scalar!(
+        "SELECT rules_version FROM actions WHERE entity = $1",
+        entity
+    )
+    .fetch_optional(&app.pool)
+    .await
+    .unwrap();
     (evaluation, action.flatten())
 }
 
@@ -124,7 +126,7 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     )
     .await;
     assert_eq!(status, 403);
-    assert_eq!(app.scalar("SELECT count(*) FROM rules_versions").await, 1);
+    assert_eq!(scalar!(app, "SELECT count(*) FROM rules_versions"), 1);
 
     // Published: version 2, active at once here, on every evaluation, action and webhook after.
     let (status, body) = call(
@@ -146,7 +148,7 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     assert_eq!(listing["rules"][0]["name"], "hide_two");
     assert_eq!(flag_twice(&app, "post:after").await, (Some(2), Some(2)));
     let payload: Value =
-        sqlx::query_scalar("SELECT payload FROM outbox WHERE payload->>'entity' = 'post:after'")
+        sqlx::query_scalar!("SELECT payload FROM outbox WHERE payload->>'entity' = 'post:after'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -197,10 +199,13 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     .await;
     assert_eq!(status, 200, "{body}");
     let history: Vec<(i64, String)> =
-        sqlx::query_as("SELECT version, kind FROM rules_activations ORDER BY id")
+        sqlx::query!("SELECT version, kind FROM rules_activations ORDER BY id")
             .fetch_all(&app.pool)
             .await
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.version, row.kind))
+            .collect();
     assert_eq!(
         history,
         [
@@ -292,7 +297,7 @@ async fn the_command_line_publishes_and_rolls_back() {
         .find(|l| l.starts_with(r#"{"version":"#) && l.contains(r#""hash":"#))
         .expect("the README's publish output");
     assert_eq!(keys_in_order(&out), keys_in_order(shown), "{out}");
-    let author: String = sqlx::query_scalar("SELECT author FROM rules_versions WHERE version = 2")
+    let author: String = sqlx::query_scalar!("SELECT author FROM rules_versions WHERE version = 2")
         .fetch_one(&app.pool)
         .await
         .unwrap();
@@ -307,10 +312,13 @@ async fn the_command_line_publishes_and_rolls_back() {
         .await;
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["version"], 1);
     let recorded: Vec<(String, String)> =
-        sqlx::query_as("SELECT action, actor FROM audit_log WHERE action IN ('rules.publish', 'rules.rollback') ORDER BY id")
+        sqlx::query!("SELECT action, actor FROM audit_log WHERE action IN ('rules.publish', 'rules.rollback') ORDER BY id")
             .fetch_all(&app.pool)
             .await
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.action, row.actor))
+            .collect();
     assert_eq!(
         recorded,
         [
@@ -345,7 +353,7 @@ async fn an_admin_publishes_the_backtested_candidate_from_the_console_with_its_r
         assert_eq!(status, 202, "{body}");
     }
     app.wait_settled(Duration::from_secs(20)).await;
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 4);
+    assert_eq!(app.count_actions().await, 4);
 
     let run = |client: reqwest::Client, cookie: String, csrf: String| {
         let app = &app;
@@ -411,7 +419,7 @@ async fn an_admin_publishes_the_backtested_candidate_from_the_console_with_its_r
     };
     let refused = publish(" ").await;
     assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(app.scalar("SELECT count(*) FROM rules_versions").await, 1);
+    assert_eq!(scalar!(app, "SELECT count(*) FROM rules_versions"), 1);
     let published = publish("hide at two flags, backtested").await;
     assert_eq!(published.status(), StatusCode::SEE_OTHER);
     assert_eq!(

@@ -9,12 +9,13 @@ use std::{
     time::Duration,
 };
 
+use quiesce::domain::Status;
 use serde_json::json;
 use tokio::sync::Notify;
 
 use quiesce::{store::Completion, worker::Outcome};
 
-use crate::helpers::{TestOptions, claim_next, event, pausing_hook, spawn_app, wait_for};
+use crate::helpers::{TestOptions, claim_next, event, pausing_hook, scalar, spawn_app, wait_for};
 use quiesce::startup::run_workers;
 
 #[tokio::test]
@@ -74,17 +75,14 @@ async fn a_worker_paused_past_its_lease_writes_nothing_and_the_other_workers_act
     let outcome = paused_run.await.unwrap();
     assert!(matches!(outcome, Outcome::Retry(_)), "{outcome:?}");
     assert_eq!(paused.stats().fenced.load(Ordering::Relaxed), 1);
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.count_actions().await, 1);
     assert_eq!(
         app.evaluation_count("post:paused").await,
         1,
         "the stale worker wrote nothing"
     );
-    assert_eq!(
-        app.scalar("SELECT moderation_version FROM entities").await,
-        1
-    );
-    assert_eq!(app.status_of("post:paused").await, "hidden");
+    assert_eq!(scalar!(app, "SELECT moderation_version FROM entities"), 1);
+    assert_eq!(app.status_of("post:paused").await, Status::Hidden);
 }
 
 #[tokio::test]
@@ -141,7 +139,7 @@ async fn a_slow_evaluation_that_renews_its_lease_is_evaluated_once() {
 
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(app.evaluation_count("post:slow").await, 1);
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.count_actions().await, 1);
 }
 
 #[tokio::test]

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use quiesce::domain::Status;
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, event, scalar, spawn_app, wait_for};
 
 /// Suspends a user for `duration` at two reports.
 fn timeout_rules(duration: &str) -> RuleSet {
@@ -42,25 +43,26 @@ async fn report_twice(app: &TestApp, user: &str) {
 
 /// The entity's actions, oldest first: (action, new status, whether it has an end).
 async fn actions_of(app: &TestApp, entity: &str) -> Vec<(String, String, bool)> {
-    sqlx::query_as(
-        "SELECT action, new_status, ends_at IS NOT NULL FROM actions WHERE entity = $1 ORDER BY id",
-    )
-    .bind(entity)
-    .fetch_all(&app.pool)
-    .await
-    .unwrap()
+    app.actions_of(entity)
+        .await
+        .into_iter()
+        .map(|a| (a.action, a.new_status, a.ends_at.is_some()))
+        .collect()
 }
 
 /// The outbox's notifications about the entity, oldest first: (topic, action, status).
 async fn notifications(app: &TestApp, entity: &str) -> Vec<(String, String, String)> {
-    sqlx::query_as(
-        "SELECT topic, payload->>'action', payload->>'status' FROM outbox
-         WHERE payload->>'entity' = $1 ORDER BY id",
+    sqlx::query!(
+        r#"SELECT topic, payload->>'action' AS "action!", payload->>'status' AS "status!"
+           FROM outbox WHERE payload->>'entity' = $1 ORDER BY id"#,
+        entity
     )
-    .bind(entity)
     .fetch_all(&app.pool)
     .await
     .unwrap()
+    .into_iter()
+    .map(|row| (row.topic, row.action, row.status))
+    .collect()
 }
 
 /// One round of the worker: claims what is due and evaluates it.
@@ -81,14 +83,14 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
     let app = app_with(timeout_rules("2s"), true).await;
     report_twice(&app, "user:t1").await;
     wait_for(Duration::from_secs(20), "the suspension", || async {
-        app.status_of("user:t1").await == "suspended"
+        app.status_of("user:t1").await == Status::Suspended
     })
     .await;
     let (_, body) = app.get("/v1/entities/user:t1").await;
     assert_eq!(body["timer"]["restores_to"], "visible", "{body}");
     assert_eq!(body["timer"]["set_by"], "timeout", "{body}");
     wait_for(Duration::from_secs(20), "the restore", || async {
-        app.status_of("user:t1").await == "visible"
+        app.status_of("user:t1").await == Status::Visible
     })
     .await;
     app.wait_settled(Duration::from_secs(10)).await;
@@ -101,12 +103,12 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
     );
     // Not before its end: the restore's time is at or after the suspension's end.
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM actions r JOIN actions s ON s.entity = r.entity
              WHERE r.entity = 'user:t1' AND r.action = 'restore' AND s.action = 'suspend'
                AND r.created_at >= s.ends_at"
-        )
-        .await,
+        ),
         1
     );
     let (_, body) = app.get("/v1/entities/user:t1").await;
@@ -124,9 +126,10 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
     );
 
     // The restore is reversible like any action: the entity goes back to suspended.
-    let restore: i64 = app
-        .scalar("SELECT id FROM actions WHERE entity = 'user:t1' AND action = 'restore'")
-        .await;
+    let restore: i64 = scalar!(
+        app,
+        "SELECT id FROM actions WHERE entity = 'user:t1' AND action = 'restore'"
+    );
     let (status, body) = app
         .post_json(
             &format!("/v1/actions/{restore}/reverse"),
@@ -134,7 +137,7 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(app.status_of("user:t1").await, "suspended");
+    assert_eq!(app.status_of("user:t1").await, Status::Suspended);
     // The reversal rate counts the rule's decision only, not the restore (nor its reversal).
     let (status, rate) = app.get("/v1/stats/reversal-rate?window=24h&by=rule").await;
     assert_eq!(status, 200, "{rate}");
@@ -153,27 +156,26 @@ async fn a_redis_loss_before_the_end_delays_the_restore_but_never_loses_it() {
     let worker = app.worker();
     wait_for(Duration::from_secs(20), "the suspension", || async {
         drive(&worker).await;
-        app.status_of("user:t2").await == "suspended"
+        app.status_of("user:t2").await == Status::Suspended
     })
     .await;
     // The timer's entry is in Redis; all of it goes.
     app.lose_redis_data().await;
     let ends_at_passed = || async {
-        app.scalar(
-            "SELECT count(*) FROM entities WHERE entity = 'user:t2' AND timer_ends_at <= now()",
-        )
-        .await
-            == 1
+        scalar!(
+            app,
+            "SELECT count(*) FROM entities WHERE entity = 'user:t2' AND timer_ends_at <= now()"
+        ) == 1
     };
     wait_for(Duration::from_secs(10), "the timer's end", ends_at_passed).await;
     // Nothing in Redis: the worker finds nothing to do until the sweep reads Postgres.
     drive(&worker).await;
-    assert_eq!(app.status_of("user:t2").await, "suspended");
+    assert_eq!(app.status_of("user:t2").await, Status::Suspended);
     let report = app.maintenance().sweep_once(None).await.unwrap().0;
     assert_eq!(report.repaired, 1, "{report:?}");
     wait_for(Duration::from_secs(20), "the restore", || async {
         drive(&worker).await;
-        app.status_of("user:t2").await == "visible"
+        app.status_of("user:t2").await == Status::Visible
     })
     .await;
     // A second sweep and evaluation restore nothing twice.
@@ -193,7 +195,7 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
     let app = app_with(timeout_rules("1h"), true).await;
     report_twice(&app, "user:t3").await;
     wait_for(Duration::from_secs(20), "the suspension", || async {
-        app.status_of("user:t3").await == "suspended"
+        app.status_of("user:t3").await == Status::Suspended
     })
     .await;
     let end = json!({"moderator": "mod:ana", "reason": "appealed"});
@@ -202,7 +204,7 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "visible", "{body}");
-    assert_eq!(app.status_of("user:t3").await, "visible");
+    assert_eq!(app.status_of("user:t3").await, Status::Visible);
     let (status, body) = app.post_json("/v1/entities/user:t3/timer/end", end).await;
     assert_eq!(status, 404, "no timer in force: {body}");
     assert_eq!(
@@ -213,19 +215,19 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         ])
     );
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM moderator_decisions WHERE entity = 'user:t3' AND kind = 'timer_end'"
-        )
-        .await,
+        ),
         1
     );
     // The early end is in the audit trail, with the moderator who ended it.
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM audit_log WHERE subject = 'user:t3' AND action = 'timer.end'
                AND actor = 'mod:ana' AND after->>'status' = 'visible'"
-        )
-        .await,
+        ),
         1
     );
 
@@ -237,13 +239,13 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(app.status_of("user:t3").await, "hidden");
+    assert_eq!(app.status_of("user:t3").await, Status::Hidden);
     let (_, body) = app.get("/v1/entities/user:t3").await;
     assert_eq!(body["timer"]["set_by"], "override", "{body}");
     // The schedule is the sweep's (an override has no evaluation to schedule it).
     wait_for(Duration::from_secs(20), "the override's end", || async {
         app.maintenance().sweep_once(None).await.unwrap();
-        app.status_of("user:t3").await == "visible"
+        app.status_of("user:t3").await == Status::Visible
     })
     .await;
 
@@ -268,7 +270,7 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         assert_eq!(status, 422, "{answer}");
         assert_eq!(answer["error"]["field"], problem, "{answer}");
     }
-    assert_eq!(app.status_of("user:t3").await, "visible");
+    assert_eq!(app.status_of("user:t3").await, Status::Visible);
 }
 
 #[tokio::test]
@@ -319,7 +321,7 @@ async fn the_console_shows_a_timer_and_a_moderator_ends_it_with_the_pages_form()
     let worker = app.worker();
     wait_for(Duration::from_secs(20), "the suspension", || async {
         drive(&worker).await;
-        app.status_of("user:t4").await == "suspended"
+        app.status_of("user:t4").await == Status::Suspended
     })
     .await;
     let (cookie, csrf) = crate::console::sign_in(&app).await;
@@ -357,15 +359,15 @@ async fn the_console_shows_a_timer_and_a_moderator_ends_it_with_the_pages_form()
         .await
         .unwrap();
     assert_eq!(ended.status(), StatusCode::SEE_OTHER);
-    assert_eq!(app.status_of("user:t4").await, "visible");
+    assert_eq!(app.status_of("user:t4").await, Status::Visible);
     let after = page(client.clone(), cookie.clone()).await;
     assert!(after.contains("No timed action is in force."), "{after}");
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM moderator_decisions WHERE entity = 'user:t4'
              AND kind = 'timer_end' AND moderator = 'Morgan'"
-        )
-        .await,
+        ),
         1
     );
 }
@@ -397,7 +399,7 @@ async fn a_timed_action_over_another_restores_what_it_found_and_the_first_still_
         async move {
             wait_for(Duration::from_secs(20), status, || async {
                 drive(worker).await;
-                app.status_of("post:stack").await == status
+                app.status_of("post:stack").await.as_str() == status
             })
             .await;
         }

@@ -284,10 +284,13 @@ async fn without_an_endpoint_nothing_is_exported_and_the_inbound_context_is_kept
         assert_eq!(response.status(), 202, "a bad traceparent is not refused");
     }
     let stored: Vec<(String, Option<String>)> =
-        sqlx::query_as("SELECT id, traceparent FROM events ORDER BY id")
+        sqlx::query!("SELECT id, traceparent FROM events ORDER BY id")
             .fetch_all(&app.pool)
             .await
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.id, row.traceparent))
+            .collect();
     assert_eq!(
         stored,
         vec![

@@ -11,9 +11,10 @@ use std::{
 };
 
 use futures::FutureExt;
+use quiesce::domain::Status;
 use serde_json::json;
 
-use crate::helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, event, scalar, spawn_app, wait_for};
 
 /// One fenced statement for these evaluations, waiting on rows held elsewhere.
 async fn record_waiting(
@@ -84,8 +85,7 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
                 if calls.fetch_add(1, Ordering::SeqCst) == 0 {
                     let url = database_url.lock().unwrap().clone();
                     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-                    sqlx::query("UPDATE entities SET moderation_version = moderation_version + 1 WHERE entity = $1")
-                        .bind(snapshot.entity.as_str())
+                    sqlx::query!("UPDATE entities SET moderation_version = moderation_version + 1 WHERE entity = $1", snapshot.entity.as_str())
                         .execute(&pool)
                         .await
                         .unwrap();
@@ -115,15 +115,16 @@ async fn an_overtaken_evaluation_writes_nothing_and_is_retried() {
     );
     // Only the retry wrote: one evaluation row, one action applied on top of version 1.
     assert_eq!(app.evaluation_count("post:fenced").await, 1);
-    let (applied_version, moderation_version): (i64, i64) = sqlx::query_as(
+    let (applied_version, moderation_version) = sqlx::query!(
         "SELECT a.applied_version, e.moderation_version FROM actions a JOIN entities e USING (entity)
          WHERE entity = 'post:fenced'",
     )
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.applied_version, row.moderation_version))
     .unwrap();
     assert_eq!((applied_version, moderation_version), (1, 2));
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.count_actions().await, 1);
 }
 
 #[tokio::test]
@@ -136,7 +137,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         decision.as_ref().unwrap().action,
         quiesce::domain::Action::Hide
     );
-    sqlx::query("UPDATE entities SET moderation_version = 5 WHERE entity = 'post:stale'")
+    sqlx::query!("UPDATE entities SET moderation_version = 5 WHERE entity = 'post:stale'")
         .execute(&app.pool)
         .await
         .unwrap();
@@ -151,10 +152,10 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         ),
         "{result:?}"
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 0);
-    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
-    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 0);
-    assert_eq!(app.status_of("post:stale").await, "visible");
+    assert_eq!(app.count_actions().await, 0);
+    assert_eq!(app.count_outbox().await, 0);
+    assert_eq!(app.count_evaluations().await, 0);
+    assert_eq!(app.status_of("post:stale").await, Status::Visible);
 
     // The same decision on a fresh snapshot applies, once.
     let fresh = store.snapshot(&entity, false).await.unwrap().unwrap();
@@ -175,7 +176,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         ),
         "{replay:?}"
     );
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
+    assert_eq!(app.count_actions().await, 1);
 }
 
 #[tokio::test]
@@ -195,7 +196,7 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
         .unwrap();
     assert_eq!(snapshots.len(), 3, "one statement reads all three");
     // A moderator moves post:batch-b on after the snapshot.
-    sqlx::query("UPDATE entities SET moderation_version = 7 WHERE entity = 'post:batch-b'")
+    sqlx::query!("UPDATE entities SET moderation_version = 7 WHERE entity = 'post:batch-b'")
         .execute(&app.pool)
         .await
         .unwrap();
@@ -218,12 +219,15 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     assert_eq!(app.evaluation_count("post:batch-a").await, 1);
     assert_eq!(app.evaluation_count("post:batch-b").await, 0, "fenced out");
     assert_eq!(app.evaluation_count("post:batch-c").await, 1);
-    let evaluated: Vec<(String, i64, i64)> = sqlx::query_as(
+    let evaluated: Vec<(String, i64, i64)> = sqlx::query!(
         "SELECT entity, evaluated_event_count, evaluation_count FROM entities ORDER BY entity",
     )
     .fetch_all(&app.pool)
     .await
-    .unwrap();
+    .unwrap()
+    .into_iter()
+    .map(|row| (row.entity, row.evaluated_event_count, row.evaluation_count))
+    .collect();
     assert_eq!(
         evaluated,
         [
@@ -249,13 +253,13 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
     let app = spawn_app(TestOptions::idle()).await;
     let (snapshot, verdict, decision) = flagged_ten_times(&app, "post:dedup").await;
     let decision = decision.unwrap();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
                               snapshot, applied_version, dedup_key)
          VALUES ('post:dedup', 'hide', $1, 'earlier', 'visible', 'hidden', '{}', 0, $2)",
+        &decision.rule,
+        snapshot.dedup_key(&decision.rule)
     )
-    .bind(&decision.rule)
-    .bind(snapshot.dedup_key(&decision.rule))
     .execute(&app.pool)
     .await
     .unwrap();
@@ -270,14 +274,15 @@ async fn a_decision_whose_dedup_key_exists_is_recorded_without_a_second_action()
         batch[0].completion(recorded.get("post:dedup")),
         Ok(quiesce::store::Completion::AlreadyApplied)
     ));
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 1);
-    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(app.count_actions().await, 1);
+    assert_eq!(app.count_outbox().await, 0);
     assert_eq!(app.evaluation_count("post:dedup").await, 1);
-    let (status, version): (String, i64) = sqlx::query_as(
+    let (status, version) = sqlx::query!(
         "SELECT status, moderation_version FROM entities WHERE entity = 'post:dedup'",
     )
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.status, row.moderation_version))
     .unwrap();
     assert_eq!(
         (status.as_str(), version),
@@ -320,11 +325,13 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
                 .unwrap();
             assert_eq!(snapshot.entity, entity, "each caller gets its own snapshot");
             if i % 5 == 0 {
-                sqlx::query("UPDATE entities SET moderation_version = 3 WHERE entity = $1")
-                    .bind(entity.as_str())
-                    .execute(&pool)
-                    .await
-                    .unwrap();
+                sqlx::query!(
+                    "UPDATE entities SET moderation_version = 3 WHERE entity = $1",
+                    entity.as_str()
+                )
+                .execute(&pool)
+                .await
+                .unwrap();
             }
             let verdict = rules.evaluate(&snapshot);
             let decision = verdict.to_apply(snapshot.status, None).cloned();
@@ -350,26 +357,26 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
         }
     }
     // 8 fenced out; of the 32 recorded, the 16 flagged ones (even, not a multiple of 5) hidden.
-    assert_eq!(app.scalar("SELECT count(*) FROM evaluations").await, 32);
-    assert_eq!(app.scalar("SELECT count(*) FROM actions").await, 16);
-    assert_eq!(app.scalar("SELECT count(*) FROM outbox").await, 16);
+    assert_eq!(app.count_evaluations().await, 32);
+    assert_eq!(app.count_actions().await, 16);
+    assert_eq!(app.count_outbox().await, 16);
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM entities e JOIN actions a USING (entity)
              JOIN evaluations v ON v.action_id = a.id
              WHERE e.status = 'hidden' AND e.moderation_version = 1 AND a.applied_version = 0"
-        )
-        .await,
+        ),
         16,
         "each action's entity, status, version and evaluation agree"
     );
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM outbox o JOIN actions a ON a.dedup_key = o.idempotency_key
              WHERE o.payload->>'action_id' = a.id::text AND o.payload->>'status' = 'hidden'
                AND o.payload->>'moderation_version' = '1'"
-        )
-        .await,
+        ),
         16
     );
     let unknown = quiesce::domain::EntityId::parse("post:never-seen").unwrap();
@@ -423,8 +430,8 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
             .await
             .unwrap();
     let mut hold = sqlx::Connection::begin(&mut blocker).await.unwrap();
-    sqlx::query("SELECT 1 FROM entities WHERE entity = 'post:held' FOR UPDATE")
-        .execute(&mut *hold)
+    sqlx::query!("SELECT 1 AS held FROM entities WHERE entity = 'post:held' FOR UPDATE")
+        .fetch_one(&mut *hold)
         .await
         .unwrap();
 

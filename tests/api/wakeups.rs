@@ -30,13 +30,7 @@ async fn a_sleeping_worker_process_is_woken_by_events_another_process_schedules(
         .expect("start quiesce worker");
     let evaluated = |entity: &'static str| {
         let app = &app;
-        move || async move {
-            app.scalar(&format!(
-                "SELECT count(*) FROM evaluations WHERE entity = '{entity}'"
-            ))
-            .await
-                == 1
-        }
+        move || async move { app.evaluation_count(entity).await == 1 }
     };
     // The process's first polls find this entity; once it is evaluated, the process has
     // nothing due and sleeps for its poll interval.

@@ -18,6 +18,7 @@ use axum::{
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
+use quiesce::domain::Status;
 use quiesce::{
     actions::{DeliverySettings, Dispatcher},
     credentials::WebhookSecret,
@@ -26,7 +27,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
 
 const SECRET: &str = crate::secrets::OUTBOUND;
 
@@ -167,12 +168,11 @@ async fn hide(app: &TestApp, entity: &str) {
     app.send(&json!(events)).await;
     let worker = app.worker();
     worker.evaluate_claim(claim_next(&worker).await).await;
-    assert_eq!(app.status_of(entity).await, "hidden");
+    assert_eq!(app.status_of(entity).await, Status::Hidden);
 }
 
 async fn undelivered(app: &TestApp) -> i64 {
-    app.scalar("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
-        .await
+    app.count_undelivered().await
 }
 
 #[tokio::test]
@@ -184,7 +184,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
     for i in 0..5 {
         hide(&app, &format!("post:w{i}")).await;
     }
-    let first: i64 = app.scalar("SELECT min(id) FROM actions").await;
+    let first: i64 = scalar!(app, "SELECT min(id) FROM actions");
     let response = app
         .client
         .post(format!("{}/v1/actions/{first}/reverse", app.base))
@@ -195,7 +195,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
     assert_eq!(response.status(), 200);
     // A decision refused by the version fence is rolled back whole: no outbox row.
     let snapshot = app.snapshot("post:w1").await;
-    sqlx::query(
+    sqlx::query!(
         "UPDATE entities SET status = 'visible', moderation_version = 9 WHERE entity = 'post:w1'",
     )
     .execute(&app.pool)
@@ -222,7 +222,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
             .await
             .is_err()
     );
-    let keys: Vec<String> = sqlx::query_scalar("SELECT idempotency_key FROM outbox ORDER BY id")
+    let keys: Vec<String> = sqlx::query_scalar!("SELECT idempotency_key FROM outbox ORDER BY id")
         .fetch_all(&app.pool)
         .await
         .unwrap();
@@ -248,9 +248,10 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
         Duration::from_secs(20),
         "an attempt against the stopped receiver",
         || async {
-            app.scalar("SELECT count(*) FROM outbox WHERE last_error LIKE 'request failed%'")
-                .await
-                > 0
+            scalar!(
+                app,
+                "SELECT count(*) FROM outbox WHERE last_error LIKE 'request failed%'"
+            ) > 0
         },
     )
     .await;
@@ -295,9 +296,10 @@ async fn deliveries_past_the_horizon_are_listed_and_redriven() {
         "the delivery to be given up",
         || async {
             dispatcher.deliver_once().await.unwrap();
-            app.scalar("SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL")
-                .await
-                == 1
+            scalar!(
+                app,
+                "SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL"
+            ) == 1
         },
     )
     .await;

@@ -2,7 +2,7 @@
 //! load runs; afterwards Postgres is checked the way a queue checker accounts for every item:
 //! what went in came out, once. Slow, so `make chaos` runs it (and CI), not `make test`.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]
@@ -22,6 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::helpers::scalar;
 use helpers::{TestOptions, spawn_app, wait_for};
 use load::{Tally, check_accounting, run_load};
 use private_redis::PrivateRedis;
@@ -63,8 +64,8 @@ async fn sigkilled_worker_processes_lose_nothing_and_duplicate_nothing() {
 
     app.wait_settled(Duration::from_secs(120)).await;
     check_accounting(&app, accepted).await;
-    let evaluations = app.scalar("SELECT count(*) FROM evaluations").await;
-    let actions = app.scalar("SELECT count(*) FROM actions").await;
+    let evaluations = app.count_evaluations().await;
+    let actions = app.count_actions().await;
     eprintln!(
         "chaos sigkill: {kills} kills, {accepted} events, {evaluations} evaluations, {actions} actions"
     );
@@ -115,16 +116,15 @@ async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_
         (2 * USERS as u64, 0)
     );
     wait_for(Duration::from_secs(60), "every user suspended", || async {
-        app.scalar("SELECT count(*) FROM actions WHERE action = 'suspend'")
-            .await
-            == USERS as i64
+        scalar!(app, "SELECT count(*) FROM actions WHERE action = 'suspend'") == USERS as i64
     })
     .await;
     // Every timer is pending: its end is in Redis' due set and in Postgres. The test's keys
     // go (its prefix only: never the server's others), and workers die, while they wait.
-    let pending = app
-        .scalar("SELECT count(*) FROM entities WHERE timer_ends_at > now()")
-        .await;
+    let pending = scalar!(
+        app,
+        "SELECT count(*) FROM entities WHERE timer_ends_at > now()"
+    );
     assert!(pending > 0, "no timer pending at the wipe");
     app.backends.queue.delete_prefix().await.unwrap();
     let mut kills = 0;
@@ -142,11 +142,10 @@ async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_
         }
     }
     wait_for(Duration::from_secs(90), "every user restored", || async {
-        app.scalar(
-            "SELECT count(*) FROM entities WHERE status = 'visible' AND timer_ends_at IS NULL",
-        )
-        .await
-            == USERS as i64
+        scalar!(
+            app,
+            "SELECT count(*) FROM entities WHERE status = 'visible' AND timer_ends_at IS NULL"
+        ) == USERS as i64
     })
     .await;
     // Every entity evaluated and the queue drained: no claim is left that could still apply a
@@ -155,13 +154,16 @@ async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_
     let per_entity = |action: &'static str| {
         let app = &app;
         async move {
-            sqlx::query_as::<_, (String, i64)>(
-                "SELECT entity, count(*) FROM actions WHERE action = $1 GROUP BY entity",
+            sqlx::query!(
+                r#"SELECT entity, count(*) AS "count!" FROM actions WHERE action = $1 GROUP BY entity"#,
+                action
             )
-            .bind(action)
             .fetch_all(&app.pool)
             .await
             .unwrap()
+            .into_iter()
+            .map(|row| (row.entity, row.count))
+            .collect::<Vec<_>>()
         }
     };
     for action in ["suspend", "restore"] {
@@ -169,25 +171,26 @@ async fn timed_actions_pending_through_kills_and_a_redis_wipe_are_each_restored_
         assert_eq!(counts.len(), USERS, "{action}: {counts:?}");
         assert!(counts.iter().all(|(_, n)| *n == 1), "{action}: {counts:?}");
     }
-    let notes = app
-        .scalar(
-            "SELECT count(DISTINCT payload->>'entity') FROM outbox
-             WHERE topic = 'action.applied' AND payload->>'action' = 'restore'",
-        )
-        .await;
+    let notes = scalar!(
+        app,
+        "SELECT count(DISTINCT payload->>'entity') FROM outbox
+             WHERE topic = 'action.applied' AND payload->>'action' = 'restore'"
+    );
     assert_eq!(notes, USERS as i64);
     assert_eq!(
-        app.scalar("SELECT count(*) FROM outbox WHERE payload->>'action' = 'restore'")
-            .await,
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE payload->>'action' = 'restore'"
+        ),
         USERS as i64
     );
     // No restore before its timer's end.
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT count(*) FROM actions r JOIN actions s ON s.entity = r.entity
              WHERE r.action = 'restore' AND s.action = 'suspend' AND r.created_at < s.ends_at"
-        )
-        .await,
+        ),
         0
     );
     eprintln!(
@@ -237,7 +240,7 @@ async fn redis_flushed_and_restarted_mid_run_still_ends_in_one_evaluation_per_en
     );
     eprintln!(
         "chaos redis: {accepted} events, {} evaluations, settled {settle:?} after the restart, {} 503s retried",
-        app.scalar("SELECT count(*) FROM evaluations").await,
+        app.count_evaluations().await,
         tally.unavailable.load(Ordering::Relaxed)
     );
 }
@@ -348,7 +351,7 @@ async fn a_postgres_restart_mid_run_dead_letters_nothing_and_loses_nothing() {
     eprintln!(
         "chaos postgres restart: {accepted} events, {} 503s retried, {} evaluations",
         tally.unavailable.load(Ordering::Relaxed),
-        app.scalar("SELECT count(*) FROM evaluations").await
+        app.count_evaluations().await
     );
 }
 
@@ -392,8 +395,9 @@ async fn a_worker_whose_clock_lags_redis_reaps_with_the_attempts_postgres_kept()
     // A worker claims the entity and dies: its lease expires, a failed attempt.
     let _lost = helpers::claim_next(&app.worker()).await;
     // Postgres kept two earlier failed attempts that Redis' copy lost (a flush, a failover).
-    sqlx::query(
-        "INSERT INTO entity_failures (entity, attempts, first_failure_at, last_failure_at, last_error)
+    sqlx::query!(
+        "INSERT INTO entity_failures
+ (entity, attempts, first_failure_at, last_failure_at, last_error)
          VALUES ('post:lagging', 2, now(), now(), 'timed out')",
     )
     .execute(&app.pool)
@@ -413,27 +417,21 @@ async fn a_worker_whose_clock_lags_redis_reaps_with_the_attempts_postgres_kept()
         Duration::from_secs(30),
         "post:lagging to be dead-lettered on its third attempt",
         || async {
-            app.scalar("SELECT count(*) FROM dead_letters WHERE entity = 'post:lagging'")
-                .await
-                == 1
-                || app
-                    .scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:lagging'")
-                    .await
-                    > 0
+            app.dead_letter_count_of("post:lagging").await == 1
+                || app.evaluation_count("post:lagging").await > 0
         },
     )
     .await;
     assert_eq!(
-        app.scalar(
+        scalar!(
+            app,
             "SELECT attempts::bigint FROM dead_letters
              WHERE entity = 'post:lagging' AND reason = 'attempts_exhausted'"
-        )
-        .await,
+        ),
         3
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:lagging'")
-            .await,
+        app.evaluation_count("post:lagging").await,
         0,
         "a dead-lettered entity is not evaluated"
     );

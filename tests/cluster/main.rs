@@ -4,7 +4,7 @@
 //! processes share the cluster; afterwards Postgres accounts for every event (tests/support/load.rs).
 //! Each test prints its figures on a `cluster ...:` line.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]
@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::helpers::scalar;
 use helpers::{TestApp, TestOptions, spawn_app, wait_for};
 use load::{Tally, check_accounting, deliver_to, run_load, run_load_via};
 use quiesce::loadgen::{self, LoadConfig, Scenario};
@@ -149,15 +150,11 @@ fn disrupted() -> TestOptions {
 
 /// What the report lines need, read from Postgres after the run settled.
 async fn report(app: &TestApp, what: &str, recorded: u64, extra: &str) {
-    let counted = app.scalar("SELECT count(*) FROM events").await;
-    let actions = app.scalar("SELECT count(*) FROM actions").await;
-    let duplicates = app
-        .scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
-        .await;
-    let not_evaluated = app
-        .scalar("SELECT count(*) FROM entities WHERE last_evaluated_at IS NULL OR last_evaluated_at < last_event_at")
-        .await;
-    let evaluations = app.scalar("SELECT count(*) FROM evaluations").await;
+    let counted = app.count_events().await;
+    let actions = app.count_actions().await;
+    let duplicates = app.count_duplicate_actions().await;
+    let not_evaluated = app.count_stale_entities().await;
+    let evaluations = app.count_evaluations().await;
     eprintln!(
         "cluster {what}: {recorded} events accepted, {counted} counted, {evaluations} evaluations, \
          {actions} actions, {duplicates} duplicate actions, {not_evaluated} entities not evaluated after \
@@ -182,7 +179,7 @@ async fn a_master_killed_under_load_fails_over_and_nothing_is_lost_or_applied_tw
     let load = run_load(&app, "failover", 30, 1000, 1000, &tally);
     let chaos = async {
         wait_for(Duration::from_secs(60), "events to flow", || async {
-            app.scalar("SELECT count(*) FROM events").await >= 3000
+            app.count_events().await >= 3000
         })
         .await;
         // A replica that has not finished its first sync cannot take over.
@@ -263,7 +260,7 @@ async fn slots_moved_between_masters_under_load_lose_and_duplicate_nothing() {
     let load = run_load(&app, "reshard", 30, 1000, 1000, &tally);
     let reshard = async {
         wait_for(Duration::from_secs(60), "events to flow", || async {
-            app.scalar("SELECT count(*) FROM events").await >= 3000
+            app.count_events().await >= 3000
         })
         .await;
         let started = Instant::now();
@@ -447,9 +444,7 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
         ));
     }
     // Every process took part in the evaluations.
-    let by_worker = app
-        .scalar("SELECT count(DISTINCT worker) FROM evaluations")
-        .await;
+    let by_worker = scalar!(app, "SELECT count(DISTINCT worker) FROM evaluations");
     eprintln!(
         "cluster processes: 2 serve + 3 worker processes, 12000 events; {}; evaluations by {by_worker} processes",
         lines.join("; ")
@@ -571,15 +566,13 @@ async fn the_shard_count_changes_under_load_with_old_and_new_processes_side_by_s
     // event, past the bound. Measured from the event, not from the claim: the stream's own
     // gaps (a send that waits on a loaded server) are the sender's pace, not the schedule's.
     // (When it is evaluated after falling due is the workers' pace, not the schedule's.)
-    let steady_evaluations = app
-        .scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:steady'")
-        .await;
+    let steady_evaluations = app.evaluation_count("post:steady").await;
     assert!(
         steady_evaluations >= 3,
         "post:steady evaluated {steady_evaluations} times"
     );
-    let (gap_ms, claim_gap_ms, stream_gap_ms): (i64, i64, i64) = sqlx::query_as(
-        "WITH claims AS (
+    let (gap_ms, claim_gap_ms, stream_gap_ms): (i64, i64, i64) = sqlx::query!(
+        r#"WITH claims AS (
              SELECT due_at, lag(started_at) OVER (ORDER BY started_at) AS previous_start
              FROM evaluations WHERE entity = 'post:steady'),
          anchored AS (
@@ -590,13 +583,14 @@ async fn the_shard_count_changes_under_load_with_old_and_new_processes_side_by_s
          stream AS (
              SELECT received_at - lag(received_at) OVER (ORDER BY received_at) AS gap
              FROM events WHERE entity = 'post:steady')
-         SELECT (1000 * extract(epoch FROM max(due_at - anchor_event)))::bigint,
-                (1000 * extract(epoch FROM max(due_at - previous_start)))::bigint,
-                (SELECT (1000 * extract(epoch FROM max(gap)))::bigint FROM stream)
-         FROM anchored",
+         SELECT (1000 * extract(epoch FROM max(due_at - anchor_event)))::bigint AS "gap!",
+                (1000 * extract(epoch FROM max(due_at - previous_start)))::bigint AS "claim_gap!",
+                (SELECT (1000 * extract(epoch FROM max(gap)))::bigint FROM stream) AS "stream_gap!"
+         FROM anchored"#,
     )
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.gap, row.claim_gap, row.stream_gap))
     .expect("post:steady's due times");
     let bound = max_wait + Duration::from_secs(1);
     assert!(
@@ -675,13 +669,14 @@ async fn every_entity_evaluated(app: &TestApp, entities: i64) -> i64 {
         Duration::from_secs(60),
         "every entity to be evaluated after its last event",
         || async {
-            app.scalar("SELECT count(*) FROM entities WHERE last_evaluated_at >= last_event_at")
-                .await
-                == entities
+            scalar!(
+                app,
+                "SELECT count(*) FROM entities WHERE last_evaluated_at >= last_event_at"
+            ) == entities
         },
     )
     .await;
-    app.scalar("SELECT count(*) FROM evaluations").await
+    app.count_evaluations().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -715,7 +710,7 @@ async fn a_hung_master_fails_only_the_requests_whose_entities_it_serves() {
         assert_eq!(*status, expected, "{entity}: {answers:?}");
     }
     // Every event is durable, the failed requests' too.
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 80);
+    assert_eq!(app.count_events().await, 80);
     let evaluations = every_entity_evaluated(&app, 80).await;
     eprintln!(
         "cluster hung master: master :{victim} paused (SIGSTOP); 40 requests answered \
@@ -753,7 +748,7 @@ async fn a_killed_masters_failed_requests_are_durable_and_the_sweep_schedules_th
             .count()
     };
     // Every event is durable, the failed requests' too, and no entity is left unscheduled.
-    assert_eq!(app.scalar("SELECT count(*) FROM events").await, 40);
+    assert_eq!(app.count_events().await, 40);
     wait_for(
         Duration::from_secs(30),
         "a replica to take the killed master's slots",
@@ -863,13 +858,7 @@ async fn wake_ups_come_back_after_the_master_of_the_wake_channel_fails_over() {
     let channel = app.backends.queue.keys().index().wake_channel();
     let evaluated = |entity: &'static str| {
         let app = &app;
-        move || async move {
-            app.scalar(&format!(
-                "SELECT count(*) FROM evaluations WHERE entity = '{entity}'"
-            ))
-            .await
-                >= 1
-        }
+        move || async move { app.evaluation_count(entity).await >= 1 }
     };
     let critical = |entity: &str| {
         serde_json::json!([{

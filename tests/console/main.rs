@@ -5,7 +5,7 @@
 //! text; a forged form refused; every page readable at 1280 and 390 pixels (the screenshots in
 //! docs/console/). Ignored in `make test`, which needs no browser.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]
@@ -27,12 +27,14 @@ use std::{
 };
 
 use futures::FutureExt;
+use quiesce::domain::Status;
 use quiesce::{
     credentials::{ApiToken, Role},
     rules::RuleSet,
 };
 use serde_json::{Value, json};
 
+use crate::helpers::scalar;
 use crate::{
     browser::Browser,
     helpers::{TestApp, TestOptions, spawn_app, wait_for},
@@ -76,12 +78,18 @@ fn flags(entity: &str, n: usize) -> Value {
 
 /// The id of the entity's latest action, once the worker has applied one.
 async fn wait_for_action(app: &TestApp, entity: &str) -> i64 {
-    let sql = format!("SELECT coalesce(max(id), 0) FROM actions WHERE entity = '{entity}'");
+    let latest = || async {
+        scalar!(
+            app,
+            "SELECT coalesce(max(id), 0) FROM actions WHERE entity = $1",
+            entity
+        )
+    };
     wait_for(Duration::from_secs(20), "the automated action", || async {
-        app.scalar(&sql).await > 0
+        latest().await > 0
     })
     .await;
-    app.scalar(&sql).await
+    latest().await
 }
 
 /// No dialog opened, no script of the page ran, no element a payload could have made exists.
@@ -199,16 +207,17 @@ async fn a_moderator_reviews_a_hide_sees_its_snapshot_and_reverses_it() {
     assert_eq!(rule, "1 of 1 (100%)");
 
     // The console's decision is in the audit trail, under the moderator's name.
-    let recorded: (String, String, String) = sqlx::query_as(
+    let recorded: (String, String, String) = sqlx::query!(
         "SELECT kind, moderator, reason FROM moderator_decisions WHERE entity = 'post:console-1'",
     )
     .fetch_one(&app.pool)
     .await
+    .map(|row| (row.kind, row.moderator, row.reason))
     .unwrap();
     assert_eq!(recorded.0, "reversal");
     assert_eq!(recorded.1, "Morgan Reyes");
     assert!(recorded.2.contains("one brigade"));
-    assert_eq!(app.status_of("post:console-1").await, "visible");
+    assert_eq!(app.status_of("post:console-1").await, Status::Visible);
     browser.close().await;
 }
 
@@ -237,10 +246,14 @@ async fn an_ingest_token_cannot_sign_in_and_only_an_admin_redrives_dead_letters(
     })
     .await;
     ingest(&app, flags("post:poison", 10)).await;
-    let dead =
-        "SELECT count(*) FROM dead_letters WHERE entity = 'post:poison' AND redriven_at IS NULL";
+    let dead = || async {
+        scalar!(
+            app,
+            "SELECT count(*) FROM dead_letters WHERE entity = 'post:poison' AND redriven_at IS NULL"
+        )
+    };
     wait_for(Duration::from_secs(20), "the dead letter", || async {
-        app.scalar(dead).await == 1
+        dead().await == 1
     })
     .await;
     let browser = Browser::start(&app.base).await;
@@ -283,7 +296,7 @@ async fn an_ingest_token_cannot_sign_in_and_only_an_admin_redrives_dead_letters(
         )
         .await;
     assert!(browser.text("#error-message").await.contains("admin token"));
-    assert_eq!(app.scalar(dead).await, 1, "the moderator redrove nothing");
+    assert_eq!(dead().await, 1, "the moderator redrove nothing");
 
     browser.goto("/console/review").await;
     browser.click("form[action='/console/logout'] button").await;
@@ -321,11 +334,10 @@ async fn an_ingest_token_cannot_sign_in_and_only_an_admin_redrives_dead_letters(
             .await
             .contains("Applied hide")
     );
-    let by: String =
-        sqlx::query_scalar("SELECT redriven_by FROM dead_letters WHERE entity = 'post:poison'")
-            .fetch_one(&app.pool)
-            .await
-            .unwrap();
+    let by: String = scalar!(
+        app,
+        "SELECT redriven_by FROM dead_letters WHERE entity = 'post:poison'"
+    );
     assert_eq!(by, "Ada Admin");
     browser.close().await;
 }
@@ -453,14 +465,14 @@ async fn a_forged_post_without_the_csrf_token_is_refused_and_changes_nothing() {
             .contains("session has ended")
     );
 
-    let reversed =
-        format!("SELECT count(*) FROM actions WHERE id = {id} AND reversed_at IS NOT NULL");
-    assert_eq!(app.scalar(&reversed).await, 0, "the action stands");
-    assert_eq!(
-        app.scalar("SELECT count(*) FROM moderator_decisions").await,
-        0
+    let reversed = scalar!(
+        app,
+        "SELECT count(*) FROM actions WHERE id = $1 AND reversed_at IS NOT NULL",
+        id
     );
-    assert_eq!(app.status_of("post:csrf").await, "hidden");
+    assert_eq!(reversed, 0, "the action stands");
+    assert_eq!(app.count_moderator_decisions().await, 0);
+    assert_eq!(app.status_of("post:csrf").await, Status::Hidden);
     // The moderator's session is intact, and the real form still works.
     browser.goto(&format!("/console/actions/{id}")).await;
     assert!(browser.has("#reverse").await);
@@ -515,10 +527,8 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
         Duration::from_secs(20),
         "the shadow match and the dead letter",
         || async {
-            app.scalar("SELECT count(*) FROM evaluations WHERE entity = 'post:cheap-watches'")
-                .await
-                > 0
-                && app.scalar("SELECT count(*) FROM dead_letters").await > 0
+            app.evaluation_count("post:cheap-watches").await > 0
+                && app.count_dead_letters().await > 0
         },
     )
     .await;

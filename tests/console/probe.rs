@@ -7,6 +7,7 @@ use reqwest::{StatusCode, header};
 use serde_json::json;
 
 use super::{flags, ingest, options, wait_for_action};
+use crate::helpers::scalar;
 use crate::{
     browser::Browser,
     helpers::{TestApp, spawn_app},
@@ -42,8 +43,11 @@ async fn submit(browser: &Browser, css: &str) {
 
 /// Whether action `id` has been reversed.
 async fn reversed(app: &TestApp, id: i64) -> bool {
-    let sql = format!("SELECT count(*) FROM actions WHERE id = {id} AND reversed_at IS NOT NULL");
-    app.scalar(&sql).await > 0
+    scalar!(
+        app,
+        "SELECT count(*) FROM actions WHERE id = $1 AND reversed_at IS NOT NULL",
+        id
+    ) > 0
 }
 
 /// The browser's session cookie, as a `Cookie:` header.

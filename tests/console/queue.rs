@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use quiesce::domain::Status;
 use serde_json::Value;
 
+use crate::helpers::scalar;
 use crate::{
     browser::Browser,
     flags,
@@ -19,14 +21,18 @@ async fn flagged(app: &TestApp, entities: &[&str]) -> Vec<i64> {
     let mut ids = Vec::new();
     for entity in entities {
         ingest(app, flags(entity, 3)).await;
-        let sql = format!(
-            "SELECT coalesce(max(id), 0) FROM actions WHERE entity = '{entity}' AND action = 'flag'"
-        );
+        let flag = || async {
+            scalar!(
+                app,
+                "SELECT coalesce(max(id), 0) FROM actions WHERE entity = $1 AND action = 'flag'",
+                entity
+            )
+        };
         wait_for(Duration::from_secs(20), "the flag", || async {
-            app.scalar(&sql).await > 0
+            flag().await > 0
         })
         .await;
-        ids.push(app.scalar(&sql).await);
+        ids.push(flag().await);
     }
     ids
 }
@@ -119,16 +125,20 @@ async fn two_moderators_claim_from_one_queue_without_collision() {
     decide(&ana, "satire, not abuse", "#approve").await;
     ben.goto(&format!("/console/queue/{}", ids[1])).await;
     decide(&ben, "targeted abuse", "#hide").await;
-    assert_eq!(app.status_of("post:q-1").await, "visible");
-    assert_eq!(app.status_of("post:q-2").await, "hidden");
+    assert_eq!(app.status_of("post:q-1").await, Status::Visible);
+    assert_eq!(app.status_of("post:q-2").await, Status::Hidden);
     ana.goto("/console/queue").await;
     ana.find("#queue-empty").await;
-    let decided: Vec<(String, String)> = sqlx::query_as(
-        "SELECT reviewed_by, review_decision FROM actions WHERE reviewed_at IS NOT NULL ORDER BY id",
+    let decided: Vec<(String, String)> = sqlx::query!(
+        r#"SELECT reviewed_by AS "reviewed_by!", review_decision AS "review_decision!"
+           FROM actions WHERE reviewed_at IS NOT NULL ORDER BY id"#,
     )
     .fetch_all(&app.pool)
     .await
-    .unwrap();
+    .unwrap()
+    .into_iter()
+    .map(|row| (row.reviewed_by, row.review_decision))
+    .collect();
     assert_eq!(
         decided,
         vec![
@@ -152,9 +162,9 @@ async fn each_decision_by_keyboard_and_an_escalation_an_admin_takes() {
 
     // Alt+N claims the oldest item, Alt+D dismisses it: the reason typed, no mouse.
     assert_eq!(decide_by_keys(&moderator, "a pile-on", 'd').await, ids[0]);
-    assert_eq!(app.status_of("post:k-1").await, "visible");
+    assert_eq!(app.status_of("post:k-1").await, Status::Visible);
     let override_status: Option<String> =
-        sqlx::query_scalar("SELECT override_status FROM entities WHERE entity = 'post:k-1'")
+        sqlx::query_scalar!("SELECT override_status FROM entities WHERE entity = 'post:k-1'")
             .fetch_one(&app.pool)
             .await
             .unwrap();
@@ -162,7 +172,7 @@ async fn each_decision_by_keyboard_and_an_escalation_an_admin_takes() {
 
     // Alt+N, then Alt+H hides.
     assert_eq!(decide_by_keys(&moderator, "abuse", 'h').await, ids[1]);
-    assert_eq!(app.status_of("post:k-2").await, "hidden");
+    assert_eq!(app.status_of("post:k-2").await, Status::Hidden);
 
     // Alt+E escalates: the item stays, marked, out of a moderator's reach.
     assert_eq!(
@@ -186,7 +196,7 @@ async fn each_decision_by_keyboard_and_an_escalation_an_admin_takes() {
         moderator.path().await.starts_with("/console/queue?"),
         "nothing left for a moderator"
     );
-    assert_eq!(app.status_of("post:k-3").await, "flagged");
+    assert_eq!(app.status_of("post:k-3").await, Status::Flagged);
 
     let admin = Browser::start(&app.base).await;
     admin.sign_in("Root", TOKEN_ADMIN).await;
@@ -194,8 +204,8 @@ async fn each_decision_by_keyboard_and_an_escalation_an_admin_takes() {
     admin.click(&format!("{row} form button")).await;
     assert_eq!(claimed_item(&admin).await, ids[2]);
     decide(&admin, "unlawful content", "#hide").await;
-    assert_eq!(app.status_of("post:k-3").await, "hidden");
-    let outbox: Vec<Value> = sqlx::query_scalar(
+    assert_eq!(app.status_of("post:k-3").await, Status::Hidden);
+    let outbox: Vec<Value> = sqlx::query_scalar!(
         "SELECT payload FROM outbox WHERE topic = 'action.applied' AND payload->>'action' = 'review' ORDER BY id",
     )
     .fetch_all(&app.pool)
@@ -250,7 +260,7 @@ async fn a_claim_that_expires_is_picked_up_by_another_moderator() {
     )
     .await;
     assert!(ana.text("#error-message").await.contains("claimed by Ben"));
-    assert_eq!(app.status_of("post:x-1").await, "flagged");
+    assert_eq!(app.status_of("post:x-1").await, Status::Flagged);
     decide(&ben, "spam", "#hide").await;
-    assert_eq!(app.status_of("post:x-1").await, "hidden");
+    assert_eq!(app.status_of("post:x-1").await, Status::Hidden);
 }

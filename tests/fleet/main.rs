@@ -6,7 +6,7 @@
 //! listeners' connections terminated, or a version made active without one) is caught by the
 //! poll.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]
@@ -25,6 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::helpers::scalar;
 use chrono::{DateTime, Utc};
 use helpers::{TestApp, TestOptions, event, spawn_app, wait_for};
 use serde_json::{Value, json};
@@ -172,25 +173,25 @@ impl Fleet {
             Duration::from_secs(30),
             "evaluations after the change, by two processes or more",
             || async {
-                let workers: i64 = sqlx::query_scalar(
+                let workers: i64 = scalar!(
+                    self.app,
                     "SELECT count(DISTINCT worker) FROM evaluations WHERE started_at > $1",
-                )
-                .bind(instant)
-                .fetch_one(&self.app.pool)
-                .await
-                .unwrap();
+                    instant
+                );
                 workers >= 2
             },
         )
         .await;
-        let (total, other): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE rules_version IS DISTINCT FROM $2)
-             FROM evaluations WHERE started_at > $1",
+        let (total, other): (i64, i64) = sqlx::query!(
+            r#"SELECT count(*) AS "total!",
+                      count(*) FILTER (WHERE rules_version IS DISTINCT FROM $2) AS "other!"
+               FROM evaluations WHERE started_at > $1"#,
+            instant,
+            version
         )
-        .bind(instant)
-        .bind(version)
         .fetch_one(&self.app.pool)
         .await
+        .map(|row| (row.total, row.other))
         .unwrap();
         assert_eq!(
             other, 0,
@@ -292,7 +293,7 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
     wait_for(
         Duration::from_secs(30),
         "evaluations under load",
-        || async { fleet.app.scalar("SELECT count(*) FROM evaluations").await >= 50 },
+        || async { fleet.app.count_evaluations().await >= 50 },
     )
     .await;
 
@@ -330,13 +331,11 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
 
     // The listeners' connections terminated: the next publish still arrives, through the
     // listeners' reconnection or the poll.
-    let terminated: i64 = sqlx::query_scalar(
+    let terminated: i64 = scalar!(
+        fleet.app,
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-         WHERE datname = current_database() AND query ILIKE 'LISTEN%') t",
-    )
-    .fetch_one(&fleet.app.pool)
-    .await
-    .unwrap();
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%') t"
+    );
     assert!(terminated >= 5, "{terminated} listeners terminated");
     let after_drop = fleet.publish(0, "v4").await;
     let started = Instant::now();
@@ -349,15 +348,15 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
     // A version made active with no notification at all: only the poll can find it.
     let silent = 5;
     let text = rules_named("v5");
-    sqlx::query(
+    sqlx::query!(
         "WITH v AS (INSERT INTO rules_versions (version, text, hash, author, message)
                     VALUES ($1, $2, $3, 'test', 'no notification') RETURNING version)
          INSERT INTO rules_activations (version, kind, author, message)
          SELECT version, 'publish', 'test', 'no notification' FROM v",
+        silent,
+        &text,
+        quiesce::active_rules::hash(&text)
     )
-    .bind(silent)
-    .bind(&text)
-    .bind(quiesce::active_rules::hash(&text))
     .execute(&fleet.app.pool)
     .await
     .unwrap();
@@ -375,10 +374,13 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
 
     // No evaluation mixes versions: every rule it names is one of its version's.
     let rows: Vec<(Option<i64>, Value)> =
-        sqlx::query_as("SELECT rules_version, decisions FROM evaluations")
+        sqlx::query!("SELECT rules_version, decisions FROM evaluations")
             .fetch_all(&fleet.app.pool)
             .await
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.rules_version, row.decisions))
+            .collect();
     let name_of = |version: i64| match version {
         1 => "v1",
         2 => "v2",
@@ -405,10 +407,10 @@ async fn every_process_runs_the_active_rules_version_within_two_seconds() {
             }
         }
     }
-    let actions_without: i64 = fleet
-        .app
-        .scalar("SELECT count(*) FROM actions WHERE rules_version IS NULL")
-        .await;
+    let actions_without: i64 = scalar!(
+        fleet.app,
+        "SELECT count(*) FROM actions WHERE rules_version IS NULL"
+    );
     assert_eq!(actions_without, 0, "every action carries its rules version");
     println!(
         "{} events sent; evaluations by rules version: {by_version:?}; publish {} ms, rollback {} ms",

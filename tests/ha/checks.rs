@@ -14,6 +14,21 @@ use crate::helpers::{TestApp, TestOptions, free_address, spawn_app, wait_for};
 use crate::load::check_accounting;
 use crate::sender::{Outage, Sender};
 
+/// The one value `sql` (a literal, checked at compile time) selects on the rig's database,
+/// retried until it answers (60 s at most): [`crate::helpers::scalar!`] through a failover.
+macro_rules! try_scalar {
+    ($rig:expr, $sql:literal $(, $arg:expr)* $(,)?) => {
+        $crate::checks::retried($sql, || async {
+            sqlx::query_scalar!($sql $(, $arg)*)
+                .fetch_one(&$rig.app.pool)
+                .await
+                .map(|value| $crate::helpers::NotNull::not_null(value, $sql))
+        })
+        .await
+    };
+}
+pub(crate) use try_scalar;
+
 pub struct Rig {
     /// Killed when dropped, before the app drops the database.
     _processes: Vec<tokio::process::Child>,
@@ -128,14 +143,6 @@ impl Rig {
             .is_ok_and(|r| r.status() == 200)
     }
 
-    /// `sql` (one bigint), retried until it answers (60 s at most).
-    pub async fn try_scalar(&self, sql: &str) -> i64 {
-        retried(sql, || {
-            sqlx::query_scalar::<_, i64>(sql).fetch_one(&self.app.pool)
-        })
-        .await
-    }
-
     /// Every recorded event evaluated, nothing due or in flight.
     pub async fn wait_settled(&self, timeout: Duration) {
         wait_for(
@@ -148,18 +155,15 @@ impl Rig {
                     .depths()
                     .await
                     .is_ok_and(|d| d.iter().all(|d| d.due == 0 && d.inflight == 0))
-                    && self
-                        .try_scalar(
-                            "SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count",
-                        )
-                        .await
+                    && try_scalar!(self, "SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count")
                         == 0
             },
         )
         .await;
     }
 
-    /// `sql` on the leader's own port (not through HAProxy), in this run's database.
+    /// `sql` on the leader's own port (not through HAProxy), in this run's database: another
+    /// server than the one the statements are checked against, so `sql` stays a string.
     pub async fn count_on_leader(&self, sql: &str) -> i64 {
         let leader = cluster::leader().await.expect("a leader");
         let database = self.app.database_url();
@@ -183,8 +187,11 @@ impl Rig {
             accepted_set.len(),
             "an id answered 202 twice"
         );
-        let stored: Vec<(String, i64)> = retried("events by id", || {
-            sqlx::query_as("SELECT id, count(*) FROM events GROUP BY id").fetch_all(&self.app.pool)
+        let stored: Vec<(String, i64)> = retried("events by id", || async {
+            let rows = sqlx::query!(r#"SELECT id, count(*) AS "n!" FROM events GROUP BY id"#)
+                .fetch_all(&self.app.pool)
+                .await?;
+            Ok(rows.into_iter().map(|row| (row.id, row.n)).collect())
         })
         .await;
         let stored: HashMap<&str, i64> = stored.iter().map(|(id, n)| (id.as_str(), *n)).collect();
@@ -210,20 +217,19 @@ impl Rig {
         // chaos and cluster suites check.
         check_accounting(&self.app, accepted.len() as u64).await;
         // Each entity's latest evaluation read all its events (its snapshot's count).
-        let unsettled = self
-            .try_scalar(
-                "SELECT count(*) FROM (SELECT entity, count(*) AS n FROM events GROUP BY entity) e
+        let unsettled = try_scalar!(
+            self,
+            "SELECT count(*) FROM (SELECT entity, count(*) AS n FROM events GROUP BY entity) e
                  LEFT JOIN LATERAL (SELECT event_count FROM evaluations v WHERE v.entity = e.entity
                                     ORDER BY finished_at DESC, id DESC LIMIT 1) latest ON true
-                 WHERE latest.event_count IS DISTINCT FROM e.n",
-            )
-            .await;
+                 WHERE latest.event_count IS DISTINCT FROM e.n"
+        );
         assert_eq!(
             unsettled, 0,
             "an entity's latest evaluation missed some of its events"
         );
         assert_eq!(
-            self.try_scalar("SELECT count(*) FROM dead_letters").await,
+            try_scalar!(self, "SELECT count(*) FROM dead_letters"),
             0,
             "entities dead-lettered in Postgres"
         );
@@ -237,9 +243,7 @@ impl Rig {
                 )
                 .await;
         }
-        let failure_records = self
-            .try_scalar("SELECT count(*) FROM entity_failures")
-            .await;
+        let failure_records = try_scalar!(self, "SELECT count(*) FROM entity_failures");
         assert_eq!(
             (burned, failure_records),
             (0.0, 0),
@@ -254,8 +258,8 @@ impl Rig {
         let events = accepted.len();
         Counts {
             events,
-            evaluations: self.try_scalar("SELECT count(*) FROM evaluations").await,
-            actions: self.try_scalar("SELECT count(*) FROM actions").await,
+            evaluations: try_scalar!(self, "SELECT count(*) FROM evaluations"),
+            actions: try_scalar!(self, "SELECT count(*) FROM actions"),
             unavailable: sender
                 .attempts()
                 .iter()
@@ -288,7 +292,7 @@ impl std::fmt::Display for Counts {
 }
 
 /// Runs `query` until it succeeds, 60 s at most.
-async fn retried<T, F, Fut>(what: &str, query: F) -> T
+pub(crate) async fn retried<T, F, Fut>(what: &str, query: F) -> T
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -352,11 +356,12 @@ pub struct Recovery {
 
 pub async fn evaluation_recovery(rig: &Rig, disrupted: &Stamp, outage: &Outage) -> Recovery {
     let finished: Vec<f64> = retried("evaluation times", || {
-        sqlx::query_scalar(
-            "SELECT (extract(epoch FROM finished_at - $1) * 1000)::float8 FROM evaluations
-             WHERE finished_at >= $1 - interval '6 seconds' ORDER BY finished_at",
+        sqlx::query_scalar!(
+            r#"SELECT (extract(epoch FROM finished_at - $1) * 1000)::float8 AS "since_ms!"
+               FROM evaluations
+               WHERE finished_at >= $1 - interval '6 seconds' ORDER BY finished_at"#,
+            disrupted.wall
         )
-        .bind(disrupted.wall)
         .fetch_all(&rig.app.pool)
     })
     .await;

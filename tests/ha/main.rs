@@ -11,7 +11,7 @@
 
 mod checks;
 mod cluster;
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../support/load.rs"]
@@ -31,7 +31,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use checks::{LagWatch, Rig, evaluation_recovery, lag_caught_up};
+use checks::{LagWatch, Rig, evaluation_recovery, lag_caught_up, try_scalar};
 use cluster::{act, answers_primary, ha, leader, members};
 use helpers::wait_for;
 use sender::Sender;
@@ -80,7 +80,7 @@ impl Load {
             "the load to run and evaluations to be written",
             || async {
                 self.started.elapsed() >= WARM_UP
-                    && rig.try_scalar("SELECT count(*) FROM evaluations").await > 0
+                    && try_scalar!(rig, "SELECT count(*) FROM evaluations") > 0
             },
         )
         .await;
@@ -489,7 +489,7 @@ async fn a_read_only_spell_on_the_primary_pauses_claims_burns_no_attempt_and_dea
     };
     let (_, paused, not_ready) = tokio::join!(spell, futures::future::join_all(paused), not_ready);
     let ended = Instant::now();
-    let evaluations_at_end = rig.try_scalar("SELECT count(*) FROM evaluations").await;
+    let evaluations_at_end = try_scalar!(rig, "SELECT count(*) FROM evaluations");
     // Claiming resumes by itself: every breaker closes and evaluations are written again.
     wait_for(
         Duration::from_secs(60),
@@ -501,7 +501,7 @@ async fn a_read_only_spell_on_the_primary_pauses_claims_burns_no_attempt_and_dea
             }
             closed
                 && rig.ready().await
-                && rig.try_scalar("SELECT count(*) FROM evaluations").await > evaluations_at_end
+                && try_scalar!(rig, "SELECT count(*) FROM evaluations") > evaluations_at_end
         },
     )
     .await;

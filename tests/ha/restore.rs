@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TestOptions, event, free_address, spawn_app, wait_for};
+use crate::helpers::{TestOptions, event, free_address, scalar, spawn_app, wait_for};
 use crate::scopeguard;
 
 /// Votes, flags and reports in turn.
@@ -75,17 +75,14 @@ async fn a_point_in_time_restore_keeps_what_was_accepted_before_it_and_quiesce_r
     // the restored database holds these events and no evaluation of them. Nine flags each: the
     // default rules hide every one.
     app.send(&batch("late", 90, 10, &["flag"])).await;
-    let restore_point: String = sqlx::query_scalar("SELECT clock_timestamp()::text")
-        .fetch_one(&app.pool)
-        .await
-        .unwrap();
+    let restore_point: String = scalar!(app, "SELECT clock_timestamp()::text");
     app.wait_settled(Duration::from_secs(60)).await;
-    let late_evaluated_after: i64 = app
-        .scalar(&format!(
-            "SELECT count(*) FROM evaluations WHERE entity LIKE 'post:late%' \
-             AND finished_at > '{restore_point}'"
-        ))
-        .await;
+    let late_evaluated_after: i64 = scalar!(
+        app,
+        "SELECT count(*) FROM evaluations WHERE entity LIKE 'post:late%' \
+         AND finished_at > $1::text::timestamptz",
+        &restore_point
+    );
     assert!(
         late_evaluated_after > 0,
         "the late entities were evaluated after the restore point"
@@ -114,6 +111,7 @@ async fn a_point_in_time_restore_keeps_what_was_accepted_before_it_and_quiesce_r
     app.wait_healthy("quiesce on the restored database", listen)
         .await;
     let pool = sqlx::PgPool::connect(&restored_url).await.unwrap();
+    // Statements on the restored database, a server of the drill's, not the test's own: strings.
     let count = |sql: &'static str| {
         let pool = pool.clone();
         async move {

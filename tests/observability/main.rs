@@ -5,7 +5,7 @@
 //! condition it describes (with `for:` shortened). Needs `prometheus` and `promtool` (Debian
 //! package prometheus), so `make observability` runs it (and CI), not `make test`.
 
-#[path = "../api/helpers.rs"]
+#[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
 mod helpers;
 #[path = "../api/proxy.rs"]
@@ -34,6 +34,7 @@ use quiesce::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::helpers::scalar;
 use crate::{
     helpers::{TestApp, TestOptions, event, spawn_app, wait_for},
     proxy::{TcpProxy, redirect},
@@ -521,33 +522,33 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     }
     app.wait_settled(Duration::from_secs(60)).await;
     wait_for(Duration::from_secs(30), "the 12 hides", || async {
-        app.scalar("SELECT count(*) FROM actions WHERE rule = 'hide_flag_pile_on'")
-            .await
-            == 12
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions WHERE rule = 'hide_flag_pile_on'"
+        ) == 12
     })
     .await;
-    let first_hide = app
-        .scalar("SELECT min(id) FROM actions WHERE rule = 'hide_flag_pile_on'")
-        .await;
+    let first_hide = scalar!(
+        app,
+        "SELECT min(id) FROM actions WHERE rule = 'hide_flag_pile_on'"
+    );
     reverse_action(&app, first_hide).await;
     wait_for(Duration::from_secs(30), "the 3 removals", || async {
-        app.scalar("SELECT count(*) FROM actions WHERE rule = 'remove_reported'")
-            .await
-            == 3
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions WHERE rule = 'remove_reported'"
+        ) == 3
     })
     .await;
-    let first_removal = app
-        .scalar("SELECT min(id) FROM actions WHERE rule = 'remove_reported'")
-        .await;
+    let first_removal = scalar!(
+        app,
+        "SELECT min(id) FROM actions WHERE rule = 'remove_reported'"
+    );
     reverse_action(&app, first_removal).await;
     wait_for(
         Duration::from_secs(30),
         "every webhook to be delivered",
-        || async {
-            app.scalar("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
-                .await
-                == 0
-        },
+        || async { app.count_undelivered().await == 0 },
     )
     .await;
     // Prometheus has scraped the reversal, and has some history for rates.
@@ -681,7 +682,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     }
 
     // Moderators reverse a third of a rule's actions.
-    let hides: Vec<i64> = sqlx::query_scalar(
+    let hides: Vec<i64> = sqlx::query_scalar!(
         "SELECT id FROM actions WHERE rule = 'hide_flag_pile_on' AND reversed_at IS NULL ORDER BY id LIMIT 3",
     )
     .fetch_all(&app.pool)
@@ -770,14 +771,14 @@ async fn processes_on_different_rules_versions_fire_the_disagreement_alert() {
     // Version 2 made active in the database: the worker process follows it; this test's
     // in-process app runs no follower, so it stays behind, as a process that cannot hear of it.
     let text = std::fs::read_to_string(Path::new(ROOT).join("rules/default.toml")).unwrap();
-    sqlx::query(
+    sqlx::query!(
         "WITH v AS (INSERT INTO rules_versions (version, text, hash, author, message)
                     VALUES (2, $1, $2, 'test', 'only some hear of it') RETURNING version)
          INSERT INTO rules_activations (version, kind, author, message)
          SELECT version, 'publish', 'test', 'only some hear of it' FROM v",
+        &text,
+        quiesce::active_rules::hash(&text)
     )
-    .bind(&text)
-    .bind(quiesce::active_rules::hash(&text))
     .execute(&app.pool)
     .await
     .unwrap();
@@ -813,16 +814,17 @@ async fn the_guard_turning_a_rule_to_shadow_fires_its_alert() {
         hide(&app, entity).await;
     }
     wait_for(Duration::from_secs(30), "both posts acted on", || async {
-        app.scalar("SELECT count(*) FROM actions WHERE entity LIKE 'post:obs-guard-%'")
-            .await
-            == 2
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions WHERE entity LIKE 'post:obs-guard-%'"
+        ) == 2
     })
     .await;
     assert!(
         !prometheus.raised("QuiesceRuleDemotedByGuard").await,
         "quiet before any demotion"
     );
-    let ids: Vec<i64> = sqlx::query_scalar(
+    let ids: Vec<i64> = sqlx::query_scalar!(
         "SELECT id FROM actions WHERE entity LIKE 'post:obs-guard-%' ORDER BY id",
     )
     .fetch_all(&app.pool)

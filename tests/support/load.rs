@@ -9,7 +9,7 @@ use std::{
 use rand::Rng;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, event};
+use crate::helpers::{TestApp, event, scalar};
 
 /// What the senders saw besides acceptances.
 #[derive(Debug, Default)]
@@ -118,31 +118,30 @@ pub async fn run_load_via(
 /// What must hold after any chaos, read from Postgres.
 pub async fn check_accounting(app: &TestApp, accepted: u64) {
     assert_eq!(
-        app.scalar("SELECT count(*) FROM events").await as u64,
+        app.count_events().await as u64,
         accepted,
         "lost or doubled events"
     );
     assert_eq!(
-        app.scalar("SELECT coalesce(sum(event_count), 0)::bigint FROM entity_counts")
-            .await as u64,
+        scalar!(
+            app,
+            "SELECT coalesce(sum(event_count), 0)::bigint FROM entity_counts"
+        ) as u64,
         accepted,
         "counters out of step with events"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entity_counts WHERE event_count <> evaluated_event_count")
-            .await,
+        app.count_unevaluated_events().await,
         0,
         "an entity's last events were never evaluated"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM entities WHERE last_evaluated_at IS NULL OR last_evaluated_at < last_event_at")
-            .await,
+        app.count_stale_entities().await,
         0,
         "an entity's last evaluation is older than its last event"
     );
     assert_eq!(
-        app.scalar("SELECT count(*) FROM (SELECT entity, action FROM actions GROUP BY 1, 2 HAVING count(*) > 1) d")
-            .await,
+        app.count_duplicate_actions().await,
         0,
         "an action was applied twice"
     );
