@@ -32,6 +32,7 @@ pub struct AuditQuery {
     actor: Option<String>,
     /// Only this kind of decision
     #[serde(default, deserialize_with = "action")]
+    #[param(inline)]
     action: Option<AuditAction>,
     /// Only decisions on this (an entity, action:<id>, rules, shards, dead_letters, a token label)
     #[serde(default, deserialize_with = "text")]

@@ -159,6 +159,16 @@ pub fn read_json<T: JsonBody>(body: &[u8]) -> Result<T, ApiError> {
     {
         return Ok(empty);
     }
+    // A derived struct would also read an array (its fields in order): a body is an object.
+    if body.trim_ascii_start().starts_with(b"[") {
+        return Err(match serde_json::from_slice::<serde_json::Value>(body) {
+            Err(malformed) => JsonError::malformed(&malformed),
+            Ok(_) => T::refusal(Problem {
+                path: Vec::new(),
+                kind: ProblemKind::Invalid("an array".to_owned()),
+            }),
+        });
+    }
     parse_json(body).map_err(|error| match error {
         JsonError::Malformed(error) => JsonError::malformed(&error),
         JsonError::Invalid(problem) => T::refusal(problem),
@@ -253,6 +263,8 @@ mod tests {
             ),
             ("{\"moderator\": [1e999]}", 400, None, "number out of range"),
             ("[]", 422, None, "the body must be a JSON object"),
+            ("[\"ana\"]", 422, None, "the body must be a JSON object"),
+            ("[\"ana\",", 400, None, "the body is not valid JSON"),
             ("{}", 422, Some("moderator"), "is required"),
             (
                 "{\"moderator\": null}",
