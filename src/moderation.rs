@@ -16,7 +16,7 @@ use crate::{
     telemetry::{Chain, names},
 };
 
-const MAX_TEXT: usize = 1000;
+pub const MAX_TEXT: usize = 1000;
 
 /// What [`acceptable_text`] asks, for an error message.
 pub const TEXT_RULE: &str = "must be 1-1000 characters without control characters, not only spaces";

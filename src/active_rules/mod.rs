@@ -56,9 +56,12 @@ pub struct Synced {
 
 /// A publish's answer, as `POST /v1/rules` and `quiesce rules publish` give it: the version,
 /// then its hash, in the order the README shows (`json!` would sort the keys).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = RulesPublished)]
 pub struct Published {
+    /// The new version's number, now active.
     pub version: i64,
+    /// Hex SHA-256 of the rules text.
     pub hash: String,
 }
 

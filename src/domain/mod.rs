@@ -26,6 +26,7 @@ pub use self::{
     event::{Event, EventBody, FieldError, MAX_ACTOR_LEN, MAX_WEIGHT, Priority},
     failure::{DeadLetter, DeadReason, FailureRecord},
     ids::{EntityId, EventId, Signal},
+    introspect::field_names,
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     status::{Action, ReviewDecision, Status},

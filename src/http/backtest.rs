@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use axum::{Json, extract::State, http::StatusCode};
-use serde_json::Value;
+use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::{
     AppState,
-    body::RequestBody,
     error::{ApiError, store_error},
-    moderation::{invalid, json_object},
+    extract::{ApiJson, JsonBody, invalid},
+    fields,
 };
 use crate::{
     backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report},
@@ -21,6 +22,35 @@ use crate::{
 /// The default window, as the CLI's `--since`.
 const DEFAULT_WINDOW: &str = "7d";
 
+/// A backtest: the candidate is `rules` (a rules file's TOML) or `promote` (the rules in force
+/// with this shadow rule turned live), one of the two.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BacktestRequest {
+    /// A rules file, as `quiesce rules check` takes it.
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    rules: Option<String>,
+    /// The name of a shadow rule in force.
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    promote: Option<String>,
+    /// How far back: a duration such as 24h, 7d, 30days (at most 90 days); default 7d.
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    #[schema(example = "7d")]
+    since: Option<String>,
+    /// Added actions to sample, with their snapshots: 0 to 100, default 10.
+    #[serde(default, deserialize_with = "sample")]
+    #[schema(value_type = Option<u64>, minimum = 0, maximum = 100)]
+    sample: Option<usize>,
+}
+
+impl JsonBody for BacktestRequest {}
+
+fn sample<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let refused = format!("must be a whole number from 0 to {MAX_SAMPLE}");
+    let sample = fields::optional_whole(d, 0..=MAX_SAMPLE as i128, &refused)?;
+    Ok(sample.map(|n| n as usize))
+}
+
 /// `POST /v1/rules/backtest` with `{"rules": "<TOML>"}` or `{"promote": "<shadow rule>"}`, and
 /// optionally `"since": "7d"` and `"sample": 10`.
 #[utoipa::path(
@@ -28,7 +58,7 @@ const DEFAULT_WINDOW: &str = "7d";
     path = "/v1/rules/backtest",
     tag = "moderation",
     description = "Replays a candidate rule set (a rules file's TOML, or the rules in force with one shadow rule turned live) over the evaluations finished in the window, and reports the actions it would have added and removed per rule, the reversals it would have saved, its expected reversal rate with a 95% interval, the entities whose final status would differ, and a sample of the added actions with their snapshots. Reads only. Role moderator.",
-    request_body(content = crate::http::schemas::BacktestRequest, content_type = "application/json"),
+    request_body(content = BacktestRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The report", body = crate::backtest::Report),
         (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
@@ -40,15 +70,9 @@ const DEFAULT_WINDOW: &str = "7d";
 )]
 pub async fn backtest(
     State(state): State<AppState>,
-    RequestBody(body): RequestBody,
+    ApiJson(body): ApiJson<BacktestRequest>,
 ) -> Result<Json<Report>, ApiError> {
-    let object = json_object(&body, &["rules", "promote", "since", "sample"])?;
-    let text = |field: &str| match object.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text.as_str())),
-        Some(_) => Err(invalid(Some(field), "must be a string")),
-    };
-    let candidate = match (text("rules")?, text("promote")?) {
+    let candidate = match (body.rules, body.promote) {
         (Some(_), Some(_)) => {
             return Err(invalid(
                 Some("promote"),
@@ -61,7 +85,7 @@ pub async fn backtest(
                 "is required: a rules file's TOML (or promote, the name of a shadow rule in force)",
             ));
         }
-        (Some(rules), None) => RuleSet::from_toml(rules).map_err(|error| {
+        (Some(rules), None) => RuleSet::from_toml(&rules).map_err(|error| {
             ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid_rules",
@@ -69,27 +93,16 @@ pub async fn backtest(
             )
             .with_field("rules")
         })?,
-        (None, Some(name)) => state.rules.current().promoting(name).ok_or_else(|| {
+        (None, Some(name)) => state.rules.current().promoting(&name).ok_or_else(|| {
             invalid(
                 Some("promote"),
                 "names no shadow rule of the rules in force",
             )
         })?,
     };
-    let window = backtest::parse_window(text("since")?.unwrap_or(DEFAULT_WINDOW))
+    let window = backtest::parse_window(body.since.as_deref().unwrap_or(DEFAULT_WINDOW))
         .map_err(|problem| invalid(Some("since"), &problem.to_string()))?;
-    let sample = match object.get("sample") {
-        None | Some(Value::Null) => DEFAULT_SAMPLE,
-        Some(value) => value
-            .as_u64()
-            .filter(|n| *n <= MAX_SAMPLE as u64)
-            .ok_or_else(|| {
-                invalid(
-                    Some("sample"),
-                    &format!("must be a whole number from 0 to {MAX_SAMPLE}"),
-                )
-            })? as usize,
-    };
+    let sample = body.sample.unwrap_or(DEFAULT_SAMPLE);
     let report = backtest::run(
         &state.store,
         &state.backtests,

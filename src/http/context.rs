@@ -3,21 +3,25 @@
 //! checked as event attributes are. Each call records the whole context anew, with its time; the
 //! rows before stay, so an evaluation already recorded keeps what it read.
 
+use std::collections::BTreeMap;
+
 use axum::{
     Extension, Json,
     extract::{Path, State, rejection::PathRejection},
     http::StatusCode,
 };
-use serde_json::{Value, json};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize, de::Error};
+use utoipa::ToSchema;
 
 use super::{
     AppState,
     auth::Caller,
-    body::RequestBody,
     error::{ApiError, store_error},
+    extract::{ApiJson, JsonBody, Problem, ProblemKind},
     params::{parse_entity, path_param},
 };
-use crate::domain::{AttributeError, Scope, attributes_from_json};
+use crate::domain::{AttributeError, Scalar, Scope};
 
 fn invalid(error: AttributeError) -> ApiError {
     let refused = ApiError::new(
@@ -31,6 +35,55 @@ fn invalid(error: AttributeError) -> ApiError {
     }
 }
 
+/// An entity's whole context: attribute names to strings, numbers or booleans, each declared
+/// under `[attributes.entity.<name>]`; at most `max_attributes` (16), strings at most
+/// `max_attribute_len` (256) characters. `{}` clears it.
+#[derive(ToSchema)]
+pub struct ContextRequest(BTreeMap<String, Scalar>);
+
+impl<'de> Deserialize<'de> for ContextRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// One attribute's value, refused in the words the declarations' check uses.
+        struct Value(Scalar);
+
+        impl<'de> Deserialize<'de> for Value {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                Scalar::deserialize(deserializer).map(Value).map_err(|_| {
+                    D::Error::custom("must be a string, a number or a boolean (nothing nested)")
+                })
+            }
+        }
+
+        let values = BTreeMap::<String, Value>::deserialize(deserializer)?;
+        Ok(Self(
+            values
+                .into_iter()
+                .map(|(name, Value(value))| (name, value))
+                .collect(),
+        ))
+    }
+}
+
+/// Refused as the declarations' check refuses: 422 `invalid_attributes` naming the attribute.
+impl JsonBody for ContextRequest {
+    fn refusal(problem: Problem) -> ApiError {
+        let attribute = problem.field();
+        let message = match problem.kind {
+            ProblemKind::Invalid(message) if attribute.is_some() => message,
+            _ => "the body must be a JSON object of attribute names to values".to_owned(),
+        };
+        invalid(AttributeError { attribute, message })
+    }
+}
+
+/// The context recorded.
+#[derive(Serialize, ToSchema)]
+pub struct ContextResult {
+    entity: String,
+    attributes: BTreeMap<String, Scalar>,
+    set_at: DateTime<Utc>,
+}
+
 #[utoipa::path(
     put,
     path = "/v1/entities/{entity}/attributes",
@@ -39,9 +92,9 @@ fn invalid(error: AttributeError) -> ApiError {
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. user:77"),
     ),
-    request_body(content = crate::http::schemas::ContextRequest, content_type = "application/json"),
+    request_body(content = ContextRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The context recorded", body = crate::http::schemas::ContextResult),
+        (status = 200, description = "The context recorded", body = ContextResult),
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "An attribute that is not declared, of the wrong type, not among its values, too long, or too many (code invalid_attributes; field names the attribute, e.g. attributes.role)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::BodyRouteErrors,
@@ -52,22 +105,10 @@ pub async fn put_attributes(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
     path: Result<Path<String>, PathRejection>,
-    RequestBody(body): RequestBody,
-) -> Result<Json<Value>, ApiError> {
+    ApiJson(ContextRequest(attributes)): ApiJson<ContextRequest>,
+) -> Result<Json<ContextResult>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let value: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
-    })?;
-    if !value.is_object() {
-        return Err(invalid(AttributeError {
-            attribute: None,
-            message: "the body must be a JSON object of attribute names to values".into(),
-        }));
-    }
-    let attributes = attributes_from_json(&value)
-        .map_err(invalid)?
-        .unwrap_or_default();
     let rules = state.rules.current();
     rules
         .declarations()
@@ -83,9 +124,9 @@ pub async fn put_attributes(
         .set_context(&entity, &attributes, &by)
         .await
         .map_err(store_error)?;
-    Ok(Json(json!({
-        "entity": entity.as_str(),
-        "attributes": attributes,
-        "set_at": set_at,
-    })))
+    Ok(Json(ContextResult {
+        entity: entity.as_str().to_owned(),
+        attributes,
+        set_at,
+    }))
 }

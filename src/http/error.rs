@@ -16,6 +16,7 @@ use axum::{
 };
 use serde::Serialize;
 
+use super::schemas::ErrorResponse;
 use crate::{
     ingest::SubmitError,
     moderation::{ReversalError, ReversalRefusal},
@@ -138,8 +139,7 @@ impl IntoResponse for ApiError {
         let retry = self
             .retry_after
             .or((self.status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS));
-        let mut response =
-            (self.status, Json(serde_json::json!({ "error": self.body }))).into_response();
+        let mut response = (self.status, Json(ErrorResponse { error: self.body })).into_response();
         if let Some(seconds) = retry {
             response
                 .headers_mut()

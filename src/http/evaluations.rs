@@ -2,19 +2,20 @@
 //! the live rules that matched, those exempted by their `unless`, the shadow matches, the
 //! errors and labels, and the action it applied.
 
-use std::collections::HashMap;
-
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::PathRejection},
+    extract::{Path, State, rejection::PathRejection},
 };
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
 
 use super::{
     AppState,
     error::{ApiError, store_error},
-    params::{bad_query, page_limit, parse_entity, path_param, unknown_parameters},
+    extract::ApiQuery,
+    fields::{self, CURSOR},
+    params::{parse_entity, path_param},
 };
 use crate::{
     rules::{Decision, LabelDecision, Verdict},
@@ -133,6 +134,27 @@ pub struct EvaluationsPage {
     next_cursor: Option<String>,
 }
 
+/// A page of the evaluations: its size and where it starts.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EvaluationsQuery {
+    /// Page size, default 20
+    #[serde(default, deserialize_with = "fields::limit::<_, MAX_LIMIT>")]
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<i64>,
+    /// next_cursor of the previous page (started at in unix microseconds, a dot, the evaluation's id)
+    #[serde(default, deserialize_with = "cursor")]
+    #[param(value_type = Option<String>, pattern = r"^[0-9]{1,18}\.[0-9]{1,18}$")]
+    cursor: Option<PageKey>,
+}
+
+fn cursor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PageKey>, D::Error> {
+    fields::param(d, |raw| {
+        PageKey::parse(&raw).ok_or_else(|| CURSOR.to_owned())
+    })
+}
+
 /// `GET /v1/entities/{entity}/evaluations?limit=&cursor=`, newest first.
 #[utoipa::path(
     get,
@@ -141,8 +163,7 @@ pub struct EvaluationsPage {
     description = "The entity's evaluations still retained, newest first (by start), paged: each with its rules version, the action it applied, and its decisions: the live rules that matched, those exempted by their `unless`, the shadow matches, the errors and labels. Role moderator.",
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
-        ("limit" = Option<i64>, Query, minimum = 1, maximum = 200, description = "Page size, default 20"),
-        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}\.[0-9]{1,18}$", description = "next_cursor of the previous page (started at in unix microseconds, a dot, the evaluation's id)"),
+        EvaluationsQuery,
     ),
     responses(
         (status = 200, description = "A page of evaluations", body = EvaluationsPage),
@@ -155,23 +176,12 @@ pub struct EvaluationsPage {
 pub async fn list_evaluations(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-    Query(params): Query<HashMap<String, String>>,
+    ApiQuery(query): ApiQuery<EvaluationsQuery>,
 ) -> Result<Json<EvaluationsPage>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    unknown_parameters(&params, &["limit", "cursor"])?;
-    let limit = page_limit(&params, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let before = params
-        .get("cursor")
-        .map(|raw| {
-            PageKey::parse(raw).ok_or_else(|| {
-                bad_query(
-                    "cursor",
-                    "cursor must be a next_cursor from an earlier page",
-                )
-            })
-        })
-        .transpose()?;
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    let before = query.cursor;
     let records = state
         .store
         .entity_evaluations(&entity, before, limit)

@@ -11,12 +11,20 @@ use axum::{
 };
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{
+    ToSchema,
+    openapi::{
+        RefOr, Schema,
+        schema::{ArrayBuilder, OneOfBuilder, Ref},
+    },
+};
 
 use super::{
     AppState,
     auth::Caller,
     body::{BodyPace, read_body},
     error::ApiError,
+    extract::{JsonError, parse_json},
     limits::take_ingest_slot,
     params::path_param,
     signature::{InboundSecrets, github_delivery},
@@ -40,7 +48,7 @@ use crate::{
         ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
         ("traceparent" = Option<String>, Header, description = "W3C trace context (00-<trace id>-<parent id>-<flags>), kept with the events: the evaluation and the outbound webhook continue that trace. Any other form is ignored."),
     ),
-    request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
+    request_body(content = Batch, content_type = "application/json"),
     responses(
         (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
         (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::schemas::ErrorResponse),
@@ -79,7 +87,7 @@ pub async fn post_events(
         ("x-github-delivery" = Option<String>, Header, description = "GitHub style: the delivery id, required with x-hub-signature-256; a delivery (or its body) already accepted is answered as duplicates"),
         ("traceparent" = Option<String>, Header, description = "W3C trace context (00-<trace id>-<parent id>-<flags>), kept with the events: the evaluation and the outbound webhook continue that trace. Any other form is ignored."),
     ),
-    request_body(content = crate::http::schemas::EventsBody, content_type = "application/json"),
+    request_body(content = Batch, content_type = "application/json"),
     responses(
         (status = 202, description = "Recorded (duplicates counted once)", body = crate::ingest::IngestOutcome),
         (status = 400, description = "Malformed JSON or unreadable body", body = crate::http::schemas::ErrorResponse),
@@ -243,10 +251,11 @@ impl EventChecks<'_> {
 }
 
 /// Parses one event object or an array of them; every event is checked before any is used.
-/// A well-formed body is read straight into [`EventBody`]s; any other is read again as JSON
-/// to name its first problem exactly (that path runs only for refused requests).
+/// A well-formed body is read straight into [`EventBody`]s, as every route reads its body; any
+/// other is read again as JSON to name its first problem as a batch's are named (which event,
+/// and the batch's size before its events): that path runs only for refused requests.
 pub fn parse_events(body: &[u8], checks: &EventChecks<'_>) -> Result<Vec<Event>, ApiError> {
-    match serde_json::from_slice::<Batch>(body) {
+    match parse_json::<Batch>(body) {
         Ok(Batch::One(event)) => convert([(None, event)], checks),
         Ok(Batch::Many(events)) => {
             check_batch_size(events.len(), checks.max_batch)?;
@@ -255,11 +264,12 @@ pub fn parse_events(body: &[u8], checks: &EventChecks<'_>) -> Result<Vec<Event>,
                 checks,
             )
         }
-        Err(_) => diagnose(body, checks),
+        Err(JsonError::Malformed(error)) => Err(JsonError::malformed(&error)),
+        Err(JsonError::Invalid(_)) => diagnose(body, checks),
     }
 }
 
-/// The body: one event, or an array of them.
+/// The body: one event, or an array of 1 to `max_batch` (default 1000) events.
 enum Batch {
     One(EventBody),
     Many(Vec<EventBody>),
@@ -295,6 +305,37 @@ impl<'de> Deserialize<'de> for Batch {
         }
 
         deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl utoipa::PartialSchema for Batch {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(Ref::from_schema_name("Event"))
+            .item(
+                ArrayBuilder::new()
+                    .items(Ref::from_schema_name("Event"))
+                    .min_items(Some(1))
+                    .max_items(Some(crate::settings::Http::default().max_batch)),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for Batch {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "EventsBody".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            "Event".to_owned(),
+            <EventBody as utoipa::PartialSchema>::schema(),
+        ));
+        schemas.push((
+            "Priority".to_owned(),
+            <crate::domain::Priority as utoipa::PartialSchema>::schema(),
+        ));
     }
 }
 
@@ -373,9 +414,7 @@ fn invalid_event(index: Option<usize>, error: FieldError) -> ApiError {
 /// Names the first problem of a body that did not read as events: not JSON, not an event or
 /// an array of them, or an event with a field it does not have, or one that is not an object.
 fn diagnose(body: &[u8], checks: &EventChecks<'_>) -> Result<Vec<Event>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
-    })?;
+    let value: Value = serde_json::from_slice(body).map_err(|e| JsonError::malformed(&e))?;
     let (items, batched) = match value {
         Value::Array(items) => {
             check_batch_size(items.len(), checks.max_batch)?;

@@ -1,7 +1,8 @@
 //! Liveness, readiness and the Prometheus scrape.
 
 use axum::{Json, extract::State, http::StatusCode, response::IntoResponse};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use std::time::Duration;
 
@@ -10,15 +11,31 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use super::AppState;
 use crate::{queue::Queue, store::Store, telemetry::names};
 
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    status: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready` or `unavailable`.
+    status: &'static str,
+    /// `ok` or the error.
+    redis: String,
+    postgres: String,
+    /// The rules version this process evaluates with (null before one is stored).
+    rules_version: Option<i64>,
+}
+
 /// The process is up.
 #[utoipa::path(
     get,
     path = "/healthz",
     tag = "health",
-    responses((status = 200, description = "The process is up", body = crate::http::schemas::Health))
+    responses((status = 200, description = "The process is up", body = Health))
 )]
 pub async fn healthz() -> impl IntoResponse {
-    Json(json!({ "status": "ok" }))
+    Json(Health { status: "ok" })
 }
 
 /// Redis answers and Postgres takes writes (a primary, not read-only) within the backend
@@ -28,8 +45,8 @@ pub async fn healthz() -> impl IntoResponse {
     path = "/readyz",
     tag = "health",
     responses(
-        (status = 200, description = "Redis answers and Postgres takes writes", body = crate::http::schemas::Readiness),
-        (status = 503, description = "Redis does not answer, or Postgres does not take writes (unreachable, read-only or in recovery)", body = crate::http::schemas::Readiness),
+        (status = 200, description = "Redis answers and Postgres takes writes", body = Readiness),
+        (status = 503, description = "Redis does not answer, or Postgres does not take writes (unreachable, read-only or in recovery)", body = Readiness),
     )
 )]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
@@ -47,12 +64,22 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     };
     let redis_ok = matches!(redis, Ok(Ok(())));
     let postgres_ok = matches!(postgres, Ok(Ok(())));
-    let body = json!({
-        "status": if redis_ok && postgres_ok { "ready" } else { "unavailable" },
-        "redis": describe(redis_ok, redis.ok().and_then(|r| r.err()).map(|e| e.to_string())),
-        "postgres": describe(postgres_ok, postgres.ok().and_then(|r| r.err()).map(|e| e.to_string())),
-        "rules_version": state.rules.current().version(),
-    });
+    let body = Readiness {
+        status: if redis_ok && postgres_ok {
+            "ready"
+        } else {
+            "unavailable"
+        },
+        redis: describe(
+            redis_ok,
+            redis.ok().and_then(|r| r.err()).map(|e| e.to_string()),
+        ),
+        postgres: describe(
+            postgres_ok,
+            postgres.ok().and_then(|r| r.err()).map(|e| e.to_string()),
+        ),
+        rules_version: state.rules.current().version(),
+    };
     let status = if redis_ok && postgres_ok {
         StatusCode::OK
     } else {

@@ -11,6 +11,8 @@ mod dead_letters;
 mod error;
 mod evaluations;
 mod events;
+mod extract;
+mod fields;
 mod health;
 pub mod limits;
 mod linger;

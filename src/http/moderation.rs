@@ -1,27 +1,28 @@
 //! The moderator API: actions with filters, reversals, overrides, and the reversal rate.
 
-use std::{collections::HashMap, time::Duration};
+use std::time::Duration;
 
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::PathRejection},
-    http::StatusCode,
+    extract::{Path, State, rejection::PathRejection},
 };
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     AppState,
     auth::Requester,
-    body::RequestBody,
     error::{ApiError, store_error},
-    params::{bad_query, page_cursor, page_limit, parse_entity, path_param, unknown_parameters},
+    extract::{ApiJson, ApiQuery, JsonBody, invalid},
+    fields::{self, Text},
+    params::{parse_entity, path_param},
 };
 use crate::{
     active_rules::RuleDemoter,
     domain::Status,
-    moderation::{self, Overridden, OverrideRequest, TEXT_RULE, acceptable_text},
-    store::ActionFilter,
+    moderation::{self, Overridden, OverrideRequest as Override},
+    store::{ActionFilter, ActionRecord, EndedTimer, Reversal},
 };
 
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
@@ -30,23 +31,69 @@ const MAX_RULE_NAME: usize = 200;
 /// Longest reversal-rate window.
 const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
 
+/// `GET /v1/actions`'s filters and page.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ActionsQuery {
+    /// Only this entity's
+    #[param(pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$")]
+    entity: Option<String>,
+    /// Only this rule's
+    #[serde(default, deserialize_with = "fields::filter_text::<_, MAX_RULE_NAME>")]
+    #[param(pattern = r"^[^\x00]{0,200}$")]
+    rule: Option<String>,
+    /// flag, hide or suspend
+    #[serde(default, deserialize_with = "action")]
+    #[param(value_type = Option<crate::domain::Action>)]
+    action: Option<String>,
+    /// RFC 3339; applied at or after
+    #[serde(default, deserialize_with = "since")]
+    since: Option<DateTime<Utc>>,
+    /// Only reversed (true) or standing (false) ones
+    #[serde(default, deserialize_with = "fields::flag")]
+    reversed: Option<bool>,
+    /// Page size, default 50
+    #[serde(default, deserialize_with = "fields::limit::<_, MAX_ACTIONS_LIMIT>")]
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<i64>,
+    /// next_cursor of the previous page
+    #[serde(default, deserialize_with = "fields::id_cursor")]
+    #[param(value_type = Option<String>, pattern = r"^[0-9]{1,18}$")]
+    cursor: Option<i64>,
+}
+
+fn action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    fields::param(d, |raw| match raw.as_str() {
+        "flag" | "hide" | "suspend" => Ok(raw),
+        _ => Err("must be flag, hide or suspend".to_owned()),
+    })
+}
+
+fn since<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    fields::param(d, |raw| {
+        DateTime::parse_from_rfc3339(&raw)
+            .map(|since| since.with_timezone(&Utc))
+            .map_err(|e| format!("must be an RFC 3339 timestamp: {e}"))
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ActionsPage {
+    actions: Vec<ActionRecord>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
 /// `GET /v1/actions?entity=&rule=&action=&since=&reversed=&limit=&cursor=`, newest first.
 #[utoipa::path(
     get,
     path = "/v1/actions",
     tag = "moderation",
     description = "Applied actions, newest first, filtered and paged. Role moderator.",
-    params(
-        ("entity" = Option<String>, Query, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "Only this entity's"),
-        ("rule" = Option<String>, Query, pattern = r"^[^\x00]{0,200}$", description = "Only this rule's"),
-        ("action" = Option<crate::domain::Action>, Query, description = "flag, hide or suspend"),
-        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339; applied at or after"),
-        ("reversed" = Option<bool>, Query, description = "Only reversed (true) or standing (false) ones"),
-        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size, default 50"),
-        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}$", description = "next_cursor of the previous page"),
-    ),
+    params(ActionsQuery),
     responses(
-        (status = 200, description = "A page of actions", body = crate::http::schemas::ActionsPage),
+        (status = 200, description = "A page of actions", body = ActionsPage),
         (status = 400, description = "A bad query parameter (code invalid_query or invalid_entity; field names it)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::TokenRouteErrors,
     ),
@@ -54,95 +101,37 @@ const MAX_WINDOW: Duration = Duration::from_secs(90 * 24 * 3600);
 )]
 pub async fn list_actions(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    unknown_parameters(
-        &params,
-        &[
-            "entity", "rule", "action", "since", "reversed", "limit", "cursor",
-        ],
-    )?;
-    let mut filter = ActionFilter {
-        limit: DEFAULT_ACTIONS_LIMIT,
-        ..Default::default()
+    ApiQuery(query): ApiQuery<ActionsQuery>,
+) -> Result<Json<ActionsPage>, ApiError> {
+    let filter = ActionFilter {
+        entity: query.entity.as_deref().map(parse_entity).transpose()?,
+        rule: query.rule,
+        action: query.action,
+        since: query.since,
+        reversed: query.reversed,
+        limit: query.limit.unwrap_or(DEFAULT_ACTIONS_LIMIT),
+        before: query.cursor,
     };
-    if let Some(raw) = params.get("entity") {
-        filter.entity = Some(parse_entity(raw)?);
-    }
-    if let Some(rule) = params.get("rule") {
-        // Postgres text cannot hold NUL; nothing else in a rule name needs refusing.
-        if rule.contains('\0') || rule.chars().count() > MAX_RULE_NAME {
-            return Err(bad_query(
-                "rule",
-                format!("rule must be at most {MAX_RULE_NAME} characters without NUL"),
-            ));
-        }
-        filter.rule = Some(rule.clone());
-    }
-    if let Some(raw) = params.get("action") {
-        if !["flag", "hide", "suspend"].contains(&raw.as_str()) {
-            return Err(bad_query("action", "action must be flag, hide or suspend"));
-        }
-        filter.action = Some(raw.clone());
-    }
-    if let Some(raw) = params.get("since") {
-        let since = DateTime::parse_from_rfc3339(raw)
-            .map_err(|e| bad_query("since", format!("since must be an RFC 3339 timestamp: {e}")))?;
-        filter.since = Some(since.with_timezone(&Utc));
-    }
-    if let Some(raw) = params.get("reversed") {
-        filter.reversed = Some(match raw.as_str() {
-            "true" => true,
-            "false" => false,
-            _ => return Err(bad_query("reversed", "reversed must be true or false")),
-        });
-    }
-    filter.limit = page_limit(&params, DEFAULT_ACTIONS_LIMIT, MAX_ACTIONS_LIMIT)?;
-    filter.before = page_cursor(&params)?;
     let actions = state.store.actions(&filter).await.map_err(store_error)?;
     let next_cursor = (actions.len() as i64 == filter.limit)
         .then(|| actions.last().map(|a| a.id.to_string()))
         .flatten();
-    Ok(Json(
-        json!({ "actions": actions, "next_cursor": next_cursor }),
-    ))
+    Ok(Json(ActionsPage {
+        actions,
+        next_cursor,
+    }))
 }
 
-/// A JSON object body with only `allowed` fields.
-pub(super) fn json_object(body: &[u8], allowed: &[&str]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
-    })?;
-    let Value::Object(object) = value else {
-        return Err(invalid(None, "the body must be a JSON object"));
-    };
-    if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(invalid(
-            Some(unknown),
-            &format!("unknown field; the body has only {}", allowed.join(", ")),
-        ));
-    }
-    Ok(object)
+/// A moderator's decision. Texts are 1-1000 characters without control characters, not only
+/// spaces.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReverseRequest {
+    moderator: Text,
+    reason: Text,
 }
 
-pub(super) fn invalid(field: Option<&str>, message: &str) -> ApiError {
-    let error = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", message);
-    match field {
-        Some(field) => error.with_field(field),
-        None => error,
-    }
-}
-
-pub(super) fn required_text<'a>(
-    object: &'a Map<String, Value>,
-    field: &str,
-) -> Result<&'a str, ApiError> {
-    match object.get(field) {
-        Some(Value::String(text)) if acceptable_text(text) => Ok(text),
-        None | Some(Value::Null) => Err(invalid(Some(field), "is required")),
-        Some(_) => Err(invalid(Some(field), &format!("a string that {TEXT_RULE}"))),
-    }
-}
+impl JsonBody for ReverseRequest {}
 
 /// `POST /v1/actions/{id}/reverse` with `{"moderator", "reason"}`.
 #[utoipa::path(
@@ -151,9 +140,9 @@ pub(super) fn required_text<'a>(
     tag = "moderation",
     description = "A moderator reverses an automated action: the entity goes back to the status before it, and an override keeps automation from redoing it. Role moderator.",
     params(("id" = i64, Path, description = "The action id")),
-    request_body(content = crate::http::schemas::ReverseRequest, content_type = "application/json"),
+    request_body(content = ReverseRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The reversal", body = crate::store::Reversal),
+        (status = 200, description = "The reversal", body = Reversal),
         (status = 400, description = "Malformed JSON or a bad id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such action", body = crate::http::schemas::ErrorResponse),
         (status = 409, description = "Already reversed, or superseded by a later change", body = crate::http::schemas::ErrorResponse),
@@ -166,27 +155,73 @@ pub async fn reverse(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    RequestBody(body): RequestBody,
-) -> Result<Json<Value>, ApiError> {
+    ApiJson(body): ApiJson<ReverseRequest>,
+) -> Result<Json<Reversal>, ApiError> {
     let raw = path_param(path, "id")?;
     let id: i64 = raw.parse().map_err(|_| {
         ApiError::bad_request("invalid_id", "an action id is a whole number").with_field("id")
     })?;
-    let object = json_object(&body, &["moderator", "reason"])?;
-    let moderator = required_text(&object, "moderator")?;
-    let reason = required_text(&object, "reason")?;
     let override_for = state.settings.moderation.override_after_reversal;
     let reversal = moderation::reverse(
         &state.store,
         &state.queue,
         id,
-        &requester.actor(moderator),
-        reason,
+        &requester.actor(&body.moderator),
+        &body.reason,
         override_for,
         &RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone())),
     )
     .await?;
-    Ok(Json(json!(reversal)))
+    Ok(Json(reversal))
+}
+
+/// A moderator's override: the status, and until when automation may not go past it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideRequest {
+    moderator: Text,
+    reason: Text,
+    #[serde(deserialize_with = "status")]
+    status: Status,
+    /// In the future; default now + `override_after_reversal`.
+    #[serde(default, deserialize_with = "until")]
+    until: Option<DateTime<Utc>>,
+    /// A timed override instead of `until` (`"24h"`: 1s to 365d): the status holds that long,
+    /// then quiesce restores the status the entity had.
+    #[serde(default, deserialize_with = "duration")]
+    #[schema(value_type = Option<String>, pattern = r"^[0-9]+[smhd]$")]
+    duration: Option<Duration>,
+}
+
+impl JsonBody for OverrideRequest {}
+
+fn status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Status, D::Error> {
+    fields::parsed(d, |raw| {
+        Status::parse(raw).map_err(|_| "must be visible, flagged, hidden or suspended".to_owned())
+    })
+}
+
+fn until<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    fields::optional(d, "must be an RFC 3339 timestamp string", |raw| {
+        DateTime::parse_from_rfc3339(&raw)
+            .map(|until| until.with_timezone(&Utc))
+            .map_err(|e| format!("must be an RFC 3339 timestamp: {e}"))
+    })
+}
+
+fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    fields::optional(d, "must be a string such as \"24h\"", |raw| {
+        crate::domain::parse_duration(&raw).map_err(|e| e.to_string())
+    })
+}
+
+/// The override recorded.
+#[derive(Serialize, ToSchema)]
+pub struct OverrideResult {
+    entity: String,
+    status: Status,
+    moderation_version: i64,
+    r#override: crate::store::Override,
 }
 
 /// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?,
@@ -199,9 +234,9 @@ pub async fn reverse(
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
-    request_body(content = crate::http::schemas::OverrideRequest, content_type = "application/json"),
+    request_body(content = OverrideRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The override", body = crate::http::schemas::OverrideResult),
+        (status = 200, description = "The override", body = OverrideResult),
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such entity", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
@@ -213,76 +248,27 @@ pub async fn override_entity(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    RequestBody(body): RequestBody,
-) -> Result<Json<Value>, ApiError> {
+    ApiJson(body): ApiJson<OverrideRequest>,
+) -> Result<Json<OverrideResult>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let object = json_object(
-        &body,
-        &["moderator", "status", "until", "duration", "reason"],
-    )?;
-    let moderator = required_text(&object, "moderator")?;
-    let reason = required_text(&object, "reason")?;
-    let status = match object.get("status") {
-        Some(Value::String(raw)) => Status::parse(raw).map_err(|_| {
-            invalid(
-                Some("status"),
-                "must be visible, flagged, hidden or suspended",
-            )
-        })?,
-        None | Some(Value::Null) => return Err(invalid(Some("status"), "is required")),
-        Some(_) => return Err(invalid(Some("status"), "must be a string")),
-    };
-    let until = match object.get("until") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(raw)) => {
-            let until = DateTime::parse_from_rfc3339(raw)
-                .map_err(|e| {
-                    invalid(
-                        Some("until"),
-                        &format!("must be an RFC 3339 timestamp: {e}"),
-                    )
-                })?
-                .with_timezone(&Utc);
-            if until <= Utc::now() {
-                return Err(invalid(Some("until"), "must be in the future"));
-            }
-            Some(until)
-        }
-        Some(_) => {
-            return Err(invalid(
-                Some("until"),
-                "must be an RFC 3339 timestamp string",
-            ));
-        }
-    };
-    let duration = match object.get("duration") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(raw)) => Some(
-            crate::domain::parse_duration(raw)
-                .map_err(|e| invalid(Some("duration"), &e.to_string()))?,
-        ),
-        Some(_) => {
-            return Err(invalid(
-                Some("duration"),
-                "must be a string such as \"24h\"",
-            ));
-        }
-    };
-    if duration.is_some() && until.is_some() {
+    if body.until.is_some_and(|until| until <= Utc::now()) {
+        return Err(invalid(Some("until"), "must be in the future"));
+    }
+    if body.duration.is_some() && body.until.is_some() {
         return Err(invalid(
             Some("duration"),
             "give until or duration, not both",
         ));
     }
-    let by = requester.actor(moderator);
-    let request = OverrideRequest {
+    let by = requester.actor(&body.moderator);
+    let request = Override {
         entity: &entity,
         by: &by,
-        status,
-        until,
-        duration,
-        reason,
+        status: body.status,
+        until: body.until,
+        duration: body.duration,
+        reason: &body.reason,
     };
     let Overridden {
         moderation_version,
@@ -295,12 +281,17 @@ pub async fn override_entity(
     )
     .await
     .map_err(store_error)?;
-    Ok(Json(json!({
-        "entity": entity,
-        "status": status,
-        "moderation_version": moderation_version,
-        "override": { "status": status, "until": until, "by": moderator, "reason": reason },
-    })))
+    Ok(Json(OverrideResult {
+        entity: entity.as_str().to_owned(),
+        status: body.status,
+        moderation_version,
+        r#override: crate::store::Override {
+            status: body.status,
+            until,
+            by: body.moderator.0,
+            reason: body.reason.0,
+        },
+    }))
 }
 
 /// `POST /v1/entities/{entity}/timer/end` with `{"moderator", "reason"}`.
@@ -312,9 +303,9 @@ pub async fn override_entity(
     params(
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. user:77"),
     ),
-    request_body(content = crate::http::schemas::ReverseRequest, content_type = "application/json"),
+    request_body(content = ReverseRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The restore", body = crate::store::EndedTimer),
+        (status = 200, description = "The restore", body = EndedTimer),
         (status = 400, description = "Malformed JSON or a bad entity id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such entity, or no timed action in force", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it)", body = crate::http::schemas::ErrorResponse),
@@ -326,18 +317,66 @@ pub async fn end_timer(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    RequestBody(body): RequestBody,
-) -> Result<Json<Value>, ApiError> {
+    ApiJson(body): ApiJson<ReverseRequest>,
+) -> Result<Json<EndedTimer>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
-    let object = json_object(&body, &["moderator", "reason"])?;
-    let moderator = required_text(&object, "moderator")?;
-    let reason = required_text(&object, "reason")?;
-    let by = requester.actor(moderator);
-    let ended = moderation::end_timer(&state.store, &state.queue, &entity, &by, reason)
+    let by = requester.actor(&body.moderator);
+    let ended = moderation::end_timer(&state.store, &state.queue, &entity, &by, &body.reason)
         .await
         .map_err(store_error)?;
-    Ok(Json(json!(ended)))
+    Ok(Json(ended))
+}
+
+/// `GET /v1/stats/reversal-rate`'s window and grouping.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ReversalRateQuery {
+    /// A duration such as 24h or 7days, at most 90days; default 24h
+    #[serde(default, deserialize_with = "window")]
+    #[param(value_type = Option<String>)]
+    window: Option<(String, Duration)>,
+    /// rule: add the figures per rule
+    #[serde(default, deserialize_with = "by")]
+    by: Option<String>,
+}
+
+fn window<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<(String, Duration)>, D::Error> {
+    fields::param(d, |raw| {
+        humantime::parse_duration(&raw)
+            .ok()
+            .filter(|w| !w.is_zero() && *w <= MAX_WINDOW)
+            .map(|window| (raw, window))
+            .ok_or_else(|| "must be a duration such as 24h or 7days, at most 90days".to_owned())
+    })
+}
+
+fn by<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    fields::param(d, |raw| match raw.as_str() {
+        "rule" => Ok(raw),
+        _ => Err("must be rule".to_owned()),
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ReversalRate {
+    window: String,
+    actions: i64,
+    reversed: i64,
+    /// reversed / actions; 0 without actions.
+    rate: f64,
+    /// With `by=rule` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_rule: Option<Vec<RuleRate>>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct RuleRate {
+    rule: String,
+    actions: i64,
+    reversed: i64,
+    rate: f64,
 }
 
 /// `GET /v1/stats/reversal-rate?window=24h&by=rule`: automated actions applied in the window
@@ -347,12 +386,9 @@ pub async fn end_timer(
     path = "/v1/stats/reversal-rate",
     tag = "moderation",
     description = "Automated actions applied in the window and how many moderators reversed within 24h. Role moderator.",
-    params(
-        ("window" = Option<String>, Query, description = "A duration such as 24h or 7days, at most 90days; default 24h"),
-        ("by" = Option<String>, Query, description = "rule: add the figures per rule"),
-    ),
+    params(ReversalRateQuery),
     responses(
-        (status = 200, description = "The rate", body = crate::http::schemas::ReversalRate),
+        (status = 200, description = "The rate", body = ReversalRate),
         (status = 400, description = "A bad query parameter (code invalid_query)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::TokenRouteErrors,
     ),
@@ -360,47 +396,32 @@ pub async fn end_timer(
 )]
 pub async fn reversal_rate(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    unknown_parameters(&params, &["window", "by"])?;
-    let window_text = params.get("window").map_or("24h", String::as_str);
-    let window = humantime::parse_duration(window_text)
-        .ok()
-        .filter(|w| !w.is_zero() && *w <= MAX_WINDOW)
-        .ok_or_else(|| {
-            bad_query(
-                "window",
-                "window must be a duration such as 24h or 7days, at most 90days",
-            )
-        })?;
-    let by_rule = match params.get("by").map(String::as_str) {
-        None => false,
-        Some("rule") => true,
-        Some(_) => return Err(bad_query("by", "by must be rule")),
-    };
+    ApiQuery(query): ApiQuery<ReversalRateQuery>,
+) -> Result<Json<ReversalRate>, ApiError> {
+    let (window_text, window) = query
+        .window
+        .unwrap_or_else(|| ("24h".to_owned(), Duration::from_secs(24 * 3600)));
     let (total, rules) = state
         .store
         .reversal_counts(window)
         .await
         .map_err(store_error)?;
-    let mut body = json!({
-        "window": window_text,
-        "actions": total.actions,
-        "reversed": total.reversed,
-        "rate": total.rate(),
-    });
-    if by_rule {
-        body["by_rule"] = rules
+    let by_rule = query.by.is_some().then(|| {
+        rules
             .iter()
-            .map(|(rule, counts)| {
-                json!({
-                    "rule": rule,
-                    "actions": counts.actions,
-                    "reversed": counts.reversed,
-                    "rate": counts.rate(),
-                })
+            .map(|(rule, counts)| RuleRate {
+                rule: rule.clone(),
+                actions: counts.actions,
+                reversed: counts.reversed,
+                rate: counts.rate(),
             })
-            .collect();
-    }
-    Ok(Json(body))
+            .collect()
+    });
+    Ok(Json(ReversalRate {
+        window: window_text,
+        actions: total.actions,
+        reversed: total.reversed,
+        rate: total.rate(),
+        by_rule,
+    }))
 }

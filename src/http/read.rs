@@ -4,14 +4,54 @@ use axum::{
     Json,
     extract::{Path, State, rejection::PathRejection},
 };
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::{
     AppState,
     error::{ApiError, store_error},
     params::{parse_entity, path_param},
 };
+use crate::{
+    domain::{AttributeReads, SignalStats, SnapshotAttributes, Status, Timer},
+    store::{LabelRecord, Override},
+};
+
+/// An entity's status, aggregates and schedule.
+#[derive(Serialize, ToSchema)]
+pub struct EntityView {
+    entity: String,
+    kind: String,
+    status: Status,
+    moderation_version: i64,
+    signals: BTreeMap<String, SignalStats>,
+    event_count: i64,
+    evaluation: EvaluationView,
+    last_event_at: DateTime<Utc>,
+    /// The latest moderator override, in force or not.
+    r#override: Option<Override>,
+    /// Aggregates of its events' attributes, its context and its author's.
+    attributes: SnapshotAttributes,
+    /// The timed action in force (a rule's `duration`, or a timed override): when it ends and
+    /// the status its end restores; null when none.
+    timer: Option<Timer>,
+    /// Labels live rules recorded on the entity (`labels` on a rule), oldest first.
+    labels: Vec<LabelRecord>,
+}
+
+#[derive(Serialize, ToSchema)]
+struct EvaluationView {
+    pending: bool,
+    fires_at: Option<DateTime<Utc>>,
+    running: bool,
+    pending_since: Option<DateTime<Utc>>,
+    count: i64,
+    last_evaluated_at: Option<DateTime<Utc>>,
+    evaluated_event_count: i64,
+}
 
 fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_millis(ms)
@@ -26,7 +66,7 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
         ("entity" = String, Path, pattern = r"^[a-z][a-z0-9_]{0,31}:[A-Za-z0-9_.:-]{1,128}$", description = "An entity id, e.g. post:9842"),
     ),
     responses(
-        (status = 200, description = "The entity", body = crate::http::schemas::EntityView),
+        (status = 200, description = "The entity", body = EntityView),
         (status = 400, description = "Not a valid entity id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No events were ever recorded for it", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::TokenRouteErrors,
@@ -36,7 +76,7 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
 pub async fn get_entity(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EntityView>, ApiError> {
     let raw = path_param(path, "entity")?;
     let entity = parse_entity(&raw)?;
     let record = state
@@ -56,30 +96,30 @@ pub async fn get_entity(
         || record.event_count > record.evaluated_event_count;
     // What the read found of attributes and context; `read` (what a snapshot read) says
     // nothing here: this read reads them all.
-    let mut attributes = json!(record.attributes);
-    if let Some(object) = attributes.as_object_mut() {
-        object.remove("read");
-    }
-    Ok(Json(json!({
-        "entity": record.entity,
-        "kind": record.kind,
-        "status": record.status,
-        "moderation_version": record.moderation_version,
-        "signals": record.signals,
-        "event_count": record.event_count,
-        "evaluation": {
-            "pending": pending,
-            "fires_at": schedule.due_at_ms.and_then(millis_to_time),
-            "running": schedule.lease_until_ms.is_some(),
-            "pending_since": record.pending_since,
-            "count": record.evaluation_count,
-            "last_evaluated_at": record.last_evaluated_at,
-            "evaluated_event_count": record.evaluated_event_count,
+    let attributes = SnapshotAttributes {
+        read: AttributeReads::default(),
+        ..record.attributes
+    };
+    Ok(Json(EntityView {
+        entity: record.entity,
+        kind: record.kind,
+        status: record.status,
+        moderation_version: record.moderation_version,
+        signals: record.signals,
+        event_count: record.event_count,
+        evaluation: EvaluationView {
+            pending,
+            fires_at: schedule.due_at_ms.and_then(millis_to_time),
+            running: schedule.lease_until_ms.is_some(),
+            pending_since: record.pending_since,
+            count: record.evaluation_count,
+            last_evaluated_at: record.last_evaluated_at,
+            evaluated_event_count: record.evaluated_event_count,
         },
-        "last_event_at": record.last_event_at,
-        "override": record.override_decision,
-        "attributes": attributes,
-        "timer": record.timer,
-        "labels": labels,
-    })))
+        last_event_at: record.last_event_at,
+        r#override: record.override_decision,
+        attributes,
+        timer: record.timer,
+        labels,
+    }))
 }

@@ -3,24 +3,26 @@
 //! (`POST /v1/rules/versions/{version}/activate`). The `active_rules` use case does the work; every
 //! process puts the new version in force within moments (LISTEN/NOTIFY, with a poll behind it).
 
-use std::collections::HashMap;
-
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::PathRejection},
+    extract::{Path, State, rejection::PathRejection},
     http::StatusCode,
 };
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     AppState,
     auth::Requester,
-    body::RequestBody,
     error::{ApiError, store_error},
-    moderation::{invalid, json_object},
-    params::{page_cursor, page_limit, path_param, unknown_parameters},
+    extract::{ApiJson, ApiQuery, JsonBody, invalid},
+    fields,
+    params::path_param,
 };
-use crate::active_rules::{self, ActiveRulesError};
+use crate::{
+    active_rules::{self, ActiveRulesError},
+    store::RulesVersionSummary,
+};
 
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 500;
@@ -47,17 +49,21 @@ pub(crate) fn active_rules_error(error: ActiveRulesError, field: &str) -> ApiErr
     }
 }
 
-/// A text field of the body: `None` when absent or null.
-fn text_field<'a>(
-    object: &'a serde_json::Map<String, Value>,
-    field: &str,
-) -> Result<Option<&'a str>, ApiError> {
-    match object.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text)),
-        Some(_) => Err(invalid(Some(field), "must be a string")),
-    }
+/// A rules file to publish as the next version.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// A rules file, as `quiesce rules check` takes it.
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    #[schema(value_type = String, required = true)]
+    rules: Option<String>,
+    /// Why this version: 1 to 1000 characters.
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    #[schema(value_type = String, required = true, min_length = 1, max_length = 1000)]
+    message: Option<String>,
 }
+
+impl JsonBody for PublishRequest {}
 
 /// `POST /v1/rules` with `{"rules": "<TOML>", "message": "..."}`.
 #[utoipa::path(
@@ -65,9 +71,9 @@ fn text_field<'a>(
     path = "/v1/rules",
     tag = "admin",
     description = "Publishes a rules file as the next rules version and makes it active: validated first (an invalid file is refused with the rule and the position, and nothing is stored), stored with its SHA-256, its author (the token's label) and the message, recorded in the audit trail (rules.publish), and put in force by every serve and worker process within moments. Role admin.",
-    request_body(content = crate::http::schemas::PublishRequest, content_type = "application/json"),
+    request_body(content = PublishRequest, content_type = "application/json"),
     responses(
-        (status = 201, description = "Published and active", body = crate::http::schemas::RulesPublished),
+        (status = 201, description = "Published and active", body = active_rules::Published),
         (status = 400, description = "Malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field (field names it; invalid_rules for rules that do not load)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::BodyRouteErrors,
@@ -77,20 +83,22 @@ fn text_field<'a>(
 pub async fn publish(
     State(state): State<AppState>,
     requester: Requester,
-    RequestBody(body): RequestBody,
+    ApiJson(body): ApiJson<PublishRequest>,
 ) -> Result<(StatusCode, Json<active_rules::Published>), ApiError> {
-    let object = json_object(&body, &["rules", "message"])?;
-    let rules = text_field(&object, "rules")?
+    // Required, each with its own words: a derived missing field would only say "is required".
+    let rules = body
+        .rules
         .ok_or_else(|| invalid(Some("rules"), "is required: a rules file's TOML"))?;
-    let message = text_field(&object, "message")?
+    let message = body
+        .message
         .ok_or_else(|| invalid(Some("message"), "is required: why this version"))?;
     let actor = requester.token_actor();
     let version = active_rules::publish(
         &state.store,
         Some(&state.rules),
         &actor,
-        rules,
-        message,
+        &rules,
+        &message,
         None,
     )
     .await
@@ -98,8 +106,30 @@ pub async fn publish(
     tracing::info!(version, "rules version published");
     Ok((
         StatusCode::CREATED,
-        Json(active_rules::Published::new(version, rules)),
+        Json(active_rules::Published::new(version, &rules)),
     ))
+}
+
+/// A page of an id-keyed listing: its size and where it starts.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct VersionsQuery {
+    /// Page size, default 50
+    #[serde(default, deserialize_with = "fields::limit::<_, MAX_LIMIT>")]
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<i64>,
+    /// next_cursor of the previous page
+    #[serde(default, deserialize_with = "fields::id_cursor")]
+    #[param(value_type = Option<String>, pattern = r"^[0-9]{1,18}$")]
+    cursor: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RulesVersionsPage {
+    versions: Vec<RulesVersionSummary>,
+    /// The `cursor` of the next page; null on the last.
+    next_cursor: Option<String>,
 }
 
 /// `GET /v1/rules/versions`: newest first, paged by version.
@@ -108,12 +138,9 @@ pub async fn publish(
     path = "/v1/rules/versions",
     tag = "moderation",
     description = "The rules versions, newest first: number, hash, author (quiesce-guard for a version the guard published to turn a rule reversed too often to shadow, its message carrying the figures), message, time, whether it is the active one, and the backtest report it was published with (if any). Role moderator.",
-    params(
-        ("limit" = Option<i64>, Query, minimum = 1, maximum = 500, description = "Page size, default 50"),
-        ("cursor" = Option<String>, Query, pattern = r"^[0-9]{1,18}$", description = "next_cursor of the previous page"),
-    ),
+    params(VersionsQuery),
     responses(
-        (status = 200, description = "A page of versions", body = crate::http::schemas::RulesVersionsPage),
+        (status = 200, description = "A page of versions", body = RulesVersionsPage),
         (status = 400, description = "A bad query parameter (code invalid_query; field names it)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::TokenRouteErrors,
     ),
@@ -121,11 +148,10 @@ pub async fn publish(
 )]
 pub async fn versions(
     State(state): State<AppState>,
-    Query(params): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
-    unknown_parameters(&params, &["limit", "cursor"])?;
-    let limit = page_limit(&params, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let before = page_cursor(&params)?;
+    ApiQuery(query): ApiQuery<VersionsQuery>,
+) -> Result<Json<RulesVersionsPage>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    let before = query.cursor;
     let versions = state
         .store
         .rules_versions_page(before, limit)
@@ -134,9 +160,31 @@ pub async fn versions(
     let next_cursor = (versions.len() as i64 == limit)
         .then(|| versions.last().map(|v| v.version.to_string()))
         .flatten();
-    Ok(Json(
-        json!({ "versions": versions, "next_cursor": next_cursor }),
-    ))
+    Ok(Json(RulesVersionsPage {
+        versions,
+        next_cursor,
+    }))
+}
+
+/// A rollback's reason (optional: "rolled back to version N").
+#[derive(Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActivateRequest {
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    #[schema(min_length = 1, max_length = 1000)]
+    message: Option<String>,
+}
+
+impl JsonBody for ActivateRequest {
+    fn when_empty() -> Option<Self> {
+        Some(Self::default())
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RulesActivated {
+    /// The version now active.
+    version: i64,
 }
 
 /// `POST /v1/rules/versions/{version}/activate` with `{"message": "..."}` (optional).
@@ -146,9 +194,9 @@ pub async fn versions(
     tag = "admin",
     description = "Makes a stored rules version active again (a rollback): a new activation in the history, recorded in the audit trail (rules.rollback), put in force by every process within moments. Role admin.",
     params(("version" = i64, Path, minimum = 1, description = "The version to make active")),
-    request_body(content = Option<crate::http::schemas::ActivateRequest>, content_type = "application/json"),
+    request_body(content = Option<ActivateRequest>, content_type = "application/json"),
     responses(
-        (status = 200, description = "Active", body = crate::http::schemas::RulesActivated),
+        (status = 200, description = "Active", body = RulesActivated),
         (status = 400, description = "A bad path or malformed JSON", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such version", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field, or a version this release cannot load (invalid_rules)", body = crate::http::schemas::ErrorResponse),
@@ -160,24 +208,20 @@ pub async fn activate(
     State(state): State<AppState>,
     requester: Requester,
     path: Result<Path<String>, PathRejection>,
-    RequestBody(body): RequestBody,
-) -> Result<Json<Value>, ApiError> {
+    ApiJson(body): ApiJson<ActivateRequest>,
+) -> Result<Json<RulesActivated>, ApiError> {
     let raw = path_param(path, "version")?;
     let version = raw.parse::<i64>().ok().filter(|v| *v >= 1).ok_or_else(|| {
         ApiError::bad_request("invalid_path", "the version must be a whole number from 1")
             .with_field("version")
     })?;
-    let default = format!("rolled back to version {version}");
-    let message = if body.iter().all(u8::is_ascii_whitespace) {
-        default
-    } else {
-        let object = json_object(&body, &["message"])?;
-        text_field(&object, "message")?.map_or(default, str::to_owned)
-    };
+    let message = body
+        .message
+        .unwrap_or_else(|| format!("rolled back to version {version}"));
     let actor = requester.token_actor();
     active_rules::rollback(&state.store, Some(&state.rules), &actor, version, &message)
         .await
         .map_err(|e| active_rules_error(e, "version"))?;
     tracing::info!(version, "rules version activated again");
-    Ok(Json(json!({ "version": version })))
+    Ok(Json(RulesActivated { version }))
 }
