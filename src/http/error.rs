@@ -16,7 +16,6 @@ use axum::{
 };
 use serde::Serialize;
 
-use super::schemas::ErrorResponse;
 use crate::{
     ingest::SubmitError,
     moderation::{ReversalError, ReversalRefusal},
@@ -30,6 +29,12 @@ pub const MAX_FIELD_CHARS: usize = 64;
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
+
+/// Every error: `{"error": {"code", "message", "index"?, "field"?}}`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorResponse {
+    pub error: ErrorBody,
+}
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {

@@ -3,19 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-use utoipa::{
-    ToSchema,
-    openapi::{RefOr, schema::Ref},
-};
+use utoipa::openapi::{RefOr, schema::Ref};
 
-use super::error::ErrorBody;
-
-/// Every error: `{"error": {"code", "message", "index"?, "field"?}}`.
-#[derive(Serialize, ToSchema)]
-pub struct ErrorResponse {
-    pub error: ErrorBody,
-}
+/// The error body is the error's own (`error.rs`); named here with the responses that use it.
+pub use super::error::ErrorResponse;
 
 fn error_response(description: &str) -> utoipa::openapi::ResponseBuilder {
     utoipa::openapi::ResponseBuilder::new()
