@@ -125,10 +125,13 @@ ha:
 	HA_RUNS=$(HA_RUNS) $(CARGO) test --test ha -- --ignored --test-threads 1 --nocapture $(HA_TESTS); \
 	status=$$?; scripts/dev/postgres-ha.sh stop; scripts/dev/restore-drill.sh stop; exit $$status
 
-## ha-figures: each failover of make ha repeated HA_FIGURE_RUNS (10) times: p50 and max of its windows, held to the targets (RELIABILITY.md)
+## ha-figures: each failover of make ha repeated HA_FIGURE_RUNS (10) times: p50 and max of its windows, held to the targets (RELIABILITY.md); HA_RELEASE=1 runs quiesce's release build, as production does
 HA_FIGURE_RUNS ?= 10
+HA_RELEASE ?=
 ha-figures:
-	@HA_CHECK_TARGETS=1 $(MAKE) --no-print-directory ha HA_RUNS=$(HA_FIGURE_RUNS) HA_TESTS=failover_
+	@if [ -n "$(HA_RELEASE)" ]; then $(CARGO) build --release --bin quiesce && \
+	  export QUIESCE_TEST_BINARY=$(CURDIR)/target/release/quiesce; fi; \
+	HA_CHECK_TARGETS=1 $(MAKE) --no-print-directory ha HA_RUNS=$(HA_FIGURE_RUNS) HA_TESTS=failover_
 
 ## image: a static (musl) build in a container image from scratch (buildah), checked and run against the local services
 image:

@@ -113,9 +113,12 @@ impl TestApp {
 }
 
 /// `quiesce <subcommand>` with `settings` in its environment (as the process reads them), its
-/// output in the test log folder when there is one, killed when dropped.
+/// output in the test log folder when there is one, killed when dropped. The binary is this
+/// build's, or `QUIESCE_TEST_BINARY` (`make ha-figures HA_RELEASE=1` runs a release build).
 fn process_command(subcommand: &str, name: &str, settings: &Settings) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"));
+    let binary = std::env::var_os("QUIESCE_TEST_BINARY")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_quiesce").into());
+    let mut command = tokio::process::Command::new(binary);
     command
         .arg(subcommand)
         .env_clear()
