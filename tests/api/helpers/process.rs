@@ -150,7 +150,18 @@ fn process_command(subcommand: &str, name: &str, settings: &Settings) -> tokio::
 }
 
 /// A loopback address no one listens on now, for a process a test starts.
+/// Never the same port twice in one test process: the port is free when asked, and the kernel
+/// may hand it out again before the process it was meant for binds it (a serve process then
+/// found its metrics port taken by a worker started after it was chosen).
 pub fn free_address() -> std::net::SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = probe.local_addr().unwrap();
+        let mut handed_out = HANDED_OUT.lock().unwrap();
+        if !handed_out.contains(&address.port()) {
+            handed_out.push(address.port());
+            return address;
+        }
+    }
 }
