@@ -7,6 +7,7 @@
 //! entity through the Redis sets.
 
 pub mod actions;
+pub mod appeals;
 pub mod active_rules;
 pub mod audit;
 pub mod backtest;

@@ -12,6 +12,7 @@ use crate::{
     audit,
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     queue::Queue,
+    rules::RuleSet,
     store::{EndedTimer, LockedAction, Reversal, Store, StoreError},
     telemetry::{Chain, names},
 };
@@ -77,8 +78,10 @@ fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
 
 /// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
 /// counted, the author's compensated signal scheduled, and the action's rule weighed by
-/// `demoter`, the guard (its reversal rate changed just now).
+/// `demoter`, the guard (its reversal rate changed just now). `appeal`: the open appeal this
+/// reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's own review.
 #[tracing::instrument(skip_all, fields(action = id))]
+#[allow(clippy::too_many_arguments)]
 pub async fn reverse(
     store: &Store,
     queue: &Queue,
@@ -87,11 +90,14 @@ pub async fn reverse(
     reason: &str,
     override_for: Duration,
     demoter: &RuleDemoter,
+    appeal: Option<i64>,
 ) -> Result<Reversal, ReversalError> {
     let reversal = store
-        .reverse_action(id, by, reason, override_for, may_reverse)
+        .reverse_action(id, by, reason, override_for, appeal, may_reverse)
         .await??;
-    metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone()).increment(1);
+    let source = if appeal.is_some() { "appeal" } else { "review" };
+    metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone(), "source" => source)
+        .increment(1);
     demoter.after_reversal(store, &reversal.action.rule).await;
     if let Some(author) = &reversal.author {
         // The compensation is committed; if this schedule is lost the repair sweep finds it.
@@ -127,16 +133,29 @@ pub struct Overridden {
 /// Sets the entity's status; automation does not go past it until the request's `until`, or
 /// for `default_for` (the length a reversal's override has) when it names none. A timed
 /// override (`duration`) is scheduled at its end, when the entity's evaluation restores it.
+///
+/// An override that hides or suspends is a restricting decision: its statement of reasons, on
+/// the `rules`' defaults, is written with it. `appeal`: the open appeal this override upholds.
 pub async fn override_status(
     store: &Store,
     queue: &Queue,
+    rules: &RuleSet,
     request: OverrideRequest<'_>,
     default_for: Duration,
+    appeal: Option<i64>,
 ) -> Result<Overridden, StoreError> {
     let until = match request.duration {
         Some(duration) => Utc::now() + duration,
         None => request.until.unwrap_or_else(|| Utc::now() + default_for),
     };
+    let timed = request.duration.is_some();
+    let statement = rules.moderator_statement(
+        request.entity,
+        request.status,
+        request.reason,
+        false,
+        timed.then_some(until),
+    );
     let moderation_version = store
         .override_entity(
             request.entity,
@@ -144,7 +163,9 @@ pub async fn override_status(
             request.status,
             until,
             request.reason,
-            request.duration.is_some(),
+            timed,
+            statement.as_ref(),
+            appeal,
         )
         .await?;
     if request.duration.is_some() {

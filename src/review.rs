@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     domain::{Actor, ReviewDecision},
+    rules::RuleSet,
     store::{LockedReviewItem, ReviewItem, ReviewOutcome, Store, StoreError},
     telemetry::names,
 };
@@ -88,6 +89,7 @@ pub async fn claim(
 /// automation off for `override_for`.
 pub async fn decide(
     store: &Store,
+    rules: &RuleSet,
     id: i64,
     by: &Actor,
     decision: ReviewDecision,
@@ -97,9 +99,19 @@ pub async fn decide(
 ) -> Result<ReviewOutcome, ReviewError> {
     let admin = is_admin(by);
     let outcome = store
-        .decide_review(id, by, decision, reason, override_for, |locked| {
-            may_decide(locked, &by.name, admin, seen_version)
-        })
+        .decide_review(
+            id,
+            by,
+            decision,
+            reason,
+            override_for,
+            |locked| may_decide(locked, &by.name, admin, seen_version),
+            // A hide is the moderator's restricting decision, brought to them by automation.
+            |entity, status| {
+                let entity = crate::domain::EntityId::parse(entity).ok()?;
+                rules.moderator_statement(&entity, status, reason, true, None)
+            },
+        )
         .await??;
     metrics::counter!(names::REVIEW_DECISIONS, "decision" => decision.as_str()).increment(1);
     Ok(outcome)

@@ -2,6 +2,10 @@
 //! version fence with the evaluation that decided it (`store::evaluations`), reversed by a
 //! moderator (`moderation`), and announced through the outbox, delivered from here.
 
+mod dsa;
 mod outbox;
 
-pub use self::outbox::{DeliveryRound, DeliverySettings, Dispatcher};
+pub use self::{
+    dsa::{DSA_BATCH, DsaSettings, DsaSubmitter},
+    outbox::{DeliveryRound, DeliverySettings, Dispatcher},
+};

@@ -99,7 +99,7 @@ impl Dispatcher {
         let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
         let rows = self
             .store
-            .claim_deliveries(self.settings.batch, claim_for)
+            .claim_deliveries("platform", self.settings.batch, claim_for)
             .timed_query("claim_deliveries")
             .await?;
         let attempts = futures::future::join_all(rows.iter().map(|row| {

@@ -7,6 +7,7 @@ mod deliveries;
 mod healthcheck;
 mod rules;
 mod shards;
+mod statements;
 
 use clap::{Parser, Subcommand};
 
@@ -76,6 +77,12 @@ enum Command {
         #[command(subcommand)]
         command: RulesCommand,
     },
+    /// Export the statements of reasons issued (DSA Art. 17), oldest first, one JSON object per
+    /// line.
+    Statements {
+        #[command(subcommand)]
+        command: statements::StatementsCommand,
+    },
 }
 
 /// Runs the command; its output goes to stdout, its logs to stderr.
@@ -102,6 +109,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Deliveries { command } => deliveries::run(command).await,
         Command::Rules { command } => rules::run(command).await,
         Command::Audit(args) => audit::run(args).await,
+        Command::Statements { command } => statements::run(command).await,
         Command::Healthcheck(args) => healthcheck::run(args).await,
     }
 }

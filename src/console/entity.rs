@@ -372,8 +372,15 @@ pub async fn override_status(
         reason: &reason,
     };
     let app = &state.app;
-    moderation::override_status(&app.store, &app.queue, request, app.override_after_reversal)
-        .await?;
+    moderation::override_status(
+        &app.store,
+        &app.queue,
+        &app.rules.current(),
+        request,
+        app.override_after_reversal,
+        None,
+    )
+    .await?;
     tracing::info!(%entity, status = status.as_str(), token = %signed_in.user.token, "console override");
     Ok(Redirect::to(&format!("/console/entities/{entity}?done=override")).into_response())
 }

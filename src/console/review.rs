@@ -385,6 +385,7 @@ pub async fn reverse(
         &reason,
         override_for,
         &app.demoter,
+        None,
     )
     .await?;
     tracing::info!(action = id, token = %signed_in.user.token, "console reversal");

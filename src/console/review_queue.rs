@@ -419,6 +419,7 @@ pub async fn decide(
         .ok_or_else(|| PageError::bad_field("version", "must be the version the page showed"))?;
     review::decide(
         &state.app.store,
+        &state.app.rules.current(),
         id,
         &signed_in.actor(),
         decision,

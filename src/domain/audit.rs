@@ -68,10 +68,16 @@ pub enum AuditAction {
     /// A moderator's decision on a review queue item (approve, hide, dismiss, escalate).
     #[serde(rename = "review.decide")]
     ReviewDecide,
+    /// An appeal the platform forwarded.
+    #[serde(rename = "appeal.submit")]
+    AppealSubmit,
+    /// A moderator's decision on an appeal (upheld or rejected).
+    #[serde(rename = "appeal.decide")]
+    AppealDecide,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 14] = [
         AuditAction::Reverse,
         AuditAction::Override,
         AuditAction::TimerEnd,
@@ -84,6 +90,8 @@ impl AuditAction {
         AuditAction::SignIn,
         AuditAction::SignOut,
         AuditAction::ReviewDecide,
+        AuditAction::AppealSubmit,
+        AuditAction::AppealDecide,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -100,6 +108,8 @@ impl AuditAction {
             AuditAction::SignIn => "console.sign_in",
             AuditAction::SignOut => "console.sign_out",
             AuditAction::ReviewDecide => "review.decide",
+            AuditAction::AppealSubmit => "appeal.submit",
+            AuditAction::AppealDecide => "appeal.decide",
         }
     }
 

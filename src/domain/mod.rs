@@ -10,6 +10,7 @@ mod ids;
 mod introspect;
 mod schedule;
 mod snapshot;
+mod statement;
 mod status;
 mod timer;
 mod windows;
@@ -29,6 +30,10 @@ pub use self::{
     introspect::field_names,
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
+    statement::{
+        CATEGORIES, CONTENT_TYPES, Ground, Restriction, Source, StatementDraft, clip, dsa_body,
+        new_puid,
+    },
     status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},

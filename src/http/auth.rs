@@ -18,7 +18,10 @@ use crate::{audit::Origin, credentials::Role, domain::Actor};
 pub fn required_role(method: &Method, route: &str) -> Option<Role> {
     match (method.as_str(), route) {
         ("POST", "/v1/sources/{source}/events") => None,
-        ("POST", "/v1/events") | ("PUT", "/v1/entities/{entity}/attributes") => Some(Role::Ingest),
+        ("POST", "/v1/events")
+        | ("PUT", "/v1/entities/{entity}/attributes")
+        | ("POST", "/v1/actions/{id}/appeals")
+        | ("POST", "/v1/statements/{id}/appeals") => Some(Role::Ingest),
         ("GET", "/v1/entities/{entity}")
         | ("GET", "/v1/entities/{entity}/evaluations")
         | ("GET", "/v1/actions")
@@ -31,7 +34,11 @@ pub fn required_role(method: &Method, route: &str) -> Option<Role> {
         | ("POST", "/v1/entities/{entity}/timer/end")
         | ("GET", "/v1/review")
         | ("POST", "/v1/review/{id}/claim")
-        | ("POST", "/v1/review/{id}/decide") => Some(Role::Moderator),
+        | ("POST", "/v1/review/{id}/decide")
+        | ("GET", "/v1/statements")
+        | ("GET", "/v1/appeals")
+        | ("POST", "/v1/appeals/{id}/claim")
+        | ("POST", "/v1/appeals/{id}/decide") => Some(Role::Moderator),
         (_, route) if route.starts_with("/v1/") => Some(Role::Admin),
         _ => None,
     }

@@ -146,13 +146,26 @@ pub(super) async fn render_metrics(
 
 /// The gauges read from Postgres at scrape time, asked at once, each within `wait`.
 async fn postgres_figures(store: &Store, rules: &crate::rules::Rules, wait: Duration) {
-    let (backlog, review, reversals) = tokio::join!(
+    let (backlog, review, reversals, appeals) = tokio::join!(
         tokio::time::timeout(wait, store.outbox_backlog()),
         tokio::time::timeout(wait, store.review_figures(Duration::from_secs(3600))),
         // The reversal rate comes from Postgres, so it survives restarts and is the same on
         // every process. Rules in force without actions read 0.
-        tokio::time::timeout(wait, store.reversal_counts(Duration::from_secs(24 * 3600)))
+        tokio::time::timeout(wait, store.reversal_counts(Duration::from_secs(24 * 3600))),
+        tokio::time::timeout(wait, store.appeal_figures()),
     );
+    match appeals {
+        Ok(Ok(figures)) => {
+            metrics::gauge!(names::APPEALS_WAITING).set(figures.waiting as f64);
+            metrics::gauge!(names::APPEALS_OLDEST_WAIT).set(figures.oldest_wait_secs);
+            metrics::gauge!(names::APPEALS_DECIDED_DAY).set(figures.decided_day as f64);
+            metrics::gauge!(names::APPEALS_UPHELD_DAY).set(figures.upheld_day as f64);
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %crate::telemetry::Chain(&error), "appeals unavailable for the scrape")
+        }
+        Err(_) => tracing::warn!("appeals timed out for the scrape"),
+    }
     match backlog {
         Ok(Ok(backlog)) => metrics::gauge!(names::OUTBOX_BACKLOG).set(backlog as f64),
         Ok(Err(error)) => {

@@ -2,6 +2,7 @@
 //! request timeout and the role check; the ingest routes also the concurrency cap. Metrics are
 //! served on a listener of their own ([`metrics_router`]).
 
+mod appeals;
 mod audit;
 pub mod auth;
 mod backtest;
@@ -119,6 +120,15 @@ pub fn router_with(state: AppState, pages: Router<AppState>) -> Router {
             post(moderation::override_entity),
         )
         .route("/v1/stats/reversal-rate", get(moderation::reversal_rate))
+        .route("/v1/statements", get(appeals::list_statements))
+        .route(
+            "/v1/statements/{id}/appeals",
+            post(appeals::appeal_statement),
+        )
+        .route("/v1/actions/{id}/appeals", post(appeals::appeal_action))
+        .route("/v1/appeals", get(appeals::list_appeals))
+        .route("/v1/appeals/{id}/claim", post(appeals::claim_appeal))
+        .route("/v1/appeals/{id}/decide", post(appeals::decide_appeal))
         .route("/v1/review", get(review::list))
         .route("/v1/review/{id}/claim", post(review::claim))
         .route("/v1/review/{id}/decide", post(review::decide))

@@ -170,6 +170,7 @@ pub async fn reverse(
         &body.reason,
         override_for,
         &RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone())),
+        None,
     )
     .await?;
     Ok(Json(reversal))
@@ -276,8 +277,10 @@ pub async fn override_entity(
     } = moderation::override_status(
         &state.store,
         &state.queue,
+        &state.rules.current(),
         request,
         state.settings.moderation.override_after_reversal,
+        None,
     )
     .await
     .map_err(store_error)?;

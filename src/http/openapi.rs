@@ -42,6 +42,12 @@ impl Modify for Security {
         super::review::list,
         super::review::claim,
         super::review::decide,
+        super::appeals::list_statements,
+        super::appeals::appeal_action,
+        super::appeals::appeal_statement,
+        super::appeals::list_appeals,
+        super::appeals::claim_appeal,
+        super::appeals::decide_appeal,
         super::rules::list,
         super::rules::reload,
         super::rules_versions::publish,
@@ -62,6 +68,7 @@ impl Modify for Security {
     tags(
         (name = "ingest", description = "Events in: role ingest, or a named source's signature"),
         (name = "moderation", description = "Role moderator"),
+        (name = "statements", description = "Statements of reasons and appeals: an appeal is forwarded with role ingest, read and decided with role moderator"),
         (name = "admin", description = "Role admin"),
         (name = "health", description = "Open"),
     )

@@ -258,6 +258,7 @@ pub async fn decide(
     let id = item_id(path)?;
     let outcome = review::decide(
         &state.store,
+        &state.rules.current(),
         id,
         &requester.actor(&body.moderator),
         body.decision,

@@ -12,6 +12,7 @@ mod effects;
 mod in_force;
 mod problem;
 mod rollout;
+mod statement;
 mod verdict;
 
 use std::{path::Path, sync::Arc};
@@ -26,10 +27,18 @@ pub use self::{
     declared::AttributeReadError,
     in_force::Rules,
     problem::{Clause, LabelError, RuleProblem},
+    statement::{StatementError, restricts},
     verdict::{Decision, LabelDecision, Verdict},
 };
-use self::{check::check_names, condition::render_reason};
-use crate::domain::{Action, AttributeReads, Declarations, InvalidDeclaration, Snapshot, Windows};
+use self::{
+    check::check_names,
+    condition::render_reason,
+    statement::{RuleStatement, StatementFile, StatementSpec},
+};
+use crate::domain::{
+    Action, AttributeReads, Declarations, EntityId, InvalidDeclaration, Snapshot, StatementDraft,
+    Status, Windows,
+};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -45,6 +54,8 @@ pub enum RulesError {
     Parse(String),
     #[error("invalid rules file: [attributes]: {0}")]
     Declarations(InvalidDeclaration),
+    #[error("invalid rules file: [statement]: {0}")]
+    Statement(StatementError),
     /// Boxed: a problem carries what it found, and errors travel by value.
     #[error("rule {rule:?}: {problem}")]
     Rule {
@@ -62,6 +73,9 @@ struct RulesFile {
     /// `[attributes.entity.<name>]` (`domain/attributes.rs`).
     #[serde(default, skip_serializing_if = "Declarations::is_empty")]
     attributes: Declarations,
+    /// The statements of reasons' defaults, kinds and notices (`rules/statement.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    statement: Option<StatementFile>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -95,6 +109,9 @@ struct RuleSpec {
     /// `false`: the guard never turns this rule to shadow, whatever its reversal rate.
     #[serde(default = "armed", skip_serializing_if = "is_armed")]
     guard: bool,
+    /// What its restricting decisions' statements of reasons say (`rules/statement.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    statement: Option<StatementSpec>,
 }
 
 fn armed() -> bool {
@@ -125,6 +142,8 @@ pub struct Rule {
     pub guard: bool,
     reason: String,
     program: Program,
+    statement: RuleStatement,
+    statement_spec: Option<StatementSpec>,
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -148,12 +167,16 @@ pub struct RuleSet {
     source: Option<String>,
     /// The stored version it is (`None`: a file or a candidate, not a published version).
     version: Option<i64>,
+    /// The file's `[statement]` table, as written (`None`: none).
+    statement: Option<StatementFile>,
+    /// The same with quiesce's defaults where it has none.
+    statements: StatementFile,
 }
 
 impl RuleSet {
     pub fn from_toml(text: &str) -> Result<Self, RulesError> {
         let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
-        let mut set = Self::from_specs(file.rules, file.attributes)?;
+        let mut set = Self::from_specs(file.rules, file.attributes, file.statement)?;
         set.source = Some(text.to_owned());
         Ok(set)
     }
@@ -175,8 +198,15 @@ impl RuleSet {
         self.source.clone().unwrap_or_else(|| self.to_toml())
     }
 
-    fn from_specs(specs: Vec<RuleSpec>, declarations: Declarations) -> Result<Self, RulesError> {
+    fn from_specs(
+        specs: Vec<RuleSpec>,
+        declarations: Declarations,
+        statement: Option<StatementFile>,
+    ) -> Result<Self, RulesError> {
         declarations.check().map_err(RulesError::Declarations)?;
+        let statements = statement.clone().unwrap_or_default();
+        statements.check().map_err(RulesError::Statement)?;
+        statements.resolve(None).map_err(RulesError::Statement)?;
         let mut attribute_reads = AttributeReads::default();
         let env = Arc::new(Env::stdlib());
         let mut names = std::collections::HashSet::new();
@@ -237,6 +267,9 @@ impl RuleSet {
             {
                 return Err(fail(RuleProblem::Rollout));
             }
+            let rule_statement = statements
+                .resolve(spec.statement.as_ref())
+                .map_err(|e| fail(RuleProblem::Statement(e)))?;
             let rule = Rule {
                 duration,
                 duration_text: spec.duration,
@@ -251,6 +284,8 @@ impl RuleSet {
                 shadow: spec.shadow,
                 reason: spec.reason,
                 program,
+                statement: rule_statement,
+                statement_spec: spec.statement,
             };
             // A dry run on an empty snapshot catches unknown names and non-boolean results.
             let empty = Snapshot::empty_for_validation();
@@ -270,6 +305,8 @@ impl RuleSet {
             windows: decay::ReadsByKind::new(window_reads),
             source: None,
             version: None,
+            statement,
+            statements,
         })
     }
 
@@ -304,6 +341,7 @@ impl RuleSet {
                 duration: rule.duration_text.clone(),
                 rollout: rule.rollout,
                 guard: rule.guard,
+                statement: rule.statement_spec.clone(),
             })
             .collect()
     }
@@ -314,6 +352,7 @@ impl RuleSet {
         toml::to_string(&RulesFile {
             rules: self.specs(),
             attributes: self.declarations.clone(),
+            statement: self.statement.clone(),
         })
         .expect("a rule set serializes")
     }
@@ -325,7 +364,7 @@ impl RuleSet {
         let spec = specs.iter_mut().find(|s| s.name == name && s.shadow)?;
         spec.shadow = false;
         Some(
-            Self::from_specs(specs, self.declarations.clone())
+            Self::from_specs(specs, self.declarations.clone(), self.statement.clone())
                 .expect("rules that compiled once compile again"),
         )
     }
@@ -341,6 +380,7 @@ impl RuleSet {
             toml::to_string(&RulesFile {
                 rules: specs,
                 attributes: self.declarations.clone(),
+                statement: self.statement.clone(),
             })
             .expect("a rule set serializes"),
         )
@@ -358,7 +398,7 @@ impl RuleSet {
                 problem: Box::new(RuleProblem::NoSuchRule),
             })?;
         spec.when = when.to_owned();
-        Self::from_specs(specs, self.declarations.clone())
+        Self::from_specs(specs, self.declarations.clone(), self.statement.clone())
     }
 
     /// Whether any rule reads distinct actors (`uses_actors_for`: the rules of one kind).
@@ -385,6 +425,35 @@ impl RuleSet {
     /// rules applying to entities of this kind read: what their snapshot reads.
     pub fn windows_for(&self, kind: &str) -> &Windows {
         self.windows.of(kind)
+    }
+
+    /// The statement of reasons of a decision these rules took on `snapshot`; `None` when it
+    /// restricts nothing (a flag for review) or its rule is not in the set.
+    pub fn statement_for(&self, decision: &Decision, snapshot: &Snapshot) -> Option<StatementDraft> {
+        let rule = self.rules.iter().find(|r| r.name == decision.rule)?;
+        self.statements.automated(
+            &rule.statement,
+            &rule.reason,
+            &rule.when,
+            self.version,
+            decision,
+            snapshot,
+            chrono::Utc::now(),
+        )
+    }
+
+    /// The statement of reasons of a moderator's decision setting `status`, on the rules file's
+    /// defaults; `None` when it restricts nothing. `detected`: automation sent it to them.
+    pub fn moderator_statement(
+        &self,
+        entity: &EntityId,
+        status: Status,
+        reason: &str,
+        detected: bool,
+        ends_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Option<StatementDraft> {
+        self.statements
+            .by_moderator(entity, status, reason, detected, ends_at)
     }
 
     /// Runs every rule that applies to the snapshot's kind.

@@ -62,6 +62,8 @@ pub enum RuleProblem {
     Labels(LabelError),
     #[error("`rollout` must be a share above 0 and at most 1")]
     Rollout,
+    #[error(transparent)]
+    Statement(super::StatementError),
     /// The dry run on an empty snapshot could not build its context.
     #[error(transparent)]
     Context(ConditionError),

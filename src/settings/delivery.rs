@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::declare::{nonzero, section};
 use crate::credentials::WebhookSecret;
+use secrecy::SecretString;
 
 section! {
     /// Outbound webhooks: where applied actions, reversals and overrides are delivered.
@@ -24,6 +25,20 @@ section! {
         delivery_backoff_base: Duration = Duration::from_secs(1), check nonzero;
         /// Longest delivery backoff, and the longest Retry-After honoured.
         delivery_backoff_max: Duration = Duration::from_secs(600);
+        /// The DSA Transparency Database's API (e.g.
+        /// https://transparency.dsa.ec.europa.eu/api/v1): with dsa_token set, every statement
+        /// of reasons is submitted to its `statements` endpoint, in batches of up to 100.
+        #[value_name = "URL"]
+        dsa_endpoint: Option<String> = None, check http_url;
+        /// The bearer token the Transparency Database gave the platform.
+        dsa_token: Option<SecretString> = None;
+    }
+}
+
+impl Delivery {
+    /// Whether statements of reasons go to the Transparency Database: both settings given.
+    pub fn dsa_configured(&self) -> bool {
+        self.dsa_endpoint.is_some() && self.dsa_token.is_some()
     }
 }
 

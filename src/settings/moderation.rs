@@ -31,6 +31,12 @@ section! {
         /// How long a moderator's claim on a review queue item lasts; past it another
         /// moderator may claim the item.
         review_claim: Duration = Duration::from_secs(10 * 60), check nonzero;
+        /// How long after a restricting decision its author may appeal it (DSA Art. 20 asks
+        /// for at least six months).
+        appeal_window: Duration = Duration::from_secs(183 * 24 * 3600), check nonzero;
+        /// An appeal waiting longer than this fires the appeals alert; exported as
+        /// quiesce_appeal_wait_alert_seconds.
+        appeal_alert_after: Duration = Duration::from_secs(48 * 3600), check nonzero;
         /// A rule's 24h reversal rate above which the reversal-rate alert fires; exported as
         /// quiesce_reversal_rate_alert_threshold.
         #[value_name = "FRACTION"]

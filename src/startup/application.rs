@@ -178,4 +178,6 @@ fn record_baseline(settings: &Settings) {
         settings.moderation.reversal_alert_threshold,
         tokens.chain(sources).chain(["default".to_owned()]),
     );
+    metrics::gauge!(telemetry::names::APPEAL_ALERT_SECONDS)
+        .set(settings.moderation.appeal_alert_after.as_secs_f64());
 }

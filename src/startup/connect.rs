@@ -87,7 +87,8 @@ pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPoo
 pub async fn connect_store(settings: &Settings) -> anyhow::Result<store::Store> {
     let pool = connect_postgres(settings).await?;
     let store = store::Store::new(pool)
-        .with_partitions(store::PartitionPlan::from_settings(&settings.maintenance));
+        .with_partitions(store::PartitionPlan::from_settings(&settings.maintenance))
+        .submitting_statements(settings.delivery.dsa_configured());
     let Some(url) = &settings.database.database_read_url else {
         return Ok(store);
     };

@@ -22,7 +22,7 @@ pub use self::{
     signals::{reload_rules_on_sighup, shutdown_on_signal},
 };
 use crate::{
-    actions::{DeliverySettings, Dispatcher},
+    actions::{DeliverySettings, Dispatcher, DsaSettings, DsaSubmitter},
     active_rules,
     settings::{ConfigArgs, Settings},
     telemetry,
@@ -168,14 +168,27 @@ impl Booted {
     }
 }
 
-/// Starts the webhook dispatcher if a webhook URL is configured.
+/// Starts the webhook dispatcher if a webhook URL is configured, and the Transparency
+/// Database's submitter if `dsa_endpoint` and `dsa_token` are.
 pub fn spawn_dispatcher(
     settings: &Settings,
     backends: &Backends,
     shutdown: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    let delivery = DeliverySettings::from_settings(settings)?;
-    tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
-    let dispatcher = Dispatcher::new(backends.store.clone(), delivery);
-    Some(tokio::spawn(dispatcher.run(shutdown)))
+    let submitter = DsaSettings::from_settings(settings).map(|dsa| {
+        tracing::info!(endpoint = %crate::credentials::redact_passwords(&dsa.endpoint), "Transparency Database submitter started");
+        tokio::spawn(DsaSubmitter::new(backends.store.clone(), dsa).run(shutdown.clone()))
+    });
+    let dispatcher = DeliverySettings::from_settings(settings).map(|delivery| {
+        tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
+        tokio::spawn(Dispatcher::new(backends.store.clone(), delivery).run(shutdown))
+    });
+    if submitter.is_none() && dispatcher.is_none() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        for task in [submitter, dispatcher].into_iter().flatten() {
+            let _ = task.await;
+        }
+    }))
 }

@@ -75,7 +75,13 @@ impl Store {
         // The shared statement skips rows held elsewhere, so that one held row does not hold up
         // the batch; those (and the fenced out, which look the same) are tried again on their
         // own.
-        let recorded = Self::record_locked(&self.pool, worker, &batch, LockedRows::Skip)
+        let recorded = Self::record_locked(
+            &self.pool,
+            worker,
+            &batch,
+            LockedRows::Skip,
+            self.submits_statements(),
+        )
             .timed_query("complete_evaluation")
             .await;
         let mut one_by_one = repeated;
@@ -98,7 +104,14 @@ impl Store {
         each_on_its_own(one_by_one, &mut answers, |i| async move {
             let evaluation = &evaluations[i];
             let recorded =
-                Self::record_locked(&self.pool, worker, &[evaluation], LockedRows::Wait).await;
+                Self::record_locked(
+                    &self.pool,
+                    worker,
+                    &[evaluation],
+                    LockedRows::Wait,
+                    self.submits_statements(),
+                )
+                .await;
             let entity = evaluation.snapshot.entity.as_str();
             recorded.and_then(|r| evaluation.completion(r.get(entity)))
         })

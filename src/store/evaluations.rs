@@ -52,6 +52,8 @@ pub struct FencedEvaluation {
     pub due_at: Option<DateTime<Utc>>,
     /// The `traceparent` of the span that applies an action, for its webhook.
     pub trace: Option<String>,
+    /// The statement of reasons of a restricting decision, written with its action.
+    pub statement: Option<crate::domain::StatementDraft>,
 }
 
 /// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
@@ -113,7 +115,14 @@ impl Store {
         evaluations: &[FencedEvaluation],
     ) -> Result<HashMap<String, Recorded>> {
         let evaluations: Vec<&FencedEvaluation> = evaluations.iter().collect();
-        Self::record_locked(&self.pool, worker, &evaluations, LockedRows::Wait).await
+        Self::record_locked(
+            &self.pool,
+            worker,
+            &evaluations,
+            LockedRows::Wait,
+            self.submits_statements(),
+        )
+        .await
     }
 
     /// The fenced statement of several evaluations (with [`LockedRows::Wait`] the rows are
@@ -135,6 +144,7 @@ impl Store {
         worker: &str,
         evaluations: &[&FencedEvaluation],
         locked_rows: LockedRows,
+        submit: bool,
     ) -> Result<HashMap<String, Recorded>> {
         let distinct: HashSet<&str> = evaluations
             .iter()
@@ -150,7 +160,7 @@ impl Store {
         match locked_rows {
             LockedRows::Skip => {
                 let mut connection = connection.acquire().await?;
-                record_fenced(&mut connection, worker, evaluations).await
+                record_fenced(&mut connection, worker, evaluations, submit).await
             }
             LockedRows::Wait => {
                 // One statement, skipping held rows, serves both ways: SKIP LOCKED never skips a
@@ -163,7 +173,7 @@ impl Store {
                     .map(|e| e.snapshot.entity.as_str())
                     .collect();
                 lock_in_order(&mut tx, &entities).await?;
-                let recorded = record_fenced(&mut tx, worker, evaluations).await?;
+                let recorded = record_fenced(&mut tx, worker, evaluations, submit).await?;
                 tx.commit().await?;
                 Ok(recorded)
             }
@@ -198,8 +208,14 @@ impl Store {
         // A restore feeds nothing back to the author.
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
-            let recorded =
-                Self::record_locked(&self.pool, worker, fenced, LockedRows::Wait).await?;
+            let recorded = Self::record_locked(
+                &self.pool,
+                worker,
+                fenced,
+                LockedRows::Wait,
+                self.submits_statements(),
+            )
+            .await?;
             return evaluation.completion(recorded.get(snapshot.entity.as_str()));
         };
         // An action on an authored entity feeds back: the author's entity gets a derived
@@ -208,7 +224,7 @@ impl Store {
         // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
         let mut tx = self.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
-        let recorded = record_fenced(&mut tx, worker, fenced).await?;
+        let recorded = record_fenced(&mut tx, worker, fenced, self.submits_statements()).await?;
         let mut completion = evaluation.completion(recorded.get(snapshot.entity.as_str()))?;
         if let Completion::Applied {
             author: to_schedule,
@@ -236,6 +252,7 @@ async fn record_fenced(
     connection: &mut PgConnection,
     worker: &str,
     evaluations: &[&FencedEvaluation],
+    submit: bool,
 ) -> Result<HashMap<String, Recorded>> {
     // A text column of the UNNEST input, borrowed from the evaluations (no copies); the casts
     // below name the types bound to the arrays, which the macro would otherwise want owned.
@@ -278,16 +295,22 @@ async fn record_fenced(
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.duration))
         .collect();
+    // A restricting decision's statement of reasons, written with its action (none when the
+    // action's dedup key existed: the statement was written the first time).
+    let statements: Vec<Option<Json<serde_json::Value>>> = evaluations
+        .iter()
+        .map(|e| e.statement.as_ref().map(|s| Json(s.stored())))
+        .collect();
     let rows = sqlx::query!(
         r#"WITH input AS (
                SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                     $12::text[], $13::text[], $14::text[], $15::float8[],
-                                    $16::jsonb[], $17::int8[], $18::text[])
+                                    $16::jsonb[], $17::int8[], $18::text[], $19::jsonb[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
-                        labels, rules_version, traceparent)
+                        labels, rules_version, traceparent, statement)
            ),
            -- Each row that passes the fence, locked, with its input and the timer it holds:
            -- every later part reads this and nothing else of the input. (The planner takes an
@@ -334,6 +357,34 @@ async fn record_fenced(
                FROM applied a
                JOIN locked l ON l.entity = a.entity
                ORDER BY a.id
+           ),
+           -- The statement of reasons of each restricting action applied now, delivered to the
+           -- platform and, when configured, to the Transparency Database (statements.rs).
+           issued AS (
+               INSERT INTO statements (puid, entity, action_id, rule, decided_by,
+                                       previous_status, status, body)
+               SELECT l.statement ->> 'puid', a.entity, a.id, a.rule, 'automated',
+                      a.previous_status, a.new_status, l.statement
+               FROM applied a
+               JOIN locked l ON l.entity = a.entity
+               WHERE l.statement IS NOT NULL
+               ORDER BY a.id
+               RETURNING id, puid, entity, action_id, body
+           ),
+           statement_notes AS (
+               INSERT INTO outbox (topic, idempotency_key, payload, receiver)
+               SELECT 'statement.issued', 'statement:' || s.puid,
+                      jsonb_build_object('statement_id', s.id, 'puid', s.puid,
+                                         'entity', s.entity, 'action_id', s.action_id,
+                                         'statement', s.body),
+                      'platform'
+               FROM issued s
+               UNION ALL
+               SELECT 'statement.submitted', 'dsa:' || s.puid,
+                      jsonb_build_object('statement_id', s.id,
+                                         'statement', s.body - 'quiesce_keywords'),
+                      'dsa'
+               FROM issued s WHERE $20
            ),
            labelled AS (
                INSERT INTO entity_labels (entity, label, rule, reason)
@@ -422,6 +473,8 @@ async fn record_fenced(
         &labels as &[Json<&[crate::rules::LabelDecision]>],
         &rules_versions as &[Option<i64>],
         &traces as &[Option<&str>],
+        &statements as &[Option<Json<serde_json::Value>>],
+        submit,
     )
     .fetch_all(&mut *connection)
     .await?;

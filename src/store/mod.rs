@@ -26,6 +26,7 @@ mod retention;
 mod review;
 mod rules_versions;
 mod snapshots;
+mod statements;
 mod sweep;
 mod timers;
 
@@ -62,6 +63,10 @@ pub use self::{
         RulesVersionSummary,
     },
     snapshots::{EntityRecord, Override},
+    statements::{
+        AppealDecision, AppealFigures, AppealRecord, AppealRefusal, DecidedBy, IssuedStatement,
+        StatementFilter, StatementRecord,
+    },
     sweep::SweepCursor,
     timers::EndedTimer,
 };
@@ -258,6 +263,8 @@ pub struct Store {
     partitions: PartitionPlan,
     /// Where reads that may be a moment stale go while it keeps up (`replica.rs`).
     replica: Option<Replica>,
+    /// Whether statements of reasons are queued for the Transparency Database too.
+    submit_statements: bool,
 }
 
 impl Store {
@@ -267,6 +274,16 @@ impl Store {
             pool,
             partitions: PartitionPlan::from_settings(&crate::settings::Maintenance::default()),
             replica: None,
+            submit_statements: false,
+        }
+    }
+
+    /// The same store queueing each statement of reasons for the Transparency Database as well
+    /// as for the platform (`dsa_endpoint` and `dsa_token` set).
+    pub fn submitting_statements(self, submit: bool) -> Self {
+        Self {
+            submit_statements: submit,
+            ..self
         }
     }
 

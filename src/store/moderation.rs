@@ -8,11 +8,12 @@ use sqlx::{Postgres, Transaction};
 use super::{
     ActionRecord, Result, Store, StoreError,
     audit::record_audit_in,
+    statements::{AppealDecision, DecidedBy, IssuedStatement, decide_appeal_in, issue_in},
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
     interval,
 };
-use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, Status};
+use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, StatementDraft, Status};
 
 /// A reversal as recorded: the action, and the entity's state after it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -42,17 +43,20 @@ impl Store {
     /// redoing it for `override_for`. The reversal is recorded (who, when, why, in the audit
     /// trail too) and an outbox row tells the platform. `Ok(Err(refusal))`: the rule refused;
     /// nothing written.
+    /// `appeal`: the open appeal whose upholding this reversal is (recorded as its source and
+    /// decided in the same transaction); `None`: a moderator's own review of the action.
     pub async fn reverse_action<R>(
         &self,
         id: i64,
         by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
+        appeal: Option<i64>,
         may_reverse: impl Fn(&LockedAction) -> std::result::Result<(), R>,
     ) -> Result<std::result::Result<Reversal, R>> {
         // The compensation is an event: a partition turnover is repaired and the whole
         // reversal retried.
-        self.with_turnover(|| self.reverse_once(id, by, reason, override_for, &may_reverse))
+        self.with_turnover(|| self.reverse_once(id, by, reason, override_for, appeal, &may_reverse))
             .await
     }
 
@@ -62,6 +66,7 @@ impl Store {
         by: &Actor,
         reason: &str,
         override_for: std::time::Duration,
+        appeal: Option<i64>,
         may_reverse: &impl Fn(&LockedAction) -> std::result::Result<(), R>,
     ) -> Result<std::result::Result<Reversal, R>> {
         let moderator = by.name.as_str();
@@ -148,7 +153,8 @@ impl Store {
         .await?;
         let action = sqlx::query_as!(
             ActionRecord,
-            "UPDATE actions SET reversed_at = now(), reversed_by = $2, reversal_reason = $3
+            "UPDATE actions SET reversed_at = now(), reversed_by = $2, reversal_reason = $3,
+                    reversal_source = $4
              WHERE id = $1
              RETURNING id, entity, action, rule, reason, previous_status, new_status,
                        applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
@@ -156,9 +162,13 @@ impl Store {
             id,
             moderator,
             reason,
+            if appeal.is_some() { "appeal" } else { "review" },
         )
         .fetch_one(&mut *tx)
         .await?;
+        if let Some(appeal) = appeal {
+            decide_appeal_in(&mut tx, appeal, by, AppealDecision::Upheld, reason, Some(id)).await?;
+        }
         if action.action == "review" {
             // A moderator's queue decision undone: its item waits again, undecided.
             sqlx::query!(
@@ -218,6 +228,7 @@ impl Store {
             "moderator": moderator,
             "reason": reason,
             "moderation_version": new_version,
+            "source": if appeal.is_some() { "appeal" } else { "review" },
             }),
         )
         .execute(&mut *tx)
@@ -238,6 +249,9 @@ impl Store {
     /// automation does not escalate past it until `until`. A timed override (`timed`) also
     /// sets a timer ending at `until` that restores the status the entity had; any other
     /// timer in force ends without a restore (the moderator's decision replaces it).
+    /// `statement`: the statement of reasons of a restricting override, written with it;
+    /// `appeal`: the open appeal whose upholding this override is, decided with it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn override_entity(
         &self,
         entity: &EntityId,
@@ -246,6 +260,8 @@ impl Store {
         until: DateTime<Utc>,
         reason: &str,
         timed: bool,
+        statement: Option<&StatementDraft>,
+        appeal: Option<i64>,
     ) -> Result<i64> {
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
@@ -284,6 +300,21 @@ impl Store {
         .ok_or_else(|| {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
         })?;
+        if let (Some(draft), Some(found)) = (statement, &before) {
+            let issued = IssuedStatement {
+                draft,
+                entity: entity.as_str(),
+                action_id: None,
+                rule: None,
+                decided_by: DecidedBy::Override,
+                previous_status: &found.status,
+                status: status.as_str(),
+            };
+            issue_in(&mut tx, issued, self.submits_statements()).await?;
+        }
+        if let Some(appeal) = appeal {
+            decide_appeal_in(&mut tx, appeal, by, AppealDecision::Upheld, reason, None).await?;
+        }
         record_audit_in(
             &mut *tx,
             by,

@@ -23,10 +23,12 @@ pub struct OutboxRow {
 }
 
 impl Store {
-    /// Claims up to `limit` outbox rows that are due for delivery (oldest first), counting an
-    /// attempt and hiding them from other dispatchers for `claim_for`.
+    /// Claims up to `limit` outbox rows for `receiver` (`platform`, `dsa`) that are due for
+    /// delivery (oldest first), counting an attempt and hiding them from other dispatchers for
+    /// `claim_for`.
     pub async fn claim_deliveries(
         &self,
+        receiver: &str,
         limit: usize,
         claim_for: std::time::Duration,
     ) -> Result<Vec<OutboxRow>> {
@@ -35,12 +37,14 @@ impl Store {
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + $2::interval
              WHERE id IN (
                  SELECT id FROM outbox
-                 WHERE delivered_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
+                 WHERE receiver = $3 AND delivered_at IS NULL AND failed_at IS NULL
+                   AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
              RETURNING id, topic, idempotency_key, payload, attempts, created_at, last_status,
                        last_error, failed_at, traceparent",
             limit as i64,
             interval(claim_for),
+            receiver,
         )
         .fetch_all(&self.pool)
         .await?;
@@ -88,6 +92,19 @@ impl Store {
         .fetch_one(&self.pool)
         .await?;
         Ok(gave_up)
+    }
+
+    /// Gives a delivery up at once: the receiver refused it for good (its reason in `error`).
+    pub async fn fail_delivery(&self, id: i64, status: u16, error: &str) -> Result<()> {
+        sqlx::query!(
+            "UPDATE outbox SET failed_at = now(), last_status = $2, last_error = $3 WHERE id = $1",
+            id,
+            i32::from(status),
+            error,
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Deliveries given up, oldest first.

@@ -9,9 +9,13 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{
-    Result, Store, StoreError, audit::record_audit_in, interval, moderation::record_decision,
+    Result, Store, StoreError,
+    audit::record_audit_in,
+    interval,
+    moderation::record_decision,
+    statements::{DecidedBy, IssuedStatement, issue_in},
 };
-use crate::domain::{Actor, AuditAction, AuditEntry, ReviewDecision, Status};
+use crate::domain::{Actor, AuditAction, AuditEntry, ReviewDecision, StatementDraft, Status};
 
 /// One waiting item, with the entity as it is now.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -161,6 +165,7 @@ impl Store {
         reason: &str,
         override_for: std::time::Duration,
         may_decide: impl FnOnce(&LockedReviewItem) -> std::result::Result<(), R>,
+        statement: impl FnOnce(&str, Status) -> Option<StatementDraft>,
     ) -> Result<std::result::Result<ReviewOutcome, R>> {
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
@@ -209,6 +214,7 @@ impl Store {
                 }
             }
             Some(status) => {
+                let draft = statement(&item.entity, status);
                 self.apply_decision(
                     &mut tx,
                     id,
@@ -220,6 +226,7 @@ impl Store {
                     reason,
                     seen_version,
                     override_for,
+                    draft.as_ref(),
                 )
                 .await?
             }
@@ -267,6 +274,7 @@ impl Store {
         reason: &str,
         seen_version: i64,
         override_for: std::time::Duration,
+        statement: Option<&StatementDraft>,
     ) -> Result<ReviewOutcome> {
         let dedup_key = format!("review:{id}");
         let action_reason = format!("{} by {moderator}: {reason}", decision.as_str());
@@ -286,6 +294,18 @@ impl Store {
         )
         .fetch_one(&mut **tx)
         .await?;
+        if let Some(draft) = statement {
+            let issued = IssuedStatement {
+                draft,
+                entity,
+                action_id: Some(action_id),
+                rule: None,
+                decided_by: DecidedBy::Review,
+                previous_status: previous,
+                status: status.as_str(),
+            };
+            issue_in(tx, issued, self.submits_statements()).await?;
+        }
         // An override keeps automation from flagging it again (approve) or from undoing the
         // hide; a dismiss leaves automation free. Either way the decision replaces any timer.
         let lasting = decision.keeps_automation_off();

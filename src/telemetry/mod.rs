@@ -49,6 +49,14 @@ pub mod names {
     pub const GUARD_DEMOTED_AT: &str = "quiesce_rule_guard_demoted_timestamp_seconds";
     pub const SHADOW_HITS: &str = "quiesce_shadow_hits_total";
     pub const DELIVERIES: &str = "quiesce_webhook_deliveries_total";
+    pub const DSA_SUBMISSIONS: &str = "quiesce_dsa_submissions_total";
+    pub const STATEMENTS: &str = "quiesce_statements_total";
+    pub const APPEALS_WAITING: &str = "quiesce_appeals_waiting";
+    pub const APPEALS_OLDEST_WAIT: &str = "quiesce_appeals_oldest_wait_seconds";
+    pub const APPEALS_DECIDED_DAY: &str = "quiesce_appeals_decided_24h";
+    pub const APPEALS_UPHELD_DAY: &str = "quiesce_appeals_upheld_24h";
+    pub const APPEALS_DECIDED: &str = "quiesce_appeals_decided_total";
+    pub const APPEAL_ALERT_SECONDS: &str = "quiesce_appeal_wait_alert_seconds";
     pub const OUTBOX_BACKLOG: &str = "quiesce_outbox_backlog";
     pub const DEAD_LETTERED: &str = "quiesce_dead_lettered_total";
     pub const DEAD_LETTERS: &str = "quiesce_dead_letters";
@@ -241,6 +249,34 @@ fn describe() {
         names::DELIVERIES,
         "Outbound webhook attempts by outcome (delivered, retried, gave_up)."
     );
+    describe_counter!(
+        names::DSA_SUBMISSIONS,
+        "Statements of reasons sent to the Transparency Database, by outcome (delivered, retried, refused, gave_up)."
+    );
+    describe_counter!(
+        names::APPEALS_DECIDED,
+        "Appeals decided by a moderator, by outcome (upheld, rejected) and rule."
+    );
+    describe_gauge!(
+        names::APPEALS_WAITING,
+        "Appeals waiting for a moderator's decision (read at scrape time)."
+    );
+    describe_gauge!(
+        names::APPEALS_OLDEST_WAIT,
+        "How long the oldest waiting appeal has waited (read at scrape time)."
+    );
+    describe_gauge!(
+        names::APPEALS_DECIDED_DAY,
+        "Appeals decided over the last 24 hours (read at scrape time)."
+    );
+    describe_gauge!(
+        names::APPEALS_UPHELD_DAY,
+        "Appeals upheld over the last 24 hours (read at scrape time)."
+    );
+    describe_gauge!(
+        names::APPEAL_ALERT_SECONDS,
+        "The appeal wait above which the appeals alert fires (appeal_alert_after)."
+    );
     describe_gauge!(
         names::RULES_VERSION,
         "The rules version this process evaluates with (0: none stored yet)."
@@ -368,6 +404,9 @@ pub fn record_baseline(
     }
     for outcome in ["delivered", "retried", "gave_up"] {
         metrics::counter!(names::DELIVERIES, "outcome" => outcome).increment(0);
+    }
+    for outcome in ["delivered", "retried", "refused", "gave_up"] {
+        metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(names::POSTGRES_BREAKER_OPEN).set(0.0);
     // Rule-less and at 0 (never within the alert's hour): the alert's series exists before

@@ -358,6 +358,10 @@ impl Worker {
             .as_ref()
             .and_then(|_| TraceParent::of_span(&step))
             .map(|t| t.as_str().to_owned());
+        // A restricting decision explains itself to its author (`rules/statement.rs`).
+        let statement = decision
+            .as_ref()
+            .and_then(|d| rules.statement_for(d, &snapshot));
         let completion = self
             .batches
             .complete(FencedEvaluation {
@@ -367,6 +371,7 @@ impl Worker {
                 started_at,
                 due_at: DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
                 trace,
+                statement,
             })
             .instrument(step)
             .await?;

@@ -40,6 +40,7 @@ fn fenced(
         started_at: chrono::Utc::now(),
         due_at: None,
         trace: None,
+        statement: None,
     }
 }
 
@@ -343,6 +344,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
                     started_at: chrono::Utc::now(),
                     due_at: None,
                     trace: None,
+                    statement: None,
                 })
                 .await;
             (i, completion)
@@ -448,6 +450,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
                         started_at: chrono::Utc::now(),
                         due_at: None,
                         trace: None,
+                        statement: None,
                     })
                     .await
             })

@@ -217,6 +217,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
                     started_at: chrono::Utc::now(),
                     due_at: None,
                     trace: None,
+                    statement: None,
                 },
             )
             .await

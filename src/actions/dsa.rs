@@ -1,0 +1,295 @@
+//! Statements of reasons to the EU's DSA Transparency Database: the outbox's `dsa` rows (each
+//! written with its decision, `store/statements.rs`) in batches of up to 100 to the API's
+//! `statements` endpoint with the platform's bearer token. A statement is sent once: a 422
+//! saying its platform unique identifier was already submitted means an earlier answer was
+//! lost and it is delivered; a 422 about its fields gives it up at once, with the field errors,
+//! among the failed deliveries; anything else is retried with the webhooks' backoff.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use rand::Rng;
+use secrecy::{ExposeSecret, SecretString};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    settings::Settings,
+    store::{OutboxRow, Store, StoreError},
+    telemetry::{Timed, names},
+};
+
+/// The most statements the API takes in one request.
+pub const DSA_BATCH: usize = 100;
+
+#[derive(Clone)]
+pub struct DsaSettings {
+    /// The API's base (`.../api/v1`); batches go to `{endpoint}/statements`.
+    pub endpoint: String,
+    pub token: SecretString,
+    pub timeout: Duration,
+    pub horizon: Duration,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    pub poll_interval: Duration,
+}
+
+impl DsaSettings {
+    /// `None` unless both `dsa_endpoint` and `dsa_token` are set.
+    pub fn from_settings(settings: &Settings) -> Option<Self> {
+        let delivery = &settings.delivery;
+        Some(Self {
+            endpoint: delivery.dsa_endpoint.clone()?,
+            token: delivery.dsa_token.clone()?,
+            timeout: delivery.delivery_timeout,
+            horizon: delivery.delivery_horizon,
+            backoff_base: delivery.delivery_backoff_base,
+            backoff_max: delivery.delivery_backoff_max,
+            poll_interval: settings.worker.poll_interval.max(Duration::from_millis(50)),
+        })
+    }
+}
+
+/// What the API said of one statement of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ItemOutcome {
+    Stored,
+    /// Refused for good: its field errors.
+    Refused(String),
+    /// Not stored, through no fault of its own (the batch failed): try again.
+    Retry(String),
+}
+
+/// Reads the API's answer into one outcome per statement sent (`puids`, in order).
+fn outcomes(status: u16, body: &serde_json::Value, puids: &[String]) -> Vec<ItemOutcome> {
+    if (200..300).contains(&status) {
+        return vec![ItemOutcome::Stored; puids.len()];
+    }
+    if status != 422 {
+        let why = format!("the Transparency Database answered {status}");
+        return vec![ItemOutcome::Retry(why); puids.len()];
+    }
+    // A 422 refuses the whole batch; its errors are keyed `statements.<n>.<field>`, and
+    // `existing_puids` lists the identifiers already submitted.
+    let existing: Vec<&str> = body["existing_puids"]
+        .as_array()
+        .map(|ids| ids.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let mut errors: HashMap<usize, Vec<String>> = HashMap::new();
+    if let Some(fields) = body["errors"].as_object() {
+        for (key, messages) in fields {
+            let mut parts = key.splitn(3, '.');
+            let (Some("statements"), Some(index), Some(field)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Ok(index) = index.parse::<usize>() else {
+                continue;
+            };
+            let said: Vec<&str> = messages
+                .as_array()
+                .map(|m| m.iter().filter_map(|v| v.as_str()).collect())
+                .unwrap_or_default();
+            errors
+                .entry(index)
+                .or_default()
+                .push(format!("{field}: {}", said.join("; ")));
+        }
+    }
+    puids
+        .iter()
+        .enumerate()
+        .map(|(i, puid)| {
+            if existing.contains(&puid.as_str()) {
+                return ItemOutcome::Stored;
+            }
+            match errors.get(&i) {
+                // An error on the identifier alone is the duplicate the API reports.
+                Some(found) if found.iter().all(|e| e.starts_with("puid:")) && is_duplicate(found) => {
+                    ItemOutcome::Stored
+                }
+                Some(found) => ItemOutcome::Refused(found.join(" | ")),
+                None => ItemOutcome::Retry("another statement of its batch was refused".into()),
+            }
+        })
+        .collect()
+}
+
+fn is_duplicate(errors: &[String]) -> bool {
+    errors.iter().any(|e| {
+        let e = e.to_lowercase();
+        e.contains("unique") || e.contains("already") || e.contains("exist")
+    })
+}
+
+#[derive(Clone)]
+pub struct DsaSubmitter {
+    store: Store,
+    client: reqwest::Client,
+    settings: Arc<DsaSettings>,
+}
+
+impl DsaSubmitter {
+    pub fn new(store: Store, settings: DsaSettings) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .build()
+            .expect("an HTTP client without custom TLS settings builds");
+        Self {
+            store,
+            client,
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// Sends one batch of due statements; returns how many rows it took.
+    pub async fn submit_once(&self) -> Result<usize, StoreError> {
+        let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
+        let rows = self
+            .store
+            .claim_deliveries("dsa", DSA_BATCH, claim_for)
+            .timed_query("claim_deliveries")
+            .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let statements: Vec<&serde_json::Value> =
+            rows.iter().map(|row| &row.payload["statement"]).collect();
+        let puids: Vec<String> = statements
+            .iter()
+            .map(|s| s["puid"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let url = format!("{}/statements", self.settings.endpoint.trim_end_matches('/'));
+        let answer = self
+            .client
+            .post(&url)
+            .bearer_auth(self.settings.token.expose_secret())
+            .header("accept", "application/json")
+            .json(&serde_json::json!({ "statements": statements }))
+            .send()
+            .await;
+        let (status, results) = match answer {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body = response.json::<serde_json::Value>().await.unwrap_or_default();
+                (Some(status), outcomes(status, &body, &puids))
+            }
+            Err(error) => {
+                // reqwest names the URL; the token is in a header, never in the message.
+                let why = crate::credentials::redact_passwords(&format!("request failed: {error}"));
+                (None, vec![ItemOutcome::Retry(why); rows.len()])
+            }
+        };
+        for (row, outcome) in rows.iter().zip(results) {
+            self.settle(row, status, outcome).await?;
+        }
+        Ok(rows.len())
+    }
+
+    async fn settle(
+        &self,
+        row: &OutboxRow,
+        status: Option<u16>,
+        outcome: ItemOutcome,
+    ) -> Result<(), StoreError> {
+        match outcome {
+            ItemOutcome::Stored => {
+                self.store.mark_delivered(row.id, status.unwrap_or(200)).await?;
+                metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "delivered").increment(1);
+            }
+            ItemOutcome::Refused(errors) => {
+                tracing::error!(id = row.id, %errors, "the Transparency Database refused a statement");
+                self.store
+                    .fail_delivery(row.id, status.unwrap_or(422), &errors)
+                    .await?;
+                metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "refused").increment(1);
+            }
+            ItemOutcome::Retry(error) => {
+                let delay = self.backoff(row.attempts);
+                let gave_up = self
+                    .store
+                    .reschedule_delivery(row.id, status, &error, delay, self.settings.horizon)
+                    .await?;
+                let outcome = if gave_up { "gave_up" } else { "retried" };
+                metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => outcome).increment(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Full jitter: a random share of min(max, base * 2^(attempts - 1)).
+    fn backoff(&self, attempts: i32) -> Duration {
+        let exponent = attempts.clamp(1, 30) as u32 - 1;
+        let cap = self
+            .settings
+            .backoff_base
+            .saturating_mul(2u32.saturating_pow(exponent))
+            .min(self.settings.backoff_max);
+        cap.mul_f64(rand::rng().random::<f64>())
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            let taken = match self.submit_once().await {
+                Ok(taken) => taken,
+                Err(error) => {
+                    tracing::warn!(error = %crate::telemetry::Chain(&error), "Transparency Database submission pass failed");
+                    0
+                }
+            };
+            // A full batch means more may be due: go again at once.
+            let pause = if taken >= DSA_BATCH {
+                Duration::ZERO
+            } else {
+                self.settings.poll_interval
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn puids() -> Vec<String> {
+        vec!["quiesce-a".into(), "quiesce-b".into(), "quiesce-c".into()]
+    }
+
+    #[test]
+    fn a_created_batch_is_stored_whole() {
+        assert_eq!(
+            outcomes(201, &serde_json::json!({}), &puids()),
+            vec![ItemOutcome::Stored; 3]
+        );
+    }
+
+    #[test]
+    fn a_422_stores_the_known_puids_refuses_the_bad_and_retries_the_rest() {
+        let body = serde_json::json!({
+            "errors": {
+                "statements.1.category": ["The selected category is invalid."],
+                "statements.2.puid": ["The identifier given is not unique within this platform."]
+            },
+            "existing_puids": ["quiesce-c"]
+        });
+        let got = outcomes(422, &body, &puids());
+        assert!(matches!(got[0], ItemOutcome::Retry(_)));
+        assert_eq!(
+            got[1],
+            ItemOutcome::Refused("category: The selected category is invalid.".into())
+        );
+        assert_eq!(got[2], ItemOutcome::Stored);
+    }
+
+    #[test]
+    fn anything_else_is_retried() {
+        assert!(
+            outcomes(503, &serde_json::json!({}), &puids())
+                .iter()
+                .all(|o| matches!(o, ItemOutcome::Retry(_)))
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! A statement of reasons (Digital Services Act, Art. 17): what a restricting decision tells the
+//! author, and what the Commission's Transparency Database takes (Art. 24(5)). The fields and
+//! their values are the database's own (`docs/statements.md` maps quiesce's decisions to them);
+//! nothing here names a person: the facts are figures and rule names.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The longest explanation the database takes.
+pub const MAX_EXPLANATION: usize = 2000;
+/// The longest ground, URL, `*_other` text the database takes.
+pub const MAX_SHORT_TEXT: usize = 500;
+/// The longest facts text the database takes.
+pub const MAX_FACTS: usize = 5000;
+
+/// The statement categories the database lists.
+pub const CATEGORIES: &[&str] = &[
+    "STATEMENT_CATEGORY_PIRACY",
+    "STATEMENT_CATEGORY_DISCRIMINATION",
+    "STATEMENT_CATEGORY_COUNTERFEIT",
+    "STATEMENT_CATEGORY_FRAUD",
+    "STATEMENT_CATEGORY_TERRORISM",
+    "STATEMENT_CATEGORY_CHILD_SAFETY",
+    "STATEMENT_CATEGORY_NON_CONSENT",
+    "STATEMENT_CATEGORY_MISINFORMATION",
+    "STATEMENT_CATEGORY_VIOLATION_TOS",
+    "STATEMENT_CATEGORY_UNCATEGORISED",
+];
+
+/// The content types the database lists.
+pub const CONTENT_TYPES: &[&str] = &[
+    "CONTENT_TYPE_APP",
+    "CONTENT_TYPE_AUDIO",
+    "CONTENT_TYPE_IMAGE",
+    "CONTENT_TYPE_PRODUCT",
+    "CONTENT_TYPE_SYNTHETIC_MEDIA",
+    "CONTENT_TYPE_TEXT",
+    "CONTENT_TYPE_VIDEO",
+    "CONTENT_TYPE_OTHER",
+];
+
+/// Why the decision was taken: the law, or the platform's terms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ground {
+    /// Illegal content: the legal ground relied on.
+    Illegal,
+    /// Incompatible with the terms and conditions: the contractual ground relied on.
+    Incompatible,
+}
+
+/// What the decision restricts, in the database's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restriction {
+    /// The content is hidden (quiesce's `hide`).
+    ContentDisabled,
+    /// The account is suspended (`suspend` of an account kind).
+    AccountSuspended,
+    /// Content suspended that is not an account: the service to it is suspended.
+    ProvisionSuspended,
+}
+
+/// Where the decision came from (`source_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Source {
+    /// A notice (Art. 16): the events that triggered it were reports the platform marks as
+    /// notices.
+    #[serde(rename = "SOURCE_ARTICLE_16")]
+    Notice,
+    /// A notice from a trusted flagger (Art. 22).
+    #[serde(rename = "SOURCE_TRUSTED_FLAGGER")]
+    TrustedFlagger,
+    /// The platform's own initiative.
+    #[serde(rename = "SOURCE_VOLUNTARY")]
+    Voluntary,
+}
+
+/// Everything a statement says, as quiesce decides it (the rules file's `statement` tables, the
+/// entity's kind, the decision). [`StatementDraft::body`] is the database's statement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatementDraft {
+    pub puid: String,
+    pub restriction: Restriction,
+    pub ground: Ground,
+    /// The legal or contractual ground, as the ground says.
+    pub ground_reference: String,
+    pub explanation: String,
+    /// For a ground of incompatibility: whether the content is considered illegal too.
+    pub also_illegal: bool,
+    pub content_types: Vec<String>,
+    /// The content type in words when it is `CONTENT_TYPE_OTHER`.
+    pub content_type_other: Option<String>,
+    pub category: String,
+    pub keywords: Vec<String>,
+    pub facts: String,
+    pub source: Source,
+    pub automated_detection: bool,
+    pub automated_decision: bool,
+    pub url: String,
+    pub applied_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// A platform unique identifier: never reused (a random UUID), in the database's alphabet.
+pub fn new_puid() -> String {
+    format!("quiesce-{}", uuid::Uuid::new_v4())
+}
+
+/// The database's hour format (`Y-m-d-H`, UTC).
+fn hour(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d-%H").to_string()
+}
+
+fn yes_no(value: bool) -> &'static str {
+    if value { "Yes" } else { "No" }
+}
+
+/// Cuts a text to at most `max` characters (the database counts characters).
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+impl StatementDraft {
+    /// The statement as the Transparency Database's API takes it (one item of a batch), with
+    /// quiesce's keywords beside it under `quiesce_keywords` only in the platform's copy
+    /// ([`StatementDraft::stored`]).
+    pub fn body(&self) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "decision_ground": match self.ground {
+                Ground::Illegal => "DECISION_GROUND_ILLEGAL_CONTENT",
+                Ground::Incompatible => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+            },
+            "content_type": self.content_types,
+            "category": self.category,
+            "application_date": hour(self.applied_at),
+            "decision_facts": clip(&self.facts, MAX_FACTS),
+            "source_type": self.source,
+            "automated_detection": yes_no(self.automated_detection),
+            "automated_decision": yes_no(self.automated_decision),
+            "url": clip(&self.url, MAX_SHORT_TEXT),
+            "puid": self.puid,
+        });
+        let fields = body.as_object_mut().expect("an object");
+        let mut put = |key: &str, value: serde_json::Value| {
+            fields.insert(key.to_owned(), value);
+        };
+        match self.restriction {
+            Restriction::ContentDisabled => {
+                put("decision_visibility", "DECISION_VISIBILITY_CONTENT_DISABLED".into())
+            }
+            Restriction::AccountSuspended => {
+                put("decision_account", "DECISION_ACCOUNT_SUSPENDED".into())
+            }
+            Restriction::ProvisionSuspended => put(
+                "decision_provision",
+                "DECISION_PROVISION_PARTIAL_SUSPENSION".into(),
+            ),
+        }
+        let reference = clip(&self.ground_reference, MAX_SHORT_TEXT).into();
+        let explanation = clip(&self.explanation, MAX_EXPLANATION).into();
+        match self.ground {
+            Ground::Illegal => {
+                put("illegal_content_legal_ground", reference);
+                put("illegal_content_explanation", explanation);
+            }
+            Ground::Incompatible => {
+                put("incompatible_content_ground", reference);
+                put("incompatible_content_explanation", explanation);
+                put(
+                    "incompatible_content_illegal",
+                    yes_no(self.also_illegal).into(),
+                );
+            }
+        }
+        if let Some(other) = &self.content_type_other {
+            put("content_type_other", clip(other, MAX_SHORT_TEXT).into());
+        }
+        if let Some(ends_at) = self.ends_at {
+            put("end_date", hour(ends_at).into());
+        }
+        body
+    }
+
+    /// What quiesce stores and sends the platform: the database's statement, and the keywords
+    /// the rule named (the database's schema has no field for them).
+    pub fn stored(&self) -> serde_json::Value {
+        let mut body = self.body();
+        if !self.keywords.is_empty() {
+            body["quiesce_keywords"] = serde_json::json!(self.keywords);
+        }
+        body
+    }
+}
+
+/// The database's statement of a stored one: quiesce's own keys taken out.
+pub fn dsa_body(stored: &serde_json::Value) -> serde_json::Value {
+    let mut body = stored.clone();
+    if let Some(fields) = body.as_object_mut() {
+        fields.retain(|key, _| !key.starts_with("quiesce_"));
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draft() -> StatementDraft {
+        StatementDraft {
+            puid: new_puid(),
+            restriction: Restriction::ContentDisabled,
+            ground: Ground::Incompatible,
+            ground_reference: "Community guidelines, section 2".into(),
+            explanation: "5 reports".into(),
+            also_illegal: false,
+            content_types: vec!["CONTENT_TYPE_TEXT".into()],
+            content_type_other: None,
+            category: "STATEMENT_CATEGORY_VIOLATION_TOS".into(),
+            keywords: vec!["spam".into()],
+            facts: "rule remove_reported: report 5".into(),
+            source: Source::Notice,
+            automated_detection: true,
+            automated_decision: true,
+            url: "https://forum.example/p/1".into(),
+            applied_at: "2026-12-06T09:41:00Z".parse().unwrap(),
+            ends_at: Some("2026-12-07T09:41:00Z".parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_hide_on_the_terms_fills_the_incompatible_fields_and_the_hour_dates() {
+        let body = draft().body();
+        assert_eq!(body["decision_visibility"], "DECISION_VISIBILITY_CONTENT_DISABLED");
+        assert_eq!(body["decision_ground"], "DECISION_GROUND_INCOMPATIBLE_CONTENT");
+        assert_eq!(body["incompatible_content_ground"], "Community guidelines, section 2");
+        assert_eq!(body["incompatible_content_illegal"], "No");
+        assert_eq!(body["application_date"], "2026-12-06-09");
+        assert_eq!(body["end_date"], "2026-12-07-09");
+        assert_eq!(body["source_type"], "SOURCE_ARTICLE_16");
+        assert!(body.get("illegal_content_legal_ground").is_none());
+        assert!(body.get("quiesce_keywords").is_none());
+        assert_eq!(draft().stored()["quiesce_keywords"][0], "spam");
+        assert_eq!(dsa_body(&draft().stored()), body);
+    }
+
+    #[test]
+    fn puids_are_never_the_same_and_use_the_databases_alphabet() {
+        let (a, b) = (new_puid(), new_puid());
+        assert_ne!(a, b);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
+    }
+
+    #[test]
+    fn long_texts_are_clipped_to_the_databases_lengths() {
+        let mut long = draft();
+        long.explanation = "x".repeat(3000);
+        long.ground = Ground::Illegal;
+        let body = long.body();
+        let explanation = body["illegal_content_explanation"].as_str().unwrap();
+        assert_eq!(explanation.chars().count(), MAX_EXPLANATION);
+        assert!(body.get("incompatible_content_illegal").is_none());
+    }
+}
