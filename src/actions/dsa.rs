@@ -67,39 +67,59 @@ fn outcomes(status: u16, body: &serde_json::Value, puids: &[String]) -> Vec<Item
         let why = format!("the Transparency Database answered {status}");
         return vec![ItemOutcome::Retry(why); puids.len()];
     }
-    // A 422 refuses the whole batch; its errors are keyed `statements.<n>.<field>`, and
-    // `existing_puids` lists the identifiers already submitted.
-    let existing: Vec<&str> = body["existing_puids"]
+    // A 422 refuses the whole batch. Its field errors are keyed `statements.<n>.<field>`; a
+    // duplicate identifier is reported as `errors.puid` with `errors.existing_puids`, the
+    // identifiers already submitted (or repeated in the batch).
+    let existing: Vec<String> = body["errors"]["existing_puids"]
         .as_array()
-        .map(|ids| ids.iter().filter_map(|v| v.as_str()).collect())
+        .or(body["existing_puids"].as_array())
+        .map(|ids| {
+            ids.iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     let mut errors: HashMap<usize, Vec<String>> = HashMap::new();
+    let said = |messages: &serde_json::Value| -> String {
+        let texts: Vec<&str> = messages
+            .as_array()
+            .map(|m| m.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        texts.join("; ")
+    };
     if let Some(fields) = body["errors"].as_object() {
-        for (key, messages) in fields {
+        for (key, value) in fields {
+            // The API keys a statement's errors `statement_<n>` (an object of fields); an
+            // earlier form keyed each field `statements.<n>.<field>`.
+            if let Some(index) = key.strip_prefix("statement_")
+                && let Ok(index) = index.parse::<usize>()
+                && let Some(by_field) = value.as_object()
+            {
+                for (field, messages) in by_field {
+                    errors
+                        .entry(index)
+                        .or_default()
+                        .push(format!("{field}: {}", said(messages)));
+                }
+                continue;
+            }
             let mut parts = key.splitn(3, '.');
-            let (Some("statements"), Some(index), Some(field)) =
+            if let (Some("statements"), Some(index), Some(field)) =
                 (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            let Ok(index) = index.parse::<usize>() else {
-                continue;
-            };
-            let said: Vec<&str> = messages
-                .as_array()
-                .map(|m| m.iter().filter_map(|v| v.as_str()).collect())
-                .unwrap_or_default();
-            errors
-                .entry(index)
-                .or_default()
-                .push(format!("{field}: {}", said.join("; ")));
+                && let Ok(index) = index.parse::<usize>()
+            {
+                errors
+                    .entry(index)
+                    .or_default()
+                    .push(format!("{field}: {}", said(value)));
+            }
         }
     }
     puids
         .iter()
         .enumerate()
         .map(|(i, puid)| {
-            if existing.contains(&puid.as_str()) {
+            if existing.iter().any(|e| e == puid) {
                 return ItemOutcome::Stored;
             }
             match errors.get(&i) {
@@ -270,10 +290,9 @@ mod tests {
     fn a_422_stores_the_known_puids_refuses_the_bad_and_retries_the_rest() {
         let body = serde_json::json!({
             "errors": {
-                "statements.1.category": ["The selected category is invalid."],
+                "statement_1": {"category": ["The selected category is invalid."]},
                 "statements.2.puid": ["The identifier given is not unique within this platform."]
             },
-            "existing_puids": ["quiesce-c"]
         });
         let got = outcomes(422, &body, &puids());
         assert!(matches!(got[0], ItemOutcome::Retry(_)));
@@ -281,6 +300,21 @@ mod tests {
             got[1],
             ItemOutcome::Refused("category: The selected category is invalid.".into())
         );
+        assert_eq!(got[2], ItemOutcome::Stored);
+    }
+
+    #[test]
+    fn identifiers_already_submitted_are_delivered_and_the_others_of_the_batch_retried() {
+        let body = serde_json::json!({
+            "message": "The platform identifier(s) are not all unique within this call.",
+            "errors": {
+                "puid": ["The platform identifier(s) are not all unique within this call."],
+                "existing_puids": ["quiesce-a", "quiesce-c"]
+            }
+        });
+        let got = outcomes(422, &body, &puids());
+        assert_eq!(got[0], ItemOutcome::Stored);
+        assert!(matches!(got[1], ItemOutcome::Retry(_)));
         assert_eq!(got[2], ItemOutcome::Stored);
     }
 

@@ -19,6 +19,7 @@ use crate::proxy::{TcpProxy, redirect};
 
 mod database;
 mod db;
+mod dsa;
 mod http;
 mod process;
 mod redis;
@@ -29,6 +30,8 @@ mod wait;
 pub use database::*;
 #[allow(unused_imports)]
 pub use db::*;
+#[allow(unused_imports)]
+pub use dsa::*;
 #[allow(unused_imports)]
 pub use http::*;
 #[allow(unused_imports)]

@@ -1,0 +1,523 @@
+//! Statements of reasons and appeals: a statement for every restricting decision and none for
+//! any other, written with its decision, delivered once to the platform and to a stand-in of
+//! the Transparency Database that enforces the Commission's validation rules; appeals taken,
+//! refused, and decided by a person through the reversal path.
+
+use std::time::Duration;
+
+use quiesce::{
+    actions::{DsaSettings, DsaSubmitter},
+    domain::Status,
+    rules::RuleSet,
+};
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    DsaStandIn, TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for,
+};
+
+/// Rules with a statement table per rule and file defaults: a hide on reports (a notice), a
+/// timed hide, a flag for review, a shadow rule, an exempted rule, and a user suspension.
+const RULES: &str = r#"
+[statement]
+ground = "incompatible"
+contractual_ground = "Community guidelines, section 4"
+category = "STATEMENT_CATEGORY_VIOLATION_TOS"
+url = "https://forum.example/{kind}/{id}"
+trusted_flagger_signals = ["trusted_report"]
+[statement.kinds.post]
+content_type = ["CONTENT_TYPE_TEXT"]
+
+[[rule]]
+name = "remove_reported"
+kinds = ["post"]
+when = 'count("report") >= 3'
+action = "hide"
+reason = "{count.report} reports"
+[rule.statement]
+category = "STATEMENT_CATEGORY_FRAUD"
+keywords = ["scam"]
+explanation = "Reported {count.report} times as a scam"
+
+[[rule]]
+name = "illegal_hate"
+kinds = ["post"]
+when = 'count("hate") >= 2'
+action = "hide"
+duration = "24h"
+reason = "{count.hate} hate reports"
+[rule.statement]
+ground = "illegal"
+legal_ground = "Section 130 of the Criminal Code"
+category = "STATEMENT_CATEGORY_DISCRIMINATION"
+
+[[rule]]
+name = "review_flags"
+kinds = ["post"]
+when = 'count("flag") >= 2'
+action = "flag"
+reason = "{count.flag} flags"
+
+[[rule]]
+name = "shadow_votes"
+kinds = ["post"]
+when = 'count("downvote") >= 2'
+action = "hide"
+shadow = true
+reason = "{count.downvote} downvotes"
+
+[[rule]]
+name = "exempt_staff"
+kinds = ["post"]
+when = 'count("spam") >= 2'
+unless = 'count("staff") >= 1'
+action = "hide"
+reason = "{count.spam} spam reports"
+
+[[rule]]
+name = "suspend_spammer"
+kinds = ["user"]
+when = 'count("report") >= 2'
+action = "suspend"
+reason = "{count.report} reports against the account"
+"#;
+
+fn options() -> TestOptions {
+    let mut options = TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+    });
+    options.rules = Some(RuleSet::from_toml(RULES).expect("the test rules are valid"));
+    options
+}
+
+async fn with_dsa(stand_in: &DsaStandIn) -> TestApp {
+    let endpoint = stand_in.endpoint();
+    let token = stand_in.token();
+    spawn_app(options().with(move |s| {
+        s.delivery.dsa_endpoint = Some(endpoint);
+        s.delivery.dsa_token = Some(token.into());
+        s.delivery.delivery_backoff_base = Duration::from_millis(20);
+        s.delivery.delivery_backoff_max = Duration::from_millis(100);
+    }))
+    .await
+}
+
+/// Sends `n` events of `signal` on `entity` and evaluates it once.
+async fn decide(app: &TestApp, entity: &str, signal: &str, n: usize) {
+    let events: Vec<Value> = (0..n)
+        .map(|i| event(&format!("{entity}-{signal}-{i}"), entity, signal))
+        .collect();
+    app.send(&json!(events)).await;
+    let worker = app.worker();
+    worker.evaluate_claim(claim_next(&worker).await).await;
+}
+
+/// The app's submitter to the Transparency Database, as `serve` runs it beside the API.
+fn submitter(app: &TestApp) -> DsaSubmitter {
+    let settings = DsaSettings::from_settings(&app.settings).expect("dsa_endpoint and dsa_token set");
+    DsaSubmitter::new(app.backends.store.clone(), settings)
+}
+
+/// Submits until the stand-in holds `n` statements (or the deadline passes).
+async fn submitted(app: &TestApp, stand_in: &DsaStandIn, n: usize) {
+    let submitter = submitter(app);
+    wait_for(Duration::from_secs(20), &format!("the stand-in stores {n} statements"), || async {
+        submitter.submit_once().await.unwrap();
+        stand_in.accepted().len() >= n
+    })
+    .await;
+}
+
+async fn statements(app: &TestApp, query: &str) -> Vec<Value> {
+    let (status, body) = app.get(&format!("/v1/statements{query}")).await;
+    assert_eq!(status, 200, "{body}");
+    body["statements"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_any() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    decide(&app, "post:1", "report", 3).await; // hide, a notice
+    decide(&app, "post:2", "hate", 2).await; // a timed hide, illegal
+    decide(&app, "post:3", "flag", 2).await; // a flag for review: restricts nothing
+    decide(&app, "post:4", "downvote", 2).await; // a shadow match
+    app.send(&json!([event("p5-staff", "post:5", "staff")])).await;
+    decide(&app, "post:5", "spam", 2).await; // exempted
+    decide(&app, "user:9", "report", 2).await; // an account suspended
+    assert_eq!(app.status_of("post:1").await, Status::Hidden);
+    assert_eq!(app.status_of("post:3").await, Status::Flagged);
+    assert_eq!(app.status_of("post:4").await, Status::Visible);
+    assert_eq!(app.status_of("post:5").await, Status::Visible);
+    assert_eq!(app.status_of("user:9").await, Status::Suspended);
+
+    let all = statements(&app, "").await;
+    let entities: Vec<&str> = all.iter().map(|s| s["entity"].as_str().unwrap()).collect();
+    assert_eq!(entities, vec!["post:1", "post:2", "user:9"]);
+    // Every restricting action has exactly one, each with its own never-reused identifier.
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions a WHERE a.new_status IN ('hidden', 'suspended')
+             AND (SELECT count(*) FROM statements s WHERE s.action_id = a.id) <> 1"
+        ),
+        0
+    );
+    assert_eq!(
+        scalar!(app, "SELECT count(DISTINCT puid) FROM statements"),
+        3
+    );
+
+    let hide = &all[0]["statement"];
+    assert_eq!(hide["decision_visibility"], "DECISION_VISIBILITY_CONTENT_DISABLED");
+    assert_eq!(hide["decision_ground"], "DECISION_GROUND_INCOMPATIBLE_CONTENT");
+    assert_eq!(hide["incompatible_content_ground"], "Community guidelines, section 4");
+    assert_eq!(hide["incompatible_content_explanation"], "Reported 3 times as a scam");
+    assert_eq!(hide["category"], "STATEMENT_CATEGORY_FRAUD");
+    assert_eq!(hide["quiesce_keywords"], json!(["scam"]));
+    assert_eq!(hide["content_type"], json!(["CONTENT_TYPE_TEXT"]));
+    assert_eq!(hide["source_type"], "SOURCE_ARTICLE_16");
+    assert_eq!(hide["automated_detection"], "Yes");
+    assert_eq!(hide["automated_decision"], "Yes");
+    assert_eq!(hide["url"], "https://forum.example/post/1");
+    assert!(hide.get("end_date").is_none());
+    let facts = hide["decision_facts"].as_str().unwrap();
+    assert!(facts.contains("remove_reported") && facts.contains("report 3"), "{facts}");
+
+    let timed = &all[1]["statement"];
+    assert_eq!(timed["decision_ground"], "DECISION_GROUND_ILLEGAL_CONTENT");
+    assert_eq!(timed["illegal_content_legal_ground"], "Section 130 of the Criminal Code");
+    assert_eq!(timed["source_type"], "SOURCE_VOLUNTARY");
+    assert!(timed["end_date"].is_string(), "{timed}");
+
+    let account = &all[2]["statement"];
+    assert_eq!(account["decision_account"], "DECISION_ACCOUNT_SUSPENDED");
+    // A kind the file says nothing of is named in words.
+    assert_eq!(account["content_type"], json!(["CONTENT_TYPE_OTHER"]));
+    assert_eq!(account["content_type_other"], "user");
+
+    // No statement carries an actor or an event id.
+    for statement in &all {
+        let text = statement["statement"].to_string();
+        assert!(!text.contains("post:1-report"), "{text}");
+    }
+
+    // Both receivers: the platform's webhook rows, and the Transparency Database, which
+    // accepts each statement once.
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'statement.issued' AND receiver = 'platform'"
+        ),
+        3
+    );
+    submitted(&app, &stand_in, 3).await;
+    let mut sent = stand_in.accepted_puids();
+    sent.sort();
+    let mut issued: Vec<String> = all
+        .iter()
+        .map(|s| s["puid"].as_str().unwrap().to_owned())
+        .collect();
+    issued.sort();
+    assert_eq!(sent, issued);
+    assert!(stand_in.rejections().is_empty(), "{:?}", stand_in.rejections());
+    // quiesce's own keys stay home.
+    assert!(stand_in.accepted().iter().all(|s| s.get("quiesce_keywords").is_none()));
+}
+
+#[tokio::test]
+async fn moderators_restricting_decisions_have_statements_and_a_restore_has_none() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    decide(&app, "post:7", "flag", 2).await;
+    let item: i64 = scalar!(app, "SELECT id FROM actions WHERE action = 'flag'");
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/review/{item}/claim"),
+            json!({"moderator": "mod:ana"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/review/{item}/decide"),
+            json!({"moderator": "mod:ana", "decision": "hide", "reason": "doxxing",
+                   "moderation_version": body["moderation_version"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // An override that hides restricts; one that makes visible does not.
+    app.send(&json!([event("e8", "post:8", "upvote")])).await;
+    let (status, body) = app
+        .post_json(
+            "/v1/entities/post:8/override",
+            json!({"moderator": "mod:bo", "status": "hidden", "reason": "off-topic spam"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = app
+        .post_json(
+            "/v1/entities/post:8/override",
+            json!({"moderator": "mod:bo", "status": "visible", "reason": "was fine"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    let all = statements(&app, "").await;
+    let decided: Vec<(&str, &str)> = all
+        .iter()
+        .map(|s| {
+            (
+                s["entity"].as_str().unwrap(),
+                s["decided_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(decided, vec![("post:7", "review"), ("post:8", "override")]);
+    let review = &all[0]["statement"];
+    assert_eq!(review["automated_detection"], "Yes");
+    assert_eq!(review["automated_decision"], "No");
+    assert_eq!(review["incompatible_content_explanation"], "doxxing");
+    let text = all[1]["statement"].to_string();
+    assert!(!text.contains("mod:bo"), "a statement names no moderator: {text}");
+    assert_eq!(statements(&app, "?decided_by=override").await.len(), 1);
+    submitted(&app, &stand_in, 2).await;
+    assert_eq!(stand_in.accepted().len(), 2);
+}
+
+#[tokio::test]
+async fn a_statement_is_delivered_once_though_its_answers_are_lost_and_redis_is_flushed() {
+    let stand_in = DsaStandIn::start().await;
+    // The first two batches are stored but their answers lost: the retries find the
+    // identifiers already submitted, which counts as delivered.
+    stand_in.lose_next_answers(2);
+    let app = with_dsa(&stand_in).await;
+    for n in 0..4 {
+        decide(&app, &format!("post:{n}"), "report", 3).await;
+    }
+    // Redis loses this app's data while the statements wait in the outbox: they are in
+    // Postgres, written with their decisions.
+    app.lose_redis_data().await;
+    let submitter = submitter(&app);
+    wait_for(Duration::from_secs(30), "every statement delivered", || async {
+        submitter.submit_once().await.unwrap();
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE receiver = 'dsa' AND delivered_at IS NULL"
+        ) == 0
+    })
+    .await;
+    let mut puids = stand_in.accepted_puids();
+    let stored = puids.len();
+    puids.sort();
+    puids.dedup();
+    assert_eq!((stored, puids.len()), (4, 4), "each stored exactly once");
+    assert!(stand_in.requests() >= 3, "the lost answers were retried");
+    assert_eq!(
+        scalar!(app, "SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_told() {
+    let app = spawn_app(options()).await;
+    decide(&app, "post:1", "report", 3).await;
+    decide(&app, "post:2", "flag", 2).await;
+    let hide: i64 = scalar!(app, "SELECT id FROM actions WHERE entity = 'post:1'");
+    let flag: i64 = scalar!(app, "SELECT id FROM actions WHERE entity = 'post:2'");
+
+    // Bad input names the field and writes nothing.
+    for (body, field) in [
+        (json!({"appellant": "u:77"}), "text"),
+        (json!({"appellant": "u:77", "text": "x".repeat(5001)}), "text"),
+        (json!({"appellant": "", "text": "it was satire"}), "appellant"),
+        (json!({"appellant": "u:77", "text": "ok", "extra": 1}), "extra"),
+    ] {
+        let (status, reply) = app
+            .post_json(&format!("/v1/actions/{hide}/appeals"), body)
+            .await;
+        assert_eq!(status, 422, "{reply}");
+        assert_eq!(reply["error"]["field"], field, "{reply}");
+    }
+    assert_eq!(scalar!(app, "SELECT count(*) FROM appeals"), 0);
+    // A flag restricts nothing: there is nothing to appeal.
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/actions/{flag}/appeals"),
+            json!({"appellant": "u:77", "text": "why?"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{reply}");
+    assert_eq!(reply["error"]["code"], "nothing_to_appeal");
+    let (status, _) = app
+        .post_json(
+            "/v1/actions/999999/appeals",
+            json!({"appellant": "u:77", "text": "why?"}),
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    let (status, appeal) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/appeals"),
+            json!({"appellant": "u:77", "text": "It was satire.\nPlease look again."}),
+        )
+        .await;
+    assert_eq!(status, 201, "{appeal}");
+    let id = appeal["id"].as_i64().unwrap();
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/appeals"),
+            json!({"appellant": "u:77", "text": "again"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{reply}");
+    assert_eq!(reply["error"]["code"], "appeal_open");
+
+    let (status, page) = app.get("/v1/appeals").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["appeals"][0]["id"], id);
+    let (status, _) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/claim"),
+            json!({"moderator": "mod:ana"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/decide"),
+            json!({"moderator": "mod:bo", "outcome": "upheld", "reason": "not mine"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{reply}");
+    assert_eq!(reply["error"]["code"], "claimed");
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/decide"),
+            json!({"moderator": "mod:ana", "outcome": "maybe", "reason": "x"}),
+        )
+        .await;
+    assert_eq!((status, reply["error"]["field"].as_str()), (422, Some("outcome")));
+    let (status, decided) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/decide"),
+            json!({"moderator": "mod:ana", "outcome": "upheld", "reason": "satire is allowed"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["outcome"], "upheld");
+    assert_eq!(app.status_of("post:1").await, Status::Visible);
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions WHERE reversal_source = 'appeal' AND reversed_by = 'mod:ana'"
+        ),
+        1
+    );
+    assert_eq!(
+        scalar!(app, "SELECT count(*) FROM outbox WHERE topic = 'appeal.decided'"),
+        1
+    );
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM audit_log WHERE action IN ('appeal.submit', 'appeal.decide', 'action.reverse')"
+        ),
+        3
+    );
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/decide"),
+            json!({"moderator": "mod:ana", "outcome": "rejected", "reason": "second thoughts"}),
+        )
+        .await;
+    assert_eq!((status, reply["error"]["code"].as_str()), (409, Some("already_decided")));
+}
+
+#[tokio::test]
+async fn a_rejected_appeal_is_final_and_a_late_one_is_refused() {
+    let app = spawn_app(options().with(|s| s.moderation.appeal_window = Duration::from_millis(900)))
+        .await;
+    decide(&app, "post:1", "report", 3).await;
+    decide(&app, "post:2", "report", 3).await;
+    let (first, second): (i64, i64) = (
+        scalar!(app, "SELECT id FROM actions WHERE entity = 'post:1'"),
+        scalar!(app, "SELECT id FROM actions WHERE entity = 'post:2'"),
+    );
+    let (status, appeal) = app
+        .post_json(
+            &format!("/v1/actions/{first}/appeals"),
+            json!({"appellant": "u:1", "text": "please"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{appeal}");
+    let id = appeal["id"].as_i64().unwrap();
+    let (status, decided) = app
+        .post_json(
+            &format!("/v1/appeals/{id}/decide"),
+            json!({"moderator": "mod:ana", "outcome": "rejected", "reason": "a scam it was"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(app.status_of("post:1").await, Status::Hidden);
+    assert_eq!(scalar!(app, "SELECT count(*) FROM actions WHERE reversed_at IS NOT NULL"), 0);
+
+    // Past the window the second decision cannot be appealed any more.
+    wait_for(Duration::from_secs(5), "the appeal window to close", || async {
+        scalar!(
+            app,
+            "SELECT count(*) FROM statements WHERE created_at < now() - interval '1 second'"
+        ) == 2
+    })
+    .await;
+    let (status, reply) = app
+        .post_json(
+            &format!("/v1/actions/{second}/appeals"),
+            json!({"appellant": "u:2", "text": "please"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{reply}");
+    assert_eq!(reply["error"]["code"], "appeal_window_closed");
+}
+
+#[tokio::test]
+async fn statements_are_listed_in_keyset_pages_and_bad_filters_are_refused() {
+    let app = spawn_app(options()).await;
+    for n in 0..5 {
+        decide(&app, &format!("post:{n}"), "report", 3).await;
+    }
+    let (status, first) = app.get("/v1/statements?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    let (_, second) = app
+        .get(&format!("/v1/statements?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(second["statements"][0]["entity"], "post:2");
+    assert_eq!(statements(&app, "?entity=post:4").await.len(), 1);
+    assert_eq!(statements(&app, "?rule=remove_reported").await.len(), 5);
+    assert_eq!(statements(&app, "?since=2999-01-01T00:00:00Z").await.len(), 0);
+    for (query, field) in [
+        ("?since=yesterday", "since"),
+        ("?decided_by=robot", "decided_by"),
+        ("?limit=0", "limit"),
+    ] {
+        let (status, body) = app.get(&format!("/v1/statements{query}")).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+    }
+}
+
+#[test]
+fn the_rules_check_refuses_an_unknown_category_or_ground_naming_the_rule() {
+    let bad_category = RULES.replace("STATEMENT_CATEGORY_FRAUD", "STATEMENT_CATEGORY_SCAMS");
+    let error = RuleSet::from_toml(&bad_category).err().unwrap().to_string();
+    assert!(error.contains("remove_reported") && error.contains("STATEMENT_CATEGORY_SCAMS"), "{error}");
+    let bad_ground = RULES.replace("ground = \"illegal\"", "ground = \"immoral\"");
+    let error = RuleSet::from_toml(&bad_ground).err().unwrap().to_string();
+    assert!(error.contains("immoral"), "{error}");
+    let no_legal = RULES.replace("legal_ground = \"Section 130 of the Criminal Code\"", "");
+    let error = RuleSet::from_toml(&no_legal).err().unwrap().to_string();
+    assert!(error.contains("illegal_hate") && error.contains("legal_ground"), "{error}");
+}
