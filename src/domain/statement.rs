@@ -234,7 +234,8 @@ mod tests {
 
     #[test]
     fn a_hide_on_the_terms_fills_the_incompatible_fields_and_the_hour_dates() {
-        let body = draft().body();
+        let draft = draft();
+        let body = draft.body();
         assert_eq!(body["decision_visibility"], "DECISION_VISIBILITY_CONTENT_DISABLED");
         assert_eq!(body["decision_ground"], "DECISION_GROUND_INCOMPATIBLE_CONTENT");
         assert_eq!(body["incompatible_content_ground"], "Community guidelines, section 2");
@@ -244,8 +245,8 @@ mod tests {
         assert_eq!(body["source_type"], "SOURCE_ARTICLE_16");
         assert!(body.get("illegal_content_legal_ground").is_none());
         assert!(body.get("quiesce_keywords").is_none());
-        assert_eq!(draft().stored()["quiesce_keywords"][0], "spam");
-        assert_eq!(dsa_body(&draft().stored()), body);
+        assert_eq!(draft.stored()["quiesce_keywords"][0], "spam");
+        assert_eq!(dsa_body(&draft.stored()), body);
     }
 
     #[test]

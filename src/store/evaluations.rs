@@ -357,6 +357,7 @@ async fn record_fenced(
                FROM applied a
                JOIN locked l ON l.entity = a.entity
                ORDER BY a.id
+               RETURNING id
            ),
            -- The statement of reasons of each restricting action applied now, delivered to the
            -- platform and, when configured, to the Transparency Database (statements.rs).
@@ -371,6 +372,8 @@ async fn record_fenced(
                ORDER BY a.id
                RETURNING id, puid, entity, action_id, body
            ),
+           -- After the actions' own rows (reading `notified` waits for it), so that the
+           -- platform hears of an action before its statement.
            statement_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
                SELECT 'statement.issued', 'statement:' || s.puid,
@@ -379,6 +382,7 @@ async fn record_fenced(
                                          'statement', s.body),
                       'platform'
                FROM issued s
+               WHERE (SELECT count(*) FROM notified) >= 0
                UNION ALL
                SELECT 'statement.submitted', 'dsa:' || s.puid,
                       jsonb_build_object('statement_id', s.id,

@@ -80,7 +80,12 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     running.await.unwrap();
 
     assert_eq!(app.action_count_of("post:crash").await, 1);
-    assert_eq!(app.count_outbox().await, 1);
+    // The hide's webhook and its statement of reasons'.
+    assert_eq!(app.count_outbox().await, 2);
+    assert_eq!(
+        scalar!(app, "SELECT count(*) FROM statements WHERE entity = 'post:crash'"),
+        1
+    );
     let workers: Vec<String> = sqlx::query_scalar!(
         "SELECT worker FROM evaluations WHERE entity = 'post:crash' ORDER BY id",
     )

@@ -93,7 +93,11 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         .fetch_all(&app.pool)
         .await
         .unwrap();
-    assert_eq!(topics, vec!["action.applied", "action.reversed"]);
+    // The hide's statement of reasons goes to the platform after the hide itself.
+    assert_eq!(
+        topics,
+        vec!["action.applied", "statement.issued", "action.reversed"]
+    );
     let (_, rate) = app.get("/v1/stats/reversal-rate?window=24h").await;
     assert_eq!(
         (rate["actions"].as_i64(), rate["reversed"].as_i64()),

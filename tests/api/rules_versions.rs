@@ -148,7 +148,7 @@ async fn a_publish_is_validated_stored_and_decides_what_follows_and_a_rollback_u
     assert_eq!(listing["rules"][0]["name"], "hide_two");
     assert_eq!(flag_twice(&app, "post:after").await, (Some(2), Some(2)));
     let payload: Value =
-        sqlx::query_scalar!("SELECT payload FROM outbox WHERE payload->>'entity' = 'post:after'")
+        sqlx::query_scalar!("SELECT payload FROM outbox WHERE payload->>'entity' = 'post:after' AND topic = 'action.applied'")
             .fetch_one(&app.pool)
             .await
             .unwrap();

@@ -54,7 +54,8 @@ async fn actions_of(app: &TestApp, entity: &str) -> Vec<(String, String, bool)> 
 async fn notifications(app: &TestApp, entity: &str) -> Vec<(String, String, String)> {
     sqlx::query!(
         r#"SELECT topic, payload->>'action' AS "action!", payload->>'status' AS "status!"
-           FROM outbox WHERE payload->>'entity' = $1 ORDER BY id"#,
+           FROM outbox WHERE payload->>'entity' = $1 AND topic <> 'statement.issued'
+           ORDER BY id"#,
         entity
     )
     .fetch_all(&app.pool)

@@ -227,7 +227,11 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
         .fetch_all(&app.pool)
         .await
         .unwrap();
-    assert_eq!(keys.len(), 6, "five actions and one reversal");
+    assert_eq!(
+        keys.len(),
+        11,
+        "five actions, their five statements of reasons and one reversal"
+    );
 
     let mut receiver = Receiver::start(vec![Reply::Fail, Reply::Fail, Reply::Throttle]).await;
     let dispatcher = Dispatcher::new(
@@ -277,7 +281,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
     let reversal = keys.iter().find(|k| k.starts_with("reversal:")).unwrap();
     assert_eq!(inbox.accepted[reversal].1["type"], "action.reversed");
     assert_eq!(inbox.accepted[reversal].1["data"]["moderator"], "mod:ana");
-    assert!(inbox.attempts >= 6 + 3, "{} attempts", inbox.attempts);
+    assert!(inbox.attempts >= 11 + 3, "{} attempts", inbox.attempts);
 }
 
 #[tokio::test]
@@ -300,13 +304,16 @@ async fn deliveries_past_the_horizon_are_listed_and_redriven() {
             scalar!(
                 app,
                 "SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL"
-            ) == 1
+            ) == 2
         },
     )
     .await;
+    // The hide's webhook and its statement of reasons'.
     let failed = app.run_cli(&["deliveries", "failed"]).await;
     assert!(
-        failed.contains("action.applied") && failed.contains("answered 500"),
+        failed.contains("action.applied")
+            && failed.contains("statement.issued")
+            && failed.contains("answered 500"),
         "{failed}"
     );
 
@@ -315,14 +322,14 @@ async fn deliveries_past_the_horizon_are_listed_and_redriven() {
         app.run_cli(&["deliveries", "redrive", "--all"])
             .await
             .trim(),
-        "redriven: 1"
+        "redriven: 2"
     );
     wait_for(Duration::from_secs(20), "the redriven delivery", || async {
         dispatcher.deliver_once().await.unwrap();
         undelivered(&app).await == 0
     })
     .await;
-    assert_eq!(receiver.inbox.lock().unwrap().accepted.len(), 1);
+    assert_eq!(receiver.inbox.lock().unwrap().accepted.len(), 2);
     assert_eq!(
         app.run_cli(&["deliveries", "failed"]).await.trim(),
         "no failed deliveries",
