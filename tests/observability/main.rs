@@ -843,6 +843,48 @@ async fn the_guard_turning_a_rule_to_shadow_fires_its_alert() {
     }
 }
 
+/// An appeal that waits past `appeal_alert_after` fires the appeals alert. The gauges live in
+/// this process's recorder, shared with the other tests: they are set back once it has fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs prometheus; `make observability` runs it"]
+async fn an_appeal_waiting_too_long_fires_its_alert() {
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(10);
+        s.moderation.appeal_alert_after = Duration::from_secs(2);
+    }))
+    .await;
+    let app_metrics = app.metrics_base.trim_start_matches("http://").to_owned();
+    let prometheus = Prometheus::start(&[&app_metrics], "2s").await;
+    hide(&app, "post:obs-appeal").await;
+    wait_for(Duration::from_secs(30), "the post hidden", || async {
+        scalar!(
+            app,
+            "SELECT count(*) FROM statements WHERE entity = 'post:obs-appeal'"
+        ) == 1
+    })
+    .await;
+    assert!(
+        !prometheus.raised("QuiesceAppealWaitingTooLong").await,
+        "quiet before any appeal"
+    );
+    let action: i64 = scalar!(
+        app,
+        "SELECT id FROM actions WHERE entity = 'post:obs-appeal'"
+    );
+    let response = app
+        .client
+        .post(format!("{}/v1/actions/{action}/appeals", app.base))
+        .json(&json!({"appellant": "user:obs", "text": "please look again"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    prometheus.wait_firing("QuiesceAppealWaitingTooLong").await;
+    assert_eq!(prometheus.scalar("max(quiesce_appeals_waiting)").await, Some(1.0));
+    metrics::gauge!(quiesce::telemetry::names::APPEALS_OLDEST_WAIT).set(0.0);
+    metrics::gauge!(quiesce::telemetry::names::APPEALS_WAITING).set(0.0);
+}
+
 /// The primary not taking writes and the read replica out of use each fire their alert, and
 /// both resolve when they are back (the gauges are left at 1 for the other tests' apps, which
 /// share this process's recorder).
