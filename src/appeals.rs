@@ -23,7 +23,9 @@ pub const MAX_APPEAL_TEXT: usize = 5000;
 #[derive(Debug, thiserror::Error)]
 pub enum AppealError {
     /// The decision restricts nothing (a flag for review, a restore): nothing to appeal.
-    #[error("action {0} restricts nothing (it has no statement of reasons): there is no decision to appeal")]
+    #[error(
+        "action {0} restricts nothing (it has no statement of reasons): there is no decision to appeal"
+    )]
     NothingToAppeal(i64),
     #[error(transparent)]
     Refused(#[from] AppealRefusal),
@@ -150,7 +152,10 @@ pub async fn decide(
             .await?;
         }
     }
-    let rule = appeal.rule.clone().unwrap_or_else(|| "moderator".to_owned());
+    let rule = appeal
+        .rule
+        .clone()
+        .unwrap_or_else(|| "moderator".to_owned());
     metrics::counter!(names::APPEALS_DECIDED, "outcome" => decision.as_str(), "rule" => rule)
         .increment(1);
     Ok(desk

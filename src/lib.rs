@@ -7,8 +7,8 @@
 //! entity through the Redis sets.
 
 pub mod actions;
-pub mod appeals;
 pub mod active_rules;
+pub mod appeals;
 pub mod audit;
 pub mod backtest;
 pub mod cli;

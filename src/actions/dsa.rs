@@ -124,7 +124,9 @@ fn outcomes(status: u16, body: &serde_json::Value, puids: &[String]) -> Vec<Item
             }
             match errors.get(&i) {
                 // An error on the identifier alone is the duplicate the API reports.
-                Some(found) if found.iter().all(|e| e.starts_with("puid:")) && is_duplicate(found) => {
+                Some(found)
+                    if found.iter().all(|e| e.starts_with("puid:")) && is_duplicate(found) =>
+                {
                     ItemOutcome::Stored
                 }
                 Some(found) => ItemOutcome::Refused(found.join(" | ")),
@@ -178,7 +180,10 @@ impl DsaSubmitter {
             .iter()
             .map(|s| s["puid"].as_str().unwrap_or_default().to_owned())
             .collect();
-        let url = format!("{}/statements", self.settings.endpoint.trim_end_matches('/'));
+        let url = format!(
+            "{}/statements",
+            self.settings.endpoint.trim_end_matches('/')
+        );
         let answer = self
             .client
             .post(&url)
@@ -190,7 +195,10 @@ impl DsaSubmitter {
         let (status, results) = match answer {
             Ok(response) => {
                 let status = response.status().as_u16();
-                let body = response.json::<serde_json::Value>().await.unwrap_or_default();
+                let body = response
+                    .json::<serde_json::Value>()
+                    .await
+                    .unwrap_or_default();
                 (Some(status), outcomes(status, &body, &puids))
             }
             Err(error) => {
@@ -213,7 +221,9 @@ impl DsaSubmitter {
     ) -> Result<(), StoreError> {
         match outcome {
             ItemOutcome::Stored => {
-                self.store.mark_delivered(row.id, status.unwrap_or(200)).await?;
+                self.store
+                    .mark_delivered(row.id, status.unwrap_or(200))
+                    .await?;
                 metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "delivered").increment(1);
             }
             ItemOutcome::Refused(errors) => {

@@ -150,9 +150,10 @@ impl StatementDraft {
             fields.insert(key.to_owned(), value);
         };
         match self.restriction {
-            Restriction::ContentDisabled => {
-                put("decision_visibility", "DECISION_VISIBILITY_CONTENT_DISABLED".into())
-            }
+            Restriction::ContentDisabled => put(
+                "decision_visibility",
+                "DECISION_VISIBILITY_CONTENT_DISABLED".into(),
+            ),
             Restriction::AccountSuspended => {
                 put("decision_account", "DECISION_ACCOUNT_SUSPENDED".into())
             }
@@ -236,9 +237,18 @@ mod tests {
     fn a_hide_on_the_terms_fills_the_incompatible_fields_and_the_hour_dates() {
         let draft = draft();
         let body = draft.body();
-        assert_eq!(body["decision_visibility"], "DECISION_VISIBILITY_CONTENT_DISABLED");
-        assert_eq!(body["decision_ground"], "DECISION_GROUND_INCOMPATIBLE_CONTENT");
-        assert_eq!(body["incompatible_content_ground"], "Community guidelines, section 2");
+        assert_eq!(
+            body["decision_visibility"],
+            "DECISION_VISIBILITY_CONTENT_DISABLED"
+        );
+        assert_eq!(
+            body["decision_ground"],
+            "DECISION_GROUND_INCOMPATIBLE_CONTENT"
+        );
+        assert_eq!(
+            body["incompatible_content_ground"],
+            "Community guidelines, section 2"
+        );
         assert_eq!(body["incompatible_content_illegal"], "No");
         assert_eq!(body["application_date"], "2026-12-06-09");
         assert_eq!(body["end_date"], "2026-12-07-09");

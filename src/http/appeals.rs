@@ -108,11 +108,7 @@ pub async fn list_statements(
         after: query.cursor,
         limit: query.limit.unwrap_or(DEFAULT_LIMIT),
     };
-    let statements = state
-        .store
-        .statements(&filter)
-        .await
-        .map_err(store_error)?;
+    let statements = state.store.statements(&filter).await.map_err(store_error)?;
     let next_cursor = (statements.len() as i64 == filter.limit)
         .then(|| statements.last().map(|s| s.id.to_string()))
         .flatten();
@@ -139,7 +135,9 @@ impl<'de> Deserialize<'de> for AppealText {
         const RULE: &str = "must be a string of 1-5000 characters, not only spaces, without control characters other than line breaks and tabs";
         let text = fields::parsed(d, |raw| Ok(raw.to_owned()))?;
         let allowed = |c: char| !c.is_control() || matches!(c, '\n' | '\r' | '\t');
-        if text.trim().is_empty() || text.chars().count() > MAX_APPEAL_TEXT || !text.chars().all(allowed)
+        if text.trim().is_empty()
+            || text.chars().count() > MAX_APPEAL_TEXT
+            || !text.chars().all(allowed)
         {
             return Err(serde::de::Error::custom(RULE));
         }
@@ -422,10 +420,12 @@ impl From<AppealError> for ApiError {
     fn from(error: AppealError) -> Self {
         let message = error.to_string();
         match error {
-            AppealError::NothingToAppeal(_) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "nothing_to_appeal", message)
-                    .with_field("id")
-            }
+            AppealError::NothingToAppeal(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "nothing_to_appeal",
+                message,
+            )
+            .with_field("id"),
             AppealError::Refused(refusal) => {
                 let (status, code) = match refusal {
                     AppealRefusal::WindowClosed { .. } => {

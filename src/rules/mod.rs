@@ -429,7 +429,11 @@ impl RuleSet {
 
     /// The statement of reasons of a decision these rules took on `snapshot`; `None` when it
     /// restricts nothing (a flag for review) or its rule is not in the set.
-    pub fn statement_for(&self, decision: &Decision, snapshot: &Snapshot) -> Option<StatementDraft> {
+    pub fn statement_for(
+        &self,
+        decision: &Decision,
+        snapshot: &Snapshot,
+    ) -> Option<StatementDraft> {
         let rule = self.rules.iter().find(|r| r.name == decision.rule)?;
         self.statements.automated(
             &rule.statement,

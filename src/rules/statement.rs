@@ -149,7 +149,10 @@ impl StatementFile {
     }
 
     /// A rule's statement: its own table over the file's defaults over quiesce's.
-    pub(super) fn resolve(&self, spec: Option<&StatementSpec>) -> Result<RuleStatement, StatementError> {
+    pub(super) fn resolve(
+        &self,
+        spec: Option<&StatementSpec>,
+    ) -> Result<RuleStatement, StatementError> {
         let own = spec.cloned().unwrap_or_default();
         let ground = own
             .ground
@@ -251,7 +254,8 @@ impl StatementFile {
         let restriction = self.restriction(&snapshot.kind, decision.action.status())?;
         let (content_types, content_type_other, url) =
             self.content(&snapshot.entity, &snapshot.kind);
-        let explanation = render_reason(rule.explanation.as_deref().unwrap_or(rule_reason), snapshot);
+        let explanation =
+            render_reason(rule.explanation.as_deref().unwrap_or(rule_reason), snapshot);
         let version = rules_version.map_or(String::new(), |v| format!(" (rules version {v})"));
         let figures: Vec<String> = snapshot
             .signals
@@ -261,7 +265,11 @@ impl StatementFile {
         let facts = format!(
             "Rule {}{version} decided automatically when `{condition}` held. Figures: {}.",
             decision.rule,
-            if figures.is_empty() { "none".to_owned() } else { figures.join(", ") },
+            if figures.is_empty() {
+                "none".to_owned()
+            } else {
+                figures.join(", ")
+            },
         );
         Some(StatementDraft {
             puid: new_puid(),

@@ -82,8 +82,8 @@ impl Store {
             LockedRows::Skip,
             self.submits_statements(),
         )
-            .timed_query("complete_evaluation")
-            .await;
+        .timed_query("complete_evaluation")
+        .await;
         let mut one_by_one = repeated;
         match recorded {
             Ok(recorded) => {
@@ -103,15 +103,14 @@ impl Store {
         }
         each_on_its_own(one_by_one, &mut answers, |i| async move {
             let evaluation = &evaluations[i];
-            let recorded =
-                Self::record_locked(
-                    &self.pool,
-                    worker,
-                    &[evaluation],
-                    LockedRows::Wait,
-                    self.submits_statements(),
-                )
-                .await;
+            let recorded = Self::record_locked(
+                &self.pool,
+                worker,
+                &[evaluation],
+                LockedRows::Wait,
+                self.submits_statements(),
+            )
+            .await;
             let entity = evaluation.snapshot.entity.as_str();
             recorded.and_then(|r| evaluation.completion(r.get(entity)))
         })

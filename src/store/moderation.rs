@@ -8,10 +8,10 @@ use sqlx::{Postgres, Transaction};
 use super::{
     ActionRecord, Result, Store, StoreError,
     audit::record_audit_in,
-    statements::{AppealDecision, DecidedBy, IssuedStatement, decide_appeal_in, issue_in},
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
     interval,
+    statements::{AppealDecision, DecidedBy, IssuedStatement, decide_appeal_in, issue_in},
 };
 use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, StatementDraft, Status};
 
@@ -167,7 +167,15 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         if let Some(appeal) = appeal {
-            decide_appeal_in(&mut tx, appeal, by, AppealDecision::Upheld, reason, Some(id)).await?;
+            decide_appeal_in(
+                &mut tx,
+                appeal,
+                by,
+                AppealDecision::Upheld,
+                reason,
+                Some(id),
+            )
+            .await?;
         }
         if action.action == "review" {
             // A moderator's queue decision undone: its item waits again, undecided.

@@ -504,7 +504,9 @@ pub(super) async fn decide_appeal_in(
         &AuditEntry {
             action: AuditAction::AppealDecide,
             subject: format!("appeal:{id}"),
-            before: Some(serde_json::json!({ "entity": row.entity, "statement": row.statement_id })),
+            before: Some(
+                serde_json::json!({ "entity": row.entity, "statement": row.statement_id }),
+            ),
             after: Some(serde_json::json!({ "outcome": decision, "reason": reason,
                                             "reversal_of": reversal })),
         },

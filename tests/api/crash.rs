@@ -83,7 +83,10 @@ async fn a_killed_worker_process_loses_nothing_and_duplicates_nothing() {
     // The hide's webhook and its statement of reasons'.
     assert_eq!(app.count_outbox().await, 2);
     assert_eq!(
-        scalar!(app, "SELECT count(*) FROM statements WHERE entity = 'post:crash'"),
+        scalar!(
+            app,
+            "SELECT count(*) FROM statements WHERE entity = 'post:crash'"
+        ),
         1
     );
     let workers: Vec<String> = sqlx::query_scalar!(

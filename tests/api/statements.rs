@@ -114,17 +114,22 @@ async fn decide(app: &TestApp, entity: &str, signal: &str, n: usize) {
 
 /// The app's submitter to the Transparency Database, as `serve` runs it beside the API.
 fn submitter(app: &TestApp) -> DsaSubmitter {
-    let settings = DsaSettings::from_settings(&app.settings).expect("dsa_endpoint and dsa_token set");
+    let settings =
+        DsaSettings::from_settings(&app.settings).expect("dsa_endpoint and dsa_token set");
     DsaSubmitter::new(app.backends.store.clone(), settings)
 }
 
 /// Submits until the stand-in holds `n` statements (or the deadline passes).
 async fn submitted(app: &TestApp, stand_in: &DsaStandIn, n: usize) {
     let submitter = submitter(app);
-    wait_for(Duration::from_secs(20), &format!("the stand-in stores {n} statements"), || async {
-        submitter.submit_once().await.unwrap();
-        stand_in.accepted().len() >= n
-    })
+    wait_for(
+        Duration::from_secs(20),
+        &format!("the stand-in stores {n} statements"),
+        || async {
+            submitter.submit_once().await.unwrap();
+            stand_in.accepted().len() >= n
+        },
+    )
     .await;
 }
 
@@ -142,7 +147,8 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     decide(&app, "post:2", "hate", 2).await; // a timed hide, illegal
     decide(&app, "post:3", "flag", 2).await; // a flag for review: restricts nothing
     decide(&app, "post:4", "downvote", 2).await; // a shadow match
-    app.send(&json!([event("p5-staff", "post:5", "staff")])).await;
+    app.send(&json!([event("p5-staff", "post:5", "staff")]))
+        .await;
     decide(&app, "post:5", "spam", 2).await; // exempted
     decide(&app, "user:9", "report", 2).await; // an account suspended
     assert_eq!(app.status_of("post:1").await, Status::Hidden);
@@ -169,10 +175,22 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     );
 
     let hide = &all[0]["statement"];
-    assert_eq!(hide["decision_visibility"], "DECISION_VISIBILITY_CONTENT_DISABLED");
-    assert_eq!(hide["decision_ground"], "DECISION_GROUND_INCOMPATIBLE_CONTENT");
-    assert_eq!(hide["incompatible_content_ground"], "Community guidelines, section 4");
-    assert_eq!(hide["incompatible_content_explanation"], "Reported 3 times as a scam");
+    assert_eq!(
+        hide["decision_visibility"],
+        "DECISION_VISIBILITY_CONTENT_DISABLED"
+    );
+    assert_eq!(
+        hide["decision_ground"],
+        "DECISION_GROUND_INCOMPATIBLE_CONTENT"
+    );
+    assert_eq!(
+        hide["incompatible_content_ground"],
+        "Community guidelines, section 4"
+    );
+    assert_eq!(
+        hide["incompatible_content_explanation"],
+        "Reported 3 times as a scam"
+    );
     assert_eq!(hide["category"], "STATEMENT_CATEGORY_FRAUD");
     assert_eq!(hide["quiesce_keywords"], json!(["scam"]));
     assert_eq!(hide["content_type"], json!(["CONTENT_TYPE_TEXT"]));
@@ -182,11 +200,17 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     assert_eq!(hide["url"], "https://forum.example/post/1");
     assert!(hide.get("end_date").is_none());
     let facts = hide["decision_facts"].as_str().unwrap();
-    assert!(facts.contains("remove_reported") && facts.contains("report 3"), "{facts}");
+    assert!(
+        facts.contains("remove_reported") && facts.contains("report 3"),
+        "{facts}"
+    );
 
     let timed = &all[1]["statement"];
     assert_eq!(timed["decision_ground"], "DECISION_GROUND_ILLEGAL_CONTENT");
-    assert_eq!(timed["illegal_content_legal_ground"], "Section 130 of the Criminal Code");
+    assert_eq!(
+        timed["illegal_content_legal_ground"],
+        "Section 130 of the Criminal Code"
+    );
     assert_eq!(timed["source_type"], "SOURCE_VOLUNTARY");
     assert!(timed["end_date"].is_string(), "{timed}");
 
@@ -220,9 +244,18 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         .collect();
     issued.sort();
     assert_eq!(sent, issued);
-    assert!(stand_in.rejections().is_empty(), "{:?}", stand_in.rejections());
+    assert!(
+        stand_in.rejections().is_empty(),
+        "{:?}",
+        stand_in.rejections()
+    );
     // quiesce's own keys stay home.
-    assert!(stand_in.accepted().iter().all(|s| s.get("quiesce_keywords").is_none()));
+    assert!(
+        stand_in
+            .accepted()
+            .iter()
+            .all(|s| s.get("quiesce_keywords").is_none())
+    );
 }
 
 #[tokio::test]
@@ -279,7 +312,10 @@ async fn moderators_restricting_decisions_have_statements_and_a_restore_has_none
     assert_eq!(review["automated_decision"], "No");
     assert_eq!(review["incompatible_content_explanation"], "doxxing");
     let text = all[1]["statement"].to_string();
-    assert!(!text.contains("mod:bo"), "a statement names no moderator: {text}");
+    assert!(
+        !text.contains("mod:bo"),
+        "a statement names no moderator: {text}"
+    );
     assert_eq!(statements(&app, "?decided_by=override").await.len(), 1);
     submitted(&app, &stand_in, 2).await;
     assert_eq!(stand_in.accepted().len(), 2);
@@ -299,13 +335,17 @@ async fn a_statement_is_delivered_once_though_its_answers_are_lost_and_redis_is_
     // Postgres, written with their decisions.
     app.lose_redis_data().await;
     let submitter = submitter(&app);
-    wait_for(Duration::from_secs(30), "every statement delivered", || async {
-        submitter.submit_once().await.unwrap();
-        scalar!(
-            app,
-            "SELECT count(*) FROM outbox WHERE receiver = 'dsa' AND delivered_at IS NULL"
-        ) == 0
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "every statement delivered",
+        || async {
+            submitter.submit_once().await.unwrap();
+            scalar!(
+                app,
+                "SELECT count(*) FROM outbox WHERE receiver = 'dsa' AND delivered_at IS NULL"
+            ) == 0
+        },
+    )
     .await;
     let mut puids = stand_in.accepted_puids();
     let stored = puids.len();
@@ -314,7 +354,10 @@ async fn a_statement_is_delivered_once_though_its_answers_are_lost_and_redis_is_
     assert_eq!((stored, puids.len()), (4, 4), "each stored exactly once");
     assert!(stand_in.requests() >= 3, "the lost answers were retried");
     assert_eq!(
-        scalar!(app, "SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL"),
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE failed_at IS NOT NULL"
+        ),
         0
     );
 }
@@ -330,9 +373,18 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
     // Bad input names the field and writes nothing.
     for (body, field) in [
         (json!({"appellant": "u:77"}), "text"),
-        (json!({"appellant": "u:77", "text": "x".repeat(5001)}), "text"),
-        (json!({"appellant": "", "text": "it was satire"}), "appellant"),
-        (json!({"appellant": "u:77", "text": "ok", "extra": 1}), "extra"),
+        (
+            json!({"appellant": "u:77", "text": "x".repeat(5001)}),
+            "text",
+        ),
+        (
+            json!({"appellant": "", "text": "it was satire"}),
+            "appellant",
+        ),
+        (
+            json!({"appellant": "u:77", "text": "ok", "extra": 1}),
+            "extra",
+        ),
     ] {
         let (status, reply) = app
             .post_json(&format!("/v1/actions/{hide}/appeals"), body)
@@ -399,7 +451,10 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
             json!({"moderator": "mod:ana", "outcome": "maybe", "reason": "x"}),
         )
         .await;
-    assert_eq!((status, reply["error"]["field"].as_str()), (422, Some("outcome")));
+    assert_eq!(
+        (status, reply["error"]["field"].as_str()),
+        (422, Some("outcome"))
+    );
     let (status, decided) = app
         .post_json(
             &format!("/v1/appeals/{id}/decide"),
@@ -417,7 +472,10 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
         1
     );
     assert_eq!(
-        scalar!(app, "SELECT count(*) FROM outbox WHERE topic = 'appeal.decided'"),
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'appeal.decided'"
+        ),
         1
     );
     assert_eq!(
@@ -433,13 +491,17 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
             json!({"moderator": "mod:ana", "outcome": "rejected", "reason": "second thoughts"}),
         )
         .await;
-    assert_eq!((status, reply["error"]["code"].as_str()), (409, Some("already_decided")));
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (409, Some("already_decided"))
+    );
 }
 
 #[tokio::test]
 async fn a_rejected_appeal_is_final_and_a_late_one_is_refused() {
-    let app = spawn_app(options().with(|s| s.moderation.appeal_window = Duration::from_millis(900)))
-        .await;
+    let app =
+        spawn_app(options().with(|s| s.moderation.appeal_window = Duration::from_millis(900)))
+            .await;
     decide(&app, "post:1", "report", 3).await;
     decide(&app, "post:2", "report", 3).await;
     let (first, second): (i64, i64) = (
@@ -462,15 +524,25 @@ async fn a_rejected_appeal_is_final_and_a_late_one_is_refused() {
         .await;
     assert_eq!(status, 200, "{decided}");
     assert_eq!(app.status_of("post:1").await, Status::Hidden);
-    assert_eq!(scalar!(app, "SELECT count(*) FROM actions WHERE reversed_at IS NOT NULL"), 0);
-
-    // Past the window the second decision cannot be appealed any more.
-    wait_for(Duration::from_secs(5), "the appeal window to close", || async {
+    assert_eq!(
         scalar!(
             app,
-            "SELECT count(*) FROM statements WHERE created_at < now() - interval '1 second'"
-        ) == 2
-    })
+            "SELECT count(*) FROM actions WHERE reversed_at IS NOT NULL"
+        ),
+        0
+    );
+
+    // Past the window the second decision cannot be appealed any more.
+    wait_for(
+        Duration::from_secs(5),
+        "the appeal window to close",
+        || async {
+            scalar!(
+                app,
+                "SELECT count(*) FROM statements WHERE created_at < now() - interval '1 second'"
+            ) == 2
+        },
+    )
     .await;
     let (status, reply) = app
         .post_json(
@@ -497,7 +569,10 @@ async fn statements_are_listed_in_keyset_pages_and_bad_filters_are_refused() {
     assert_eq!(second["statements"][0]["entity"], "post:2");
     assert_eq!(statements(&app, "?entity=post:4").await.len(), 1);
     assert_eq!(statements(&app, "?rule=remove_reported").await.len(), 5);
-    assert_eq!(statements(&app, "?since=2999-01-01T00:00:00Z").await.len(), 0);
+    assert_eq!(
+        statements(&app, "?since=2999-01-01T00:00:00Z").await.len(),
+        0
+    );
     for (query, field) in [
         ("?since=yesterday", "since"),
         ("?decided_by=robot", "decided_by"),
@@ -513,11 +588,17 @@ async fn statements_are_listed_in_keyset_pages_and_bad_filters_are_refused() {
 fn the_rules_check_refuses_an_unknown_category_or_ground_naming_the_rule() {
     let bad_category = RULES.replace("STATEMENT_CATEGORY_FRAUD", "STATEMENT_CATEGORY_SCAMS");
     let error = RuleSet::from_toml(&bad_category).err().unwrap().to_string();
-    assert!(error.contains("remove_reported") && error.contains("STATEMENT_CATEGORY_SCAMS"), "{error}");
+    assert!(
+        error.contains("remove_reported") && error.contains("STATEMENT_CATEGORY_SCAMS"),
+        "{error}"
+    );
     let bad_ground = RULES.replace("ground = \"illegal\"", "ground = \"immoral\"");
     let error = RuleSet::from_toml(&bad_ground).err().unwrap().to_string();
     assert!(error.contains("immoral"), "{error}");
     let no_legal = RULES.replace("legal_ground = \"Section 130 of the Criminal Code\"", "");
     let error = RuleSet::from_toml(&no_legal).err().unwrap().to_string();
-    assert!(error.contains("illegal_hate") && error.contains("legal_ground"), "{error}");
+    assert!(
+        error.contains("illegal_hate") && error.contains("legal_ground"),
+        "{error}"
+    );
 }

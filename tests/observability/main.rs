@@ -880,7 +880,10 @@ async fn an_appeal_waiting_too_long_fires_its_alert() {
         .unwrap();
     assert_eq!(response.status(), 201);
     prometheus.wait_firing("QuiesceAppealWaitingTooLong").await;
-    assert_eq!(prometheus.scalar("max(quiesce_appeals_waiting)").await, Some(1.0));
+    assert_eq!(
+        prometheus.scalar("max(quiesce_appeals_waiting)").await,
+        Some(1.0)
+    );
     metrics::gauge!(quiesce::telemetry::names::APPEALS_OLDEST_WAIT).set(0.0);
     metrics::gauge!(quiesce::telemetry::names::APPEALS_WAITING).set(0.0);
 }
