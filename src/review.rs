@@ -87,6 +87,7 @@ pub async fn claim(
 
 /// `by` decides item `id` on the entity as it was at `seen_version`; approve and hide hold
 /// automation off for `override_for`.
+#[allow(clippy::too_many_arguments)]
 pub async fn decide(
     store: &Store,
     rules: &RuleSet,

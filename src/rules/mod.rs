@@ -442,7 +442,6 @@ impl RuleSet {
             self.version,
             decision,
             snapshot,
-            chrono::Utc::now(),
         )
     }
 

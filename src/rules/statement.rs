@@ -249,8 +249,8 @@ impl StatementFile {
         rules_version: Option<i64>,
         decision: &Decision,
         snapshot: &Snapshot,
-        now: DateTime<Utc>,
     ) -> Option<StatementDraft> {
+        let now = Utc::now();
         let restriction = self.restriction(&snapshot.kind, decision.action.status())?;
         let (content_types, content_type_other, url) =
             self.content(&snapshot.entity, &snapshot.kind);

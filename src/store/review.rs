@@ -157,6 +157,7 @@ impl Store {
     /// `override_for`, so automation does not flag it again meanwhile; dismiss without one) as
     /// an action of kind `review`, and close the item; escalate hands it to the admins (claim
     /// released, still waiting). `Ok(Err(refusal))`: the rule refused; nothing written.
+    #[allow(clippy::too_many_arguments)]
     pub async fn decide_review<R>(
         &self,
         id: i64,
