@@ -25,7 +25,8 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 14] = [
+const UPPER: [&str; 15] = [
+    "appeals",
     "audit",
     "active_rules",
     "cli",
@@ -42,8 +43,9 @@ const UPPER: [&str; 14] = [
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 7] = [
+const USE_CASES: [&str; 8] = [
     "ingest",
+    "appeals",
     "moderation",
     "review",
     "dead_letters",
