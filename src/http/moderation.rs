@@ -367,6 +367,8 @@ pub struct ReversalRate {
     window: String,
     actions: i64,
     reversed: i64,
+    /// Of `reversed`, those an upheld appeal reversed (source appeal; the others, source review).
+    reversed_by_appeal: i64,
     /// reversed / actions; 0 without actions.
     rate: f64,
     /// With `by=rule` only.
@@ -379,6 +381,7 @@ struct RuleRate {
     rule: String,
     actions: i64,
     reversed: i64,
+    reversed_by_appeal: i64,
     rate: f64,
 }
 
@@ -388,7 +391,7 @@ struct RuleRate {
     get,
     path = "/v1/stats/reversal-rate",
     tag = "moderation",
-    description = "Automated actions applied in the window and how many moderators reversed within 24h. Role moderator.",
+    description = "Automated actions applied in the window and how many moderators reversed within 24h, or at any time upholding an appeal (reversed_by_appeal, of reversed). Role moderator.",
     params(ReversalRateQuery),
     responses(
         (status = 200, description = "The rate", body = ReversalRate),
@@ -416,6 +419,7 @@ pub async fn reversal_rate(
                 rule: rule.clone(),
                 actions: counts.actions,
                 reversed: counts.reversed,
+                reversed_by_appeal: counts.reversed_by_appeal,
                 rate: counts.rate(),
             })
             .collect()
@@ -424,6 +428,7 @@ pub async fn reversal_rate(
         window: window_text,
         actions: total.actions,
         reversed: total.reversed,
+        reversed_by_appeal: total.reversed_by_appeal,
         rate: total.rate(),
         by_rule,
     }))

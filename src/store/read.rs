@@ -82,11 +82,14 @@ pub struct ActionFilter {
     pub limit: i64,
 }
 
-/// Automated actions applied in a window, and how many a moderator reversed within 24h.
+/// Automated actions applied in a window, and how many a moderator reversed within 24h or
+/// upholding an appeal (an appeal comes later than a moderator's own look).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ReversalCounts {
     pub actions: i64,
     pub reversed: i64,
+    /// Of `reversed`, those reversed by an upheld appeal.
+    pub reversed_by_appeal: i64,
 }
 
 impl ReversalCounts {
@@ -140,7 +143,9 @@ impl Store {
         let rows = sqlx::query!(
             r#"SELECT rule, count(*) AS "actions!",
                     count(*) FILTER (WHERE reversed_at IS NOT NULL
-                                       AND reversed_at <= created_at + interval '24 hours') AS "reversed!"
+                                       AND (reversed_at <= created_at + interval '24 hours'
+                                            OR reversal_source = 'appeal')) AS "reversed!",
+                    count(*) FILTER (WHERE reversal_source = 'appeal') AS "reversed_by_appeal!"
              FROM actions
              -- A timer's restore is no rule's decision: it is not in the reversal rate.
              WHERE created_at >= now() - $1::interval AND action NOT IN ('restore', 'review')
@@ -155,9 +160,11 @@ impl Store {
             let counts = ReversalCounts {
                 actions: row.actions,
                 reversed: row.reversed,
+                reversed_by_appeal: row.reversed_by_appeal,
             };
             total.actions += counts.actions;
             total.reversed += counts.reversed;
+            total.reversed_by_appeal += counts.reversed_by_appeal;
             by_rule.push((row.rule, counts));
         }
         Ok((total, by_rule))

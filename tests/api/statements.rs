@@ -495,6 +495,24 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
         (status, reply["error"]["code"].as_str()),
         (409, Some("already_decided"))
     );
+    // The upheld appeal counts in the rule's reversal rate, told apart by its source.
+    let (_, rate) = app.get("/v1/stats/reversal-rate?by=rule").await;
+    let rule = rate["by_rule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["rule"] == "remove_reported")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            rule["actions"].as_i64(),
+            rule["reversed"].as_i64(),
+            rule["reversed_by_appeal"].as_i64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{rate}"
+    );
 }
 
 #[tokio::test]
