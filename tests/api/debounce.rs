@@ -63,6 +63,7 @@ async fn sloan_a_post_buried_in_upvotes_with_ten_flags_is_evaluated_once_and_lef
     assert_eq!(app.evaluation_count("post:flagged").await, 1);
     assert_eq!(app.status_of("post:flagged").await, Status::Hidden);
     assert_eq!(app.action_count_of("post:flagged").await, 1);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -108,6 +109,7 @@ async fn a_burst_over_200_entities_costs_200_evaluations() {
         ),
         0
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -154,6 +156,7 @@ async fn a_steady_stream_is_evaluated_at_least_every_max_wait() {
     }
     app.wait_settled(Duration::from_secs(20)).await;
     assert_eq!(app.event_count_of("post:stream").await, sent);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -209,6 +212,7 @@ async fn an_event_during_an_evaluation_causes_exactly_one_more() {
         vec![1, 2],
         "one evaluation before the second event, exactly one after"
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -234,6 +238,7 @@ async fn a_critical_event_skips_the_window() {
         0,
         "a normal event still waits for its window"
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -297,4 +302,5 @@ async fn anchors_take_six_bytes_and_a_decimal_anchor_from_an_earlier_version_sti
     let due = queue.state_of(&legacy).await.unwrap().due_at_ms.unwrap();
     assert_eq!(due, old + 3_000, "capped at the decimal anchor + max wait");
     assert_eq!(app.max_wait_anchor(&legacy).await, Some(old));
+    app.assert_statements_complete().await;
 }

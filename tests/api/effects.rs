@@ -147,6 +147,7 @@ async fn labels_are_recorded_once_delivered_and_shown_and_an_exemption_is_record
         json!({"label": "spam", "in_force": 2, "backtest": 1, "kept": 1, "added": 0, "removed": 1}),
         "{report}"
     );
+    app.assert_statements_complete().await;
 }
 
 /// A GET with the moderator's token (the console's settings require one): its JSON.
@@ -252,4 +253,5 @@ async fn an_exemption_is_shown_by_the_api_counted_per_rule_and_explained_on_the_
     let row = r#"<tr data-rule="hide_reported">"#;
     assert_eq!(cell(&quality, row, "num live"), "1", "{quality}");
     assert_eq!(cell(&quality, row, "num exempted"), "1", "{quality}");
+    app.assert_statements_complete().await;
 }

@@ -169,4 +169,5 @@ async fn the_discord_timeout_ladder_times_out_restores_forgives_and_escalates() 
     assert_eq!(overall["added"], 0, "{report}");
     assert_eq!(overall["removed"], 0, "{report}");
     assert_eq!(report["final_status_differs"], 0, "{report}");
+    app.assert_statements_complete().await;
 }

@@ -139,6 +139,7 @@ async fn automoderator_removes_a_new_accounts_spam_and_filters_the_rest() {
             ("post:unknown-spam", "flag", "reported_to_review"),
         ])
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -177,4 +178,5 @@ async fn the_classifier_policy_hides_above_0_9_and_flags_above_0_7() {
             ("comment:toxic", "hide", "hide_toxic"),
         ])
     );
+    app.assert_statements_complete().await;
 }

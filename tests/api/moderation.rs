@@ -110,6 +110,7 @@ async fn a_reversal_restores_the_status_fences_evaluations_in_flight_and_cannot_
         ),
         1
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -157,6 +158,7 @@ async fn an_override_holds_back_the_same_burst_until_it_expires() {
         2,
         "a second hide, after the override"
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -258,6 +260,7 @@ async fn moderator_requests_are_validated() {
         "nothing of a rejected request is written"
     );
     assert_eq!(app.count_moderator_decisions().await, 0);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -382,6 +385,7 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
         let (status, body) = app.get(bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
     }
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -423,4 +427,5 @@ async fn only_the_latest_action_can_be_reversed() {
         body["status"], "flagged",
         "back to what it was before the hide"
     );
+    app.assert_statements_complete().await;
 }

@@ -155,6 +155,7 @@ async fn two_moderators_cannot_claim_one_item_and_a_decision_is_a_reversible_act
     let (_, rate) = app.get("/v1/stats/reversal-rate").await;
     assert_eq!(rate["actions"], 2, "{rate}");
     assert_eq!(rate["reversed"], 0, "{rate}");
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -310,6 +311,7 @@ async fn dismiss_frees_automation_and_escalate_leaves_the_item_to_an_admin() {
     .await;
     assert_eq!(status, 200, "{hidden}");
     assert_eq!(app.status_of("post:e1").await, Status::Hidden);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -373,4 +375,5 @@ async fn a_bad_decision_or_filter_is_refused_with_its_field_and_writes_nothing()
     assert_eq!(status, 404);
     assert_eq!(app.count_actions().await, actions);
     assert_eq!(app.status_of("post:b1").await, Status::Flagged);
+    app.assert_statements_complete().await;
 }

@@ -147,6 +147,7 @@ async fn a_timed_suspension_is_restored_at_its_end_once_delivered_and_reversible
         (Some(1), Some(0)),
         "{rate}"
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -189,6 +190,7 @@ async fn a_redis_loss_before_the_end_delays_the_restore_but_never_loses_it() {
             ("restore", "visible", false)
         ])
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -272,6 +274,7 @@ async fn a_moderator_ends_a_timer_early_and_a_timed_override_restores_what_it_fo
         assert_eq!(answer["error"]["field"], problem, "{answer}");
     }
     assert_eq!(app.status_of("user:t3").await, Status::Visible);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -371,6 +374,7 @@ async fn the_console_shows_a_timer_and_a_moderator_ends_it_with_the_pages_form()
         ),
         1
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -425,4 +429,5 @@ async fn a_timed_action_over_another_restores_what_it_found_and_the_first_still_
     );
     let (_, body) = app.get("/v1/entities/post:stack").await;
     assert!(body["timer"].is_null(), "{body}");
+    app.assert_statements_complete().await;
 }

@@ -70,6 +70,88 @@ pub struct ActionRow {
     pub ends_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// The statements of reasons of the decisions this app's database holds.
+impl TestApp {
+    /// Every restricting decision here has exactly one statement of reasons and nothing else
+    /// has one: an automated hide or suspend, a moderator's review decision or override that
+    /// hides or suspends. Each statement passes the Transparency Database's validation (the
+    /// stand-in's rules, `dsa.rs`) and names no actor.
+    pub async fn assert_statements_complete(&self) {
+        let unexplained = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM actions a
+               WHERE (a.action IN ('hide', 'suspend')
+                      OR (a.action = 'review' AND a.new_status IN ('hidden', 'suspended')))
+                 AND (SELECT count(*) FROM statements s WHERE s.action_id = a.id) <> 1"#
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            unexplained, 0,
+            "restricting actions without exactly one statement"
+        );
+        let stray = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "n!" FROM statements s
+               WHERE s.action_id IS NOT NULL AND NOT EXISTS (
+                   SELECT 1 FROM actions a WHERE a.id = s.action_id
+                     AND (a.action IN ('hide', 'suspend')
+                          OR (a.action = 'review' AND a.new_status IN ('hidden', 'suspended'))))"#
+        )
+        .fetch_one(&self.pool)
+        .await
+        .unwrap();
+        assert_eq!(stray, 0, "statements of decisions that restrict nothing");
+        let (overrides, override_statements) = sqlx::query!(
+            r#"SELECT
+                 (SELECT count(*) FROM moderator_decisions
+                  WHERE kind = 'override' AND status IN ('hidden', 'suspended')) AS "decisions!",
+                 (SELECT count(*) FROM statements WHERE decided_by = 'override') AS "statements!""#
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map(|row| (row.decisions, row.statements))
+        .unwrap();
+        assert_eq!(
+            overrides, override_statements,
+            "one statement per restricting override"
+        );
+        let statements: Vec<(String, serde_json::Value)> =
+            sqlx::query!("SELECT puid, body FROM statements ORDER BY id")
+                .fetch_all(&self.pool)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|row| (row.puid, row.body))
+                .collect();
+        // Who acted and which events: none of it may be in a statement (its identifier and
+        // the content's URL, which names the entity, left out of the comparison).
+        let people: Vec<String> = sqlx::query_scalar!(
+            r#"SELECT DISTINCT actor AS "actor!" FROM events WHERE actor IS NOT NULL
+               UNION SELECT DISTINCT id FROM events
+               UNION SELECT DISTINCT moderator FROM moderator_decisions"#
+        )
+        .fetch_all(&self.pool)
+        .await
+        .unwrap();
+        for (puid, body) in statements {
+            let mut sent = body.clone();
+            sent.as_object_mut().unwrap().remove("quiesce_keywords");
+            assert_eq!(super::dsa_errors(&sent), None, "statement {puid}: {body}");
+            let mut read = sent.clone();
+            for key in ["puid", "url"] {
+                read.as_object_mut().unwrap().remove(key);
+            }
+            let text = read.to_string();
+            for name in &people {
+                assert!(
+                    !text.contains(&format!("\"{name}\"")) && !text.contains(&format!(" {name} ")),
+                    "statement {puid} names {name}: {text}"
+                );
+            }
+        }
+    }
+}
+
 /// Rows counted in a table.
 impl TestApp {
     pub async fn count_events(&self) -> i64 {

@@ -37,6 +37,12 @@ use axum::{
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// Whether the Transparency Database would take this statement: its field errors, if any.
+pub fn dsa_errors(statement: &Value) -> Option<Value> {
+    let fields = statement.as_object()?;
+    rules::validate(fields).err().map(Value::Object)
+}
+
 #[allow(unused_imports)]
 pub use rules::{
     ACCOUNT_TYPES, CATEGORIES, CONTENT_TYPES, COUNTRY_CODES, DECISION_ACCOUNTS, DECISION_GROUNDS,
