@@ -48,6 +48,7 @@ CREATE TABLE appeals (
 CREATE UNIQUE INDEX appeals_one_open_idx ON appeals (statement_id) WHERE decided_at IS NULL;
 CREATE INDEX appeals_waiting_idx ON appeals (id) WHERE decided_at IS NULL;
 CREATE INDEX appeals_decided_idx ON appeals (decided_at) WHERE decided_at IS NOT NULL;
+CREATE INDEX appeals_entity_idx ON appeals (entity, id);
 
 -- Where a reversal came from: a moderator's review of the action, or an upheld appeal.
 ALTER TABLE actions ADD COLUMN reversal_source TEXT

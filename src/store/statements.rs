@@ -338,6 +338,22 @@ impl Store {
         .await?)
     }
 
+    /// Every appeal of an entity's decisions, oldest first (for its page).
+    pub async fn appeals_of_entity(&self, entity: &str) -> Result<Vec<AppealRecord>> {
+        Ok(sqlx::query_as!(
+            AppealRecord,
+            "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
+                    s.previous_status, a.appellant, a.text, a.created_at, a.claimed_by,
+                    a.claim_until, a.decided_at, a.decided_by AS decided_by_moderator, a.outcome,
+                    a.decision_reason
+             FROM appeals a JOIN statements s ON s.id = a.statement_id
+             WHERE a.entity = $1 ORDER BY a.id",
+            entity,
+        )
+        .fetch_all(self.reader())
+        .await?)
+    }
+
     /// `moderator` claims appeal `id` for `claim_for` (again: extends their own claim).
     pub async fn claim_appeal(
         &self,
