@@ -18,11 +18,14 @@ CREATE TABLE statements (
     previous_status TEXT NOT NULL,
     -- The status the decision set.
     status          TEXT NOT NULL,
+    -- The label it explains, for a rule whose labels restrict (`labels_restrict`).
+    label           TEXT,
     body            JSONB NOT NULL,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     CONSTRAINT statements_puid_unique UNIQUE (puid)
 );
--- One statement per action: a retried decision cannot explain itself twice.
+-- One statement per action: a retried decision cannot explain itself twice. (A label's is
+-- written only by the insert of the label, once for each time it is given.)
 CREATE UNIQUE INDEX statements_action_idx ON statements (action_id) WHERE action_id IS NOT NULL;
 CREATE INDEX statements_entity_idx ON statements (entity, id);
 CREATE INDEX statements_created_idx ON statements (created_at, id);

@@ -113,6 +113,13 @@ pub async fn decide(
         (AppealDecision::Rejected, _) => {
             desk.store.reject_appeal(id, by, reason).await??;
         }
+        (AppealDecision::Upheld, None) if appeal.label.is_some() => {
+            // A restricting label: it comes off; the status was never the label's.
+            let label = appeal.label.clone().unwrap_or_default();
+            desk.store
+                .remove_label_upholding(&appeal, &label, by, reason)
+                .await??;
+        }
         (AppealDecision::Upheld, Some(action)) => {
             moderation::reverse(
                 desk.store,

@@ -58,6 +58,9 @@ pub enum Restriction {
     AccountSuspended,
     /// Content suspended that is not an account: the service to it is suspended.
     ProvisionSuspended,
+    /// A label that restricts the content (its rule says so): "other" in the database's terms,
+    /// named with the label.
+    ContentLabelled,
 }
 
 /// Where the decision came from (`source_type`).
@@ -99,6 +102,8 @@ pub struct StatementDraft {
     pub url: String,
     pub applied_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// The label, for [`Restriction::ContentLabelled`].
+    pub label: Option<String>,
 }
 
 /// A platform unique identifier: never reused (a random UUID), in the database's alphabet.
@@ -161,6 +166,14 @@ impl StatementDraft {
                 "decision_provision",
                 "DECISION_PROVISION_PARTIAL_SUSPENSION".into(),
             ),
+            Restriction::ContentLabelled => {
+                put("decision_visibility", "DECISION_VISIBILITY_OTHER".into());
+                let label = self.label.as_deref().unwrap_or("a label");
+                put(
+                    "decision_visibility_other",
+                    clip(&format!("Content labelled \"{label}\""), MAX_SHORT_TEXT).into(),
+                );
+            }
         }
         let reference = clip(&self.ground_reference, MAX_SHORT_TEXT).into();
         let explanation = clip(&self.explanation, MAX_EXPLANATION).into();
@@ -230,6 +243,7 @@ mod tests {
             url: "https://forum.example/p/1".into(),
             applied_at: "2026-12-06T09:41:00Z".parse().unwrap(),
             ends_at: Some("2026-12-07T09:41:00Z".parse().unwrap()),
+            label: None,
         }
     }
 
@@ -257,6 +271,16 @@ mod tests {
         assert!(body.get("quiesce_keywords").is_none());
         assert_eq!(draft.stored()["quiesce_keywords"][0], "spam");
         assert_eq!(dsa_body(&draft.stored()), body);
+    }
+
+    #[test]
+    fn a_restricting_label_is_an_other_visibility_restriction_named_with_its_label() {
+        let mut labelled = draft();
+        labelled.restriction = Restriction::ContentLabelled;
+        labelled.label = Some("graphic".into());
+        let body = labelled.body();
+        assert_eq!(body["decision_visibility"], "DECISION_VISIBILITY_OTHER");
+        assert_eq!(body["decision_visibility_other"], "Content labelled \"graphic\"");
     }
 
     #[test]

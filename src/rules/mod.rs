@@ -435,14 +435,37 @@ impl RuleSet {
         snapshot: &Snapshot,
     ) -> Option<StatementDraft> {
         let rule = self.rules.iter().find(|r| r.name == decision.rule)?;
-        self.statements.automated(
-            &rule.statement,
-            &rule.reason,
-            &rule.when,
-            self.version,
-            decision,
-            snapshot,
-        )
+        self.statements
+            .automated(&self.rule_of(rule), decision, snapshot)
+    }
+
+    /// The statements of the labels a verdict gives whose rules say their labels restrict, by
+    /// label.
+    pub fn label_statements(
+        &self,
+        verdict: &Verdict,
+        snapshot: &Snapshot,
+    ) -> Vec<(String, StatementDraft)> {
+        verdict
+            .labels
+            .iter()
+            .filter_map(|given| {
+                let rule = self.rules.iter().find(|r| r.name == given.rule)?;
+                let draft =
+                    self.statements
+                        .labelled(&self.rule_of(rule), &rule.name, &given.label, snapshot)?;
+                Some((given.label.clone(), draft))
+            })
+            .collect()
+    }
+
+    fn rule_of<'a>(&self, rule: &'a Rule) -> statement::RuleOf<'a> {
+        statement::RuleOf {
+            statement: &rule.statement,
+            reason: &rule.reason,
+            condition: &rule.when,
+            rules_version: self.version,
+        }
     }
 
     /// The statement of reasons of a moderator's decision setting `status`, on the rules file's

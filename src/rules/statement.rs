@@ -37,6 +37,10 @@ pub(super) struct StatementSpec {
     /// For a ground of incompatibility: the content is considered illegal too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     illegal: Option<bool>,
+    /// The rule's labels restrict the content (hide it behind a warning, demote it): each
+    /// label it gives gets a statement of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    labels_restrict: bool,
 }
 
 /// What a kind of entity is, for its statements.
@@ -117,6 +121,7 @@ pub(super) struct RuleStatement {
     category: String,
     keywords: Vec<String>,
     illegal: bool,
+    labels_restrict: bool,
 }
 
 fn short(value: &str, what: &'static str) -> Result<(), StatementError> {
@@ -186,6 +191,7 @@ impl StatementFile {
             category,
             keywords: own.keywords,
             illegal: own.illegal.or(self.illegal).unwrap_or(false),
+            labels_restrict: own.labels_restrict,
         })
     }
 
@@ -243,15 +249,53 @@ impl StatementFile {
     /// The statement of a rule's automated decision, or `None` when it restricts nothing.
     pub(super) fn automated(
         &self,
-        rule: &RuleStatement,
-        rule_reason: &str,
-        condition: &str,
-        rules_version: Option<i64>,
+        rule: &RuleOf<'_>,
         decision: &Decision,
         snapshot: &Snapshot,
     ) -> Option<StatementDraft> {
-        let now = Utc::now();
         let restriction = self.restriction(&snapshot.kind, decision.action.status())?;
+        let ends_at = decision
+            .duration_secs
+            .map(|secs| Utc::now() + chrono::Duration::seconds(secs as i64));
+        Some(self.by_rule(rule, &decision.rule, restriction, snapshot, ends_at, None))
+    }
+
+    /// The statement of a label a rule gave, when its rule says its labels restrict.
+    pub(super) fn labelled(
+        &self,
+        rule: &RuleOf<'_>,
+        name: &str,
+        label: &str,
+        snapshot: &Snapshot,
+    ) -> Option<StatementDraft> {
+        rule.statement.labels_restrict.then(|| {
+            self.by_rule(
+                rule,
+                name,
+                Restriction::ContentLabelled,
+                snapshot,
+                None,
+                Some(label.to_owned()),
+            )
+        })
+    }
+
+    fn by_rule(
+        &self,
+        rule: &RuleOf<'_>,
+        name: &str,
+        restriction: Restriction,
+        snapshot: &Snapshot,
+        ends_at: Option<DateTime<Utc>>,
+        label: Option<String>,
+    ) -> StatementDraft {
+        let now = Utc::now();
+        let RuleOf {
+            statement: rule,
+            reason: rule_reason,
+            condition,
+            rules_version,
+        } = *rule;
         let (content_types, content_type_other, url) =
             self.content(&snapshot.entity, &snapshot.kind);
         let explanation =
@@ -263,15 +307,14 @@ impl StatementFile {
             .map(|(signal, stats)| format!("{signal} {}", stats.count))
             .collect();
         let facts = format!(
-            "Rule {}{version} decided automatically when `{condition}` held. Figures: {}.",
-            decision.rule,
+            "Rule {name}{version} decided automatically when `{condition}` held. Figures: {}.",
             if figures.is_empty() {
                 "none".to_owned()
             } else {
                 figures.join(", ")
             },
         );
-        Some(StatementDraft {
+        StatementDraft {
             puid: new_puid(),
             restriction,
             ground: rule.ground.clone(),
@@ -288,10 +331,9 @@ impl StatementFile {
             automated_decision: true,
             url,
             applied_at: now,
-            ends_at: decision
-                .duration_secs
-                .map(|secs| now + chrono::Duration::seconds(secs as i64)),
-        })
+            ends_at,
+            label,
+        }
     }
 
     /// The statement of a moderator's decision setting `status`, on the file's defaults, or
@@ -335,8 +377,19 @@ impl StatementFile {
             url,
             applied_at: now,
             ends_at,
+            label: None,
         })
     }
+}
+
+/// What a rule's statements are drawn from: its `statement` table resolved, its reason (the
+/// default explanation), its condition and the rules version it is in.
+#[derive(Clone, Copy)]
+pub(super) struct RuleOf<'a> {
+    pub statement: &'a RuleStatement,
+    pub reason: &'a str,
+    pub condition: &'a str,
+    pub rules_version: Option<i64>,
 }
 
 /// Whether an automated action restricts (a flag for review does not).

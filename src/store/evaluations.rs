@@ -54,6 +54,8 @@ pub struct FencedEvaluation {
     pub trace: Option<String>,
     /// The statement of reasons of a restricting decision, written with its action.
     pub statement: Option<crate::domain::StatementDraft>,
+    /// The statements of the labels given that restrict, by label, each written with its label.
+    pub label_statements: Vec<(String, crate::domain::StatementDraft)>,
 }
 
 /// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
@@ -301,16 +303,30 @@ async fn record_fenced(
         .iter()
         .map(|e| e.statement.as_ref().map(|s| Json(s.stored())))
         .collect();
+    let label_statements: Vec<Option<Json<serde_json::Value>>> = evaluations
+        .iter()
+        .map(|e| {
+            (!e.label_statements.is_empty()).then(|| {
+                Json(serde_json::Value::Object(
+                    e.label_statements
+                        .iter()
+                        .map(|(label, s)| (label.clone(), s.stored()))
+                        .collect(),
+                ))
+            })
+        })
+        .collect();
     let rows = sqlx::query!(
         r#"WITH input AS (
                SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[],
                                     $5::timestamptz[], $6::jsonb[], $7::jsonb[],
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                     $12::text[], $13::text[], $14::text[], $15::float8[],
-                                    $16::jsonb[], $17::int8[], $18::text[], $19::jsonb[])
+                                    $16::jsonb[], $17::int8[], $18::text[], $19::jsonb[],
+                                    $21::jsonb[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
-                        labels, rules_version, traceparent, statement)
+                        labels, rules_version, traceparent, statement, label_statements)
            ),
            -- Each row that passes the fence, locked, with its input and the timer it holds:
            -- every later part reads this and nothing else of the input. (The planner takes an
@@ -372,24 +388,6 @@ async fn record_fenced(
                ORDER BY a.id
                RETURNING id, puid, entity, action_id, body
            ),
-           -- After the actions' own rows (reading `notified` waits for it), so that the
-           -- platform hears of an action before its statement.
-           statement_notes AS (
-               INSERT INTO outbox (topic, idempotency_key, payload, receiver)
-               SELECT 'statement.issued', 'statement:' || s.puid,
-                      jsonb_build_object('statement_id', s.id, 'puid', s.puid,
-                                         'entity', s.entity, 'action_id', s.action_id,
-                                         'statement', s.body),
-                      'platform'
-               FROM issued s
-               WHERE (SELECT count(*) FROM notified) >= 0
-               UNION ALL
-               SELECT 'statement.submitted', 'dsa:' || s.puid,
-                      jsonb_build_object('statement_id', s.id,
-                                         'statement', s.body - 'quiesce_keywords'),
-                      'dsa'
-               FROM issued s WHERE $20
-           ),
            labelled AS (
                INSERT INTO entity_labels (entity, label, rule, reason)
                SELECT k.entity, l.label, l.rule, l.reason
@@ -408,6 +406,39 @@ async fn record_fenced(
                FROM labelled b
                ORDER BY b.entity, b.label
                ON CONFLICT ON CONSTRAINT outbox_idempotency_key_unique DO NOTHING
+           ),
+           -- A label given now whose rule says its labels restrict has a statement of its own.
+           label_issued AS (
+               INSERT INTO statements (puid, entity, action_id, rule, decided_by,
+                                       previous_status, status, label, body)
+               SELECT k.label_statements -> b.label ->> 'puid', b.entity, NULL, b.rule,
+                      'automated', k.status, k.status, b.label, k.label_statements -> b.label
+               FROM labelled b
+               JOIN locked k ON k.entity = b.entity
+               WHERE k.label_statements ? b.label
+               ORDER BY b.entity, b.label
+               RETURNING id, puid, entity, action_id, body
+           ),
+           every_issued AS (
+               SELECT * FROM issued UNION ALL SELECT * FROM label_issued
+           ),
+           -- After the actions' own rows (reading `notified` waits for it), so that the
+           -- platform hears of an action before its statement.
+           statement_notes AS (
+               INSERT INTO outbox (topic, idempotency_key, payload, receiver)
+               SELECT 'statement.issued', 'statement:' || s.puid,
+                      jsonb_build_object('statement_id', s.id, 'puid', s.puid,
+                                         'entity', s.entity, 'action_id', s.action_id,
+                                         'statement', s.body),
+                      'platform'
+               FROM every_issued s
+               WHERE (SELECT count(*) FROM notified) >= 0
+               UNION ALL
+               SELECT 'statement.submitted', 'dsa:' || s.puid,
+                      jsonb_build_object('statement_id', s.id,
+                                         'statement', s.body - 'quiesce_keywords'),
+                      'dsa'
+               FROM every_issued s WHERE $20
            ),
            fenced AS (
                UPDATE entities e SET
@@ -479,6 +510,7 @@ async fn record_fenced(
         &traces as &[Option<&str>],
         &statements as &[Option<Json<serde_json::Value>>],
         submit,
+        &label_statements as &[Option<Json<serde_json::Value>>],
     )
     .fetch_all(&mut *connection)
     .await?;

@@ -88,6 +88,8 @@ pub struct AppealRecord {
     /// What the decision set, and what it found.
     pub status: String,
     pub previous_status: String,
+    /// The label contested, for a restricting label's statement.
+    pub label: Option<String>,
     pub appellant: String,
     pub text: String,
     pub created_at: DateTime<Utc>,
@@ -304,7 +306,7 @@ impl Store {
         Ok(sqlx::query_as!(
             AppealRecord,
             "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
-                    s.previous_status, a.appellant, a.text, a.created_at, a.claimed_by,
+                    s.previous_status, s.label, a.appellant, a.text, a.created_at, a.claimed_by,
                     a.claim_until, a.decided_at, a.decided_by AS decided_by_moderator, a.outcome,
                     a.decision_reason
              FROM appeals a JOIN statements s ON s.id = a.statement_id WHERE a.id = $1",
@@ -324,7 +326,7 @@ impl Store {
         Ok(sqlx::query_as!(
             AppealRecord,
             "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
-                    s.previous_status, a.appellant, a.text, a.created_at, a.claimed_by,
+                    s.previous_status, s.label, a.appellant, a.text, a.created_at, a.claimed_by,
                     a.claim_until, a.decided_at, a.decided_by AS decided_by_moderator, a.outcome,
                     a.decision_reason
              FROM appeals a JOIN statements s ON s.id = a.statement_id
@@ -343,7 +345,7 @@ impl Store {
         Ok(sqlx::query_as!(
             AppealRecord,
             "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
-                    s.previous_status, a.appellant, a.text, a.created_at, a.claimed_by,
+                    s.previous_status, s.label, a.appellant, a.text, a.created_at, a.claimed_by,
                     a.claim_until, a.decided_at, a.decided_by AS decided_by_moderator, a.outcome,
                     a.decision_reason
              FROM appeals a JOIN statements s ON s.id = a.statement_id
@@ -395,6 +397,39 @@ impl Store {
         Ok(Ok(self.appeal(id).await?.ok_or_else(|| {
             StoreError::NotFound(format!("no appeal {id}"))
         })?))
+    }
+
+    /// An upheld appeal of a restricting label: the label comes off the entity (the platform
+    /// told, `label.removed`) and the appeal is decided, in one transaction.
+    pub async fn remove_label_upholding(
+        &self,
+        appeal: &AppealRecord,
+        label: &str,
+        by: &Actor,
+        reason: &str,
+    ) -> Result<std::result::Result<(), AppealRefusal>> {
+        let mut tx = self.pool.begin().await?;
+        if let Err(refusal) = lock_open_appeal(&mut tx, appeal.id, &by.name).await? {
+            return Ok(Err(refusal));
+        }
+        sqlx::query!(
+            "DELETE FROM entity_labels WHERE entity = $1 AND label = $2",
+            appeal.entity,
+            label,
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('label.removed', $1, $2)",
+            format!("label-removed:{}", appeal.id),
+            serde_json::json!({ "entity": appeal.entity, "label": label, "appeal": appeal.id,
+                                "moderator": by.name, "reason": reason }),
+        )
+        .execute(&mut *tx)
+        .await?;
+        decide_appeal_in(&mut tx, appeal.id, by, AppealDecision::Upheld, reason, None).await?;
+        tx.commit().await?;
+        Ok(Ok(()))
     }
 
     /// Appeals waiting, the oldest one's wait, decided over the last day and upheld among them.

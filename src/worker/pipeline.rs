@@ -362,6 +362,7 @@ impl Worker {
         let statement = decision
             .as_ref()
             .and_then(|d| rules.statement_for(d, &snapshot));
+        let label_statements = rules.label_statements(&verdict, &snapshot);
         let completion = self
             .batches
             .complete(FencedEvaluation {
@@ -372,6 +373,7 @@ impl Worker {
                 due_at: DateTime::<Utc>::from_timestamp_millis(claim.due_at_ms),
                 trace,
                 statement,
+                label_statements,
             })
             .instrument(step)
             .await?;

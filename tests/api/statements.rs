@@ -75,6 +75,23 @@ action = "hide"
 reason = "{count.spam} spam reports"
 
 [[rule]]
+name = "graphic_label"
+kinds = ["post"]
+when = 'count("gore") >= 2'
+labels = ["graphic"]
+reason = "{count.gore} reports of graphic violence"
+[rule.statement]
+labels_restrict = true
+category = "STATEMENT_CATEGORY_UNCATEGORISED"
+
+[[rule]]
+name = "topic_label"
+kinds = ["post"]
+when = 'count("recipe") >= 1'
+labels = ["cooking"]
+reason = "a recipe"
+
+[[rule]]
 name = "suspend_spammer"
 kinds = ["user"]
 when = 'count("report") >= 2'
@@ -619,4 +636,49 @@ fn the_rules_check_refuses_an_unknown_category_or_ground_naming_the_rule() {
         error.contains("illegal_hate") && error.contains("legal_ground"),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn a_label_restricts_only_where_its_rule_says_so_and_an_upheld_appeal_takes_it_off() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    decide(&app, "post:20", "gore", 2).await; // a label that restricts
+    decide(&app, "post:21", "recipe", 1).await; // a label that does not
+    let labelled = statements(&app, "").await;
+    assert_eq!(labelled.len(), 1, "{labelled:?}");
+    let statement = &labelled[0];
+    assert_eq!(statement["entity"], "post:20");
+    assert_eq!(statement["action_id"], Value::Null);
+    assert_eq!(statement["statement"]["decision_visibility"], "DECISION_VISIBILITY_OTHER");
+    assert_eq!(
+        statement["statement"]["decision_visibility_other"],
+        "Content labelled \"graphic\""
+    );
+    submitted(&app, &stand_in, 1).await;
+    assert!(stand_in.rejections().is_empty(), "{:?}", stand_in.rejections());
+
+    // The author appeals the label (it has no action: through its statement), and wins.
+    let (status, appeal) = app
+        .post_json(
+            &format!("/v1/statements/{}/appeals", statement["id"]),
+            json!({"appellant": "user:20", "text": "It is a documentary still."}),
+        )
+        .await;
+    assert_eq!(status, 201, "{appeal}");
+    assert_eq!(appeal["label"], "graphic");
+    let (status, decided) = app
+        .post_json(
+            &format!("/v1/appeals/{}/decide", appeal["id"]),
+            json!({"moderator": "mod:ana", "outcome": "upheld", "reason": "news value"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{decided}");
+    let (_, entity) = app.get("/v1/entities/post:20").await;
+    assert_eq!(entity["labels"], json!([]), "{entity}");
+    assert_eq!(entity["status"], "visible");
+    assert_eq!(
+        scalar!(app, "SELECT count(*) FROM outbox WHERE topic = 'label.removed'"),
+        1
+    );
+    app.assert_statements_complete().await;
 }

@@ -41,6 +41,7 @@ fn fenced(
         due_at: None,
         trace: None,
         statement: None,
+        label_statements: Vec::new(),
     }
 }
 
@@ -345,6 +346,7 @@ async fn concurrent_evaluations_share_statements_and_each_gets_its_own_outcome()
                     due_at: None,
                     trace: None,
                     statement: None,
+                    label_statements: Vec::new(),
                 })
                 .await;
             (i, completion)
@@ -451,6 +453,7 @@ async fn a_row_locked_elsewhere_does_not_hold_up_the_evaluations_sharing_its_sta
                         due_at: None,
                         trace: None,
                         statement: None,
+                        label_statements: Vec::new(),
                     })
                     .await
             })

@@ -218,6 +218,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
                     due_at: None,
                     trace: None,
                     statement: None,
+                    label_statements: Vec::new(),
                 },
             )
             .await
