@@ -10,7 +10,8 @@
 //! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
 //!   snapshot the rules saw beside the entity now; reversing it;
 //! - [`entity`]: one entity's status, events per minute, evaluations (with what matched, was
-//!   exempted or matched in shadow: [`evaluations`]), actions and decisions; setting an override;
+//!   exempted or matched in shadow: [`evaluations`]), actions and decisions, statements of
+//!   reasons ([`statements`]) with their appeals; setting an override;
 //! - [`quality`]: the reversal rate per day and rule, live, shadow and exempted matches, the
 //!   rules;
 //! - [`backtest`]: a candidate rule set replayed over a window's evaluations (a shadow rule's
@@ -43,6 +44,7 @@ mod rules;
 mod saw;
 mod session;
 mod signin;
+mod statements;
 mod sweep;
 mod throttle;
 mod timer;
