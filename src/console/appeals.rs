@@ -112,8 +112,10 @@ fn appeals_table(signed_in: &SignedInSession, appeals: &[AppealRecord]) -> Marku
                                 @if mine(signed_in, appeal) {
                                     a.open href={ "/console/appeals/" (appeal.id) } { "Open #" (appeal.id) }
                                 } @else if claimable(signed_in, appeal) {
-                                    (claim_form(signed_in, appeal, first_claimable == Some(appeal.id)))
-                                    " " a.open href={ "/console/appeals/" (appeal.id) } { "Read #" (appeal.id) }
+                                    div.actions-row {
+                                        (claim_form(signed_in, appeal, first_claimable == Some(appeal.id)))
+                                        a.open href={ "/console/appeals/" (appeal.id) } { "Read #" (appeal.id) }
+                                    }
                                 } @else {
                                     a.open href={ "/console/appeals/" (appeal.id) } { "View #" (appeal.id) }
                                 }
@@ -270,7 +272,8 @@ pub async fn appeal(
     let title = format!("Appeal #{id}");
     let body = html! {
         h1 { "Appeal #" (id) " · " (appeal.entity) }
-        dl.facts.card #appeal-facts {
+        section.card {
+        dl.facts #appeal-facts {
             dt { "Entity" } dd { (layout::entity_link(&appeal.entity)) }
             dt { "Appellant" } dd #appellant { (appeal.appellant) }
             dt { "Submitted" } dd { (layout::time(appeal.created_at)) }
@@ -302,6 +305,7 @@ pub async fn appeal(
                     @if let Some(reason) = &appeal.decision_reason { ": " span #decision-reason { (reason) } }
                 }
             }
+        }
         }
         section.card aria-labelledby="text-title" {
             h2 #text-title { "The appellant's text" }
