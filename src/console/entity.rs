@@ -183,20 +183,20 @@ pub async fn page(
         limit: STATEMENT_SCAN,
         ..Default::default()
     };
-    let (per_minute, evaluations, actions, decisions, events, mut statements) = tokio::try_join!(
+    let (per_minute, evaluations, actions, decisions, events, mut statements, appeals) = tokio::try_join!(
         store.entity_minutes(&entity, from),
         store.entity_evaluations(&entity, None, HISTORY),
         store.entity_actions(&entity, HISTORY),
         store.entity_decisions(&entity, HISTORY),
         store.entity_events(&entity, HISTORY),
         store.statements(&statement_filter),
+        store.appeals_of_entity(entity.as_str()),
     )?;
     // Newest first, as the page's other lists.
     statements.reverse();
     let more_statements = statements.len() > HISTORY as usize;
     statements.truncate(HISTORY as usize);
-    let appeals = super::statements::appeals_of(store, &statements).await?;
-    let statements: Vec<_> = statements.into_iter().zip(appeals).collect();
+    let statements = super::statements::with_appeals(statements, &appeals);
     let author = match record
         .author
         .as_deref()

@@ -4,14 +4,10 @@
 //! (`docs/statements.md`); these pieces read its fields and say them in words.
 
 use chrono::NaiveDateTime;
-use futures::future::try_join_all;
 use maud::{Markup, html};
 
-use super::{errors::PageError, layout};
-use crate::{
-    domain::AuditAction,
-    store::{AppealRecord, AuditFilter, StatementRecord, Store},
-};
+use super::layout;
+use crate::store::{AppealRecord, StatementRecord};
 
 /// A text field of the statement, if it has it.
 fn field<'a>(statement: &'a StatementRecord, key: &str) -> Option<&'a str> {
@@ -108,36 +104,22 @@ pub fn appeal_state(appeal: &AppealRecord) -> &str {
     }
 }
 
-/// The appeals of each statement, in the statements' order. The appeals table is indexed by
-/// statement for open appeals only; the audit trail's `appeal.submit` entries (subject
-/// `statement:<id>`, indexed) name every appeal, and outlive the appeal window unless
-/// `audit_retention` is set shorter than it.
-pub async fn appeals_of(
-    store: &Store,
-    statements: &[StatementRecord],
-) -> Result<Vec<Vec<AppealRecord>>, PageError> {
-    try_join_all(statements.iter().map(|statement| async move {
-        let filter = AuditFilter {
-            action: Some(AuditAction::AppealSubmit.as_str().to_owned()),
-            subject: Some(format!("statement:{}", statement.id)),
-            limit: 20,
-            ..Default::default()
-        };
-        let ids: Vec<i64> = store
-            .audit_page(&filter)
-            .await?
-            .iter()
-            .filter_map(|entry| entry.after.as_ref()?.get("appeal")?.as_i64())
-            .collect();
-        let mut appeals = Vec::new();
-        for id in ids.into_iter().rev() {
-            if let Some(appeal) = store.appeal(id).await? {
-                appeals.push(appeal);
-            }
-        }
-        Ok::<_, PageError>(appeals)
-    }))
-    .await
+/// Each statement beside its appeals (oldest first): `appeals` are the entity's.
+pub fn with_appeals(
+    statements: Vec<StatementRecord>,
+    appeals: &[AppealRecord],
+) -> Vec<(StatementRecord, Vec<AppealRecord>)> {
+    statements
+        .into_iter()
+        .map(|statement| {
+            let of_it = appeals
+                .iter()
+                .filter(|a| a.statement_id == statement.id)
+                .cloned()
+                .collect();
+            (statement, of_it)
+        })
+        .collect()
 }
 
 /// The entity page's section: its statements, newest first, each with its appeals.
