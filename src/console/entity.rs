@@ -1,8 +1,8 @@
 //! One entity: its status and override, its schedule, events per minute per signal, its
 //! evaluations (`evaluations.rs`: on which snapshot, what matched live, was exempted or matched
 //! in shadow, what was decided and why nothing was), its actions and the moderators' decisions
-//! on it, its latest events, and the derived signals on its author. A moderator may set an
-//! override from here.
+//! on it, its statements of reasons with their appeals (`statements.rs`), its latest events,
+//! and the derived signals on its author. A moderator may set an override from here.
 
 use std::collections::BTreeMap;
 
@@ -24,11 +24,15 @@ use super::{
 use crate::{
     domain::{DAY_WINDOWS, EntityId, SignalStats, Status, WINDOWS, Windows},
     moderation::{self, OverrideRequest},
-    store::Override,
+    store::{Override, StatementFilter},
 };
 
 /// Rows of each history list on the page.
 const HISTORY: i64 = 20;
+/// The statements read to show the latest [`HISTORY`] (the store lists them oldest first);
+/// past this many, the page shows the latest of the first ones (`GET /v1/statements` pages
+/// through all).
+const STATEMENT_SCAN: i64 = 500;
 /// The chart's periods, in minutes (minute buckets are kept for 24 hours).
 const PERIODS: [(i64, &str); 3] = [
     (60, "last hour"),
@@ -174,13 +178,25 @@ pub async fn page(
         })?;
     let to = record.read_at;
     let from = to - Duration::minutes(minutes);
-    let (per_minute, evaluations, actions, decisions, events) = tokio::try_join!(
+    let statement_filter = StatementFilter {
+        entity: Some(entity.as_str().to_owned()),
+        limit: STATEMENT_SCAN,
+        ..Default::default()
+    };
+    let (per_minute, evaluations, actions, decisions, events, mut statements, appeals) = tokio::try_join!(
         store.entity_minutes(&entity, from),
         store.entity_evaluations(&entity, None, HISTORY),
         store.entity_actions(&entity, HISTORY),
         store.entity_decisions(&entity, HISTORY),
         store.entity_events(&entity, HISTORY),
+        store.statements(&statement_filter),
+        store.appeals_of_entity(entity.as_str()),
     )?;
+    // Newest first, as the page's other lists.
+    statements.reverse();
+    let more_statements = statements.len() > HISTORY as usize;
+    statements.truncate(HISTORY as usize);
+    let statements = super::statements::with_appeals(statements, &appeals);
     let author = match record
         .author
         .as_deref()
@@ -299,6 +315,7 @@ pub async fn page(
                 }
             }
         }
+        (super::statements::section(&statements, more_statements))
         section.card aria-labelledby="events-title" {
             h2 #events-title { "Latest events" }
             @if events.is_empty() { p.muted { "None retained." } } @else {

@@ -12,9 +12,10 @@ use maud::html;
 
 use super::{csrf, layout};
 use crate::{
+    appeals::AppealError,
     moderation::{ReversalError, ReversalRefusal},
     review::{ReviewError, ReviewRefusal},
-    store::StoreError,
+    store::{AppealRefusal, StoreError},
 };
 
 /// Why a console request was refused or failed.
@@ -199,6 +200,21 @@ impl From<ReversalError> for PageError {
                 PageError::refused("Superseded", refusal)
             }
             ReversalError::Store(error) => error.into(),
+        }
+    }
+}
+
+/// An appeal refused, as `http::appeals` answers it to the API: 409, with the reason in words.
+impl From<AppealError> for PageError {
+    fn from(error: AppealError) -> Self {
+        match error {
+            AppealError::Refused(refusal @ AppealRefusal::Decided(_)) => {
+                PageError::refused("Already decided", refusal)
+            }
+            AppealError::Refused(refusal) => PageError::refused("Not done", refusal),
+            AppealError::Reversal(refusal) => ReversalError::Refused(refusal).into(),
+            error @ AppealError::NothingToAppeal(_) => PageError::refused("Not done", error),
+            AppealError::Store(error) => error.into(),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::backtest::Estimate;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
     Queue,
+    Appeals,
     Review,
     Quality,
     Operations,
@@ -55,6 +56,7 @@ pub fn page(signed_in: &SignedInSession, section: Section, title: &str, body: Ma
                     nav aria-label="Console sections" {
                         ul {
                             (item(Section::Queue, "/console/queue", "Queue"))
+                            (item(Section::Appeals, "/console/appeals", "Appeals"))
                             (item(Section::Review, "/console/review", "Review"))
                             (item(Section::Quality, "/console/quality", "Quality"))
                             @if user.is_admin() {
@@ -142,6 +144,17 @@ pub fn status(status: &str) -> Markup {
 /// path; maud escapes the attribute all the same.
 pub fn entity_link(entity: &str) -> Markup {
     html! { a.entity href={ "/console/entities/" (entity) } { (entity) } }
+}
+
+/// A wait as `3h 04m`, `12m 30s` or `8s`.
+pub fn wait(waited: chrono::Duration) -> String {
+    let seconds = waited.num_seconds().max(0);
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m {s:02}s"),
+        _ => format!("{h}h {m:02}m"),
+    }
 }
 
 /// A notice after a decision (`?done=` of the redirect that follows a form).

@@ -7,10 +7,13 @@
 //! - [`signin`]: sign in with a moderator or admin token (an ingest token is refused), sign out;
 //! - [`review_queue`]: the review queue, what automation flagged, oldest first: claim an item, then
 //!   approve, hide, dismiss or escalate it;
+//! - [`appeals`]: the appeals of restricting decisions, oldest first: claim one, read it beside
+//!   the statement of reasons it contests ([`statements`]), uphold or reject it;
 //! - [`review`]: automated actions newest first, filtered and keyset-paged; one action with the
 //!   snapshot the rules saw beside the entity now; reversing it;
 //! - [`entity`]: one entity's status, events per minute, evaluations (with what matched, was
-//!   exempted or matched in shadow: [`evaluations`]), actions and decisions; setting an override;
+//!   exempted or matched in shadow: [`evaluations`]), actions and decisions, statements of
+//!   reasons with their appeals; setting an override;
 //! - [`quality`]: the reversal rate per day and rule, live, shadow and exempted matches, the
 //!   rules;
 //! - [`backtest`]: a candidate rule set replayed over a window's evaluations (a shadow rule's
@@ -24,6 +27,7 @@
 //! response carries a Content-Security-Policy that allows only the console's own stylesheet and
 //! images, and no script at all (the console has none).
 
+mod appeals;
 mod assets;
 mod audit;
 mod backtest;
@@ -43,6 +47,7 @@ mod rules;
 mod saw;
 mod session;
 mod signin;
+mod statements;
 mod sweep;
 mod throttle;
 mod timer;
@@ -127,6 +132,10 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         .route("/queue/{id}", get(review_queue::item))
         .route("/queue/{id}/claim", post(review_queue::claim))
         .route("/queue/{id}/decide", post(review_queue::decide))
+        .route("/appeals", get(appeals::list))
+        .route("/appeals/{id}", get(appeals::appeal))
+        .route("/appeals/{id}/claim", post(appeals::claim))
+        .route("/appeals/{id}/decide", post(appeals::decide))
         .route("/review", get(review::list))
         .route("/actions/{id}", get(review::action))
         .route("/actions/{id}/reverse", post(review::reverse))

@@ -183,7 +183,7 @@ fn items_table(signed_in: &SignedInSession, items: &[ReviewItem]) -> Markup {
                     @for item in items {
                         tr data-item-id=(item.id) {
                             td data-label="Waiting" {
-                                (wait(now - item.flagged_at)) " " span.muted { "since " (layout::time(item.flagged_at)) }
+                                (layout::wait(now - item.flagged_at)) " " span.muted { "since " (layout::time(item.flagged_at)) }
                                 @if item.escalated_at.is_some() { " " span.badge.escalated { "escalated" } }
                             }
                             td data-label="Entity" { (layout::entity_link(&item.entity)) }
@@ -210,17 +210,6 @@ fn items_table(signed_in: &SignedInSession, items: &[ReviewItem]) -> Markup {
                 }
             }
         }
-    }
-}
-
-/// A wait as `3h 04m`, `12m 30s` or `8s`.
-fn wait(waited: chrono::Duration) -> String {
-    let seconds = waited.num_seconds().max(0);
-    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, _) => format!("{m}m {s:02}s"),
-        _ => format!("{h}h {m:02}m"),
     }
 }
 

@@ -260,6 +260,8 @@ fn form_page_of(path: &str) -> (String, Option<&'static str>) {
         ["actions", id, "reverse"] => (format!("/console/actions/{id}"), Some("reason")),
         ["queue", id, "decide"] => (format!("/console/queue/{id}"), Some("reason")),
         ["queue", ..] => ("/console/queue".into(), None),
+        ["appeals", id, "decide"] => (format!("/console/appeals/{id}"), Some("reason")),
+        ["appeals", ..] => ("/console/appeals".into(), None),
         ["entities", entity, "override"] => (
             format!("/console/entities/{entity}"),
             Some("override_reason"),
@@ -434,6 +436,10 @@ mod tests {
             ("/console/queue/12".into(), Some("reason"))
         );
         assert_eq!(form_page_of("/queue/next"), ("/console/queue".into(), None));
+        assert_eq!(
+            form_page_of("/appeals/3/decide"),
+            ("/console/appeals/3".into(), Some("reason"))
+        );
         assert_eq!(form_page_of("/logout"), (HOME.into(), None));
         let mut headers = HeaderMap::new();
         assert!(!from_our_pages(&headers));

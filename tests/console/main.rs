@@ -1,9 +1,10 @@
 //! The moderator console in a real browser (`make console`): Debian's Chromium, driven over
 //! WebDriver, against a real quiesce (its own database, Redis prefix and port, as every API test
 //! has) over real connections. Each test is what a moderator or an admin relies on: review and
-//! reverse an automated hide; who may sign in and who may redrive; hostile values shown as
-//! text; a forged form refused; every page readable at 1280 and 390 pixels (the screenshots in
-//! docs/console/). Ignored in `make test`, which needs no browser.
+//! reverse an automated hide; decide an appeal of one (`appeals.rs`); who may sign in and who
+//! may redrive; hostile values shown as text; a forged form refused; every page readable at 1280
+//! and 390 pixels (the screenshots in docs/console/). Ignored in `make test`, which needs no
+//! browser.
 
 #[path = "../api/helpers/mod.rs"]
 #[allow(dead_code)]
@@ -14,6 +15,7 @@ mod proxy;
 #[path = "../support/secrets.rs"]
 mod secrets;
 
+mod appeals;
 mod browser;
 mod probe;
 mod queue;
@@ -480,6 +482,11 @@ async fn a_forged_post_without_the_csrf_token_is_refused_and_changes_nothing() {
     browser.close().await;
 }
 
+/// The names of the page's form controls that have neither a label nor an aria-label.
+const UNLABELLED: &str =
+    "return Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea'))
+    .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label')).map(e => e.name)";
+
 /// The default rules and a shadow rule, so that Quality has a shadow rule to weigh.
 fn rules_with_a_shadow_rule() -> RuleSet {
     let text = format!(
@@ -558,9 +565,6 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
     pages.push(("quality", "/console/quality".into()));
     pages.push(("operations", "/console/operations".into()));
 
-    let unlabelled =
-        "return Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea'))
-        .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label')).map(e => e.name)";
     for (name, path) in &pages {
         if *name == "sign-in" {
             // Signed out for this one.
@@ -568,7 +572,7 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
         }
         browser.goto(path).await;
         assert_eq!(
-            browser.script(unlabelled).await,
+            browser.script(UNLABELLED).await,
             json!([]),
             "unlabelled controls on {path}"
         );
@@ -587,7 +591,7 @@ async fn every_page_reads_at_1280_and_390_pixels_with_labelled_controls() {
     // The sign-in page, signed out.
     browser.click("form[action='/console/logout'] button").await;
     browser.find("#name").await;
-    assert_eq!(browser.script(unlabelled).await, json!([]));
+    assert_eq!(browser.script(UNLABELLED).await, json!([]));
     for width in [1280, 390] {
         assert!(
             browser.screenshot("sign-in", width).await,
