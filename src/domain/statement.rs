@@ -280,7 +280,10 @@ mod tests {
         labelled.label = Some("graphic".into());
         let body = labelled.body();
         assert_eq!(body["decision_visibility"], "DECISION_VISIBILITY_OTHER");
-        assert_eq!(body["decision_visibility_other"], "Content labelled \"graphic\"");
+        assert_eq!(
+            body["decision_visibility_other"],
+            "Content labelled \"graphic\""
+        );
     }
 
     #[test]

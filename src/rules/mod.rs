@@ -451,9 +451,12 @@ impl RuleSet {
             .iter()
             .filter_map(|given| {
                 let rule = self.rules.iter().find(|r| r.name == given.rule)?;
-                let draft =
-                    self.statements
-                        .labelled(&self.rule_of(rule), &rule.name, &given.label, snapshot)?;
+                let draft = self.statements.labelled(
+                    &self.rule_of(rule),
+                    &rule.name,
+                    &given.label,
+                    snapshot,
+                )?;
                 Some((given.label.clone(), draft))
             })
             .collect()

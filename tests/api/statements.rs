@@ -649,13 +649,20 @@ async fn a_label_restricts_only_where_its_rule_says_so_and_an_upheld_appeal_take
     let statement = &labelled[0];
     assert_eq!(statement["entity"], "post:20");
     assert_eq!(statement["action_id"], Value::Null);
-    assert_eq!(statement["statement"]["decision_visibility"], "DECISION_VISIBILITY_OTHER");
+    assert_eq!(
+        statement["statement"]["decision_visibility"],
+        "DECISION_VISIBILITY_OTHER"
+    );
     assert_eq!(
         statement["statement"]["decision_visibility_other"],
         "Content labelled \"graphic\""
     );
     submitted(&app, &stand_in, 1).await;
-    assert!(stand_in.rejections().is_empty(), "{:?}", stand_in.rejections());
+    assert!(
+        stand_in.rejections().is_empty(),
+        "{:?}",
+        stand_in.rejections()
+    );
 
     // The author appeals the label (it has no action: through its statement), and wins.
     let (status, appeal) = app
@@ -677,7 +684,10 @@ async fn a_label_restricts_only_where_its_rule_says_so_and_an_upheld_appeal_take
     assert_eq!(entity["labels"], json!([]), "{entity}");
     assert_eq!(entity["status"], "visible");
     assert_eq!(
-        scalar!(app, "SELECT count(*) FROM outbox WHERE topic = 'label.removed'"),
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'label.removed'"
+        ),
         1
     );
     app.assert_statements_complete().await;
