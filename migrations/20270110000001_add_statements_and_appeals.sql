@@ -12,8 +12,9 @@ CREATE TABLE statements (
     action_id       BIGINT,
     -- What decided: a rule's name, or NULL for a moderator.
     rule            TEXT,
-    -- 'automated', 'review' or 'override'.
-    decided_by      TEXT NOT NULL CHECK (decided_by IN ('automated', 'review', 'override')),
+    -- 'automated', 'review', 'override' or 'reversal' (one that puts a restriction back).
+    decided_by      TEXT NOT NULL CHECK (decided_by IN ('automated', 'review', 'override',
+                                                        'reversal')),
     -- The status the decision found: what an upheld appeal of an override puts back.
     previous_status TEXT NOT NULL,
     -- The status the decision set.

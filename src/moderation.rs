@@ -13,7 +13,7 @@ use crate::{
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     queue::Queue,
     rules::RuleSet,
-    store::{EndedTimer, LockedAction, Reversal, Store, StoreError},
+    store::{EndedTimer, LockedAction, Reversal, ReversalRequest, Store, StoreError},
     telemetry::{Chain, names},
 };
 
@@ -79,7 +79,8 @@ fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
 /// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
 /// counted, the author's compensated signal scheduled, and the action's rule weighed by
 /// `demoter`, the guard (its reversal rate changed just now). `appeal`: the open appeal this
-/// reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's own review.
+/// reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's own review. A
+/// reversal that puts a restriction back gets its statement of reasons on `demoter`'s rules.
 #[tracing::instrument(skip_all, fields(action = id))]
 #[allow(clippy::too_many_arguments)]
 pub async fn reverse(
@@ -92,8 +93,22 @@ pub async fn reverse(
     demoter: &RuleDemoter,
     appeal: Option<i64>,
 ) -> Result<Reversal, ReversalError> {
+    let request = ReversalRequest {
+        id,
+        by,
+        reason,
+        override_for,
+        appeal,
+    };
+    let rules = demoter.rules.as_ref().map(|rules| rules.current());
+    let explain = |entity: &str, status: Status| {
+        let entity = EntityId::parse(entity).ok()?;
+        rules
+            .as_ref()?
+            .moderator_statement(&entity, status, reason, false, None)
+    };
     let reversal = store
-        .reverse_action(id, by, reason, override_for, appeal, may_reverse)
+        .reverse_action(request, may_reverse, explain)
         .await??;
     let source = if appeal.is_some() { "appeal" } else { "review" };
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone(), "source" => source)

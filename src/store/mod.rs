@@ -50,7 +50,7 @@ pub use self::{
     deliveries::GithubDelivery,
     evaluations::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
-    moderation::{LockedAction, Reversal},
+    moderation::{LockedAction, Reversal, ReversalRequest},
     outbox::OutboxRow,
     page_key::PageKey,
     partitions::{Dropped, PartitionPlan, Partitioned},

@@ -27,6 +27,18 @@ pub struct Reversal {
     pub author: Option<EntityId>,
 }
 
+/// A reversal asked for: of action `id`, by `by` for `reason`, its implied override lasting
+/// `override_for`; `appeal`: the open appeal whose upholding it is (recorded as its source and
+/// decided in the same transaction), `None`: a moderator's own review of the action.
+#[derive(Debug, Clone, Copy)]
+pub struct ReversalRequest<'a> {
+    pub id: i64,
+    pub by: &'a Actor,
+    pub reason: &'a str,
+    pub override_for: std::time::Duration,
+    pub appeal: Option<i64>,
+}
+
 /// An action as its locked row holds it, with its entity's version (that row locked too): what
 /// the use case's rule reads (`moderation.rs`) before the store reverses it.
 #[derive(Debug, Clone)]
@@ -43,32 +55,34 @@ impl Store {
     /// redoing it for `override_for`. The reversal is recorded (who, when, why, in the audit
     /// trail too) and an outbox row tells the platform. `Ok(Err(refusal))`: the rule refused;
     /// nothing written.
-    /// `appeal`: the open appeal whose upholding this reversal is (recorded as its source and
-    /// decided in the same transaction); `None`: a moderator's own review of the action.
+    /// A reversal that restricts (it puts back a hide or a suspension: the reversal of a
+    /// restore or of a moderator's approval) is a decision of its own: `explain` drafts its
+    /// statement of reasons from the entity and the status it sets.
     pub async fn reverse_action<R>(
         &self,
-        id: i64,
-        by: &Actor,
-        reason: &str,
-        override_for: std::time::Duration,
-        appeal: Option<i64>,
+        request: ReversalRequest<'_>,
         may_reverse: impl Fn(&LockedAction) -> std::result::Result<(), R>,
+        explain: impl Fn(&str, Status) -> Option<StatementDraft>,
     ) -> Result<std::result::Result<Reversal, R>> {
         // The compensation is an event: a partition turnover is repaired and the whole
         // reversal retried.
-        self.with_turnover(|| self.reverse_once(id, by, reason, override_for, appeal, &may_reverse))
+        self.with_turnover(|| self.reverse_once(request, &may_reverse, &explain))
             .await
     }
 
     async fn reverse_once<R>(
         &self,
-        id: i64,
-        by: &Actor,
-        reason: &str,
-        override_for: std::time::Duration,
-        appeal: Option<i64>,
+        request: ReversalRequest<'_>,
         may_reverse: &impl Fn(&LockedAction) -> std::result::Result<(), R>,
+        explain: &impl Fn(&str, Status) -> Option<StatementDraft>,
     ) -> Result<std::result::Result<Reversal, R>> {
+        let ReversalRequest {
+            id,
+            by,
+            reason,
+            override_for,
+            appeal,
+        } = request;
         let moderator = by.name.as_str();
         let mut tx = self.pool.begin().await?;
         let action = sqlx::query_as!(
@@ -176,6 +190,20 @@ impl Store {
                 Some(id),
             )
             .await?;
+        }
+        let restored = Status::parse(&action.previous_status)
+            .map_err(|e| StoreError::corrupt(format!("the previous status of action {id}"), e))?;
+        if let Some(draft) = explain(&action.entity, restored) {
+            let issued = IssuedStatement {
+                draft: &draft,
+                entity: &action.entity,
+                action_id: None,
+                rule: None,
+                decided_by: DecidedBy::Reversal,
+                previous_status: &action.new_status,
+                status: restored.as_str(),
+            };
+            issue_in(&mut tx, issued, self.submits_statements()).await?;
         }
         if action.action == "review" {
             // A moderator's queue decision undone: its item waits again, undecided.

@@ -18,6 +18,8 @@ pub enum DecidedBy {
     Review,
     /// A moderator's override.
     Override,
+    /// A moderator's reversal that puts a restriction back.
+    Reversal,
 }
 
 impl DecidedBy {
@@ -26,6 +28,7 @@ impl DecidedBy {
             DecidedBy::Automated => "automated",
             DecidedBy::Review => "review",
             DecidedBy::Override => "override",
+            DecidedBy::Reversal => "reversal",
         }
     }
 }

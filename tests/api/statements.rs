@@ -692,3 +692,37 @@ async fn a_label_restricts_only_where_its_rule_says_so_and_an_upheld_appeal_take
     );
     app.assert_statements_complete().await;
 }
+
+#[tokio::test]
+async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
+    let app = spawn_app(options()).await;
+    decide(&app, "post:30", "hate", 2).await; // a timed hide
+    let (status, ended) = app
+        .post_json(
+            "/v1/entities/post:30/timer/end",
+            json!({"moderator": "mod:ana", "reason": "served long enough"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{ended}");
+    assert_eq!(app.status_of("post:30").await, Status::Visible);
+    // The restore lifted the restriction: no statement. Reversing it puts the hide back.
+    assert_eq!(statements(&app, "?entity=post:30").await.len(), 1);
+    let (status, reversal) = app
+        .post_json(
+            &format!("/v1/actions/{}/reverse", ended["action_id"]),
+            json!({"moderator": "mod:bo", "reason": "ended by mistake"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reversal}");
+    assert_eq!(app.status_of("post:30").await, Status::Hidden);
+    let all = statements(&app, "?entity=post:30").await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1]["decided_by"], "reversal");
+    assert_eq!(all[1]["action_id"], Value::Null);
+    assert_eq!(all[1]["statement"]["automated_decision"], "No");
+    assert_eq!(
+        all[1]["statement"]["incompatible_content_explanation"],
+        "ended by mistake"
+    );
+    app.assert_statements_complete().await;
+}

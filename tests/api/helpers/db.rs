@@ -115,6 +115,20 @@ impl TestApp {
             overrides, override_statements,
             "one statement per restricting override"
         );
+        let (reversals, reversal_statements) = sqlx::query!(
+            r#"SELECT
+                 (SELECT count(*) FROM moderator_decisions
+                  WHERE kind = 'reversal' AND status IN ('hidden', 'suspended')) AS "decisions!",
+                 (SELECT count(*) FROM statements WHERE decided_by = 'reversal') AS "statements!""#
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map(|row| (row.decisions, row.statements))
+        .unwrap();
+        assert_eq!(
+            reversals, reversal_statements,
+            "one statement per restricting reversal"
+        );
         let statements: Vec<(String, serde_json::Value)> =
             sqlx::query!("SELECT puid, body FROM statements ORDER BY id")
                 .fetch_all(&self.pool)
