@@ -3,7 +3,13 @@
 //! the Transparency Database that enforces the Commission's validation rules; appeals taken,
 //! refused, and decided by a person through the reversal path.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use quiesce::{
     actions::{DsaSettings, DsaSubmitter},
@@ -723,6 +729,134 @@ async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
     assert_eq!(
         all[1]["statement"]["incompatible_content_explanation"],
         "ended by mistake"
+    );
+    app.assert_statements_complete().await;
+}
+
+/// The platform's webhook receiver: each delivery's `webhook-id` and type, answering 503 while
+/// `failing` is set.
+#[derive(Clone, Default)]
+struct Platform {
+    received: Arc<Mutex<Vec<(String, String)>>>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Platform {
+    async fn start(&self) -> String {
+        async fn hook(
+            axum::extract::State(platform): axum::extract::State<Platform>,
+            headers: axum::http::HeaderMap,
+            body: axum::body::Bytes,
+        ) -> axum::http::StatusCode {
+            if platform.failing.load(Ordering::SeqCst) {
+                return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            let id = headers["webhook-id"].to_str().unwrap().to_owned();
+            let kind = body["type"].as_str().unwrap().to_owned();
+            platform.received.lock().unwrap().push((id, kind));
+            axum::http::StatusCode::NO_CONTENT
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let router = axum::Router::new()
+            .route("/hook", axum::routing::post(hook))
+            .with_state(self.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        url
+    }
+
+    /// The statements' webhook-ids received, each as often as it came.
+    fn statements(&self) -> Vec<String> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, kind)| kind == "statement.issued")
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both_receivers() {
+    let stand_in = DsaStandIn::start().await;
+    let platform = Platform::default();
+    platform.failing.store(true, Ordering::SeqCst);
+    let webhook_url = platform.start().await;
+    let (endpoint, token) = (stand_in.endpoint(), stand_in.token());
+    // The Transparency Database stores the first batches but their answers are lost.
+    stand_in.lose_next_answers(3);
+    let app = spawn_app(options().with(move |s| {
+        s.delivery.webhook_url = Some(webhook_url);
+        s.delivery.dsa_endpoint = Some(endpoint);
+        s.delivery.dsa_token = Some(token.into());
+        s.delivery.delivery_backoff_base = Duration::from_millis(20);
+        s.delivery.delivery_backoff_max = Duration::from_millis(200);
+    }))
+    .await;
+    let posts = ["post:40", "post:41", "post:42"];
+    for post in posts {
+        let events: Vec<Value> = (0..3)
+            .map(|i| {
+                json!({"id": format!("{post}-r{i}"), "entity": post, "type": "report",
+                            "priority": "critical"})
+            })
+            .collect();
+        app.send(&json!(events)).await;
+    }
+    // A worker process evaluates them and starts delivering; the platform is down.
+    let mut doomed = app.spawn_worker_process("doomed", None);
+    wait_for(
+        Duration::from_secs(30),
+        "three statements, tried on both",
+        || async {
+            scalar!(app, "SELECT count(*) FROM statements") == 3
+                && scalar!(
+                    app,
+                    "SELECT count(*) FROM outbox WHERE topic LIKE 'statement.%' AND attempts > 0"
+                ) == 6
+        },
+    )
+    .await;
+    doomed.start_kill().unwrap();
+    doomed.wait().await.unwrap();
+    app.lose_redis_data().await;
+    assert!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic = 'statement.issued' AND delivered_at IS NULL"
+        ) > 0,
+        "the platform's webhooks still wait"
+    );
+
+    // The platform comes back; another worker process delivers what waits.
+    platform.failing.store(false, Ordering::SeqCst);
+    let mut survivor = app.spawn_worker_process("survivor", None);
+    wait_for(Duration::from_secs(60), "every statement delivered to both", || async {
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE topic LIKE 'statement.%' AND delivered_at IS NULL"
+        ) == 0
+    })
+    .await;
+    survivor.start_kill().unwrap();
+    survivor.wait().await.unwrap();
+
+    let mut puids = stand_in.accepted_puids();
+    puids.sort();
+    let mut issued: Vec<String> = sqlx::query_scalar!("SELECT puid FROM statements ORDER BY puid")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    issued.sort();
+    assert_eq!(puids, issued, "the Transparency Database stored each once");
+    let mut webhooks = platform.statements();
+    webhooks.sort();
+    let expected: Vec<String> = issued.iter().map(|p| format!("statement:{p}")).collect();
+    assert_eq!(
+        webhooks, expected,
+        "the platform got each statement's webhook once"
     );
     app.assert_statements_complete().await;
 }
