@@ -98,6 +98,7 @@ pub async fn page(
         }
         ul.figures aria-label={ "Figures over the " (window_label) } {
             li { span.muted { "Reversed within 24h" } strong #reversal-rate { (rate(total.reversed, total.actions)) } }
+            li { span.muted { "Of them, by an upheld appeal" } strong #reversed-by-appeal { (total.reversed_by_appeal) } }
             li { span.muted { "Automated actions" } strong #action-count { (total.actions) } }
         }
         (review_queue_section(&queue, window, window_label))
@@ -139,6 +140,7 @@ pub async fn page(
                             th.num scope="col" { "Exempted" }
                             th.num scope="col" { "Actions" }
                             th scope="col" { "Reversed within 24h" }
+                            th.num scope="col" { "By appeal" }
                         }
                     }
                     tbody {
@@ -160,6 +162,7 @@ pub async fn page(
                                 td.num.exempted data-label="Exempted" { (row.hits.exempted) }
                                 td.num data-label="Actions" { (row.counts.actions) }
                                 td.rate data-label="Reversed" { (rate(row.counts.reversed, row.counts.actions)) }
+                                td.num.appealed data-label="By appeal" { (row.counts.reversed_by_appeal) }
                             }
                         }
                     }

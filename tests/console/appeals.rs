@@ -252,6 +252,17 @@ async fn an_appeal_upheld_in_the_console_makes_the_post_visible_and_a_rejected_o
     );
     browser.click("#statements td.appeal a").await;
     assert!(browser.text("#outcome").await.contains("upheld by Ana"));
+
+    // Quality counts the upheld appeal among the rule's reversals, told apart by its source.
+    browser.goto("/console/quality").await;
+    assert_eq!(browser.text("#reversal-rate").await, "1 of 2 (50%)");
+    assert_eq!(browser.text("#reversed-by-appeal").await, "1");
+    assert_eq!(
+        browser
+            .text("#per-rule tr[data-rule='remove_reported'] td.appealed")
+            .await,
+        "1"
+    );
     browser.close().await;
 }
 
