@@ -386,7 +386,7 @@ async fn record_fenced(
                JOIN locked l ON l.entity = a.entity
                WHERE l.statement IS NOT NULL
                ORDER BY a.id
-               RETURNING id, puid, entity, action_id, body
+               RETURNING id, puid, entity, action_id
            ),
            labelled AS (
                INSERT INTO entity_labels (entity, label, rule, reason)
@@ -417,26 +417,25 @@ async fn record_fenced(
                JOIN locked k ON k.entity = b.entity
                WHERE k.label_statements ? b.label
                ORDER BY b.entity, b.label
-               RETURNING id, puid, entity, action_id, body
+               RETURNING id, puid, entity, action_id
            ),
            every_issued AS (
                SELECT * FROM issued UNION ALL SELECT * FROM label_issued
            ),
            -- After the actions' own rows (reading `notified` waits for it), so that the
-           -- platform hears of an action before its statement.
+           -- platform hears of an action before its statement. The rows name the statement;
+           -- its body is read when they are delivered (`outbox.rs`), not written twice.
            statement_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
                SELECT 'statement.issued', 'statement:' || s.puid,
                       jsonb_build_object('statement_id', s.id, 'puid', s.puid,
-                                         'entity', s.entity, 'action_id', s.action_id,
-                                         'statement', s.body),
+                                         'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM every_issued s
                WHERE (SELECT count(*) FROM notified) >= 0
                UNION ALL
                SELECT 'statement.submitted', 'dsa:' || s.puid,
-                      jsonb_build_object('statement_id', s.id,
-                                         'statement', s.body - 'quiesce_keywords'),
+                      jsonb_build_object('statement_id', s.id),
                       'dsa'
                FROM every_issued s WHERE $20
            ),

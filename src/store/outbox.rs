@@ -25,7 +25,8 @@ pub struct OutboxRow {
 impl Store {
     /// Claims up to `limit` outbox rows for `receiver` (`platform`, `dsa`) that are due for
     /// delivery (oldest first), counting an attempt and hiding them from other dispatchers for
-    /// `claim_for`.
+    /// `claim_for`. A statement's row names it: its `statement` is read here (the
+    /// Transparency Database's without quiesce's own keys).
     pub async fn claim_deliveries(
         &self,
         receiver: &str,
@@ -40,8 +41,15 @@ impl Store {
                  WHERE receiver = $3 AND delivered_at IS NULL AND failed_at IS NULL
                    AND next_attempt_at <= now()
                  ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
-             RETURNING id, topic, idempotency_key, payload, attempts, created_at, last_status,
-                       last_error, failed_at, traceparent",
+             RETURNING id, topic, idempotency_key,
+                       CASE WHEN topic IN ('statement.issued', 'statement.submitted') THEN
+                           payload || jsonb_build_object('statement',
+                               (SELECT CASE WHEN topic = 'statement.submitted'
+                                            THEN s.body - 'quiesce_keywords' ELSE s.body END
+                                FROM statements s
+                                WHERE s.id = (payload ->> 'statement_id')::int8))
+                       ELSE payload END AS \"payload!\",
+                       attempts, created_at, last_status, last_error, failed_at, traceparent",
             limit as i64,
             interval(claim_for),
             receiver,

@@ -157,20 +157,18 @@ pub(super) async fn issue_in(
                INSERT INTO statements (puid, entity, action_id, rule, decided_by, previous_status,
                                        status, body)
                VALUES ($1, $2, $3, $4, $5, $6, $9, $7)
-               RETURNING id, puid, entity, action_id, body
+               RETURNING id, puid, entity, action_id
            ),
            notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
                SELECT 'statement.issued', 'statement:' || s.puid,
                       jsonb_build_object('statement_id', s.id, 'puid', s.puid,
-                                         'entity', s.entity, 'action_id', s.action_id,
-                                         'statement', s.body),
+                                         'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM issued s
                UNION ALL
                SELECT 'statement.submitted', 'dsa:' || s.puid,
-                      jsonb_build_object('statement_id', s.id,
-                                         'statement', s.body - 'quiesce_keywords'),
+                      jsonb_build_object('statement_id', s.id),
                       'dsa'
                FROM issued s WHERE $8
            )

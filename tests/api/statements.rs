@@ -258,6 +258,26 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         ),
         3
     );
+    // The platform's rows name their statement; a delivery carries it whole.
+    let deliveries = app
+        .backends
+        .store
+        .claim_deliveries("platform", 100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let webhooks: Vec<&Value> = deliveries
+        .iter()
+        .filter(|row| row.topic == "statement.issued")
+        .map(|row| &row.payload)
+        .collect();
+    assert_eq!(webhooks.len(), 3);
+    for webhook in webhooks {
+        assert_eq!(webhook["statement"]["puid"], webhook["puid"], "{webhook}");
+        assert!(
+            webhook["statement"]["decision_facts"].is_string(),
+            "{webhook}"
+        );
+    }
     submitted(&app, &stand_in, 3).await;
     let mut sent = stand_in.accepted_puids();
     sent.sort();
