@@ -22,13 +22,16 @@ CREATE TABLE statements (
     -- The label it explains, for a rule whose labels restrict (`labels_restrict`).
     label           TEXT,
     body            JSONB NOT NULL,
-    created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
-    CONSTRAINT statements_puid_unique UNIQUE (puid)
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- No index on `puid`: it is a random UUID (never reused by construction), and an index of
+-- random keys was the dearest part of writing a statement (BENCHMARKS.md).
 -- One statement per action: a retried decision cannot explain itself twice. (A label's is
 -- written only by the insert of the label, once for each time it is given.)
 CREATE UNIQUE INDEX statements_action_idx ON statements (action_id) WHERE action_id IS NOT NULL;
-CREATE INDEX statements_entity_idx ON statements (entity, id);
+-- An entity's statements: those of its actions through the actions' own entity index, the
+-- others (overrides, reversals, labels: few) through this one.
+CREATE INDEX statements_entity_idx ON statements (entity, id) WHERE action_id IS NULL;
 -- Appended in time order: a block range index serves `since` at almost no cost per insert.
 CREATE INDEX statements_created_idx ON statements USING brin (created_at);
 

@@ -201,7 +201,14 @@ impl Store {
             r#"SELECT id, puid, entity, action_id, rule, decided_by, previous_status, status,
                       created_at, body AS statement
                FROM statements
-               WHERE ($1::text IS NULL OR entity = $1)
+               -- An entity's: those of its actions, found through the actions' entity index,
+               -- and its others (statements_entity_idx covers only those).
+               WHERE ($1::text IS NULL
+                      OR id IN (SELECT s.id FROM actions a JOIN statements s ON s.action_id = a.id
+                                WHERE a.entity = $1
+                                UNION ALL
+                                SELECT s.id FROM statements s
+                                WHERE s.action_id IS NULL AND s.entity = $1))
                  AND ($2::text IS NULL OR rule = $2)
                  AND ($3::text IS NULL OR decided_by = $3)
                  AND ($4::timestamptz IS NULL OR created_at >= $4)
