@@ -31,8 +31,8 @@ pub use self::{
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     statement::{
-        CATEGORIES, CONTENT_TYPES, Ground, Restriction, Source, StatementDraft, clip, dsa_body,
-        new_puid,
+        CATEGORIES, CONTENT_TYPES, Ground, Restriction, Source, StatementBody, StatementDraft,
+        clip, dsa_body, new_puid,
     },
     status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},

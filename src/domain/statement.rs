@@ -3,6 +3,8 @@
 //! their values are the database's own (`docs/statements.md` maps quiesce's decisions to them);
 //! nothing here names a person: the facts are figures and rule names.
 
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -120,94 +122,124 @@ fn yes_no(value: bool) -> &'static str {
     if value { "Yes" } else { "No" }
 }
 
-/// Cuts a text to at most `max` characters (the database counts characters).
-pub fn clip(text: &str, max: usize) -> String {
+/// Cuts a text to at most `max` characters (the database counts characters); borrowed when it
+/// fits, as nearly every one does.
+pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
     if text.chars().count() <= max {
-        return text.to_owned();
+        return Cow::Borrowed(text);
     }
     let mut out: String = text.chars().take(max - 1).collect();
     out.push('…');
-    out
+    Cow::Owned(out)
+}
+
+/// A statement's fields as the database names them, borrowed from its draft: what is written
+/// with a decision, serialized once without an intermediate JSON tree (statements are written
+/// on the evaluations' hot path: BENCHMARKS.md).
+#[derive(Debug, Serialize)]
+pub struct StatementBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision_visibility: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision_visibility_other: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision_account: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision_provision: Option<&'static str>,
+    decision_ground: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    illegal_content_legal_ground: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    illegal_content_explanation: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    incompatible_content_ground: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    incompatible_content_explanation: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    incompatible_content_illegal: Option<&'static str>,
+    content_type: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_type_other: Option<Cow<'a, str>>,
+    category: &'a str,
+    application_date: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_date: Option<String>,
+    decision_facts: Cow<'a, str>,
+    source_type: Source,
+    automated_detection: &'static str,
+    automated_decision: &'static str,
+    url: Cow<'a, str>,
+    puid: &'a str,
+    /// quiesce's own: the rule's keywords (the database's schema has no field for them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiesce_keywords: Option<&'a [String]>,
 }
 
 impl StatementDraft {
-    /// The statement as the Transparency Database's API takes it (one item of a batch), with
-    /// quiesce's keywords beside it under `quiesce_keywords` only in the platform's copy
-    /// ([`StatementDraft::stored`]).
+    /// The statement as the Transparency Database's API takes it (one item of a batch).
     pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({
-            "decision_ground": match self.ground {
-                Ground::Illegal => "DECISION_GROUND_ILLEGAL_CONTENT",
-                Ground::Incompatible => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
-            },
-            "content_type": self.content_types,
-            "category": self.category,
-            "application_date": hour(self.applied_at),
-            "decision_facts": clip(&self.facts, MAX_FACTS),
-            "source_type": self.source,
-            "automated_detection": yes_no(self.automated_detection),
-            "automated_decision": yes_no(self.automated_decision),
-            "url": clip(&self.url, MAX_SHORT_TEXT),
-            "puid": self.puid,
-        });
-        let fields = body.as_object_mut().expect("an object");
-        let mut put = |key: &str, value: serde_json::Value| {
-            fields.insert(key.to_owned(), value);
-        };
-        match self.restriction {
-            Restriction::ContentDisabled => put(
-                "decision_visibility",
-                "DECISION_VISIBILITY_CONTENT_DISABLED".into(),
-            ),
-            Restriction::AccountSuspended => {
-                put("decision_account", "DECISION_ACCOUNT_SUSPENDED".into())
-            }
-            Restriction::ProvisionSuspended => put(
-                "decision_provision",
-                "DECISION_PROVISION_PARTIAL_SUSPENSION".into(),
-            ),
-            Restriction::ContentLabelled => {
-                put("decision_visibility", "DECISION_VISIBILITY_OTHER".into());
-                let label = self.label.as_deref().unwrap_or("a label");
-                put(
-                    "decision_visibility_other",
-                    clip(&format!("Content labelled \"{label}\""), MAX_SHORT_TEXT).into(),
-                );
-            }
-        }
-        let reference = clip(&self.ground_reference, MAX_SHORT_TEXT).into();
-        let explanation = clip(&self.explanation, MAX_EXPLANATION).into();
-        match self.ground {
-            Ground::Illegal => {
-                put("illegal_content_legal_ground", reference);
-                put("illegal_content_explanation", explanation);
-            }
-            Ground::Incompatible => {
-                put("incompatible_content_ground", reference);
-                put("incompatible_content_explanation", explanation);
-                put(
-                    "incompatible_content_illegal",
-                    yes_no(self.also_illegal).into(),
-                );
-            }
-        }
-        if let Some(other) = &self.content_type_other {
-            put("content_type_other", clip(other, MAX_SHORT_TEXT).into());
-        }
-        if let Some(ends_at) = self.ends_at {
-            put("end_date", hour(ends_at).into());
-        }
-        body
+        serde_json::to_value(self.fields(false)).expect("a statement serializes")
     }
 
     /// What quiesce stores and sends the platform: the database's statement, and the keywords
-    /// the rule named (the database's schema has no field for them).
-    pub fn stored(&self) -> serde_json::Value {
-        let mut body = self.body();
-        if !self.keywords.is_empty() {
-            body["quiesce_keywords"] = serde_json::json!(self.keywords);
+    /// the rule named.
+    pub fn stored(&self) -> StatementBody<'_> {
+        self.fields(true)
+    }
+
+    fn fields(&self, keywords: bool) -> StatementBody<'_> {
+        let (mut visibility, mut visibility_other, mut account, mut provision) =
+            (None, None, None, None);
+        match self.restriction {
+            Restriction::ContentDisabled => {
+                visibility = Some("DECISION_VISIBILITY_CONTENT_DISABLED")
+            }
+            Restriction::AccountSuspended => account = Some("DECISION_ACCOUNT_SUSPENDED"),
+            Restriction::ProvisionSuspended => {
+                provision = Some("DECISION_PROVISION_PARTIAL_SUSPENSION")
+            }
+            Restriction::ContentLabelled => {
+                visibility = Some("DECISION_VISIBILITY_OTHER");
+                let label = self.label.as_deref().unwrap_or("a label");
+                let text = format!("Content labelled \"{label}\"");
+                visibility_other = Some(clip(&text, MAX_SHORT_TEXT).into_owned());
+            }
         }
-        body
+        let reference = clip(&self.ground_reference, MAX_SHORT_TEXT);
+        let explanation = clip(&self.explanation, MAX_EXPLANATION);
+        let illegal = self.ground == Ground::Illegal;
+        StatementBody {
+            decision_visibility: visibility,
+            decision_visibility_other: visibility_other,
+            decision_account: account,
+            decision_provision: provision,
+            decision_ground: if illegal {
+                "DECISION_GROUND_ILLEGAL_CONTENT"
+            } else {
+                "DECISION_GROUND_INCOMPATIBLE_CONTENT"
+            },
+            illegal_content_legal_ground: illegal.then(|| reference.clone()),
+            illegal_content_explanation: illegal.then(|| explanation.clone()),
+            incompatible_content_illegal: (!illegal).then(|| yes_no(self.also_illegal)),
+            incompatible_content_ground: (!illegal).then_some(reference),
+            incompatible_content_explanation: (!illegal).then_some(explanation),
+            content_type: &self.content_types,
+            content_type_other: self
+                .content_type_other
+                .as_deref()
+                .map(|other| clip(other, MAX_SHORT_TEXT)),
+            category: &self.category,
+            application_date: hour(self.applied_at),
+            end_date: self.ends_at.map(hour),
+            decision_facts: clip(&self.facts, MAX_FACTS),
+            source_type: self.source,
+            automated_detection: yes_no(self.automated_detection),
+            automated_decision: yes_no(self.automated_decision),
+            url: clip(&self.url, MAX_SHORT_TEXT),
+            puid: &self.puid,
+            quiesce_keywords: (keywords && !self.keywords.is_empty())
+                .then_some(self.keywords.as_slice()),
+        }
     }
 }
 
@@ -269,8 +301,9 @@ mod tests {
         assert_eq!(body["source_type"], "SOURCE_ARTICLE_16");
         assert!(body.get("illegal_content_legal_ground").is_none());
         assert!(body.get("quiesce_keywords").is_none());
-        assert_eq!(draft.stored()["quiesce_keywords"][0], "spam");
-        assert_eq!(dsa_body(&draft.stored()), body);
+        let stored = serde_json::to_value(draft.stored()).unwrap();
+        assert_eq!(stored["quiesce_keywords"][0], "spam");
+        assert_eq!(dsa_body(&stored), body);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::{
     events::{lock_in_order, record_in},
 };
 use crate::{
-    domain::{EntityId, Event, EventId, Priority, Signal, Snapshot},
+    domain::{EntityId, Event, EventId, Priority, Signal, Snapshot, StatementBody},
     rules::{Decision, Verdict},
 };
 
@@ -299,20 +299,21 @@ async fn record_fenced(
         .collect();
     // A restricting decision's statement of reasons, written with its action (none when the
     // action's dedup key existed: the statement was written the first time).
-    let statements: Vec<Option<Json<serde_json::Value>>> = evaluations
+    let statements: Vec<Option<Json<StatementBody>>> = evaluations
         .iter()
         .map(|e| e.statement.as_ref().map(|s| Json(s.stored())))
         .collect();
-    let label_statements: Vec<Option<Json<serde_json::Value>>> = evaluations
+    // By label: rare (only rules whose labels restrict), so a map is fine.
+    let label_statements: Vec<Option<Json<HashMap<&str, StatementBody>>>> = evaluations
         .iter()
         .map(|e| {
             (!e.label_statements.is_empty()).then(|| {
-                Json(serde_json::Value::Object(
+                Json(
                     e.label_statements
                         .iter()
-                        .map(|(label, s)| (label.clone(), s.stored()))
+                        .map(|(label, s)| (label.as_str(), s.stored()))
                         .collect(),
-                ))
+                )
             })
         })
         .collect();
@@ -507,9 +508,9 @@ async fn record_fenced(
         &labels as &[Json<&[crate::rules::LabelDecision]>],
         &rules_versions as &[Option<i64>],
         &traces as &[Option<&str>],
-        &statements as &[Option<Json<serde_json::Value>>],
+        &statements as &[Option<Json<StatementBody>>],
         submit,
-        &label_statements as &[Option<Json<serde_json::Value>>],
+        &label_statements as &[Option<Json<HashMap<&str, StatementBody>>>],
     )
     .fetch_all(&mut *connection)
     .await?;

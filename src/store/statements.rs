@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, types::Json};
 
 use super::{Result, Store, StoreError, audit::record_audit_in, interval};
 use crate::domain::{Actor, AuditAction, AuditEntry, StatementDraft};
@@ -179,7 +179,7 @@ pub(super) async fn issue_in(
         statement.rule,
         statement.decided_by.as_str(),
         statement.previous_status,
-        statement.draft.stored(),
+        Json(statement.draft.stored()) as _,
         submit,
         statement.status,
     )
