@@ -154,6 +154,13 @@ async fn postgres_figures(store: &Store, rules: &crate::rules::Rules, wait: Dura
         tokio::time::timeout(wait, store.reversal_counts(Duration::from_secs(24 * 3600))),
         tokio::time::timeout(wait, store.appeal_figures()),
     );
+    // Every rule in force has its appeals' series from the start, at 0 until one is decided.
+    for rule in rules.current().rules() {
+        for outcome in ["upheld", "rejected"] {
+            metrics::counter!(names::APPEALS_DECIDED, "outcome" => outcome, "rule" => rule.name.clone())
+                .increment(0);
+        }
+    }
     match appeals {
         Ok(Ok(figures)) => {
             metrics::gauge!(names::APPEALS_WAITING).set(figures.waiting as f64);

@@ -634,6 +634,23 @@ async fn statements_are_listed_in_keyset_pages_and_bad_filters_are_refused() {
         statements(&app, "?since=2999-01-01T00:00:00Z").await.len(),
         0
     );
+    // The command line exports the same, one JSON object a line.
+    let exported = app
+        .run_cli(&["statements", "export", "--since", "2020-01-01T00:00:00Z"])
+        .await;
+    let lines: Vec<Value> = exported
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 5, "{exported}");
+    assert_eq!(lines[4]["entity"], "post:4");
+    assert!(lines[0]["statement"]["puid"].is_string());
+    let (_, all) = app.get("/v1/statements").await;
+    assert_eq!(lines, all["statements"].as_array().unwrap().clone());
+    let none = app
+        .run_cli(&["statements", "export", "--since", "2999-01-01T00:00:00Z"])
+        .await;
+    assert_eq!(none, "");
     for (query, field) in [
         ("?since=yesterday", "since"),
         ("?decided_by=robot", "decided_by"),

@@ -399,7 +399,7 @@ async fn dashboards_and_alerts_work_against_a_real_prometheus() {
     );
     let alert_text = std::fs::read_to_string(&alerts_path).unwrap();
     let alerts = alert_rules(&alert_text);
-    assert_eq!(alerts.len(), 10, "{alerts:?}");
+    assert_eq!(alerts.len(), 11, "{alerts:?}");
     // Every alert links to its runbook, a heading of docs/operations.md.
     let runbooks = runbook_urls(&alert_text);
     let operations = std::fs::read_to_string(Path::new(ROOT).join("docs/operations.md")).unwrap();
