@@ -7,7 +7,6 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use rand::Rng;
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
@@ -246,15 +245,12 @@ impl DsaSubmitter {
         Ok(())
     }
 
-    /// Full jitter: a random share of min(max, base * 2^(attempts - 1)).
     fn backoff(&self, attempts: i32) -> Duration {
-        let exponent = attempts.clamp(1, 30) as u32 - 1;
-        let cap = self
-            .settings
-            .backoff_base
-            .saturating_mul(2u32.saturating_pow(exponent))
-            .min(self.settings.backoff_max);
-        cap.mul_f64(rand::rng().random::<f64>())
+        super::full_jitter(
+            self.settings.backoff_base,
+            self.settings.backoff_max,
+            attempts,
+        )
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

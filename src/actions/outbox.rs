@@ -4,7 +4,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -192,15 +191,12 @@ impl Dispatcher {
         }
     }
 
-    /// Full jitter: a random share of min(max, base * 2^(attempts - 1)).
     fn backoff(&self, attempts: i32) -> Duration {
-        let exponent = attempts.clamp(1, 30) as u32 - 1;
-        let cap = self
-            .settings
-            .backoff_base
-            .saturating_mul(2u32.saturating_pow(exponent))
-            .min(self.settings.backoff_max);
-        cap.mul_f64(rand::rng().random::<f64>())
+        super::full_jitter(
+            self.settings.backoff_base,
+            self.settings.backoff_max,
+            attempts,
+        )
     }
 
     pub async fn run(self, shutdown: CancellationToken) {

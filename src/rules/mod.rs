@@ -35,10 +35,7 @@ use self::{
     condition::render_reason,
     statement::{RuleStatement, StatementFile, StatementSpec},
 };
-use crate::domain::{
-    Action, AttributeReads, Declarations, EntityId, InvalidDeclaration, Snapshot, StatementDraft,
-    Status, Windows,
-};
+use crate::domain::{Action, AttributeReads, Declarations, InvalidDeclaration, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
@@ -425,64 +422,6 @@ impl RuleSet {
     /// rules applying to entities of this kind read: what their snapshot reads.
     pub fn windows_for(&self, kind: &str) -> &Windows {
         self.windows.of(kind)
-    }
-
-    /// The statement of reasons of a decision these rules took on `snapshot`; `None` when it
-    /// restricts nothing (a flag for review) or its rule is not in the set.
-    pub fn statement_for(
-        &self,
-        decision: &Decision,
-        snapshot: &Snapshot,
-    ) -> Option<StatementDraft> {
-        let rule = self.rules.iter().find(|r| r.name == decision.rule)?;
-        self.statements
-            .automated(&self.rule_of(rule), decision, snapshot)
-    }
-
-    /// The statements of the labels a verdict gives whose rules say their labels restrict, by
-    /// label.
-    pub fn label_statements(
-        &self,
-        verdict: &Verdict,
-        snapshot: &Snapshot,
-    ) -> Vec<(String, StatementDraft)> {
-        verdict
-            .labels
-            .iter()
-            .filter_map(|given| {
-                let rule = self.rules.iter().find(|r| r.name == given.rule)?;
-                let draft = self.statements.labelled(
-                    &self.rule_of(rule),
-                    &rule.name,
-                    &given.label,
-                    snapshot,
-                )?;
-                Some((given.label.clone(), draft))
-            })
-            .collect()
-    }
-
-    fn rule_of<'a>(&self, rule: &'a Rule) -> statement::RuleOf<'a> {
-        statement::RuleOf {
-            statement: &rule.statement,
-            reason: &rule.reason,
-            condition: &rule.when,
-            rules_version: self.version,
-        }
-    }
-
-    /// The statement of reasons of a moderator's decision setting `status`, on the rules file's
-    /// defaults; `None` when it restricts nothing. `detected`: automation sent it to them.
-    pub fn moderator_statement(
-        &self,
-        entity: &EntityId,
-        status: Status,
-        reason: &str,
-        detected: bool,
-        ends_at: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Option<StatementDraft> {
-        self.statements
-            .by_moderator(entity, status, reason, detected, ends_at)
     }
 
     /// Runs every rule that applies to the snapshot's kind.

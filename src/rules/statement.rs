@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, condition::render_reason};
+use super::{Decision, Verdict, condition::render_reason};
 use crate::domain::{
     Action, CATEGORIES, CONTENT_TYPES, EntityId, Ground, Restriction, Snapshot, Source,
     StatementDraft, Status, new_puid,
@@ -395,4 +395,65 @@ pub(super) struct RuleOf<'a> {
 /// Whether an automated action restricts (a flag for review does not).
 pub fn restricts(action: Action) -> bool {
     action != Action::Flag
+}
+
+/// The statements of reasons of the decisions a rule set takes.
+impl super::RuleSet {
+    /// The statement of reasons of a decision these rules took on `snapshot`; `None` when it
+    /// restricts nothing (a flag for review) or its rule is not in the set.
+    pub fn statement_for(
+        &self,
+        decision: &Decision,
+        snapshot: &Snapshot,
+    ) -> Option<StatementDraft> {
+        let rule = self.rules.iter().find(|r| r.name == decision.rule)?;
+        self.statements
+            .automated(&self.rule_of(rule), decision, snapshot)
+    }
+
+    /// The statements of the labels a verdict gives whose rules say their labels restrict, by
+    /// label.
+    pub fn label_statements(
+        &self,
+        verdict: &Verdict,
+        snapshot: &Snapshot,
+    ) -> Vec<(String, StatementDraft)> {
+        verdict
+            .labels
+            .iter()
+            .filter_map(|given| {
+                let rule = self.rules.iter().find(|r| r.name == given.rule)?;
+                let draft = self.statements.labelled(
+                    &self.rule_of(rule),
+                    &rule.name,
+                    &given.label,
+                    snapshot,
+                )?;
+                Some((given.label.clone(), draft))
+            })
+            .collect()
+    }
+
+    fn rule_of<'a>(&self, rule: &'a super::Rule) -> RuleOf<'a> {
+        RuleOf {
+            statement: &rule.statement,
+            reason: &rule.reason,
+            condition: &rule.when,
+            rules_version: self.version,
+        }
+    }
+
+    /// The statement of reasons of a moderator's decision setting `status`, on the rules file's
+    /// defaults; `None` when it restricts nothing. `detected`: automation sent it to them.
+    pub fn moderator_statement(
+        &self,
+        entity: &EntityId,
+        status: Status,
+        reason: &str,
+        detected: bool,
+        ends_at: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Option<StatementDraft> {
+        self.statements
+            .by_moderator(entity, status, reason, detected, ends_at)
+    }
 }

@@ -1,6 +1,7 @@
 //! Postgres, the source of truth: events, signal totals, entities, evaluations, actions and
 //! the outbox. All SQL of the service lives here, one file per concern.
 
+mod appeals;
 mod attribute_rows;
 mod audit;
 mod backtest;
@@ -12,6 +13,7 @@ mod deliveries;
 mod entity_rows;
 mod evaluations;
 mod events;
+mod fenced;
 mod fold;
 mod guard;
 pub mod loadgen;
@@ -42,6 +44,7 @@ use crate::{
 };
 
 pub use self::{
+    appeals::{AppealDecision, AppealFigures, AppealRecord, AppealRefusal},
     audit::{AuditFilter, AuditRecord},
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
     console::{DailyReversals, DecisionRecord, EvaluationPace, EventRecord, MinuteCount},
@@ -63,10 +66,7 @@ pub use self::{
         RulesVersionSummary,
     },
     snapshots::{EntityRecord, Override},
-    statements::{
-        AppealDecision, AppealFigures, AppealRecord, AppealRefusal, DecidedBy, IssuedStatement,
-        StatementFilter, StatementRecord,
-    },
+    statements::{DecidedBy, IssuedStatement, StatementFilter, StatementRecord},
     sweep::SweepCursor,
     timers::EndedTimer,
 };

@@ -7,11 +7,12 @@ use sqlx::{Postgres, Transaction};
 
 use super::{
     ActionRecord, Result, Store, StoreError,
+    appeals::{AppealDecision, decide_appeal_in},
     audit::record_audit_in,
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
     interval,
-    statements::{AppealDecision, DecidedBy, IssuedStatement, decide_appeal_in, issue_in},
+    statements::{DecidedBy, IssuedStatement, issue_in},
 };
 use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, StatementDraft, Status};
 
