@@ -9,7 +9,8 @@ use futures::future::join_all;
 
 use super::{
     Result, Store, StoreError,
-    evaluations::{Completion, FencedEvaluation, LockedRows},
+    evaluations::LockedRows,
+    fenced::{Completion, FencedEvaluation},
 };
 use crate::{
     domain::{AttributeReads, Snapshot, Windows},

@@ -1,21 +1,100 @@
-//! The fenced statement: several evaluations recorded behind the version fence in one
-//! statement, with their actions, outbox rows, labels and statements of reasons, and the
-//! entities' bookkeeping (`evaluations.rs` says when it runs and how rows held elsewhere are
-//! treated).
+//! The fenced statement: what a finished evaluation hands the store, and several of them
+//! recorded behind the version fence in one statement, with their actions, outbox rows, labels
+//! and statements of reasons, and the entities' bookkeeping (`evaluations.rs` says when it runs
+//! and how rows held elsewhere are treated).
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, types::Json};
 
-use super::{
-    Result,
-    evaluations::{Effect, FencedEvaluation, Recorded},
-};
+use super::{Result, StoreError};
 use crate::{
-    domain::{Snapshot, StatementBody},
-    rules::Verdict,
+    domain::{EntityId, Snapshot, StatementBody},
+    rules::{Decision, Verdict},
 };
+
+/// What a completed evaluation wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Completion {
+    /// No action was due; the evaluation is recorded.
+    NoAction,
+    /// The action was applied now, as this action row; `author` got a derived signal for it
+    /// and must be scheduled.
+    Applied {
+        action_id: i64,
+        author: Option<EntityId>,
+    },
+    /// The action's dedup key exists: it took effect before (a retry after a crash).
+    AlreadyApplied,
+}
+
+/// One finished evaluation to record behind the version fence: what the rules saw and
+/// decided, and the action to apply, if any. The worker hands it to the store as it is.
+#[derive(Debug, Clone)]
+pub struct FencedEvaluation {
+    pub snapshot: Snapshot,
+    pub verdict: Verdict,
+    pub decision: Option<Decision>,
+    pub started_at: DateTime<Utc>,
+    /// When the claim was due, for the queue lag of the evaluation record.
+    pub due_at: Option<DateTime<Utc>>,
+    /// The `traceparent` of the span that applies an action, for its webhook.
+    pub trace: Option<String>,
+    /// The statement of reasons of a restricting decision, written with its action.
+    pub statement: Option<crate::domain::StatementDraft>,
+    /// The statements of the labels given that restrict, by label, each written with its label.
+    pub label_statements: Vec<(String, crate::domain::StatementDraft)>,
+}
+
+/// The action a fenced evaluation writes: its rules' decision or, with none, the restore of
+/// a timer that has ended (`domain/timer.rs`).
+pub(super) struct Effect<'a> {
+    pub action: &'a str,
+    pub rule: &'a str,
+    pub reason: String,
+    pub new_status: &'static str,
+    pub dedup_key: String,
+    /// A timed action's length (seconds).
+    pub duration: Option<f64>,
+}
+
+impl FencedEvaluation {
+    /// The completion of this evaluation from what the fenced statement recorded for it
+    /// (`None`: the version had moved and nothing was written).
+    pub fn completion(&self, recorded: Option<&Recorded>) -> Result<Completion> {
+        completion_of(&self.snapshot, self.effect().is_some(), recorded)
+    }
+
+    pub(super) fn effect(&self) -> Option<Effect<'_>> {
+        if let Some(decision) = &self.decision {
+            return Some(Effect {
+                action: decision.action.as_str(),
+                rule: &decision.rule,
+                reason: decision.reason.clone(),
+                new_status: decision.action.status().as_str(),
+                dedup_key: self.snapshot.dedup_key(&decision.rule),
+                duration: decision.duration_secs.map(|s| s as f64),
+            });
+        }
+        let timer = self.snapshot.due_timer()?;
+        Some(Effect {
+            action: "restore",
+            rule: &timer.set_by,
+            reason: timer.restore_reason(),
+            new_status: timer.restores_to.as_str(),
+            dedup_key: self.snapshot.restore_key(),
+            duration: None,
+        })
+    }
+}
+
+/// What [`Store::record_fenced_evaluations`] wrote for one entity that passed the fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The action applied now; `None` if there was no decision or its dedup key existed.
+    pub action_id: Option<i64>,
+}
 
 /// The fenced statement of [`Store::record_locked`] for the evaluations (each entity once) on
 /// this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`] locks them in
@@ -295,4 +374,29 @@ pub(super) async fn record_fenced(
             )
         })
         .collect())
+}
+
+/// The completion of one evaluation from what the fenced statement recorded for it (`None`:
+/// the version had moved and nothing was written).
+pub(super) fn completion_of(
+    snapshot: &Snapshot,
+    acts: bool,
+    recorded: Option<&Recorded>,
+) -> Result<Completion> {
+    match (recorded, acts) {
+        (None, _) => Err(StoreError::VersionConflict {
+            read: snapshot.moderation_version,
+        }),
+        (Some(_), false) => Ok(Completion::NoAction),
+        (
+            Some(Recorded {
+                action_id: Some(id),
+            }),
+            true,
+        ) => Ok(Completion::Applied {
+            action_id: *id,
+            author: None,
+        }),
+        (Some(Recorded { action_id: None }), true) => Ok(Completion::AlreadyApplied),
+    }
 }

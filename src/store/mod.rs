@@ -51,7 +51,7 @@ pub use self::{
     context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     deliveries::GithubDelivery,
-    evaluations::{Completion, FencedEvaluation, Recorded},
+    fenced::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
     moderation::{LockedAction, Reversal, ReversalRequest},
     outbox::OutboxRow,
