@@ -26,7 +26,7 @@ pub use self::{
     decay::HalfLifeError,
     declared::AttributeReadError,
     in_force::Rules,
-    problem::{Clause, LabelError, RuleProblem},
+    problem::{Clause, LabelError, RuleProblem, RulesError},
     statement::{StatementError, restricts},
     verdict::{Decision, LabelDecision, Verdict},
 };
@@ -35,31 +35,10 @@ use self::{
     condition::render_reason,
     statement::{RuleStatement, StatementFile, StatementSpec},
 };
-use crate::domain::{Action, AttributeReads, Declarations, InvalidDeclaration, Snapshot, Windows};
+use crate::domain::{Action, AttributeReads, Declarations, Snapshot, Windows};
 
 /// The rules shipped with quiesce, used when no rules file is configured.
 pub const DEFAULT_RULES: &str = include_str!("../../rules/default.toml");
-
-#[derive(Debug, thiserror::Error)]
-pub enum RulesError {
-    // The io error is in the message and deliberately not a `source`: a cause chain would
-    // print it twice ("No such file or directory (os error 2): No such file ...").
-    #[error("cannot read rules file {path}: {error}")]
-    Read { path: String, error: std::io::Error },
-    /// The file is not TOML of the rules' shape (the parser's message), or holds a NUL.
-    #[error("invalid rules file: {0}")]
-    Parse(String),
-    #[error("invalid rules file: [attributes]: {0}")]
-    Declarations(InvalidDeclaration),
-    #[error("invalid rules file: [statement]: {0}")]
-    Statement(StatementError),
-    /// Boxed: a problem carries what it found, and errors travel by value.
-    #[error("rule {rule:?}: {problem}")]
-    Rule {
-        rule: String,
-        problem: Box<RuleProblem>,
-    },
-}
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

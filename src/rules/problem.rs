@@ -1,15 +1,17 @@
-//! What is wrong with one rule of a rules file, typed: each check at load says what it found,
-//! and only the message (`RulesError::Rule`, as the API and the CLI show it) joins it into words.
+//! What is wrong with a rules file, typed: the file as a whole (`RulesError`), or one rule of it
+//! (`RuleProblem`): each check at load says what it found, and only the message (as the API
+//! and the CLI show it) joins it into words.
 
 use cel::ParseErrors;
 
+use super::StatementError;
 use super::{
     check::UnknownName,
     condition::{ConditionError, ExemptionError},
     decay::HalfLifeError,
     declared::AttributeReadError,
 };
-use crate::domain::Invalid;
+use crate::domain::{Invalid, InvalidDeclaration};
 
 /// Which of a rule's conditions: `when`, or its exemption `unless`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,4 +75,26 @@ pub enum RuleProblem {
     /// The dry run on an empty snapshot: the exemption failed.
     #[error("cannot be evaluated: {0}")]
     ExemptionFails(ExemptionError),
+}
+
+/// Why a rules file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    // The io error is in the message and deliberately not a `source`: a cause chain would
+    // print it twice ("No such file or directory (os error 2): No such file ...").
+    #[error("cannot read rules file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
+    /// The file is not TOML of the rules' shape (the parser's message), or holds a NUL.
+    #[error("invalid rules file: {0}")]
+    Parse(String),
+    #[error("invalid rules file: [attributes]: {0}")]
+    Declarations(InvalidDeclaration),
+    #[error("invalid rules file: [statement]: {0}")]
+    Statement(StatementError),
+    /// Boxed: a problem carries what it found, and errors travel by value.
+    #[error("rule {rule:?}: {problem}")]
+    Rule {
+        rule: String,
+        problem: Box<RuleProblem>,
+    },
 }
