@@ -151,10 +151,7 @@ pub struct DsaSubmitter {
 
 impl DsaSubmitter {
     pub fn new(store: Store, settings: DsaSettings) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .build()
-            .expect("an HTTP client without custom TLS settings builds");
+        let client = super::http_client(settings.timeout);
         Self {
             store,
             client,
@@ -254,25 +251,17 @@ impl DsaSubmitter {
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
-        loop {
-            let taken = match self.submit_once().await {
-                Ok(taken) => taken,
+        let idle = self.settings.poll_interval;
+        super::run_passes(shutdown, idle, || async {
+            match self.submit_once().await {
+                Ok(taken) => taken >= DSA_BATCH,
                 Err(error) => {
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "Transparency Database submission pass failed");
-                    0
+                    false
                 }
-            };
-            // A full batch means more may be due: go again at once.
-            let pause = if taken >= DSA_BATCH {
-                Duration::ZERO
-            } else {
-                self.settings.poll_interval
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
             }
-        }
+        })
+        .await
     }
 }
 

@@ -78,10 +78,7 @@ enum Attempt {
 
 impl Dispatcher {
     pub fn new(store: Store, settings: DeliverySettings) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(settings.timeout)
-            .build()
-            .expect("an HTTP client without custom TLS settings builds");
+        let client = super::http_client(settings.timeout);
         Self {
             store,
             client,
@@ -200,25 +197,16 @@ impl Dispatcher {
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
-        loop {
-            let round = match self.deliver_once().await {
-                Ok(round) => round,
+        let idle = self.settings.poll_interval;
+        super::run_passes(shutdown, idle, || async {
+            match self.deliver_once().await {
+                Ok(round) => round.delivered + round.retried + round.gave_up >= self.settings.batch,
                 Err(error) => {
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "webhook dispatcher pass failed");
-                    DeliveryRound::default()
+                    false
                 }
-            };
-            // A full batch means more may be due: go again at once.
-            let busy = round.delivered + round.retried + round.gave_up >= self.settings.batch;
-            let pause = if busy {
-                Duration::ZERO
-            } else {
-                self.settings.poll_interval
-            };
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
             }
-        }
+        })
+        .await
     }
 }
