@@ -32,7 +32,7 @@ pub use self::{
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     statement::{
         CATEGORIES, CONTENT_TYPES, Ground, Restriction, Source, StatementBody, StatementDraft,
-        clip, dsa_body, new_puid,
+        new_puid,
     },
     status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},

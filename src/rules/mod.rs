@@ -27,7 +27,7 @@ pub use self::{
     declared::AttributeReadError,
     in_force::Rules,
     problem::{Clause, LabelError, RuleProblem, RulesError},
-    statement::{StatementError, restricts},
+    statement::StatementError,
     verdict::{Decision, LabelDecision, Verdict},
 };
 use self::{

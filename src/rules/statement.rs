@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Decision, Verdict, condition::render_reason};
 use crate::domain::{
-    Action, CATEGORIES, CONTENT_TYPES, EntityId, Ground, Restriction, Snapshot, Source,
-    StatementDraft, Status, new_puid,
+    CATEGORIES, CONTENT_TYPES, EntityId, Ground, Restriction, Snapshot, Source, StatementDraft,
+    Status, new_puid,
 };
 
 /// A rule's `statement` table (or the defaults' part of `[statement]`): every field optional.
@@ -390,11 +390,6 @@ pub(super) struct RuleOf<'a> {
     pub reason: &'a str,
     pub condition: &'a str,
     pub rules_version: Option<i64>,
-}
-
-/// Whether an automated action restricts (a flag for review does not).
-pub fn restricts(action: Action) -> bool {
-    action != Action::Flag
 }
 
 /// The statements of reasons of the decisions a rule set takes.
