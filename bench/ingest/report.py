@@ -210,6 +210,8 @@ def main(out):
         r = load(out, name)
         lines.append(f"| {name} | {r['events_accepted']:,} | {r['events_per_second']:,.0f} | "
                      f"{r['wal_bytes']:,} | {r['wal_bytes_per_event']:,.0f} |")
+    if (out / "batched-retried.json").exists():
+        lines += retries_table(out, batched, single)
     if (out / "batched-attributes.json").exists():
         lines += attributes_table(out, batched, single)
     if (out / "quiesce-big.json").exists():
@@ -241,6 +243,36 @@ def main(out):
     bottom.legend()
     fig.tight_layout()
     fig.savefig(out / "plot.png", dpi=100)
+
+
+def retries_table(out, batched, single):
+    """The batched and single runs with half the requests re-sent (a sender's retries) beside the
+    same runs on unique ids, in this run: the rate the sender sees, events answered per second."""
+    rows = []
+    for name, unique in (("batched", batched), ("single", single)):
+        retried = load(out, f"{name}-retried")
+        if retried["errors_by_status"]:
+            sys.exit(f"report: {name}-retried answered errors: {retried['errors_by_status']}")
+        share = retried["duplicates"] / max(retried["duplicates"] + retried["events_accepted"], 1)
+        ratio = retried["answered_per_second"] / unique["events_per_second"]
+        d = retried["drain"]
+        rows.append(
+            f"| {name} | {unique['events_per_second']:,.0f} | {retried['answered_per_second']:,.0f} "
+            f"({retried['events_accepted']:,} new + {retried['duplicates']:,} duplicates, {share:.0%}) | "
+            f"{ratio:.0%} | >= 80% | {'met' if ratio >= 0.8 else 'NOT met'} | "
+            f"{retried['http_latency_ms']['p50']:.1f} / {retried['http_latency_ms']['p99']:.1f} ms | "
+            f"{d['evaluations_per_entity']:.2f}, {d['duplicate_actions']} duplicate, {d['wrong_actions']} wrong |"
+        )
+    return [
+        "",
+        "Senders that retry: half the requests re-send an earlier one whole (`--duplicates 0.5`), beside the "
+        "same run on unique ids (events answered per second, new and duplicates):",
+        "",
+        "| run | unique ids, events/s | retried, events answered/s | ratio | target | met | HTTP p50 / p99 "
+        "(retried) | evaluations per entity, actions |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def attributes_table(out, batched, single):

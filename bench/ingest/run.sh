@@ -46,6 +46,13 @@ run_loadgen hot --scenario hot --events "$events" --entities "$entities" --batch
   --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
 run_loadgen single --scenario burst --events "$events" --entities "$entities" --batch 1 \
   --connections 128 --window 2s --database-url "$DATABASE_URL_RUN"
+# Senders that retry: the batched and single runs again with half the requests re-sending an
+# earlier request whole (--duplicates 0.5), as after a timeout or a 503: the rate the sender sees
+# (events answered, new and duplicates) beside the same runs' rate on unique ids.
+run_loadgen batched-retried --scenario burst --events "$events" --entities "$entities" --batch 100 \
+  --connections 64 --window 2s --duplicates 0.5 --database-url "$DATABASE_URL_RUN"
+run_loadgen single-retried --scenario burst --events "$events" --entities "$entities" --batch 1 \
+  --connections 128 --window 2s --duplicates 0.5 --database-url "$DATABASE_URL_RUN"
 run_loadgen sloan --scenario sloan --entities 20 --batch 1 --connections 1 --window 2s \
   --database-url "$DATABASE_URL_RUN"
 stop_server

@@ -84,6 +84,10 @@ struct Args {
     /// [0, 1); the server's rules must declare them (bench/ingest/attributes.toml).
     #[arg(long)]
     attributes: bool,
+    /// The share of requests (0 to 0.9) that re-send an earlier request whole, as a sender
+    /// retrying after a timeout or a 503: its events are duplicates. --events counts them.
+    #[arg(long, default_value_t = 0.0)]
+    duplicates: f64,
 }
 
 #[tokio::main]
@@ -130,6 +134,7 @@ async fn main() -> ExitCode {
         seed: args.seed,
         progress: !args.json,
         attributes: args.attributes,
+        duplicates: args.duplicates,
     };
     match loadgen::run(config).await {
         Ok(report) => {

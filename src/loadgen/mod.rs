@@ -27,7 +27,7 @@ mod report;
 pub use self::report::{Drain, Quantiles, Report};
 use self::{
     outcome::drain,
-    plan::{Planned, entity_name, plan},
+    plan::{Planned, entity_name, plan, request_order},
 };
 
 /// How events are spread over entities and signals.
@@ -90,6 +90,9 @@ pub struct LoadConfig {
     /// Put attributes on every event ([`plan::attributes_of`]: a `reason` among three and a
     /// `score`); the server's rules must declare them (bench/ingest/attributes.toml).
     pub attributes: bool,
+    /// The share of the requests (0 to 0.9) that re-send an earlier request whole, as a
+    /// sender does after a timeout or a 503 ([`plan::requests`]); `events` counts them.
+    pub duplicates: f64,
 }
 
 #[derive(Default)]
@@ -100,8 +103,23 @@ struct Tally {
 
 /// Runs the scenario and, with a database URL, the drain and outcome checks.
 pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
-    let planned = Arc::new(plan(&config));
-    let batches = planned.len().div_ceil(config.batch.max(1));
+    let duplicates_share = config.duplicates.clamp(0.0, 0.9);
+    // `events` counts the re-sent ones: the plan holds the events sent fresh.
+    let fresh = (config.events as f64 * (1.0 - duplicates_share)).round() as usize;
+    let planned = Arc::new(plan(&LoadConfig {
+        events: fresh,
+        ..config.clone()
+    }));
+    // A re-send comes after about as many requests as are in flight, so the first send is
+    // usually answered by then (a retry after a timeout).
+    let sent_requests = Arc::new(request_order(
+        planned.len(),
+        config.batch,
+        duplicates_share,
+        config.connections,
+        config.seed,
+    ));
+    let batches = sent_requests.len();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(config.connections)
         .build()?;
@@ -122,7 +140,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let per_second: Arc<Mutex<Vec<u64>>> = Arc::new(Mutex::new(Vec::new()));
     let bar = if config.progress {
-        indicatif::ProgressBar::new(planned.len() as u64)
+        indicatif::ProgressBar::new(sent_requests.iter().map(|r| r.len() as u64).sum())
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -136,8 +154,8 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     let started = Instant::now();
     let mut senders = tokio::task::JoinSet::new();
     for _ in 0..config.connections.max(1) {
-        let (planned, next, accepted, duplicates, requests, tally, per_second, bar) = (
-            Arc::clone(&planned),
+        let (planned, sent_requests) = (Arc::clone(&planned), Arc::clone(&sent_requests));
+        let (next, accepted, duplicates, requests, tally, per_second, bar) = (
             Arc::clone(&next),
             Arc::clone(&accepted),
             Arc::clone(&duplicates),
@@ -172,7 +190,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
                         tokio::time::sleep(wait).await;
                     }
                 }
-                let range = index * batch..((index + 1) * batch).min(planned.len());
+                let range = sent_requests[index].clone();
                 let events: Vec<Value> = range
                     .map(|i| {
                         let p = planned[i];
@@ -249,14 +267,17 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
     }
     let send_seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    // The plan's first requests, all of them unless `send_for` stopped the send.
-    let events_sent = (next.load(Ordering::Relaxed) * config.batch.max(1)).min(planned.len());
+    // The plan's first requests, all of them unless `send_for` stopped the send; the events
+    // sent fresh are the plan's first ones, up to the furthest request sent.
+    let taken = &sent_requests[..next.load(Ordering::Relaxed).min(sent_requests.len())];
+    let events_sent: usize = taken.iter().map(|r| r.len()).sum();
+    let fresh_sent = taken.iter().map(|r| r.end).max().unwrap_or(0);
     let mut tally = std::mem::take(&mut *tally.lock().expect("tally lock"));
     let accepted = accepted.load(Ordering::Relaxed);
     let per_second = std::mem::take(&mut *per_second.lock().expect("tally lock"));
 
     let drain = match &config.database_url {
-        Some(url) => Some(drain(&config, url, &planned[..events_sent], accepted, started).await?),
+        Some(url) => Some(drain(&config, url, &planned[..fresh_sent], accepted, started).await?),
         None => None,
     };
     Ok(Report {
@@ -270,6 +291,8 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Report> {
         connections: config.connections,
         send_seconds,
         events_per_second: accepted as f64 / send_seconds.max(1e-9),
+        answered_per_second: (accepted + duplicates.load(Ordering::Relaxed)) as f64
+            / send_seconds.max(1e-9),
         http_latency_ms: Quantiles::of(&mut tally.latencies_ms),
         errors_by_status: tally.errors,
         accepted_per_second: per_second,

@@ -1,5 +1,7 @@
 //! What a scenario sends: the entity and signal of every event, in order.
 
+use std::ops::Range;
+
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Zipf};
 
@@ -124,6 +126,44 @@ pub(super) fn attributes_of(i: usize) -> serde_json::Value {
     })
 }
 
+/// The requests of a run, in the order they are sent: each a range of planned events (their
+/// ids are their positions). With `duplicates` above zero, that share of the requests (spread
+/// evenly) re-sends an earlier request whole, as a sender retries after a timeout or a 503: one
+/// drawn at random among those sent at least `lag` requests before, so that its events are
+/// usually recorded by then.
+pub(super) fn request_order(
+    events: usize,
+    batch: usize,
+    duplicates: f64,
+    lag: usize,
+    seed: u64,
+) -> Vec<Range<usize>> {
+    let batch = batch.max(1);
+    let fresh: Vec<Range<usize>> = (0..events.div_ceil(batch))
+        .map(|i| i * batch..((i + 1) * batch).min(events))
+        .collect();
+    if duplicates <= 0.0 {
+        return fresh;
+    }
+    let resends = (fresh.len() as f64 * duplicates / (1.0 - duplicates)).round() as usize;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_d0b1e5);
+    let mut sent = Vec::with_capacity(fresh.len() + resends);
+    let (mut next_fresh, mut resent) = (0, 0);
+    while next_fresh < fresh.len() || resent < resends {
+        let due = (resent + 1) as f64 <= duplicates * (sent.len() + 1) as f64;
+        let eligible = next_fresh > lag || next_fresh == fresh.len();
+        if resent < resends && (due || next_fresh == fresh.len()) && eligible {
+            let again = rng.random_range(0..next_fresh.saturating_sub(lag).max(1));
+            sent.push(fresh[again].clone());
+            resent += 1;
+        } else {
+            sent.push(fresh[next_fresh].clone());
+            next_fresh += 1;
+        }
+    }
+    sent
+}
+
 pub(super) fn entity_name(run_id: &str, index: u32) -> String {
     format!("post:{run_id}-{index}")
 }
@@ -132,7 +172,47 @@ pub(super) fn entity_name(run_id: &str, index: u32) -> String {
 mod tests {
     use rand::{SeedableRng, rngs::StdRng};
 
-    use super::{HOT_ENTITIES, RANDOM_MAX_EVENTS, hot_entity, random};
+    use super::{HOT_ENTITIES, RANDOM_MAX_EVENTS, hot_entity, random, request_order};
+
+    #[test]
+    fn a_duplicate_share_resends_earlier_requests_whole_and_every_event_once_fresh() {
+        let (events, batch, lag) = (50_000, 100, 64);
+        let sent = request_order(events, batch, 0.5, lag, 7);
+        let mut fresh_seen = 0;
+        let (mut again, mut total) = (0, 0);
+        for (position, request) in sent.iter().enumerate() {
+            total += request.len();
+            if request.start == fresh_seen * batch {
+                fresh_seen += 1;
+            } else {
+                again += request.len();
+                // An earlier request, at least `lag` fresh ones before this point.
+                assert!(
+                    request.end <= (fresh_seen - lag) * batch,
+                    "request {position}"
+                );
+                assert_eq!(request.start % batch, 0);
+            }
+            if position == sent.len() / 2 {
+                // Spread over the run, not bunched at its end.
+                assert!((0.4..0.6).contains(&(again as f64 / total as f64)));
+            }
+        }
+        assert_eq!(
+            fresh_seen,
+            events / batch,
+            "every event sent fresh once, in order"
+        );
+        assert_eq!(
+            (again, total),
+            (events, 2 * events),
+            "half the events re-sent"
+        );
+        assert_eq!(
+            request_order(events, batch, 0.0, lag, 7).len(),
+            events / batch
+        );
+    }
 
     #[test]
     fn the_random_scenario_gives_each_request_entities_drawn_at_random_with_one_to_four_events() {

@@ -39,7 +39,10 @@ pub struct Report {
     pub batch: usize,
     pub connections: usize,
     pub send_seconds: f64,
+    /// New events accepted per second of the send.
     pub events_per_second: f64,
+    /// Events answered per second, new and duplicates: the rate a sender that retries sees.
+    pub answered_per_second: f64,
     pub http_latency_ms: Quantiles,
     pub errors_by_status: BTreeMap<String, u64>,
     /// Events accepted in each second of the run.
@@ -77,7 +80,7 @@ impl Report {
     /// A human summary, one figure per line.
     pub fn summary(&self) -> String {
         let mut out = format!(
-            "scenario {:?} run {}\n  sent {} events in {} requests ({} per request, {} connections) in {:.2}s\n  accepted {} new + {} duplicates: {:.0} events/s\n  HTTP latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n  errors: {}\n",
+            "scenario {:?} run {}\n  sent {} events in {} requests ({} per request, {} connections) in {:.2}s\n  accepted {} new + {} duplicates: {:.0} new events/s, {:.0} answered/s\n  HTTP latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n  errors: {}\n",
             self.scenario,
             self.run_id,
             self.events_sent,
@@ -88,6 +91,7 @@ impl Report {
             self.events_accepted,
             self.duplicates,
             self.events_per_second,
+            self.answered_per_second,
             self.http_latency_ms.p50,
             self.http_latency_ms.p99,
             self.http_latency_ms.max,

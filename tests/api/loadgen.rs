@@ -40,6 +40,7 @@ fn config(app: &TestApp, scenario: Scenario, events: usize, entities: usize) -> 
         seed: 7,
         progress: false,
         attributes: false,
+        duplicates: 0.0,
     }
 }
 
@@ -153,5 +154,39 @@ async fn a_random_send_for_a_time_stops_then_checks_only_the_events_it_sent() {
     let drain = report.drain.unwrap();
     assert!(drain.drained, "the checks wait for what was sent only");
     assert!((1..=200).contains(&drain.entities));
+    assert_eq!((drain.wrong_actions, drain.duplicate_actions), (0, 0));
+}
+
+#[tokio::test]
+async fn a_sender_that_resends_half_its_requests_gets_each_event_recorded_once() {
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(1500);
+        s.schedule.max_wait = Duration::from_secs(20);
+    }))
+    .await;
+    let mut retrying = config(&app, Scenario::Burst, 4000, 100);
+    retrying.duplicates = 0.5;
+    let report = loadgen::run(retrying).await.unwrap();
+    assert!(
+        report.errors_by_status.is_empty(),
+        "{:?}",
+        report.errors_by_status
+    );
+    assert_eq!(report.events_sent, 4000);
+    assert_eq!(report.events_accepted, 2000, "the events sent fresh, once");
+    assert_eq!(
+        report.duplicates, 2000,
+        "every re-sent event answered as a duplicate"
+    );
+    assert!(report.answered_per_second > report.events_per_second);
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 2000);
+    let drain = report.drain.unwrap();
+    assert!(drain.drained);
+    assert_eq!(drain.entities, 100);
+    assert_eq!(drain.actions, drain.expected_actions);
     assert_eq!((drain.wrong_actions, drain.duplicate_actions), (0, 0));
 }

@@ -417,6 +417,7 @@ async fn two_serve_and_three_worker_processes_share_the_cluster_and_the_load_gen
             seed: 11 + i as u64,
             progress: false,
             attributes: false,
+            duplicates: 0.0,
         })
     });
     let reports = futures::future::try_join_all(runs).await.unwrap();
