@@ -127,10 +127,11 @@ ingest_only() {
 # directory starts as a copy of target/release, so that only quiesce itself is compiled) into
 # .local/ceilings/bin/quiesce-NAME. They break correctness on purpose: only ever measured. A
 # build is kept while what it was built from (the tracked files that go into the binary, and the
-# patch) is unchanged: a digest of them lies beside the binary.
+# patch) is unchanged: a digest of them lies beside the binary. `build_variant NAME [PATCH]`:
+# the patch is bench/ceilings/NAME.patch unless given (bench/costs/ keeps its own).
 ceilings_work=.local/ceilings
 build_variant() {
-  local name=$1 patch="$PWD/bench/ceilings/$1.patch" copy="$ceilings_work/src-$1" here=$PWD
+  local name=$1 patch="$PWD/${2:-bench/ceilings/$1.patch}" copy="$ceilings_work/src-$1" here=$PWD
   local bin="$ceilings_work/bin/quiesce-$1" digest
   mkdir -p "$ceilings_work/bin"
   digest=$( {
@@ -148,7 +149,7 @@ build_variant() {
   git ls-files -z | xargs -0 cp --parents -t "$copy"
   # Exact hunks only (no fuzz, no questions): a patch that no longer fits is an error.
   (cd "$copy" && patch -p1 --batch --fuzz=0 --quiet <"$patch") ||
-    { echo "bench: bench/ceilings/$name.patch no longer applies" >&2; exit 1; }
+    { echo "bench: ${patch#"$here"/} no longer applies" >&2; exit 1; }
   echo "bench: building the $name ceiling" >&2
   (cd "$copy" && CARGO_TARGET_DIR="$here/$ceilings_work/target" cargo build --release --quiet --bin quiesce)
   cp "$ceilings_work/target/release/quiesce" "$bin"

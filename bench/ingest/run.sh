@@ -94,6 +94,7 @@ if [ "${BENCH_EVALUATIONS:-1}" != 0 ]; then
     --connections 64 --window 2s --database-url "$DATABASE_URL_RUN"
   stop_server
   drop_runs
+  [ "${BENCH_COSTS:-1}" = 0 ] || bench/costs/run.sh >"$out/costs.md"
   bench/peers/work.sh $((big * 2)) "$big" "$out" >"$out/peers-work.md"
 fi
 
