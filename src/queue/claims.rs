@@ -53,6 +53,19 @@ pub struct Reaped {
     pub records: Vec<(String, FailureRecord)>,
 }
 
+/// How long Redis remembers the dedup key of an entity's last applied action.
+const APPLIED_TTL: Duration = Duration::from_secs(86_400);
+
+/// What taking an entity's lock found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Locked {
+    /// The lock is the claim's now. `last_applied` is the dedup key of the entity's last applied
+    /// action, if Redis remembers one (a cache: the Postgres constraint decides).
+    Taken { last_applied: Option<String> },
+    /// Another claim holds it.
+    Busy,
+}
+
 /// What became of a failed attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failed {
@@ -144,6 +157,14 @@ impl Queue {
     /// Finishes a claim and releases the entity lock if it is still ours; false if the claim
     /// had been taken over (lease expired and reaped).
     pub async fn ack(&self, claim: &Claim) -> Result<bool> {
+        self.ack_remembering(claim, None).await
+    }
+
+    /// [`Self::ack`], remembering in the same call `applied`: the dedup key of the action the
+    /// evaluation applied or found applied (a cache of the Postgres constraint, read back by
+    /// the entity's next [`Self::lock`]). It is remembered even if the claim had been taken
+    /// over: Postgres committed the action either way.
+    pub async fn ack_remembering(&self, claim: &Claim, applied: Option<&str>) -> Result<bool> {
         let keys = self.keys.for_shard(claim.shard);
         let mut redis = self.redis.clone();
         let done: i64 = SCRIPTS
@@ -152,8 +173,11 @@ impl Queue {
             .key(keys.claims())
             .key(keys.failures())
             .key(keys.lock(&claim.entity))
+            .key(keys.applied(&claim.entity))
             .arg(claim.entity.as_str())
             .arg(&claim.token)
+            .arg(applied.unwrap_or_default())
+            .arg(APPLIED_TTL.as_secs())
             .invoke_async(&mut redis)
             .timed_script("ack")
             .await?;
@@ -306,19 +330,25 @@ impl Queue {
         })
     }
 
-    /// Takes the entity lock for a claim: `SET lock token NX PX lease`.
-    pub async fn lock(&self, claim: &Claim) -> Result<bool> {
-        let key = self.keys.for_shard(claim.shard).lock(&claim.entity);
+    /// Takes the entity lock for a claim (`SET lock token NX PX lease`) and, in the same call,
+    /// reads the dedup key of the entity's last applied action.
+    pub async fn lock(&self, claim: &Claim) -> Result<Locked> {
+        let keys = self.keys.for_shard(claim.shard);
         let mut redis = self.redis.clone();
-        let reply: Option<String> = redis::cmd("SET")
-            .arg(key)
+        let (taken, last_applied): (i64, Option<String>) = SCRIPTS
+            .lock
+            .key(keys.lock(&claim.entity))
+            .key(keys.applied(&claim.entity))
             .arg(&claim.token)
-            .arg("NX")
-            .arg("PX")
             .arg(claim.lease_ms)
-            .query_async(&mut redis)
+            .invoke_async(&mut redis)
+            .timed_script("lock")
             .await?;
-        Ok(reply.is_some())
+        Ok(if taken == 1 {
+            Locked::Taken { last_applied }
+        } else {
+            Locked::Busy
+        })
     }
 
     /// Releases the entity lock if it still holds the claim's token.
@@ -333,32 +363,6 @@ impl Queue {
             .timed_script("unlock")
             .await?;
         Ok(done == 1)
-    }
-
-    /// Whether the action with this dedup key is known to be applied (a cache: Postgres decides).
-    pub async fn action_known_applied(&self, entity: &EntityId, dedup_key: &str) -> Result<bool> {
-        let key = self.keys.for_entity(entity).applied_action(dedup_key);
-        let mut redis = self.redis.clone();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(key)
-            .query_async(&mut redis)
-            .await?;
-        Ok(exists)
-    }
-
-    /// Remembers an applied action's dedup key for a day; only after Postgres committed it.
-    pub async fn remember_applied_action(&self, entity: &EntityId, dedup_key: &str) -> Result<()> {
-        let key = self.keys.for_entity(entity).applied_action(dedup_key);
-        let mut redis = self.redis.clone();
-        let _: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg(1)
-            .arg("NX")
-            .arg("EX")
-            .arg(86_400)
-            .query_async(&mut redis)
-            .await?;
-        Ok(())
     }
 }
 

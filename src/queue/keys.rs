@@ -258,9 +258,10 @@ impl ShardKeys {
     pub fn lock(&self, entity: &EntityId) -> String {
         format!("{}:lock:{}", self.tag, entity)
     }
-    /// STRING marking an action dedup key as applied (a cache of the Postgres constraint).
-    pub fn applied_action(&self, dedup_key: &str) -> String {
-        format!("{}:applied:{}", self.tag, dedup_key)
+    /// STRING holding the dedup key of the entity's last applied action, for a day: a cache of
+    /// the Postgres constraint, read by the lock and written by the ack.
+    pub fn applied(&self, entity: &EntityId) -> String {
+        format!("{}:applied:{}", self.tag, entity)
     }
 }
 
@@ -338,7 +339,7 @@ mod tests {
             shard.dead(),
             shard.dead_info(),
             shard.lock(&entity),
-            shard.applied_action("abc"),
+            shard.applied(&entity),
         ] {
             assert!(key.starts_with(&tag), "{key}");
         }

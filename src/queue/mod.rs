@@ -18,7 +18,7 @@ use futures::future::{join_all, try_join_all};
 
 use self::scripts::SCRIPTS;
 pub use self::{
-    claims::{Claim, ClaimBatch, Failed, LeaseReports, Reaped},
+    claims::{Claim, ClaimBatch, Failed, LeaseReports, Locked, Reaped},
     connection::{Cluster, RedisConnection, cluster_nodes},
     dead_letters::{DeadLetterCursor, DeadLetterPage},
     index::{FailingShards, IndexRead, RESCAN_MAX_SHARDS_PER_STEP, RESCAN_STEP, ReadShard, Settle},

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::{EvaluationError, Failure, Outcome, RuleFailures, Worker, lease::renew_while_running};
 use crate::{
     domain::{Priority, Timer},
-    queue::{Claim, Failed},
+    queue::{Claim, Failed, Locked},
     rules::{Decision, Verdict},
     store::{Completion, FencedEvaluation, StoreError},
     telemetry::{
@@ -121,9 +121,9 @@ impl Worker {
             .instrument(step!("lock", claim))
             .await;
         metrics::histogram!(names::LOCK_ACQUIRE_SECONDS).record(locking.elapsed().as_secs_f64());
-        match locked {
-            Ok(true) => {}
-            Ok(false) => {
+        let last_applied = match locked {
+            Ok(Locked::Taken { last_applied }) => last_applied,
+            Ok(Locked::Busy) => {
                 metrics::counter!(names::LOCK_CONTENTION).increment(1);
                 let delay = self.jittered(self.settings.retry_delay);
                 return match self.queue.retry(claim, delay).await {
@@ -144,24 +144,32 @@ impl Worker {
                 };
                 return self.give_back(claim, failure).await;
             }
-        }
+        };
 
         let lost = Arc::new(AtomicBool::new(false));
         // Renewal stops when the guard drops: on return, on timeout, and on a panic.
         let renewal = renew_while_running(self.queue.clone(), claim.clone(), Arc::clone(&lost));
         let evaluation_started = Instant::now();
-        let result = tokio::time::timeout(self.settings.evaluation_timeout, self.evaluate(claim))
-            .await
-            .unwrap_or(Err(EvaluationError::TimedOut(
-                self.settings.evaluation_timeout,
-            )));
+        let result = tokio::time::timeout(
+            self.settings.evaluation_timeout,
+            self.evaluate(claim, last_applied.as_deref()),
+        )
+        .await
+        .unwrap_or(Err(EvaluationError::TimedOut(
+            self.settings.evaluation_timeout,
+        )));
         drop(renewal);
         self.leases.record(evaluation_started.elapsed());
 
         let mut released = false;
         let outcome = match result {
-            Ok(completion) => {
-                match self.queue.ack(claim).instrument(step!("ack", claim)).await {
+            Ok((completion, applied)) => {
+                match self
+                    .queue
+                    .ack_remembering(claim, applied.as_deref())
+                    .instrument(step!("ack", claim))
+                    .await
+                {
                     // The ack released the lock too.
                     Ok(_) => released = true,
                     // Not acked: the lease expires and the entity is evaluated again, which
@@ -282,7 +290,14 @@ impl Worker {
         }
     }
 
-    async fn evaluate(&self, claim: &Claim) -> Result<Completion, EvaluationError> {
+    /// The evaluation under the lock: the completion, and the dedup key of the action it applied
+    /// or found applied, for the ack to remember. `last_applied` is the dedup key of the
+    /// entity's last applied action, as the lock read it.
+    async fn evaluate(
+        &self,
+        claim: &Claim,
+        last_applied: Option<&str>,
+    ) -> Result<(Completion, Option<String>), EvaluationError> {
         let started_at = Utc::now();
         let rules = self.rules.current();
         let mut snapshot = self
@@ -332,16 +347,11 @@ impl Worker {
             .to_apply(snapshot.status, snapshot.override_cap)
             .filter(|_| new_events)
             .cloned();
-        let dedup_key = decision.as_ref().map(|d| snapshot.dedup_key(&d.rule));
-        // A cache in front of the Postgres constraint; on a Redis error Postgres decides.
-        if let Some(key) = &dedup_key
-            && self
-                .queue
-                .action_known_applied(&claim.entity, key)
-                .await
-                .unwrap_or(false)
-        {
-            decision = None;
+        let mut dedup_key = decision.as_ref().map(|d| snapshot.dedup_key(&d.rule));
+        // Redis remembers this action as the entity's last applied (a cache in front of the
+        // Postgres constraint; on a Redis error Postgres decides).
+        if dedup_key.is_some() && dedup_key.as_deref() == last_applied {
+            (decision, dedup_key) = (None, None);
         }
         if let Some(hook) = &self.before_apply {
             hook(snapshot.clone()).await;
@@ -401,19 +411,17 @@ impl Worker {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), %author, "could not schedule the author; the sweep will");
             }
         }
-        if let (Some(d), Some(key), Completion::Applied { .. } | Completion::AlreadyApplied) =
-            (&decision, &dedup_key, &completion)
-        {
-            if matches!(completion, Completion::Applied { .. }) {
-                metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
-                    .increment(1);
-                tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
-            }
-            if let Err(error) = self.queue.remember_applied_action(&claim.entity, key).await {
-                tracing::debug!(error = %crate::telemetry::Chain(&error), "could not cache the applied action");
-            }
+        if let (Some(d), Completion::Applied { .. }) = (&decision, &completion) {
+            metrics::counter!(names::ACTIONS, "action" => d.action.as_str(), "rule" => d.rule.clone())
+                .increment(1);
+            tracing::info!(action = d.action.as_str(), rule = %d.rule, "action applied");
         }
-        Ok(completion)
+        // The ack remembers the dedup key once Postgres holds the action.
+        let applied = match completion {
+            Completion::Applied { .. } | Completion::AlreadyApplied => dedup_key,
+            Completion::NoAction => None,
+        };
+        Ok((completion, applied))
     }
 
     /// The schedule a completion leaves for timers: a timed action just applied is scheduled

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use futures::{FutureExt, future::join_all};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestOptions, event, spawn_app, wait_for};
+use crate::helpers::{TestOptions, claim_next, event, spawn_app, wait_for};
 
 /// One evaluation: started, finished, by which worker.
 type Run<'a> = (DateTime<Utc>, DateTime<Utc>, &'a str);
@@ -195,4 +195,75 @@ async fn json_logs_carry_the_evaluation_span_with_entity_and_evaluation_id() {
     let parts: Vec<&str> = evaluation.split(':').collect();
     assert_eq!(parts.len(), 3, "{evaluation}");
     assert_eq!(parts[0].len(), 32, "{evaluation}");
+}
+
+/// The Redis fast path in front of the dedup constraint, at no round trip of its own: the ack
+/// remembers the applied action's dedup key as the entity's last, the next lock reads it back,
+/// and a decision with that key is dropped before it reaches Postgres.
+#[tokio::test]
+async fn the_ack_remembers_the_applied_dedup_key_and_the_lock_reads_it_back() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let worker = app.worker();
+    let mut redis = app.backends.queue.connection();
+    let applied_key = |entity: &str| {
+        let id = quiesce::domain::EntityId::parse(entity).unwrap();
+        app.backends.queue.keys().for_entity(&id).applied(&id)
+    };
+    let flags = |entity: &str| -> Vec<Value> {
+        (0..10)
+            .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
+            .collect()
+    };
+
+    // An action applied: the ack keeps its dedup key, as Postgres recorded it.
+    app.send(&json!(flags("post:kept"))).await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
+    assert!(
+        matches!(
+            outcome,
+            quiesce::worker::Outcome::Done(quiesce::store::Completion::Applied { .. })
+        ),
+        "{outcome:?}"
+    );
+    let recorded: String =
+        sqlx::query_scalar("SELECT dedup_key FROM actions WHERE entity = 'post:kept'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    let remembered: Option<String> = redis::cmd("GET")
+        .arg(applied_key("post:kept"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(remembered.as_deref(), Some(recorded.as_str()));
+
+    // A decision whose dedup key Redis remembers is dropped: the evaluation is recorded, and
+    // no action with it.
+    app.send(&json!(flags("post:known"))).await;
+    let snapshot = app.snapshot("post:known").await;
+    let rules = app.backends.rules.current();
+    let verdict = rules.evaluate(&snapshot);
+    let decision = verdict
+        .to_apply(snapshot.status, None)
+        .expect("ten flags hide");
+    let _: () = redis::cmd("SET")
+        .arg(applied_key("post:known"))
+        .arg(snapshot.dedup_key(&decision.rule))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
+    assert!(
+        matches!(
+            outcome,
+            quiesce::worker::Outcome::Done(quiesce::store::Completion::NoAction)
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(app.evaluation_count("post:known").await, 1);
+    assert_eq!(
+        app.status_of("post:known").await,
+        quiesce::domain::Status::Visible
+    );
+    assert_eq!(app.count_actions().await, 1, "post:kept's alone");
 }
