@@ -17,6 +17,7 @@ pub mod console;
 pub mod credentials;
 pub mod dead_letters;
 pub mod domain;
+pub mod evaluation;
 pub mod http;
 pub mod ingest;
 pub mod loadgen;

@@ -25,7 +25,7 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 15] = [
+const UPPER: [&str; 16] = [
     "appeals",
     "audit",
     "active_rules",
@@ -36,6 +36,7 @@ const UPPER: [&str; 15] = [
     "worker",
     "maintenance",
     "ingest",
+    "evaluation",
     "moderation",
     "review",
     "dead_letters",
@@ -43,8 +44,9 @@ const UPPER: [&str; 15] = [
     "loadgen",
 ];
 /// The use cases, between the edges and the stores: each takes the stores it needs.
-const USE_CASES: [&str; 8] = [
+const USE_CASES: [&str; 9] = [
     "ingest",
+    "evaluation",
     "appeals",
     "moderation",
     "review",

@@ -147,7 +147,7 @@ impl Tally {
         let mut candidate_status: Option<Status> = None;
         let mut last_finished = evaluations[0].finished_at;
         // Events the evaluations so far covered: one that covers none new applies no rule's
-        // action, live (`worker/pipeline.rs`) as here.
+        // action, live (`evaluation/decision.rs`) as here.
         let mut covered: Option<i64> = None;
         let entity = evaluations[0].entity.clone();
         let labels_in_force = evaluations[0].labels_in_force.clone();

@@ -56,7 +56,7 @@ pub struct Snapshot {
     #[serde(skip)]
     pub previously_evaluated: i64,
     /// Of `event_count`, the events not folded into the figures yet when it was read: the
-    /// worker folds an entity that has gathered many (`worker/batches.rs`).
+    /// worker folds an entity that has gathered many (`evaluation/batches.rs`).
     #[serde(skip)]
     pub unfolded: i64,
     pub signals: BTreeMap<String, SignalStats>,

@@ -2,7 +2,7 @@
 //! buckets and day buckets, once (and its day buckets older than [`DAYS_KEPT`] days go).
 //! Ingest only appends events (`store/events.rs`); the evaluation, already the entity's one
 //! writer while it holds its lock, folds once its snapshot is read and only when the entity
-//! gathered `FOLD_AT_LEAST` unfolded events (`worker/batches.rs`), so a burst's aggregation
+//! gathered `FOLD_AT_LEAST` unfolded events (`evaluation/batches.rs`), so a burst's aggregation
 //! costs one write per entity and signal instead of one per group commit.
 //!
 //! What is folded is told by transaction ids. An event carries the id of the transaction that

@@ -99,7 +99,7 @@ pub fn init_tracing(format: LogFormat, default_filter: &str) {
     };
     let spans = traces::tracer().map(|tracer| {
         // Not activated on enter: an evaluation's span is put in its events' trace once its
-        // snapshot has read them (`worker/pipeline.rs`), which an activated span refuses.
+        // snapshot has read them (`evaluation/decision.rs`), which an activated span refuses.
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
             .with_context_activation(false)

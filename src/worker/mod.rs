@@ -1,13 +1,7 @@
-//! Workers: claim due entities, lock each, read one snapshot, run the rules, apply at most one
-//! version-checked action, ack. This file is the poll loop (bounded concurrency, graceful
-//! shutdown); `pipeline` is one evaluation (`outcome` how it ended), `batches` the Postgres statements evaluations
-//! share, `lease` and `breaker` what keeps a claim alive and pauses claiming in an outage.
-
-mod batches;
-mod breaker;
-mod lease;
-mod outcome;
-mod pipeline;
+//! Workers: claim due entities and hand each claim to the evaluator (`evaluation/`), which
+//! locks it, reads one snapshot, runs the rules, applies at most one version-checked action
+//! and acks. This file is the poll loop (bounded concurrency, graceful shutdown, claiming
+//! paused while the evaluator's breaker is open) and its single step, `claim_once`.
 
 use std::{
     collections::HashMap,
@@ -18,8 +12,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::future::BoxFuture;
-use rand::Rng;
 use tokio::{
     sync::{Notify, Semaphore},
     task::JoinSet,
@@ -27,14 +19,13 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use self::breaker::Breaker;
-pub use self::{
-    batches::EvaluationBatches,
-    lease::LeaseEstimator,
-    outcome::{EvaluationError, Failure, Outcome, RuleFailures},
+// What the evaluation's callers name through the worker, as before it had its own module.
+pub use crate::evaluation::{
+    BeforeApplyHook, EvaluationBatches, EvaluationError, Failure, LeaseEstimator, Outcome,
+    RuleFailures,
 };
 use crate::{
-    domain::Snapshot,
+    evaluation::{Evaluator, jittered},
     queue::{Claim, FailingShards, IndexKind, LeaseReports, Queue, QueueError, Settle, Wakeups},
     rules::Rules,
     settings,
@@ -57,9 +48,6 @@ const READ_GAP: Duration = Duration::from_millis(10);
 /// by the same due time, leave them to it until it settles them (in a few milliseconds,
 /// unless it died: then they wait this long at most).
 const READ_HOLD: Duration = Duration::from_millis(500);
-
-/// A test seam: runs after the snapshot is read and before the decision is written.
-pub type BeforeApplyHook = Arc<dyn Fn(Snapshot) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The result of one pass over every shard.
 #[derive(Debug, Default)]
@@ -93,16 +81,13 @@ impl ClaimRound {
 pub struct Worker {
     queue: Queue,
     store: Store,
-    rules: Arc<Rules>,
     settings: settings::Worker,
     wakeup: Arc<Notify>,
-    before_apply: Option<BeforeApplyHook>,
     /// Other processes' schedules that make something due sooner, forwarded to `wakeup`.
     wakeups: Option<Wakeups>,
-    breaker: Arc<Breaker>,
+    /// Evaluates each claim; its breaker pauses claiming, its lease estimate sets the claims'.
+    evaluator: Evaluator,
     stats: Arc<WorkerStats>,
-    leases: Arc<LeaseEstimator>,
-    batches: EvaluationBatches,
     /// Shards whose claims failed lately, skipped for a moment.
     failing: Arc<FailingShards>,
 }
@@ -126,20 +111,14 @@ impl Worker {
         settings: &settings::Worker,
         wakeup: Arc<Notify>,
     ) -> Self {
-        let leases = Arc::new(LeaseEstimator::new(settings.lease_floor, settings.lease));
-        let batches = EvaluationBatches::start(store.clone(), settings.worker_id.clone());
         Self {
-            batches,
+            evaluator: Evaluator::new(queue.clone(), store.clone(), rules, settings),
             queue,
             store,
-            rules,
             settings: settings.clone(),
             wakeup,
-            before_apply: None,
             wakeups: None,
-            breaker: Arc::default(),
             stats: Arc::default(),
-            leases,
             failing: Arc::default(),
         }
     }
@@ -150,12 +129,22 @@ impl Worker {
 
     /// Whether this worker has stopped claiming because Postgres is unreachable.
     pub fn breaker_open(&self) -> bool {
-        self.breaker.is_open()
+        self.evaluator.breaker().is_open()
     }
 
     pub fn with_before_apply(mut self, hook: BeforeApplyHook) -> Self {
-        self.before_apply = Some(hook);
+        self.evaluator = self.evaluator.with_before_apply(hook);
         self
+    }
+
+    /// Evaluates one claimed entity and settles its claim (`Evaluator::evaluate`), counting
+    /// a write the version fence refused.
+    pub async fn evaluate_claim(&self, claim: Claim) -> Outcome {
+        let outcome = self.evaluator.evaluate(claim).await;
+        if let Outcome::Retry(Failure::VersionMoved { .. }) = outcome {
+            self.stats.fenced.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
     }
 
     pub fn with_wakeups(mut self, wakeups: Wakeups) -> Self {
@@ -167,7 +156,7 @@ impl Worker {
     /// (the most overdue first, no more shards than `limit`: the others are left to other
     /// processes), then settles the index with what each shard answered.
     pub async fn claim_once(&self, limit: usize) -> Result<ClaimRound, QueueError> {
-        let lease = self.leases.current();
+        let lease = self.evaluator.leases().current();
         metrics::gauge!(names::LEASE_SECONDS).set(lease.as_secs_f64());
         let read_limit = SHARDS_PER_READ.min(limit.max(1));
         let read = self
@@ -205,7 +194,7 @@ impl Worker {
                 .claim_deferring(
                     shard,
                     remaining.min(self.settings.claim_batch),
-                    self.jittered(self.settings.retry_delay),
+                    jittered(self.settings.retry_delay),
                     lease,
                     &mut leases,
                 )
@@ -268,12 +257,6 @@ impl Worker {
         Ok(round)
     }
 
-    /// Half the base plus a random part of it ("equal jitter"), so retries spread out.
-    fn jittered(&self, base: Duration) -> Duration {
-        let base_ms = base.as_millis().max(2) as u64;
-        Duration::from_millis(base_ms / 2 + rand::rng().random_range(0..=base_ms / 2))
-    }
-
     /// The poll loop: claims while permits are free, sleeps until the earliest due entity (at
     /// most the poll interval) or a wake-up, and on shutdown stops claiming, waits for running
     /// evaluations, and gives back what did not finish in time. Maintenance (the reaper among
@@ -291,6 +274,7 @@ impl Worker {
         }
         let _stop_listening = listening.drop_guard();
         let mut fence_read = Instant::now();
+        let breaker = self.evaluator.breaker();
 
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
@@ -299,18 +283,18 @@ impl Worker {
             // writes (the outbox's, a scrape's writability check, one the fence refused): claims
             // pause then, rather than take entities only to give them back.
             let reading = Instant::now();
-            if !self.breaker.is_open() && crate::store::primary_refused_since(fence_read) {
+            if !breaker.is_open() && crate::store::primary_refused_since(fence_read) {
                 tracing::warn!("the primary refused a connection or a write; pausing claims");
-                self.breaker.trip(self.settings.poll_interval);
+                breaker.trip(self.settings.poll_interval);
             }
             fence_read = reading;
 
             let available = permits.available_permits();
             let mut sleep_for = self.settings.poll_interval;
-            let claiming = if let Some(pause) = self.breaker.open_for() {
+            let claiming = if let Some(pause) = breaker.open_for() {
                 sleep_for = pause;
                 false
-            } else if self.breaker.needs_probe() {
+            } else if breaker.needs_probe() {
                 self.stats.probes.fetch_add(1, Ordering::Relaxed);
                 match tokio::time::timeout(
                     self.settings.poll_interval.max(Duration::from_secs(1)),
@@ -319,18 +303,15 @@ impl Worker {
                 .await
                 {
                     Ok(Ok(())) => {
-                        self.breaker.close();
+                        breaker.close();
                         // The primary takes writes now: a refusal met before this probe (the
                         // old primary's, or the promotion's retirement) must not pause again.
                         fence_read = Instant::now();
                         true
                     }
                     _ => {
-                        self.breaker.trip(self.settings.poll_interval);
-                        sleep_for = self
-                            .breaker
-                            .open_for()
-                            .unwrap_or(self.settings.poll_interval);
+                        breaker.trip(self.settings.poll_interval);
+                        sleep_for = breaker.open_for().unwrap_or(self.settings.poll_interval);
                         false
                     }
                 }
@@ -392,7 +373,7 @@ impl Worker {
                         expected = None;
                         tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed; backing off");
                         backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
-                        sleep_for = self.jittered(backoff);
+                        sleep_for = jittered(backoff);
                     }
                 }
             }

@@ -25,7 +25,7 @@ const LEASE_MARGIN: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct LeaseEstimator {
     samples: Mutex<VecDeque<Duration>>,
-    pub(super) floor: Duration,
+    floor: Duration,
     ceiling: Duration,
 }
 
@@ -60,39 +60,53 @@ impl LeaseEstimator {
     }
 }
 
-/// Renews lease and lock every third of the lease while the evaluation runs, until the guard
-/// drops; `lost` is set if either was lost.
-pub(super) fn renew_while_running(
-    queue: Queue,
-    claim: Claim,
+/// The renewal of a claim's lease and entity lock while its evaluation runs: every third of the
+/// lease, until [`Renewal::stop`] or the drop (a return, a timeout, a panic).
+pub(super) struct Renewal {
+    task: tokio::task::JoinHandle<()>,
+    /// Set if the lease or the lock was found lost.
     lost: Arc<AtomicBool>,
-) -> RenewalGuard {
-    let period = Duration::from_millis(claim.lease_ms / 3).max(Duration::from_millis(1));
-    RenewalGuard(tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(period);
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            match queue.renew(&claim).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    lost.store(true, Ordering::Relaxed);
-                    return;
-                }
-                Err(error) => {
-                    tracing::warn!(error = %crate::telemetry::Chain(&error), "lease renewal failed; will try again")
-                }
-            }
-        }
-    }))
 }
 
-/// Aborts the lease renewal task when dropped, so a claim is never renewed past its evaluation.
-pub(super) struct RenewalGuard(tokio::task::JoinHandle<()>);
+impl Renewal {
+    pub(super) fn start(queue: Queue, claim: Claim) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let period = Duration::from_millis(claim.lease_ms / 3).max(Duration::from_millis(1));
+        let flag = Arc::clone(&lost);
+        let task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                match queue.renew(&claim).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        flag.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %crate::telemetry::Chain(&error), "lease renewal failed; will try again")
+                    }
+                }
+            }
+        });
+        Self { task, lost }
+    }
 
-impl Drop for RenewalGuard {
+    /// Stops renewing: a claim is never renewed past its evaluation.
+    pub(super) fn stop(&self) {
+        self.task.abort();
+    }
+
+    /// Whether the lease or the lock was lost while it ran.
+    pub(super) fn lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Renewal {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 

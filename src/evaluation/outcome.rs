@@ -1,5 +1,5 @@
 //! How one evaluation ended, and why it was given back or failed: typed, so that each
-//! outcome settles its claim its own way (`pipeline.rs`) and is counted under its label.
+//! outcome settles its claim its own way (`failure.rs`) and is counted under its label.
 
 use std::{sync::Arc, time::Duration};
 

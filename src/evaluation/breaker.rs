@@ -1,4 +1,5 @@
-//! The Postgres circuit breaker: a worker stops claiming while Postgres is unreachable.
+//! The Postgres circuit breaker: an evaluation that finds Postgres unreachable trips it, and the
+//! worker's poll loop (`worker/mod.rs`) stops claiming while it is open.
 
 use std::{
     sync::Mutex,
@@ -18,7 +19,7 @@ const MAX_BREAKER_PAUSE: Duration = Duration::from_millis(250);
 /// after an exponential, jittered pause, whether the primary takes writes decides whether it
 /// closes or stays open.
 #[derive(Debug, Default)]
-pub(super) struct Breaker {
+pub struct Breaker {
     state: Mutex<BreakerState>,
 }
 
@@ -29,7 +30,7 @@ struct BreakerState {
 }
 
 impl Breaker {
-    pub(super) fn trip(&self, base: Duration) {
+    pub fn trip(&self, base: Duration) {
         let mut state = self.state.lock().expect("not poisoned");
         state.trips = state.trips.saturating_add(1);
         let exponent = state.trips.min(16) - 1;
@@ -40,7 +41,7 @@ impl Breaker {
     }
 
     /// How long the breaker stays open, if it is.
-    pub(super) fn open_for(&self) -> Option<Duration> {
+    pub fn open_for(&self) -> Option<Duration> {
         let state = self.state.lock().expect("not poisoned");
         state
             .open_until
@@ -49,12 +50,12 @@ impl Breaker {
     }
 
     /// Tripped and its pause is over: the next step is a probe.
-    pub(super) fn needs_probe(&self) -> bool {
+    pub fn needs_probe(&self) -> bool {
         let tripped = self.state.lock().expect("not poisoned").trips > 0;
         tripped && self.open_for().is_none()
     }
 
-    pub(super) fn close(&self) {
+    pub fn close(&self) {
         let mut state = self.state.lock().expect("not poisoned");
         if state.trips > 0 {
             tracing::info!("Postgres is reachable again; claiming resumes");
@@ -66,7 +67,7 @@ impl Breaker {
 
 impl Breaker {
     /// Whether it has tripped and not closed since.
-    pub(super) fn is_open(&self) -> bool {
+    pub fn is_open(&self) -> bool {
         self.state.lock().expect("not poisoned").trips > 0
     }
 }
