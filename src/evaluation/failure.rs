@@ -86,7 +86,8 @@ impl Evaluator {
     }
 
     /// An outage is not the entity's fault: it must not use up its attempts, and claiming
-    /// pauses until Postgres answers again.
+    /// pauses until Postgres answers again. Logged once, when it pauses claims (the outcome's
+    /// line leaves it out: [`Failure::is_outage`]).
     async fn outage(&self, claim: &Claim, error: StoreError) -> Outcome {
         if !self.breaker.is_open() {
             tracing::warn!(error = %Chain(&error), "Postgres unreachable; pausing claims");

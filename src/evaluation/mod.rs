@@ -119,9 +119,13 @@ impl Evaluator {
     }
 }
 
-/// The outcome's line, unless it was a success or a snooze.
+/// The outcome's line, unless it was a success or a snooze. An outage was logged when it paused
+/// claims (`failure.rs`): each evaluation it gives back adds a debug line only.
 fn log(outcome: &Outcome) {
     match outcome {
+        Outcome::Retry(reason) if reason.is_outage() => {
+            tracing::debug!(reason = %Chain(reason), "evaluation given back in an outage")
+        }
         Outcome::Retry(reason) => {
             tracing::info!(reason = %Chain(reason), "evaluation will be retried")
         }
@@ -132,5 +136,54 @@ fn log(outcome: &Outcome) {
             tracing::error!(error = %Chain(error), "entity dead-lettered")
         }
         Outcome::Done(_) | Outcome::Snooze(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::{EvaluationError, Failure, Outcome, log};
+    use crate::store::StoreError;
+
+    /// The lines `log` writes at info level and above.
+    fn logged(outcome: &Outcome) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || log(outcome));
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn an_outage_is_logged_once_when_it_pauses_claims_not_again_per_evaluation() {
+        let unreachable = EvaluationError::Store(StoreError::Database(sqlx::Error::PoolTimedOut));
+        let outage = Failure::from(unreachable);
+        assert!(outage.is_outage());
+        assert_eq!(logged(&Outcome::Retry(outage)), "");
+        let moved = Failure::VersionMoved { read: 3 };
+        assert!(!moved.is_outage());
+        assert!(logged(&Outcome::Retry(moved)).contains("evaluation will be retried"));
+        let failed = Failure::from(EvaluationError::Store(StoreError::Database(
+            sqlx::Error::PoolTimedOut,
+        )));
+        assert!(
+            logged(&Outcome::Failed(failed)).contains("evaluation failed"),
+            "only a give-back is the outage's"
+        );
     }
 }

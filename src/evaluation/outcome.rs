@@ -54,6 +54,14 @@ impl From<EvaluationError> for Failure {
     }
 }
 
+impl Failure {
+    /// Postgres unreachable: not the entity's fault, and logged once for the whole outage (when
+    /// it pauses claims, `failure.rs`), not once per evaluation it gives back.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, Failure::Evaluation(error) if matches!(&**error, EvaluationError::Store(store) if store.is_unavailable()))
+    }
+}
+
 impl Outcome {
     pub(super) fn label(&self) -> &'static str {
         match self {
