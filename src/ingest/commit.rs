@@ -17,7 +17,7 @@ use crate::{
     coalesce::{Batching, Coalescer},
     domain::{EntityId, Event, Priority},
     queue::{Queue, QueueError},
-    store::{GithubDelivery, Store, StoreError},
+    store::{Duplicate, GithubDelivery, RecordedEvents, Store, StoreError},
     telemetry::{Timed, names, traces::TraceParent},
 };
 
@@ -213,7 +213,10 @@ impl Committer {
                 }
             }
         }
-        let inserted = self
+        let RecordedEvents {
+            inserted,
+            known: mut recorded,
+        } = self
             .store
             .record_group(&unique, &unique_traces, deliveries)
             .timed_query("record_events")
@@ -233,26 +236,29 @@ impl Committer {
             }
         }
 
-        // Duplicates are re-scheduled too: a sender's retry after a Redis failure repairs it.
-        // A duplicate is scheduled under the entity its id was recorded for, not the one the
-        // retry names (an id reused for another entity must not schedule an unknown entity).
-        let duplicate_ids: Vec<&str> = unique
+        // A duplicate is scheduled again while its entity still owes an evaluation: a sender's
+        // retry after a Redis failure repairs the schedule. One already evaluated schedules
+        // nothing (each retry would cost an evaluation that finds nothing new). A duplicate is
+        // scheduled under the entity its id was recorded for, not the one the retry names (an
+        // id reused for another entity must not schedule an unknown entity). The statement
+        // read the duplicates; only an id that another group recorded while it ran (the same
+        // event sent twice at once) is read after it.
+        let raced: Vec<&str> = unique
             .iter()
-            .filter(|e| !inserted.contains(e.id.as_str()))
             .map(|e| e.id.as_str())
+            .filter(|id| !inserted.contains(*id) && !recorded.contains_key(*id))
             .collect();
-        let recorded = if duplicate_ids.is_empty() {
-            HashMap::new()
-        } else {
-            self.store.entities_of(&duplicate_ids).await?
-        };
+        if !raced.is_empty() {
+            recorded.extend(self.store.duplicates_of(&raced).await?);
+        }
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
         // Each request's entities, to answer it by its own shards' outcome.
         let mut requests: Vec<Vec<EntityId>> = vec![Vec::new(); group.len()];
         for (index, events) in group.iter().enumerate() {
             for event in events {
                 let entity = match recorded.get(event.id.as_str()) {
-                    Some(stored) => stored.clone(),
+                    Some(Duplicate { entity, owed: true }) => entity.clone(),
+                    Some(Duplicate { owed: false, .. }) => continue,
                     // Inserted now, by this event or an earlier one of the group with the
                     // same entity.
                     None if owned_by.get(event.id.as_str()) == Some(&&event.entity) => {

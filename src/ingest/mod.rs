@@ -22,7 +22,7 @@ pub use self::{
 use crate::{
     domain::{EntityId, Event, Priority},
     queue::Queue,
-    store::{GithubDelivery, Store},
+    store::{Duplicate, GithubDelivery, Store},
     telemetry::{names, traces::TraceParent},
 };
 
@@ -144,14 +144,15 @@ impl Ingestor {
     }
 
     /// Schedules again the entities that `events` were recorded for (those still within
-    /// retention), writing nothing: a sender's retry of a delivery whose events were durable
-    /// but whose schedule step failed repairs the schedule, as the retry of any duplicate does.
+    /// retention) that still owe an evaluation, writing nothing: a sender's retry of a
+    /// delivery whose events were durable but whose schedule step failed repairs the
+    /// schedule, as the retry of any duplicate does.
     async fn schedule_recorded(&self, events: &[Event]) -> Result<(), IngestError> {
         let ids: Vec<&str> = events.iter().map(|event| event.id.as_str()).collect();
-        let recorded = self.store.entities_of(&ids).await?;
+        let recorded = self.store.duplicates_of(&ids).await?;
         let mut entities: HashMap<&EntityId, Priority> = HashMap::new();
         for event in events {
-            if let Some(entity) = recorded.get(event.id.as_str()) {
+            if let Some(Duplicate { entity, owed: true }) = recorded.get(event.id.as_str()) {
                 let priority = entities.entry(entity).or_default();
                 *priority = (*priority).max(event.priority);
             }

@@ -154,7 +154,7 @@ impl Store {
                 format!("auto.{}", decision.action.as_str()),
                 snapshot.entity.as_str(),
             )?;
-            let inserted = record_in(&mut tx, &[&derived], &[], &[]).await?;
+            let inserted = record_in(&mut tx, &[&derived], &[], &[]).await?.inserted;
             *to_schedule = (!inserted.is_empty()).then(|| author.clone());
         }
         tx.commit().await?;

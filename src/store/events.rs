@@ -9,23 +9,42 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use super::{GithubDelivery, Result, Store, StoreError};
 use crate::domain::{EntityId, Event};
 
+/// What recording a group of events found: the ids that were new, and what each duplicate
+/// was recorded with before. A duplicate in neither was recorded by a transaction that
+/// committed while the statement ran (the same id sent twice at once);
+/// [`Store::duplicates_of`] reads it.
+#[derive(Debug, Default)]
+pub struct RecordedEvents {
+    pub inserted: HashSet<String>,
+    pub known: HashMap<String, Duplicate>,
+}
+
+/// An event recorded before: the entity it was recorded for, and whether that entity still
+/// owes an evaluation (some event of it, folded or not, that no evaluation has seen, or a
+/// mark of the repair sweep). A retry of an event already evaluated needs no schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub entity: EntityId,
+    pub owed: bool,
+}
+
 impl Store {
     /// Records events in one statement; returns the ids that were new.
     pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
-        self.record_group(events, &[], &[]).await
+        Ok(self.record_group(events, &[], &[]).await?.inserted)
     }
 
     /// Records a group commit's events, each with the trace context it came in (`traces`,
     /// by position; missing ones are none), and remembers the GitHub deliveries they came in,
-    /// in one statement; returns the ids that were new. The statement is atomic on its own, so no
-    /// BEGIN and COMMIT round trips go around it, and a delivery is remembered exactly when its
-    /// events are durable.
+    /// in one statement; returns the ids that were new and the entities of the duplicates. The
+    /// statement is atomic on its own, so no BEGIN and COMMIT round trips go around it, and a
+    /// delivery is remembered exactly when its events are durable.
     pub async fn record_group(
         &self,
         events: &[&Event],
         traces: &[Option<&str>],
         deliveries: &[&GithubDelivery],
-    ) -> Result<HashSet<String>> {
+    ) -> Result<RecordedEvents> {
         // A partition turnover (an events partition whose time is over and not sealed yet, or
         // none made for now) is repaired and the statement retried.
         self.with_turnover(|| async {
@@ -35,28 +54,31 @@ impl Store {
         .await
     }
 
-    /// The entities that these event ids were recorded for.
-    pub async fn entities_of(&self, ids: &[&str]) -> Result<HashMap<String, EntityId>> {
+    /// What these event ids were recorded with: their entity, and whether it still owes an
+    /// evaluation.
+    pub async fn duplicates_of(&self, ids: &[&str]) -> Result<HashMap<String, Duplicate>> {
         let rows = sqlx::query!(
-            "SELECT id, entity FROM events WHERE id = ANY($1)",
+            r#"SELECT id AS "id!", entity AS "entity!", owed AS "owed!"
+               FROM recorded_events($1, '-infinity', 'infinity')"#,
             ids as &[&str]
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|row| match EntityId::parse(&row.entity) {
-                Ok(entity) => Ok((row.id, entity)),
-                Err(e) => Err(StoreError::corrupt(
-                    format!("the entity of event {}", row.id),
-                    e,
-                )),
-            })
+            .map(|row| Ok((row.id.clone(), duplicate(&row.id, &row.entity, row.owed)?)))
             .collect()
     }
 }
 
+fn duplicate(id: &str, entity: &str, owed: bool) -> Result<Duplicate> {
+    match EntityId::parse(entity) {
+        Ok(entity) => Ok(Duplicate { entity, owed }),
+        Err(e) => Err(StoreError::corrupt(format!("the entity of event {id}"), e)),
+    }
+}
+
 /// Records events in one statement, on its own or in the caller's transaction; returns the
-/// ids that were new. Ingest appends:
+/// ids that were new and the entity each duplicate was recorded for. Ingest appends:
 /// the event rows, and an entity's row the first time it is seen; the counters are folded in
 /// at evaluation (`store/fold.rs`). Events are inserted sorted by id and new entity rows by
 /// entity, so concurrent transactions that share ids or new entities wait on each other in
@@ -67,12 +89,15 @@ impl Store {
 /// transaction's `now()`) by its unique index, the older ones by the check in the statement,
 /// which is only trusted once all of them are sealed (`store/partitions.rs`). When one is not,
 /// nothing is written and [`StoreError::Unsealed`] tells the caller to seal and retry.
+///
+/// A duplicate's entity is read in the same statement, for the ids not inserted only: a
+/// retrying sender's group costs no second round trip, and its new events no extra probe.
 pub(super) async fn record_in(
     connection: &mut PgConnection,
     events: &[&Event],
     traces: &[Option<&str>],
     deliveries: &[&GithubDelivery],
-) -> Result<HashSet<String>> {
+) -> Result<RecordedEvents> {
     let mut traced: Vec<(&Event, Option<&str>)> = events
         .iter()
         .copied()
@@ -106,7 +131,7 @@ pub(super) async fn record_in(
     let delivery_ids: Vec<&str> = deliveries.iter().map(|d| d.delivery_id.as_str()).collect();
     let delivery_digests: Vec<Vec<u8>> =
         deliveries.iter().map(|d| d.body_sha256.to_vec()).collect();
-    let rows: Vec<Option<String>> = sqlx::query_scalar!(
+    let rows = sqlx::query!(
         r#"WITH gate AS MATERIALIZED (
                SELECT NOT EXISTS (SELECT 1 FROM partitions p
                                   WHERE p.parent = 'events' AND p.upper_bound <= now()
@@ -162,10 +187,25 @@ pub(super) async fn record_in(
                    AS d(source, delivery_id, body_sha256)
                WHERE (SELECT open FROM gate)
                ON CONFLICT DO NOTHING
+           ),
+           -- The ids not inserted, as the statement's snapshot has them: those recorded by a
+           -- transaction that committed before it began (a retry's), in any partition, each
+           -- with its entity and whether that owes an evaluation. A duplicate's entity is
+           -- scheduled again only while it does: each retry of an event already evaluated would
+           -- cost an evaluation that finds nothing new. Only these ids are read, so new events
+           -- cost nothing more (the migration of `recorded_events` says why a function).
+           duplicates AS (
+               SELECT r.id, r.entity, r.owed
+               FROM recorded_events(ARRAY(SELECT i.id FROM input i
+                                          WHERE (SELECT open FROM gate)
+                                            AND i.id NOT IN (SELECT id FROM inserted)),
+                                    '-infinity', 'infinity') r
            )
-           SELECT id AS "id?" FROM inserted
+           SELECT id AS "id?", NULL::text AS "entity?", NULL::bool AS "owed?" FROM inserted
            UNION ALL
-           SELECT NULL FROM gate WHERE NOT open"#,
+           SELECT id, entity, owed FROM duplicates
+           UNION ALL
+           SELECT NULL, NULL, NULL FROM gate WHERE NOT open"#,
         &ids as &[&str],
         &entities as &[&str],
         &signals as &[&str],
@@ -182,10 +222,20 @@ pub(super) async fn record_in(
     )
     .fetch_all(&mut *connection)
     .await?;
-    let Some(inserted) = rows.into_iter().collect::<Option<Vec<String>>>() else {
-        return Err(StoreError::Unsealed);
-    };
-    Ok(inserted.into_iter().collect())
+    let mut recorded = RecordedEvents::default();
+    for row in rows {
+        match (row.id, row.entity) {
+            (None, _) => return Err(StoreError::Unsealed),
+            (Some(id), None) => {
+                recorded.inserted.insert(id);
+            }
+            (Some(id), Some(entity)) => {
+                let known = duplicate(&id, &entity, row.owed.unwrap_or(true))?;
+                recorded.known.insert(id, known);
+            }
+        }
+    }
+    Ok(recorded)
 }
 
 /// Locks entity rows in id order before a transaction touches several (every transaction that

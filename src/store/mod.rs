@@ -51,6 +51,7 @@ pub use self::{
     context::ContextChange,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
     deliveries::GithubDelivery,
+    events::{Duplicate, RecordedEvents},
     fenced::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
     moderation::{LockedAction, Reversal, ReversalRequest},

@@ -163,6 +163,70 @@ async fn concurrent_requests_sharing_ids_in_opposite_orders_are_all_accepted() {
 }
 
 #[tokio::test]
+async fn a_retry_of_an_event_already_evaluated_schedules_nothing() {
+    // A retry storm: senders re-send events the service has recorded and evaluated. Each
+    // re-schedule would cost an evaluation that finds nothing new.
+    let app = spawn_app(TestOptions::default().with(|s| {
+        s.schedule.debounce_window = Duration::from_secs(2);
+        s.schedule.max_wait = Duration::from_secs(10);
+    }))
+    .await;
+    let entity = quiesce::domain::EntityId::parse("post:retried").unwrap();
+    let first = event("r-1", "post:retried", "flag");
+    assert_eq!(app.send(&first).await, (1, 0));
+    app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(app.evaluation_count("post:retried").await, 1);
+
+    assert_eq!(app.send(&first).await, (0, 1));
+    assert_eq!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms,
+        None,
+        "nothing owed: not scheduled again"
+    );
+
+    // Owed again (a new event whose schedule Redis lost): the retry of an old event of the
+    // same entity schedules it, as any retry repairs a lost schedule.
+    assert_eq!(
+        app.send(&event("r-2", "post:retried", "flag")).await,
+        (1, 0)
+    );
+    let keys = app.backends.queue.keys().for_entity(&entity);
+    let mut redis = app.backends.queue.connection();
+    let _: () = redis::cmd("DEL")
+        .arg(keys.due())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms,
+        None
+    );
+    assert_eq!(app.send(&first).await, (0, 1));
+    assert!(
+        app.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some(),
+        "owed: scheduled again"
+    );
+    app.wait_settled(Duration::from_secs(20)).await;
+    assert_eq!(app.evaluation_count("post:retried").await, 2);
+}
+
+#[tokio::test]
 async fn an_id_reused_for_another_entity_is_a_duplicate_and_schedules_only_the_recorded_entity() {
     let app = spawn_app(TestOptions::idle().with(|s| {
         s.schedule.debounce_window = Duration::from_secs(30);

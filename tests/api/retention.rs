@@ -184,8 +184,8 @@ async fn a_resent_id_is_a_duplicate_across_a_partition_boundary() {
         first
     );
     assert_eq!(sealed, 1);
-    let entities = app.backends.store.entities_of(&["b1"]).await.unwrap();
-    assert_eq!(entities["b1"].as_str(), "post:first");
+    let entities = app.backends.store.duplicates_of(&["b1"]).await.unwrap();
+    assert_eq!(entities["b1"].entity.as_str(), "post:first");
 }
 
 #[tokio::test]

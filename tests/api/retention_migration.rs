@@ -90,9 +90,14 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
     )
     .await;
     assert_eq!(app.send(&event("m6", "post:recent", "flag")).await, (1, 0));
-    let entities = app.backends.store.entities_of(&["m1", "m4"]).await.unwrap();
-    assert_eq!(entities["m1"].as_str(), "post:old");
-    assert_eq!(entities["m4"].as_str(), "post:recent");
+    let entities = app
+        .backends
+        .store
+        .duplicates_of(&["m1", "m4"])
+        .await
+        .unwrap();
+    assert_eq!(entities["m1"].entity.as_str(), "post:old");
+    assert_eq!(entities["m4"].entity.as_str(), "post:recent");
     let totals = || async { scalar!(app, "SELECT sum(count)::int8 FROM signal_counts") };
     assert_eq!(totals().await, 6);
     assert_eq!(
