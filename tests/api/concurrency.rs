@@ -267,3 +267,55 @@ async fn the_ack_remembers_the_applied_dedup_key_and_the_lock_reads_it_back() {
     );
     assert_eq!(app.count_actions().await, 1, "post:kept's alone");
 }
+
+/// An entity whose lock another claim holds is snoozed: given back for a short while without
+/// using an attempt, and counted as lock contention (the alert's figure).
+#[tokio::test]
+async fn a_claim_that_finds_the_entity_locked_snoozes_without_using_an_attempt() {
+    let app = spawn_app(TestOptions::idle()).await;
+    let worker = app.worker();
+    let id = quiesce::domain::EntityId::parse("post:held").unwrap();
+    let lock = app.backends.queue.keys().for_entity(&id).lock(&id);
+    let mut redis = app.backends.queue.connection();
+    let _: () = redis::cmd("SET")
+        .arg(&lock)
+        .arg("held-elsewhere")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    app.send(&json!([event("held-1", "post:held", "flag")]))
+        .await;
+    let outcome = worker.evaluate_claim(claim_next(&worker).await).await;
+    assert!(
+        matches!(outcome, quiesce::worker::Outcome::Snooze(_)),
+        "{outcome:?}"
+    );
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(&lock)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        holder.as_deref(),
+        Some("held-elsewhere"),
+        "the lock is not taken"
+    );
+    assert!(
+        app.backends
+            .queue
+            .state_of(&id)
+            .await
+            .unwrap()
+            .due_at_ms
+            .is_some(),
+        "given back to the schedule"
+    );
+    assert_eq!(app.evaluation_count("post:held").await, 0);
+    let failures: i64 = sqlx::query_scalar("SELECT count(*) FROM entity_failures")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(failures, 0, "no attempt used");
+}
