@@ -24,7 +24,7 @@ WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1
 
 CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
 
-.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster ha ha-figures api-fuzz observability bench bench-statements bench-costs bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster ha ha-figures api-fuzz observability bench bench-statements bench-costs bench-retries bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 ## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
@@ -160,6 +160,10 @@ bench:
 ## bench-statements: what statements of reasons cost the 50,000-entity burst's evaluations, with and without a third of the entities hidden (bench/statements/, BENCHMARKS.md)
 bench-statements:
 	@$(WITH_SERVICES) bench/statements/run.sh
+
+## bench-retries: ingest when senders retry: the batched and single bursts on unique ids and with half the requests re-sent, on one server (BENCH_RETRIES_WINDOW=2s runs the evaluations beside them; bench/retries/)
+bench-retries:
+	@$(WITH_SERVICES) bench/retries/run.sh
 
 ## bench-costs: an itemised cost table of an evaluation: the 50,000-entity burst on builds with one part of its work taken out each, beside this build and the floor, with CPU per process and Postgres time per statement (bench/costs/)
 # BENCH_COST_ROUNDS (1) rounds in alternating order; BENCH_COST_RULES=<file> for other rules.
