@@ -43,34 +43,10 @@ async fn a_duplicate_still_reschedules_its_entity() {
     let app = spawn_app(TestOptions::idle()).await;
     let body = event("evt-1", "post:7", "flag");
     app.send(&body).await;
-    let entity = quiesce::domain::EntityId::parse("post:7").unwrap();
-    let keys = app.backends.queue.keys().for_entity(&entity);
-    let mut redis = app.backends.queue.connection();
-    let _: () = redis::cmd("DEL")
-        .arg(keys.due())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert!(
-        app.backends
-            .queue
-            .state_of(&entity)
-            .await
-            .unwrap()
-            .due_at_ms
-            .is_none()
-    );
+    app.lose_schedule_of("post:7").await;
 
     assert_eq!(app.send(&body).await, (0, 1));
-    assert!(
-        app.backends
-            .queue
-            .state_of(&entity)
-            .await
-            .unwrap()
-            .due_at_ms
-            .is_some()
-    );
+    assert!(app.due_at("post:7").await.is_some());
 }
 
 #[tokio::test]
@@ -171,7 +147,6 @@ async fn a_retry_of_an_event_already_evaluated_schedules_nothing() {
         s.schedule.max_wait = Duration::from_secs(10);
     }))
     .await;
-    let entity = quiesce::domain::EntityId::parse("post:retried").unwrap();
     let first = event("r-1", "post:retried", "flag");
     assert_eq!(app.send(&first).await, (1, 0));
     app.wait_settled(Duration::from_secs(20)).await;
@@ -179,12 +154,7 @@ async fn a_retry_of_an_event_already_evaluated_schedules_nothing() {
 
     assert_eq!(app.send(&first).await, (0, 1));
     assert_eq!(
-        app.backends
-            .queue
-            .state_of(&entity)
-            .await
-            .unwrap()
-            .due_at_ms,
+        app.due_at("post:retried").await,
         None,
         "nothing owed: not scheduled again"
     );
@@ -195,31 +165,10 @@ async fn a_retry_of_an_event_already_evaluated_schedules_nothing() {
         app.send(&event("r-2", "post:retried", "flag")).await,
         (1, 0)
     );
-    let keys = app.backends.queue.keys().for_entity(&entity);
-    let mut redis = app.backends.queue.connection();
-    let _: () = redis::cmd("DEL")
-        .arg(keys.due())
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(
-        app.backends
-            .queue
-            .state_of(&entity)
-            .await
-            .unwrap()
-            .due_at_ms,
-        None
-    );
+    app.lose_schedule_of("post:retried").await;
     assert_eq!(app.send(&first).await, (0, 1));
     assert!(
-        app.backends
-            .queue
-            .state_of(&entity)
-            .await
-            .unwrap()
-            .due_at_ms
-            .is_some(),
+        app.due_at("post:retried").await.is_some(),
         "owed: scheduled again"
     );
     app.wait_settled(Duration::from_secs(20)).await;

@@ -30,6 +30,31 @@ impl TestApp {
         keys
     }
 
+    /// When the entity is due in Redis (unix ms), if it is scheduled.
+    pub async fn due_at(&self, entity: &str) -> Option<i64> {
+        let entity = quiesce::domain::EntityId::parse(entity).unwrap();
+        self.backends
+            .queue
+            .state_of(&entity)
+            .await
+            .unwrap()
+            .due_at_ms
+    }
+
+    /// Deletes the entity's shard's due set, as a Redis that lost the schedule (its events stay
+    /// in Postgres).
+    pub async fn lose_schedule_of(&self, entity: &str) {
+        let entity = quiesce::domain::EntityId::parse(entity).unwrap();
+        let keys = self.backends.queue.keys().for_entity(&entity);
+        let mut redis = self.backends.queue.connection();
+        let _: () = redis::cmd("DEL")
+            .arg(keys.due())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(self.due_at(entity.as_str()).await, None);
+    }
+
     /// The entity's max-wait anchor (unix ms) in Redis, if it has one.
     pub async fn max_wait_anchor(&self, entity: &quiesce::domain::EntityId) -> Option<i64> {
         self.backends.queue.max_wait_anchor(entity).await.unwrap()
