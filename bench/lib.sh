@@ -156,6 +156,14 @@ build_variant() {
   echo "$digest" >"$bin.digest"
 }
 
+# cpu_ticks PID...: the CPU clock ticks (user + system, `getconf CLK_TCK` a second) the processes
+# used so far; a process gone counts 0.
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
+  echo "$total"
+}
+
 # peer_deps NAME: a peer's npm dependencies (bench/peers/NAME/, pinned by its lock file).
 peer_deps() {
   if [ ! -d "bench/peers/$1/node_modules" ]; then

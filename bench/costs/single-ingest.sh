@@ -22,21 +22,16 @@ cargo build --release --quiet --bin quiesce --bin quiesce-loadgen
 build_variant http-only
 redis_pid=$( (redis-cli -u "$redis_url" info server || true) | tr -d '\r' | awk -F: '$1 == "process_id" {print $2}')
 ticks=$(getconf CLK_TCK)
-cpu() {
-  local total=0 pid
-  for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
-  echo "$total"
-}
 for round in $(seq "$rounds"); do
   if ((round % 2)); then order=(as-is http-only); else order=(http-only as-is); fi
   for name in "${order[@]}"; do
     if [ "$name" = as-is ]; then quiesce_bin=target/release/quiesce; else quiesce_bin=$ceilings_work/bin/quiesce-http-only; fi
     start_server "single-$name-$round" QUIESCE_DEBOUNCE_WINDOW=60s QUIESCE_MAX_WAIT=120s
-    s0=$(cpu "$server"); p0=$(cpu $(pgrep -x postgres)); r0=$(cpu "${redis_pid:-0}")
+    s0=$(cpu_ticks "$server"); p0=$(cpu_ticks $(pgrep -x postgres)); r0=$(cpu_ticks "${redis_pid:-0}")
     t0=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
     run_loadgen "$name-$round" --scenario burst --events "$events" --entities 10000 --batch 1 --connections 128
     t1=$(awk '{print $14 + $15 + $16 + $17}' /proc/$$/stat)
-    echo "{\"server\": $(( $(cpu "$server") - s0 )), \"postgres\": $(( $(cpu $(pgrep -x postgres)) - p0 )), \"redis\": $(( $(cpu "${redis_pid:-0}") - r0 )), \"shell_children\": $((t1 - t0)), \"ticks\": $ticks}" >"$out/$name-$round.cpu.json"
+    echo "{\"server\": $(( $(cpu_ticks "$server") - s0 )), \"postgres\": $(( $(cpu_ticks $(pgrep -x postgres)) - p0 )), \"redis\": $(( $(cpu_ticks "${redis_pid:-0}") - r0 )), \"shell_children\": $((t1 - t0)), \"ticks\": $ticks}" >"$out/$name-$round.cpu.json"
     stop_server
     drop_runs
   done

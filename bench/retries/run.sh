@@ -29,12 +29,6 @@ case $(psql "${base_db%/*}/postgres" -Atc 'SHOW shared_preload_libraries') in
   *) echo "bench-retries: pg_stat_statements is not loaded: no time per statement" >&2 ;;
 esac
 ticks=$(getconf CLK_TCK)
-# cpu PID...: the CPU seconds (user + system) the processes used so far.
-cpu() {
-  local total=0 pid
-  for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0))); done
-  echo "$total"
-}
 
 start_server retries QUIESCE_DEBOUNCE_WINDOW="$window" QUIESCE_MAX_WAIT=60s
 [ "$statements" = 0 ] || psql "$DATABASE_URL_RUN" -qc 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements'
@@ -48,11 +42,11 @@ for run in batched batched-retried single single-retried; do
   retried=()
   [[ $run == *-retried ]] && retried=(--duplicates 0.5)
   [ "$statements" = 0 ] || psql "$DATABASE_URL_RUN" -qAtc 'SELECT pg_stat_statements_reset()' >/dev/null
-  server_before=$(cpu "$server")
-  postgres_before=$(cpu $(pgrep -x postgres))
+  server_before=$(cpu_ticks "$server")
+  postgres_before=$(cpu_ticks $(pgrep -x postgres))
   run_loadgen "$run" --scenario burst --events "$events" --entities "$entities" --window "$window" \
     "${shape[@]}" "${retried[@]}" "${drain[@]}"
-  echo "{\"server_cpu_s\": $(( ($(cpu "$server") - server_before) / ticks )), \"postgres_cpu_s\": $(( ($(cpu $(pgrep -x postgres)) - postgres_before) / ticks ))}" \
+  echo "{\"server_cpu_s\": $(( ($(cpu_ticks "$server") - server_before) / ticks )), \"postgres_cpu_s\": $(( ($(cpu_ticks $(pgrep -x postgres)) - postgres_before) / ticks ))}" \
     >"$out/$run.cpu.json"
   if [ "$statements" = 1 ]; then
     psql "$DATABASE_URL_RUN" -c "SELECT calls, round(total_exec_time::numeric) AS ms,
