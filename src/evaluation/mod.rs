@@ -141,32 +141,12 @@ fn log(outcome: &Outcome) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::{EvaluationError, Failure, Outcome, log};
     use crate::store::StoreError;
 
     /// The lines `log` writes at info level and above.
     fn logged(outcome: &Outcome) -> String {
-        #[derive(Clone, Default)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || log(outcome));
-        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+        crate::telemetry::captured::logged(tracing::Level::INFO, || log(outcome)).1
     }
 
     #[test]

@@ -283,8 +283,6 @@ impl From<ReversalError> for ApiError {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use axum::{Router, body::Body, routing::get};
     use tower::ServiceExt;
 
@@ -294,21 +292,6 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("the snapshot read failed")]
     struct Outer(#[source] std::io::Error);
-
-    /// Collects what the subscriber writes.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     /// The middleware as the router mounts it, with an outage log of its own.
     fn with_outage_log()
@@ -323,20 +306,12 @@ mod tests {
 
     /// Runs `work` on a runtime of its own under a subscriber that keeps what it logs.
     fn logged<T>(work: impl std::future::Future<Output = T>) -> (T, String) {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let output = tracing::subscriber::with_default(subscriber, || {
+        crate::telemetry::captured::logged(tracing::Level::INFO, || {
             tokio::runtime::Builder::new_current_thread()
                 .build()
                 .unwrap()
                 .block_on(work)
-        });
-        let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-        (output, logs)
+        })
     }
 
     #[test]

@@ -3,6 +3,8 @@
 
 use std::sync::OnceLock;
 
+#[cfg(test)]
+pub(crate) mod captured;
 mod filter;
 pub mod traces;
 
