@@ -90,11 +90,7 @@ pub async fn decide(
     decision: AppealDecision,
     reason: &str,
 ) -> Result<AppealRecord, AppealError> {
-    let appeal = desk
-        .store
-        .appeal(id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))?;
+    let appeal = desk.store.existing_appeal(id).await?;
     if appeal.outcome.is_some() {
         return Err(AppealRefusal::Decided(id).into());
     }
@@ -165,9 +161,5 @@ pub async fn decide(
         .unwrap_or_else(|| "moderator".to_owned());
     metrics::counter!(names::APPEALS_DECIDED, "outcome" => decision.as_str(), "rule" => rule)
         .increment(1);
-    Ok(desk
-        .store
-        .appeal(id)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))?)
+    Ok(desk.store.existing_appeal(id).await?)
 }

@@ -133,9 +133,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(Ok(self.appeal(id).await?.ok_or_else(|| {
-            StoreError::NotFound(format!("no appeal {id}"))
-        })?))
+        Ok(Ok(self.existing_appeal(id).await?))
     }
 
     pub async fn appeal(&self, id: i64) -> Result<Option<AppealRecord>> {
@@ -150,6 +148,13 @@ impl Store {
         )
         .fetch_optional(&self.pool)
         .await?)
+    }
+
+    /// Appeal `id`, which must exist: its absence is [`StoreError::NotFound`].
+    pub async fn existing_appeal(&self, id: i64) -> Result<AppealRecord> {
+        self.appeal(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))
     }
 
     /// Appeals, oldest first: the open ones (`open`), the decided ones, or all.
@@ -212,9 +217,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Ok(self.appeal(id).await?.ok_or_else(|| {
-            StoreError::NotFound(format!("no appeal {id}"))
-        })?))
+        Ok(Ok(self.existing_appeal(id).await?))
     }
 
     /// `by` rejects appeal `id`: recorded, final, the platform told, the audit trail written.
@@ -230,9 +233,7 @@ impl Store {
         }
         decide_appeal_in(&mut tx, id, by, AppealDecision::Rejected, reason, None).await?;
         tx.commit().await?;
-        Ok(Ok(self.appeal(id).await?.ok_or_else(|| {
-            StoreError::NotFound(format!("no appeal {id}"))
-        })?))
+        Ok(Ok(self.existing_appeal(id).await?))
     }
 
     /// An upheld appeal of a restricting label: the label comes off the entity (the platform
