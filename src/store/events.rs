@@ -59,7 +59,7 @@ impl Store {
     pub async fn duplicates_of(&self, ids: &[&str]) -> Result<HashMap<String, Duplicate>> {
         let rows = sqlx::query!(
             r#"SELECT id AS "id!", entity AS "entity!", owed AS "owed!"
-               FROM recorded_events($1, '-infinity', 'infinity')"#,
+               FROM recorded_events($1)"#,
             ids as &[&str]
         )
         .fetch_all(&self.pool)
@@ -85,13 +85,15 @@ fn duplicate(id: &str, entity: &str, owed: bool) -> Result<Duplicate> {
 /// one order, never in a cycle. An entity row that exists is neither written nor locked, so a
 /// hot entity's events do not queue behind its evaluation.
 ///
-/// An id is new when no partition holds it: the partition the row goes to (the one of this
-/// transaction's `now()`) by its unique index, the older ones by the check in the statement,
-/// which is only trusted once all of them are sealed (`store/partitions.rs`). When one is not,
-/// nothing is written and [`StoreError::Unsealed`] tells the caller to seal and retry.
+/// An id is new when no partition holds it: every partition by the statement's probe of its
+/// unique index (as the statement's snapshot has them), and the partition the row goes to (the
+/// one of this transaction's `now()`) by the insert's arbiter too, for a group committing
+/// meanwhile. The probe of the older ones is only trusted once all of them are sealed
+/// (`store/partitions.rs`): when one is not, nothing is written and [`StoreError::Unsealed`]
+/// tells the caller to seal and retry.
 ///
-/// A duplicate's entity is read in the same statement, for the ids not inserted only: a
-/// retrying sender's group costs no second round trip, and its new events no extra probe.
+/// A duplicate's entity is read by the same probe: a retrying sender's group costs no second
+/// round trip.
 pub(super) async fn record_in(
     connection: &mut PgConnection,
     events: &[&Event],
@@ -135,9 +137,7 @@ pub(super) async fn record_in(
         r#"WITH gate AS MATERIALIZED (
                SELECT NOT EXISTS (SELECT 1 FROM partitions p
                                   WHERE p.parent = 'events' AND p.upper_bound <= now()
-                                    AND p.sealed_at IS NULL) AS open,
-                      (SELECT max(p.lower_bound) FROM partitions p
-                       WHERE p.parent = 'events' AND p.lower_bound <= now()) AS current_from
+                                    AND p.sealed_at IS NULL) AS open
            ),
            input AS MATERIALIZED (
                SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::float8[],
@@ -146,12 +146,16 @@ pub(super) async fn record_in(
                    AS t(id, entity, signal, actor, weight, occurred_at, priority, author,
                         attributes, traceparent)
            ),
-           -- The ids already in an older (sealed) partition; the current one is the insert's
-           -- arbiter. One index scan per partition for the whole group.
-           earlier AS MATERIALIZED (
-               SELECT e.id FROM events e
-               WHERE (SELECT open FROM gate) AND e.id = ANY($1::text[])
-                 AND e.received_at < (SELECT current_from FROM gate)
+           -- The ids already recorded, in any partition, as the statement's snapshot has them
+           -- (a retry's: recorded by a transaction that committed before it began), each with
+           -- its entity and whether that owes an evaluation. A duplicate's entity is scheduled
+           -- again only while it does: each retry of an event already evaluated would cost an
+           -- evaluation that finds nothing new. One index probe per partition and id, by a plan
+           -- no partition's size can change (the migration of `recorded_events` says why a
+           -- function); an id recorded by a group committing meanwhile is the arbiter's below.
+           known AS MATERIALIZED (
+               SELECT r.id, r.entity, r.owed FROM recorded_events($1::text[]) r
+               WHERE (SELECT open FROM gate)
            ),
            inserted AS (
                INSERT INTO events (id, entity, signal, actor, weight, occurred_at, priority, author,
@@ -159,7 +163,7 @@ pub(super) async fn record_in(
                SELECT i.id, i.entity, i.signal, i.actor, i.weight, i.occurred_at, i.priority,
                       i.author, i.attributes::jsonb, i.traceparent
                FROM input i
-               WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM earlier)
+               WHERE (SELECT open FROM gate) AND i.id NOT IN (SELECT id FROM known)
                ON CONFLICT DO NOTHING
                RETURNING id, entity, author
            ),
@@ -187,23 +191,10 @@ pub(super) async fn record_in(
                    AS d(source, delivery_id, body_sha256)
                WHERE (SELECT open FROM gate)
                ON CONFLICT DO NOTHING
-           ),
-           -- The ids not inserted, as the statement's snapshot has them: those recorded by a
-           -- transaction that committed before it began (a retry's), in any partition, each
-           -- with its entity and whether that owes an evaluation. A duplicate's entity is
-           -- scheduled again only while it does: each retry of an event already evaluated would
-           -- cost an evaluation that finds nothing new. Only these ids are read, so new events
-           -- cost nothing more (the migration of `recorded_events` says why a function).
-           duplicates AS (
-               SELECT r.id, r.entity, r.owed
-               FROM recorded_events(ARRAY(SELECT i.id FROM input i
-                                          WHERE (SELECT open FROM gate)
-                                            AND i.id NOT IN (SELECT id FROM inserted)),
-                                    '-infinity', 'infinity') r
            )
            SELECT id AS "id?", NULL::text AS "entity?", NULL::bool AS "owed?" FROM inserted
            UNION ALL
-           SELECT id, entity, owed FROM duplicates
+           SELECT id, entity, owed FROM known
            UNION ALL
            SELECT NULL, NULL, NULL FROM gate WHERE NOT open"#,
         &ids as &[&str],

@@ -402,3 +402,19 @@ impl TestApp {
             .expect("a partition in the past")
     }
 }
+
+/// A flag event as the store takes it, for tests that write through `Store` directly.
+pub fn domain_event(id: &str, entity: &str) -> quiesce::domain::Event {
+    use quiesce::domain::{EntityId, Event, EventId, Priority, Signal};
+    Event {
+        id: EventId::parse(id).unwrap(),
+        entity: EntityId::parse(entity).unwrap(),
+        signal: Signal::parse("flag").unwrap(),
+        actor: None,
+        weight: 1.0,
+        occurred_at: None,
+        priority: Priority::Normal,
+        author: None,
+        attributes: None,
+    }
+}
