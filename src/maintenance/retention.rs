@@ -1,6 +1,7 @@
 //! Retention: events, evaluation records and minute buckets leave with whole partitions once
 //! past their keep (their totals stay); partitions are made ahead of time and events
-//! partitions sealed when their time is over; delivered outbox rows go in bounded batches.
+//! partitions sealed when their time is over, and analyzed once it is; delivered outbox rows go
+//! in bounded batches.
 
 use super::Maintenance;
 use crate::{store::StoreError, telemetry::names};
@@ -25,6 +26,12 @@ impl Maintenance {
         for (table, name) in &purged.dropped.partitions {
             metrics::counter!(names::PARTITIONS_DROPPED, "table" => table.table()).increment(1);
             tracing::info!(table = table.table(), partition = %name, "dropped a partition past the retention window");
+        }
+        if purged.analyzed > 0 {
+            tracing::info!(
+                partitions = purged.analyzed,
+                "analyzed partitions whose time is over"
+            );
         }
         if events > 0 {
             metrics::counter!(names::EVENTS_PURGED).increment(events);

@@ -200,6 +200,32 @@ impl Store {
         Ok(sealed)
     }
 
+    /// Analyzes the partitions whose time is over (events ones once sealed) and that were not
+    /// analyzed yet, oldest first, at most `at_most` of them; returns how many this call did.
+    /// Their final size then reaches the planner and the plans cached while they were small
+    /// are made again (the migration `20270125000002` says why quiesce does not leave it to
+    /// autovacuum). A partition another process is analyzing is left to it.
+    pub async fn analyze_ended_partitions(&self, at_most: i64) -> Result<u32> {
+        let due = sqlx::query_scalar!(
+            "SELECT name FROM partitions
+             WHERE analyzed_at IS NULL AND upper_bound <= now()
+               AND (parent <> 'events' OR sealed_at IS NOT NULL)
+             ORDER BY upper_bound LIMIT $1",
+            at_most
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut analyzed = 0;
+        for name in due {
+            // Its own transaction: ANALYZE reads a sample of a partition no one writes to.
+            let done = sqlx::query_scalar!(r#"SELECT partition_analyze($1) AS "done!""#, name)
+                .fetch_one(&self.pool)
+                .await?;
+            analyzed += u32::from(done);
+        }
+        Ok(analyzed)
+    }
+
     /// What a write that failed for want of a partition needs: due partitions sealed, missing
     /// ones made.
     pub(super) async fn turn_over(&self) -> Result<()> {

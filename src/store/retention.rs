@@ -7,11 +7,17 @@ use sqlx::postgres::PgQueryResult;
 
 use super::{Dropped, Partitioned, Result, Store, interval};
 
+/// Most partitions one pass analyzes: a pass stays short after a long outage of the passes
+/// (every table's ended partitions are then due at once); the next passes take the rest.
+const ANALYZED_PER_PASS: i64 = 4;
+
 /// What one retention pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Purged {
     /// Events partitions sealed by this pass (usually ingest seals them first).
     pub sealed: u32,
+    /// Partitions whose time is over analyzed by this pass (each once).
+    pub analyzed: u32,
     /// Partitions made ahead of time, per table.
     pub made: Vec<(Partitioned, u32)>,
     pub dropped: Dropped,
@@ -24,12 +30,15 @@ pub struct Purged {
 impl Store {
     /// One retention pass: seals the events partitions whose time is over, makes the
     /// partitions missing ahead of time, drops those past their keep (minute buckets are kept
-    /// at least 25 h, for the 24 h windows) and deletes delivered outbox rows past the
-    /// retention, in statements of at most `batch` rows, at most `max_batches` of them.
+    /// at least 25 h, for the 24 h windows), analyzes those whose time is over (a few a pass)
+    /// and deletes delivered outbox rows past the retention, in statements of at most `batch`
+    /// rows, at most `max_batches` of them.
     pub async fn purge_expired(&self, batch: usize, max_batches: usize) -> Result<Purged> {
         let sealed = self.seal_due_partitions().await?;
         let made = self.extend_partitions().await?;
         let dropped = self.drop_expired_partitions().await?;
+        // After the drops: a partition past its keep is not analyzed on its way out.
+        let analyzed = self.analyze_ended_partitions(ANALYZED_PER_PASS).await?;
         let age = interval(self.partitions.retention);
         let limit = batch as i64;
         let outbox = in_batches(batch, max_batches, || {
@@ -57,6 +66,7 @@ impl Store {
         .await?;
         Ok(Purged {
             sealed,
+            analyzed,
             made,
             dropped,
             outbox,
