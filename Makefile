@@ -24,7 +24,7 @@ WITH_SERVICES_AND_REDIS_SERVER = $(call services_env,QUIESCE_NEED_REDIS_SERVER=1
 
 CLIPPY = $(CARGO) clippy --all-targets -- -D warnings
 
-.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster ha ha-figures api-fuzz observability bench bench-statements bench-costs bench-retries bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
+.PHONY: help run test clean-data image units console console-bench backtest-bench chaos cluster ha ha-figures api-fuzz observability bench bench-statements bench-costs bench-retries bench-ab soak-ingest bench-traces bench-cluster idle-cost ceilings soak retention-run slow-clients check sqlx-check sqlx-prepare fmt clippy services build clean-local
 
 ## build: build the binaries (quiesce, quiesce-loadgen) and examples/, debug; `make` alone does this
 build:
@@ -152,10 +152,23 @@ observability:
 # quiesce vs the BullMQ and Graphile Worker debounce peers, a naive per-event baseline and the
 # events-only and http-only ceiling builds (BENCH_CEILINGS=0 skips them), with hot entities and
 # WAL per event; a burst of 50,000 entities on this build, on the evaluation floor build and on
-# the peers whose jobs do the same work (bench/peers/work.sh; BENCH_EVALUATIONS=0 skips them).
+# the peers whose jobs do the same work (bench/peers/work.sh; BENCH_EVALUATIONS=0 skips them);
+# then the traces' cost and the 10-minute ingest soak (make soak-ingest; BENCH_SOAK=0 skips it).
 bench:
 	@$(WITH_SERVICES) bench/ingest/run.sh
 	@$(WITH_SERVICES) bench/traces/run.sh
+	@[ "$${BENCH_SOAK:-1}" = 0 ] || { $(WITH_SERVICES) bench/soak/ingest.sh; }
+
+## bench-ab: the working tree beside BASELINE=<commit>, built and run in the same run: batched then single-event ingest with evaluations beside it, and the BullMQ peer (bench/ab/)
+# AB_ROUNDS (2) rounds in alternating order; CANDIDATE=<commit> instead of the working tree;
+# AB_PEER=0 leaves the peer out. Run it alone.
+bench-ab:
+	@$(WITH_SERVICES) bench/ab/run.sh
+
+## soak-ingest: ingest in a closed loop for 10 minutes with evaluations beside it: the rate of each minute, the last against the second, and RSS (bench/soak/ingest.sh)
+# SOAK_INGEST_SECONDS (600), SOAK_INGEST_SENDERS (6), SOAK_INGEST_BATCH (50), SOAK_INGEST_ENTITIES (20,000); `make bench` runs it last.
+soak-ingest:
+	@$(WITH_SERVICES) bench/soak/ingest.sh
 
 ## bench-statements: what statements of reasons cost the 50,000-entity burst's evaluations, with and without a third of the entities hidden (bench/statements/, BENCHMARKS.md)
 bench-statements:
