@@ -21,7 +21,9 @@ use super::{
 use crate::{
     active_rules::RuleDemoter,
     appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
-    store::{AppealDecision, AppealRecord, AppealRefusal, StatementFilter, StatementRecord},
+    store::{
+        AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
+    },
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -41,7 +43,7 @@ pub struct StatementsQuery {
     #[serde(default, deserialize_with = "fields::filter_text::<_, MAX_FILTER>")]
     #[param(pattern = r"^[^\x00]{0,200}$")]
     rule: Option<String>,
-    /// Only decisions taken this way: automated, review or override
+    /// Only decisions taken this way: automated, review, override or reversal
     #[serde(default, deserialize_with = "decided_by")]
     decided_by: Option<String>,
     /// Only statements issued at or after this time (RFC 3339)
@@ -58,10 +60,15 @@ pub struct StatementsQuery {
     cursor: Option<i64>,
 }
 
+/// One of the ways a statement's decision is taken ([`DecidedBy::ALL`]).
 fn decided_by<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    fields::param(d, |raw| match raw.as_str() {
-        "automated" | "review" | "override" => Ok(raw),
-        _ => Err("must be automated, review or override".to_owned()),
+    fields::param(d, |raw| {
+        let ways = DecidedBy::ALL.map(DecidedBy::as_str);
+        if ways.contains(&raw.as_str()) {
+            Ok(raw)
+        } else {
+            Err(format!("must be one of {}", ways.join(", ")))
+        }
     })
 }
 
@@ -87,7 +94,7 @@ pub struct StatementsPage {
     get,
     path = "/v1/statements",
     tag = "statements",
-    description = "The statements of reasons issued for restricting decisions (automated hides and suspensions, moderators' review decisions and overrides that hide or suspend), oldest first, filtered and paged. `statement` is the statement as the DSA Transparency Database takes it. Role moderator.",
+    description = "The statements of reasons issued for restricting decisions (automated hides and suspensions, moderators' review decisions and overrides that hide or suspend, reversals that put a restriction back), oldest first, filtered and paged. `statement` is the statement as the DSA Transparency Database takes it. Role moderator.",
     params(StatementsQuery),
     responses(
         (status = 200, description = "A page of statements", body = StatementsPage),

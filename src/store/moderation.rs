@@ -90,7 +90,7 @@ impl Store {
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
-                    rules_version
+                    reversal_source, rules_version
              FROM actions WHERE id = $1 FOR UPDATE",
             id,
         )
@@ -173,7 +173,7 @@ impl Store {
              WHERE id = $1
              RETURNING id, entity, action, rule, reason, previous_status, new_status,
                        applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
-                       reversal_reason, rules_version",
+                       reversal_reason, reversal_source, rules_version",
             id,
             moderator,
             reason,

@@ -507,6 +507,14 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["outcome"], "upheld");
     assert_eq!(app.status_of("post:1").await, Status::Visible);
+    // As the README's walk-through reads it: reversed by the moderator, from the appeal.
+    let (_, actions) = app.get("/v1/actions?entity=post:1").await;
+    let reversed = &actions["actions"][0];
+    assert_eq!(
+        (&reversed["reversed_by"], &reversed["reversal_source"]),
+        (&json!("mod:ana"), &json!("appeal")),
+        "{actions}"
+    );
     assert_eq!(
         scalar!(
             app,
@@ -761,6 +769,8 @@ async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
     let all = statements(&app, "?entity=post:30").await;
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1]["decided_by"], "reversal");
+    // Listed by the way it was decided, as docs/statements.md names it.
+    assert_eq!(statements(&app, "?decided_by=reversal").await, all[1..]);
     assert_eq!(all[1]["action_id"], Value::Null);
     assert_eq!(all[1]["statement"]["automated_decision"], "No");
     assert_eq!(
