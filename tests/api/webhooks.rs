@@ -18,7 +18,6 @@ use axum::{
 };
 use base64::{Engine, engine::general_purpose::STANDARD};
 use hmac::{Hmac, Mac};
-use quiesce::domain::Status;
 use quiesce::{
     actions::{DeliverySettings, Dispatcher},
     credentials::WebhookSecret,
@@ -27,7 +26,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, hide, scalar, spawn_app, wait_for};
 
 const SECRET: &str = crate::secrets::OUTBOUND;
 
@@ -159,16 +158,6 @@ fn delivery(url: String, horizon: Duration) -> DeliverySettings {
         batch: 16,
         poll_interval: Duration::from_millis(20),
     }
-}
-
-async fn hide(app: &TestApp, entity: &str) {
-    let events: Vec<Value> = (0..10)
-        .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
-        .collect();
-    app.send(&json!(events)).await;
-    let worker = app.worker();
-    worker.evaluate_claim(claim_next(&worker).await).await;
-    assert_eq!(app.status_of(entity).await, Status::Hidden);
 }
 
 async fn undelivered(app: &TestApp) -> i64 {
