@@ -469,6 +469,7 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
         .await;
     assert_eq!(status, 409, "{reply}");
     assert_eq!(reply["error"]["code"], "appeal_open");
+    assert_eq!(reply["error"]["appeal"], id, "{reply}");
 
     let (status, page) = app.get("/v1/appeals").await;
     assert_eq!(status, 200);
@@ -600,6 +601,29 @@ async fn a_rejected_appeal_is_final_and_a_late_one_is_refused() {
         ),
         0
     );
+    // The rejection is final: a new appeal of the decision, by its action or its statement,
+    // is refused naming the rejected one, and nothing of it is written.
+    let statement: i64 = scalar!(app, "SELECT statement_id FROM appeals WHERE id = $1", id);
+    let written = || async {
+        scalar!(
+            app,
+            "SELECT (SELECT count(*) FROM appeals) + (SELECT count(*) FROM audit_log)
+                    + (SELECT count(*) FROM outbox)"
+        )
+    };
+    let before = written().await;
+    for path in [
+        format!("/v1/actions/{first}/appeals"),
+        format!("/v1/statements/{statement}/appeals"),
+    ] {
+        let (status, reply) = app
+            .post_json(&path, json!({"appellant": "u:1", "text": "please, again"}))
+            .await;
+        assert_eq!(status, 409, "{path}: {reply}");
+        assert_eq!(reply["error"]["code"], "appeal_rejected", "{reply}");
+        assert_eq!(reply["error"]["appeal"], id, "{reply}");
+    }
+    assert_eq!(written().await, before);
 
     // Past the window the second decision cannot be appealed any more.
     wait_for(
