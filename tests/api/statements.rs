@@ -258,13 +258,23 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         ),
         3
     );
-    // The platform's rows name their statement; a delivery carries it whole.
-    let deliveries = app
-        .backends
-        .store
-        .claim_deliveries("platform", 100, Duration::from_secs(60))
-        .await
-        .unwrap();
+    // The platform's rows name their statement; a delivery carries it whole (claimed once its
+    // action's row is delivered: an entity's rows go out in the order written).
+    let store = &app.backends.store;
+    let mut deliveries = Vec::new();
+    loop {
+        let rows = store
+            .claim_deliveries("platform", 100, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            store.mark_delivered(row.id, 204).await.unwrap();
+        }
+        deliveries.extend(rows);
+    }
     let webhooks: Vec<&Value> = deliveries
         .iter()
         .filter(|row| row.topic == "statement.issued")
@@ -801,6 +811,24 @@ async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
         all[1]["statement"]["incompatible_content_explanation"],
         "ended by mistake"
     );
+    // Written in the order the platform is to hear of them: each decision, then its statement.
+    let topics: Vec<String> = sqlx::query_scalar!(
+        "SELECT topic FROM outbox WHERE receiver = 'platform' AND payload ->> 'entity' = 'post:30'
+         ORDER BY id"
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        topics,
+        [
+            "action.applied",
+            "statement.issued",
+            "action.applied",
+            "action.reversed",
+            "statement.issued"
+        ]
+    );
     app.assert_statements_complete().await;
 }
 
@@ -876,7 +904,8 @@ async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both
             .collect();
         app.send(&json!(events)).await;
     }
-    // A worker process evaluates them and starts delivering; the platform is down.
+    // A worker process evaluates them and starts delivering; the platform is down. (Its
+    // statements' webhooks wait behind their actions': an entity's rows go out in order.)
     let mut doomed = app.spawn_worker_process("doomed", None);
     wait_for(
         Duration::from_secs(30),
@@ -885,7 +914,8 @@ async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both
             scalar!(app, "SELECT count(*) FROM statements") == 3
                 && scalar!(
                     app,
-                    "SELECT count(*) FROM outbox WHERE topic LIKE 'statement.%' AND attempts > 0"
+                    "SELECT count(*) FROM outbox WHERE topic IN ('statement.submitted', 'action.applied')
+                     AND attempts > 0"
                 ) == 6
         },
     )
