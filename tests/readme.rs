@@ -16,12 +16,19 @@
 //! `http://127.0.0.1:8080` and the database `postgres://postgres@127.0.0.1:5432/quiesce` become
 //! `README_API` and `README_DATABASE_URL`. Blocks run in a scratch folder that links the
 //! checkout's `rules/` and `target/`, so the files they write are not left behind.
+//!
+//! Two lists of the README are also held to the code, so that neither drifts: the webhook
+//! types (every topic an `INSERT INTO outbox` of `src/` writes for the platform) and the role
+//! table (every `/v1` route of the OpenAPI document, under the role the token check asks).
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     process::Command,
     time::Instant,
 };
+
+use utoipa::OpenApi;
 
 /// One fenced block of the README and how the test treats it.
 #[derive(Debug)]
@@ -260,4 +267,152 @@ fn every_readme_command_runs_as_printed() {
     }
     std::fs::remove_dir_all(&dir).ok();
     assert!(ran >= 5, "only {ran} README blocks ran");
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+}
+
+fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The topics `code` writes for the platform: each `INSERT INTO outbox` up to the end of its
+/// string literal (or the next INSERT of the same literal), the topic each row source
+/// (`SELECT '<topic>'`, `VALUES ('<topic>'`) gives; a row source that names the `'dsa'`
+/// receiver writes the Transparency Database's rows, not a webhook.
+fn webhook_topics(code: &str) -> BTreeSet<String> {
+    let topic = regex::Regex::new(r"(?:SELECT|VALUES\s*\()\s*'([a-z_]+(?:\.[a-z_]+)+)'").unwrap();
+    let mut topics = BTreeSet::new();
+    for (start, _) in code.match_indices("INSERT INTO outbox") {
+        let rest = &code[start + "INSERT INTO outbox".len()..];
+        let end = [rest.find("INSERT INTO"), rest.find('"')]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
+        for source in rest[..end].split("UNION ALL") {
+            if source.contains("'dsa'") {
+                continue;
+            }
+            topics.extend(topic.captures_iter(source).map(|c| c[1].to_owned()));
+        }
+    }
+    topics
+}
+
+/// The types the README's Outbound webhooks section lists in its body line
+/// (`{"type": "a" | "b", ...}`).
+fn readme_webhook_types(readme: &str) -> BTreeSet<String> {
+    let section = &readme[readme
+        .find("## Outbound webhooks")
+        .expect("the webhooks section")..];
+    let line = section
+        .lines()
+        .find(|line| line.starts_with("{\"type\":"))
+        .expect("the webhook body line");
+    let types = line["{\"type\":".len()..]
+        .split(", \"timestamp\"")
+        .next()
+        .unwrap();
+    types
+        .split('|')
+        .map(|t| t.trim().trim_matches('"').to_owned())
+        .collect()
+}
+
+#[test]
+fn the_webhooks_the_readme_lists_are_the_topics_the_code_writes() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut in_code = BTreeSet::new();
+    for file in files {
+        in_code.extend(webhook_topics(&std::fs::read_to_string(file).unwrap()));
+    }
+    // The scan itself still finds what it is for.
+    for topic in ["action.applied", "statement.issued", "rules.demoted"] {
+        assert!(in_code.contains(topic), "{topic} not found: {in_code:?}");
+    }
+    assert!(!in_code.contains("statement.submitted"), "{in_code:?}");
+    assert_eq!(readme_webhook_types(&readme()), in_code);
+}
+
+#[test]
+fn the_topic_scan_reads_each_row_source_and_leaves_the_transparency_databases_out() {
+    let code = r#"
+        "INSERT INTO outbox (topic, payload) VALUES ('label.removed', $1)", x,
+        notes AS (
+            INSERT INTO outbox (topic, receiver)
+            SELECT 'statement.issued', 'platform' FROM issued s
+            UNION ALL
+            SELECT 'statement.submitted', 'dsa' FROM issued s
+        ),
+        other AS (INSERT INTO statements (puid) SELECT 'not.a_topic')
+    "#;
+    let expected: BTreeSet<String> = ["label.removed", "statement.issued"]
+        .map(String::from)
+        .into();
+    assert_eq!(webhook_topics(code), expected);
+    let readme = "## Outbound webhooks\n\n{\"type\": \"a.b\" | \"c.d\", \"timestamp\": \"...\"}\n";
+    assert_eq!(
+        readme_webhook_types(readme),
+        ["a.b", "c.d"].map(String::from).into()
+    );
+}
+
+/// The README's role table: each role and the routes (`METHOD /path`) its row names.
+fn readme_roles(readme: &str) -> BTreeMap<String, BTreeSet<(String, String)>> {
+    let route = regex::Regex::new(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`?]*)`").unwrap();
+    let table = &readme[readme.find("| Role | May |").expect("the role table")..];
+    let mut roles = BTreeMap::new();
+    for line in table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+    {
+        let mut cells = line.split('|').skip(1);
+        let role = cells.next().unwrap().trim().trim_matches('`').to_owned();
+        let routes = route
+            .captures_iter(cells.next().unwrap())
+            .map(|c| (c[1].to_owned(), c[2].to_owned()))
+            .collect();
+        roles.insert(role, routes);
+    }
+    roles
+}
+
+#[test]
+fn the_readme_role_table_names_every_route_under_the_role_it_needs() {
+    let readme = readme();
+    let table = readme_roles(&readme);
+    assert_eq!(
+        table.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["admin", "ingest", "moderator"]
+    );
+    let doc = serde_json::to_value(quiesce::http::openapi::ApiDoc::openapi()).unwrap();
+    let mut needed: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            let parsed = axum::http::Method::from_bytes(method.as_bytes()).unwrap();
+            if let Some(role) = quiesce::http::auth::required_role(&parsed, path) {
+                needed
+                    .entry(role.as_str().to_owned())
+                    .or_default()
+                    .insert((method, path.clone()));
+            }
+        }
+    }
+    assert_eq!(
+        table, needed,
+        "the README's role table against the token check"
+    );
 }

@@ -21,7 +21,9 @@ use super::{
 use crate::{
     active_rules::RuleDemoter,
     appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
-    store::{AppealDecision, AppealRecord, AppealRefusal, StatementFilter, StatementRecord},
+    store::{
+        AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
+    },
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -41,7 +43,7 @@ pub struct StatementsQuery {
     #[serde(default, deserialize_with = "fields::filter_text::<_, MAX_FILTER>")]
     #[param(pattern = r"^[^\x00]{0,200}$")]
     rule: Option<String>,
-    /// Only decisions taken this way: automated, review or override
+    /// Only decisions taken this way: automated, review, override or reversal
     #[serde(default, deserialize_with = "decided_by")]
     decided_by: Option<String>,
     /// Only statements issued at or after this time (RFC 3339)
@@ -58,10 +60,15 @@ pub struct StatementsQuery {
     cursor: Option<i64>,
 }
 
+/// One of the ways a statement's decision is taken ([`DecidedBy::ALL`]).
 fn decided_by<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    fields::param(d, |raw| match raw.as_str() {
-        "automated" | "review" | "override" => Ok(raw),
-        _ => Err("must be automated, review or override".to_owned()),
+    fields::param(d, |raw| {
+        let ways = DecidedBy::ALL.map(DecidedBy::as_str);
+        if ways.contains(&raw.as_str()) {
+            Ok(raw)
+        } else {
+            Err(format!("must be one of {}", ways.join(", ")))
+        }
     })
 }
 
@@ -87,7 +94,7 @@ pub struct StatementsPage {
     get,
     path = "/v1/statements",
     tag = "statements",
-    description = "The statements of reasons issued for restricting decisions (automated hides and suspensions, moderators' review decisions and overrides that hide or suspend), oldest first, filtered and paged. `statement` is the statement as the DSA Transparency Database takes it. Role moderator.",
+    description = "The statements of reasons issued for restricting decisions (automated hides and suspensions, moderators' review decisions and overrides that hide or suspend, reversals that put a restriction back), oldest first, filtered and paged. `statement` is the statement as the DSA Transparency Database takes it. Role moderator.",
     params(StatementsQuery),
     responses(
         (status = 200, description = "A page of statements", body = StatementsPage),
@@ -174,14 +181,14 @@ impl JsonBody for AppealRequest {}
     post,
     path = "/v1/actions/{id}/appeals",
     tag = "statements",
-    description = "The platform forwards its user's appeal of a restricting action (DSA Art. 20). One open appeal per decision; refused (422) after appeal_window (6 months by default) or for an action that restricts nothing. A person decides it (`POST /v1/appeals/{id}/decide`). Role ingest.",
+    description = "The platform forwards its user's appeal of a restricting action (DSA Art. 20). One open appeal per decision, and none after a rejected one (a rejection is final); refused (422) after appeal_window (6 months by default) or for an action that restricts nothing. A person decides it (`POST /v1/appeals/{id}/decide`). Role ingest.",
     params(("id" = i64, Path, description = "The action's id")),
     request_body(content = AppealRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "The appeal, waiting", body = AppealRecord),
         (status = 400, description = "Malformed JSON or a bad id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such action", body = crate::http::schemas::ErrorResponse),
-        (status = 409, description = "An appeal of this decision is open already (code appeal_open)", body = crate::http::schemas::ErrorResponse),
+        (status = 409, description = "An appeal of this decision is open already (code appeal_open), or one was rejected, which is final (code appeal_rejected); `appeal` names that appeal", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field, a decision that restricts nothing (nothing_to_appeal) or an appeal window closed (appeal_window_closed)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::BodyRouteErrors,
     ),
@@ -210,7 +217,7 @@ pub async fn appeal_action(
         (status = 201, description = "The appeal, waiting", body = AppealRecord),
         (status = 400, description = "Malformed JSON or a bad id", body = crate::http::schemas::ErrorResponse),
         (status = 404, description = "No such statement", body = crate::http::schemas::ErrorResponse),
-        (status = 409, description = "An appeal of this decision is open already (code appeal_open)", body = crate::http::schemas::ErrorResponse),
+        (status = 409, description = "An appeal of this decision is open already (code appeal_open), or one was rejected, which is final (code appeal_rejected); `appeal` names that appeal", body = crate::http::schemas::ErrorResponse),
         (status = 422, description = "A bad field, or the appeal window closed (appeal_window_closed)", body = crate::http::schemas::ErrorResponse),
         crate::http::schemas::BodyRouteErrors,
     ),
@@ -427,15 +434,28 @@ impl From<AppealError> for ApiError {
             )
             .with_field("id"),
             AppealError::Refused(refusal) => {
-                let (status, code) = match refusal {
-                    AppealRefusal::WindowClosed { .. } => {
-                        (StatusCode::UNPROCESSABLE_ENTITY, "appeal_window_closed")
+                let (status, code, earlier) = match refusal {
+                    AppealRefusal::WindowClosed { .. } => (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "appeal_window_closed",
+                        None,
+                    ),
+                    AppealRefusal::AlreadyOpen { appeal, .. } => {
+                        (StatusCode::CONFLICT, "appeal_open", Some(appeal))
                     }
-                    AppealRefusal::AlreadyOpen { .. } => (StatusCode::CONFLICT, "appeal_open"),
-                    AppealRefusal::Decided(_) => (StatusCode::CONFLICT, "already_decided"),
-                    AppealRefusal::ClaimedElsewhere { .. } => (StatusCode::CONFLICT, "claimed"),
+                    AppealRefusal::AlreadyRejected { appeal, .. } => {
+                        (StatusCode::CONFLICT, "appeal_rejected", Some(appeal))
+                    }
+                    AppealRefusal::Decided(_) => (StatusCode::CONFLICT, "already_decided", None),
+                    AppealRefusal::ClaimedElsewhere { .. } => {
+                        (StatusCode::CONFLICT, "claimed", None)
+                    }
                 };
-                ApiError::new(status, code, message)
+                let error = ApiError::new(status, code, message);
+                match earlier {
+                    Some(appeal) => error.with_appeal(appeal),
+                    None => error,
+                }
             }
             AppealError::Reversal(refusal) => {
                 crate::moderation::ReversalError::Refused(refusal).into()

@@ -1,4 +1,5 @@
-//! The one error shape of the API: `{"error": {"code", "message", "index"?, "field"?}}`.
+//! The one error shape of the API: `{"error": {"code", "message", "index"?, "field"?,
+//! "appeal"?}}`.
 //! A 5xx keeps its cause, which clients never see: [`log_server_errors`] logs it once, with
 //! the whole chain of causes, in the request's span.
 
@@ -30,7 +31,7 @@ pub const MAX_FIELD_CHARS: usize = 64;
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECS: u64 = 2;
 
-/// Every error: `{"error": {"code", "message", "index"?, "field"?}}`.
+/// Every error: `{"error": {"code", "message", "index"?, "field"?, "appeal"?}}`.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorResponse {
     pub error: ErrorBody,
@@ -44,6 +45,9 @@ pub struct ErrorBody {
     pub index: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The earlier appeal an appeal is refused for (`appeal_open`, `appeal_rejected`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub appeal: Option<i64>,
 }
 
 /// Why a request failed on our side; logged, never answered.
@@ -52,7 +56,8 @@ type Cause = Arc<dyn Error + Send + Sync>;
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub body: ErrorBody,
+    /// Boxed: every handler returns `Result<_, ApiError>`, which stays small this way.
+    pub body: Box<ErrorBody>,
     /// Seconds for the Retry-After header; 503s get a default.
     pub retry_after: Option<u64>,
     cause: Option<Cause>,
@@ -62,12 +67,13 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
-            body: ErrorBody {
+            body: Box::new(ErrorBody {
                 code,
                 message: message.into(),
                 index: None,
                 field: None,
-            },
+                appeal: None,
+            }),
             retry_after: None,
             cause: None,
         }
@@ -101,6 +107,12 @@ impl ApiError {
 
     pub fn with_index(mut self, index: Option<usize>) -> Self {
         self.body.index = index;
+        self
+    }
+
+    /// Names the earlier appeal a new one is refused for.
+    pub fn with_appeal(mut self, appeal: i64) -> Self {
+        self.body.appeal = Some(appeal);
         self
     }
 
@@ -144,7 +156,7 @@ impl IntoResponse for ApiError {
         let retry = self
             .retry_after
             .or((self.status == StatusCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_SECS));
-        let mut response = (self.status, Json(ErrorResponse { error: self.body })).into_response();
+        let mut response = (self.status, Json(ErrorResponse { error: *self.body })).into_response();
         if let Some(seconds) = retry {
             response
                 .headers_mut()

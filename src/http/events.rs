@@ -24,7 +24,7 @@ use super::{
     auth::Caller,
     body::{BodyPace, read_body},
     error::ApiError,
-    extract::{JsonError, parse_json},
+    extract::{JsonError, is_json, not_json, parse_json},
     limits::take_ingest_slot,
     params::path_param,
     signature::{InboundSecrets, github_delivery},
@@ -148,11 +148,7 @@ async fn accept(
     rate_key: RateKey<'_>,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
     if !is_json(headers) {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the events as Content-Type: application/json",
-        ));
+        return Err(not_json("the events"));
     }
     let http = &state.settings.http;
     let declared = headers
@@ -205,23 +201,6 @@ async fn accept(
         .submit(&state.rate_limits, submission)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(outcome)))
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let essence = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// What a request's events are held to besides their own fields: the batch size, and the

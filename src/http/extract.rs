@@ -1,11 +1,12 @@
 //! The API's two extractors: a JSON body ([`ApiJson`]) and a query string ([`ApiQuery`]), each
 //! read into the route's own request type. Every refusal is the API's JSON error naming the
 //! field by its path (`serde_path_to_error`'s, e.g. `[1].weight`), where axum's own extractors
-//! would answer plain text.
+//! would answer plain text. A body is JSON only when the request says so ([`is_json`]), as
+//! ingest's is.
 
 use axum::{
     extract::{FromRequest, FromRequestParts, Request},
-    http::{StatusCode, request::Parts},
+    http::{HeaderMap, StatusCode, header, request::Parts},
 };
 use serde::de::DeserializeOwned;
 use serde_path_to_error::Segment;
@@ -175,14 +176,52 @@ pub fn read_json<T: JsonBody>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// A JSON body (within `body_limit`, see [`RequestBody`]) read into `T`.
+/// Whether the request's `Content-Type` is JSON: `application/json` or any `application/*+json`
+/// (RFC 6839's structured syntax suffix), its parameters (`charset`) ignored.
+pub fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// 415 `unsupported_media_type`: `what` (the body, the events) was not sent as JSON.
+pub fn not_json(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        format!("send {what} as Content-Type: application/json"),
+    )
+}
+
+/// A JSON body (within `body_limit`, see [`RequestBody`]) read into `T`, sent as JSON
+/// ([`is_json`]): any other content type, or none, answers 415 before the body is read. A
+/// route whose body may be left out ([`JsonBody::when_empty`]) also takes no body at all
+/// without a content type, as a bare `curl -X POST` sends it.
 pub struct ApiJson<T>(pub T);
 
 impl<T: JsonBody> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let json = is_json(request.headers());
+        if !json && T::when_empty().is_none() {
+            return Err(not_json("the body"));
+        }
         let RequestBody(body) = RequestBody::from_request(request, state).await?;
+        if !json && !body.iter().all(u8::is_ascii_whitespace) {
+            return Err(not_json("the body"));
+        }
         read_json(&body).map(ApiJson)
     }
 }

@@ -73,8 +73,8 @@ impl utoipa::IntoResponses for TokenRouteErrors {
     }
 }
 
-/// [`TokenRouteErrors`] and the body limit's 413: what every token route that takes a body
-/// may answer.
+/// [`TokenRouteErrors`], the body limit's 413 and the content type's 415: what every token
+/// route that takes a JSON body may answer.
 pub struct BodyRouteErrors;
 
 impl utoipa::IntoResponses for BodyRouteErrors {
@@ -85,6 +85,14 @@ impl utoipa::IntoResponses for BodyRouteErrors {
             error_response("The body is larger than body_limit (code payload_too_large)")
                 .build()
                 .into(),
+        );
+        responses.insert(
+            "415".to_owned(),
+            error_response(
+                "The body is not sent as JSON: Content-Type application/json or application/*+json (code unsupported_media_type)",
+            )
+            .build()
+            .into(),
         );
         responses
     }

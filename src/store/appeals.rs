@@ -19,7 +19,7 @@ pub struct AppealRecord {
     pub action_id: Option<i64>,
     pub entity: String,
     pub rule: Option<String>,
-    /// The decision contested: `automated`, `review` or `override`.
+    /// Who took the decision contested: `automated`, `review`, `override` or `reversal`.
     pub decided_by: String,
     /// What the decision set, and what it found.
     pub status: String,
@@ -67,6 +67,11 @@ pub enum AppealRefusal {
     },
     #[error("statement {statement} already has an open appeal ({appeal})")]
     AlreadyOpen { statement: i64, appeal: i64 },
+    /// An appeal of the decision was rejected: that is final.
+    #[error(
+        "appeal {appeal} of statement {statement} was rejected, and a rejected appeal is final: the decision cannot be appealed again"
+    )]
+    AlreadyRejected { statement: i64, appeal: i64 },
     #[error("appeal {0} was already decided")]
     Decided(i64),
     #[error("appeal {id} is claimed by {by} until {until}")]
@@ -78,9 +83,14 @@ pub enum AppealRefusal {
 }
 
 impl Store {
-    /// The platform forwards `appellant`'s appeal of statement `id`'s decision: refused after
-    /// `window` from the statement, or while another appeal of it is open. Recorded in the
-    /// audit trail under `by` (the platform's credential).
+    /// The platform forwards `appellant`'s appeal of statement `id`'s decision: refused once an
+    /// appeal of it was rejected (that is final), after `window` from the statement, or while
+    /// another appeal of it is open. Recorded in the audit trail under `by` (the platform's
+    /// credential).
+    ///
+    /// These checks (the window, the rejection, the open appeal; the claim in
+    /// [`lock_open_appeal`]) are decisions the store takes today, beside the writes they guard;
+    /// a later change moves them out of the store into the appeals use case.
     pub async fn submit_appeal(
         &self,
         statement: &StatementRecord,
@@ -89,6 +99,23 @@ impl Store {
         window: std::time::Duration,
         by: &Actor,
     ) -> Result<std::result::Result<AppealRecord, AppealRefusal>> {
+        let mut tx = self.pool.begin().await?;
+        // A rejection is final whatever the window says. The open appeal is locked with it:
+        // one being rejected meanwhile is read once its decision commits, as rejected.
+        let earlier = sqlx::query!(
+            r#"SELECT id, outcome IS NOT NULL AS "rejected!" FROM appeals
+               WHERE statement_id = $1 AND (decided_at IS NULL OR outcome = 'rejected')
+               ORDER BY id FOR UPDATE"#,
+            statement.id,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        if let Some(rejected) = earlier.iter().find(|appeal| appeal.rejected) {
+            return Ok(Err(AppealRefusal::AlreadyRejected {
+                statement: statement.id,
+                appeal: rejected.id,
+            }));
+        }
         let closed_at = statement.created_at
             + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
         if Utc::now() > closed_at {
@@ -97,7 +124,6 @@ impl Store {
                 closed_at,
             }));
         }
-        let mut tx = self.pool.begin().await?;
         let id = sqlx::query_scalar!(
             "INSERT INTO appeals (statement_id, entity, appellant, text) VALUES ($1, $2, $3, $4)
              ON CONFLICT (statement_id) WHERE decided_at IS NULL DO NOTHING

@@ -65,7 +65,7 @@ impl Store {
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
-                    rules_version
+                    reversal_source, rules_version
              FROM actions WHERE id = $1",
             id,
         )
@@ -79,7 +79,7 @@ impl Store {
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
-                    rules_version
+                    reversal_source, rules_version
              FROM actions WHERE entity = $1
              ORDER BY id DESC LIMIT $2",
             entity.as_str(),

@@ -256,6 +256,7 @@ pub(super) async fn record_fenced(
                FROM labelled b
                ORDER BY b.entity, b.label
                ON CONFLICT ON CONSTRAINT outbox_idempotency_key_unique DO NOTHING
+               RETURNING id
            ),
            -- A label given now whose rule says its labels restrict has a statement of its own.
            label_issued AS (
@@ -272,9 +273,11 @@ pub(super) async fn record_fenced(
            every_issued AS (
                SELECT * FROM issued UNION ALL SELECT * FROM label_issued
            ),
-           -- After the actions' own rows (reading `notified` waits for it), so that the
-           -- platform hears of an action before its statement. The rows name the statement;
-           -- its body is read when they are delivered (`outbox.rs`), not written twice.
+           -- After the actions' and the labels' own rows (reading `notified` and `label_notes`
+           -- waits for them): the outbox delivers an entity's rows in the order they were
+           -- written, so the platform hears of an action or a label before its statement. The
+           -- rows name the statement; its body is read when they are delivered (`outbox.rs`),
+           -- not written twice.
            statement_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
                SELECT 'statement.issued', 'statement:' || s.puid,
@@ -282,7 +285,7 @@ pub(super) async fn record_fenced(
                                          'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM every_issued s
-               WHERE (SELECT count(*) FROM notified) >= 0
+               WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM label_notes) >= 0
                UNION ALL
                SELECT 'statement.submitted', 'dsa:' || s.puid,
                       jsonb_build_object('statement_id', s.id),

@@ -90,7 +90,7 @@ impl Store {
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
-                    rules_version
+                    reversal_source, rules_version
              FROM actions WHERE id = $1 FOR UPDATE",
             id,
         )
@@ -173,13 +173,33 @@ impl Store {
              WHERE id = $1
              RETURNING id, entity, action, rule, reason, previous_status, new_status,
                        applied_version, dedup_key, created_at, snapshot, reversed_at, reversed_by,
-                       reversal_reason, rules_version",
+                       reversal_reason, reversal_source, rules_version",
             id,
             moderator,
             reason,
             if appeal.is_some() { "appeal" } else { "review" },
         )
         .fetch_one(&mut *tx)
+        .await?;
+        let new_version = entity_row.moderation_version;
+        // The reversal's own webhook first, then the appeal's outcome and any statement (the
+        // outbox delivers an entity's rows in the order they are written).
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
+            format!("reversal:{}", action.dedup_key),
+            serde_json::json!({
+            "action_id": id,
+            "entity": action.entity,
+            "action": action.action,
+            "rule": action.rule,
+            "status": action.previous_status,
+            "moderator": moderator,
+            "reason": reason,
+            "moderation_version": new_version,
+            "source": if appeal.is_some() { "appeal" } else { "review" },
+            }),
+        )
+        .execute(&mut *tx)
         .await?;
         if let Some(appeal) = appeal {
             decide_appeal_in(
@@ -219,7 +239,6 @@ impl Store {
             .await?;
         }
         let override_until = entity_row.override_until;
-        let new_version = entity_row.moderation_version;
         record_decision(
             &mut tx,
             &action.entity,
@@ -252,23 +271,6 @@ impl Store {
                 })),
             },
         )
-        .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
-            format!("reversal:{}", action.dedup_key),
-            serde_json::json!({
-            "action_id": id,
-            "entity": action.entity,
-            "action": action.action,
-            "rule": action.rule,
-            "status": action.previous_status,
-            "moderator": moderator,
-            "reason": reason,
-            "moderation_version": new_version,
-            "source": if appeal.is_some() { "appeal" } else { "review" },
-            }),
-        )
-        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(Ok(Reversal {
@@ -337,6 +339,23 @@ impl Store {
         .ok_or_else(|| {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
         })?;
+        // The platform hears of the override before its statement (the outbox delivers an
+        // entity's rows in the order they are written).
+        sqlx::query!(
+            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
+            format!("override:{entity}:{version}"),
+            serde_json::json!({
+            "entity": entity,
+            "status": status,
+            "until": until,
+            "timed": timed,
+            "moderator": moderator,
+            "reason": reason,
+            "moderation_version": version,
+            }),
+        )
+        .execute(&mut *tx)
+        .await?;
         if let (Some(draft), Some(found)) = (statement, &before) {
             let issued = IssuedStatement {
                 draft,
@@ -386,21 +405,6 @@ impl Store {
             status.as_str(),
             Some(until),
         )
-        .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
-            format!("override:{entity}:{version}"),
-            serde_json::json!({
-            "entity": entity,
-            "status": status,
-            "until": until,
-            "timed": timed,
-            "moderator": moderator,
-            "reason": reason,
-            "moderation_version": version,
-            }),
-        )
-        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(version)

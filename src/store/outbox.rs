@@ -27,6 +27,12 @@ impl Store {
     /// delivery (oldest first), counting an attempt and hiding them from other dispatchers for
     /// `claim_for`. A statement's row names it: its `statement` is read here (the
     /// Transparency Database's without quiesce's own keys).
+    ///
+    /// An entity's rows go out one at a time, in the order they were written (by id): a row is
+    /// not claimed while an earlier one of its entity is neither delivered nor given up, so a
+    /// receiver hears of an action before its statement whatever the retries, and however
+    /// many dispatchers share the work (`outbox_pending_entity_idx` answers it). A row without
+    /// an entity is never held back.
     pub async fn claim_deliveries(
         &self,
         receiver: &str,
@@ -37,10 +43,15 @@ impl Store {
             OutboxRow,
             "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = now() + $2::interval
              WHERE id IN (
-                 SELECT id FROM outbox
-                 WHERE receiver = $3 AND delivered_at IS NULL AND failed_at IS NULL
-                   AND next_attempt_at <= now()
-                 ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 SELECT o.id FROM outbox o
+                 WHERE o.receiver = $3 AND o.delivered_at IS NULL AND o.failed_at IS NULL
+                   AND o.next_attempt_at <= now()
+                   AND NOT EXISTS (
+                       SELECT 1 FROM outbox e
+                       WHERE e.receiver = o.receiver
+                         AND e.payload ->> 'entity' = o.payload ->> 'entity'
+                         AND e.id < o.id AND e.delivered_at IS NULL AND e.failed_at IS NULL)
+                 ORDER BY o.next_attempt_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
              RETURNING id, topic, idempotency_key,
                        CASE WHEN topic IN ('statement.issued', 'statement.submitted') THEN
                            payload || jsonb_build_object('statement',

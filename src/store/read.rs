@@ -26,6 +26,9 @@ pub struct ActionRecord {
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
     pub reversal_reason: Option<String>,
+    /// Once reversed, where the reversal came from: `review` (a moderator's own) or `appeal`
+    /// (an upheld appeal).
+    pub reversal_source: Option<String>,
     /// The rules version in force when an evaluation applied it (null: applied before rules
     /// versions, or not by an evaluation: a review decision, a timer ended early).
     pub rules_version: Option<i64>,
@@ -112,7 +115,7 @@ impl Store {
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
                     dedup_key, created_at, snapshot, reversed_at, reversed_by, reversal_reason,
-                    rules_version
+                    reversal_source, rules_version
              FROM actions
              WHERE ($1::text IS NULL OR entity = $1)
                AND ($2::text IS NULL OR rule = $2)

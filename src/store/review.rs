@@ -295,18 +295,6 @@ impl Store {
         )
         .fetch_one(&mut **tx)
         .await?;
-        if let Some(draft) = statement {
-            let issued = IssuedStatement {
-                draft,
-                entity,
-                action_id: Some(action_id),
-                rule: None,
-                decided_by: DecidedBy::Review,
-                previous_status: previous,
-                status: status.as_str(),
-            };
-            issue_in(tx, issued, self.submits_statements()).await?;
-        }
         // An override keeps automation from flagging it again (approve) or from undoing the
         // hide; a dismiss leaves automation free. Either way the decision replaces any timer.
         let lasting = decision.keeps_automation_off();
@@ -361,6 +349,20 @@ impl Store {
         )
         .execute(&mut **tx)
         .await?;
+        // After the action's own webhook: the outbox delivers an entity's rows in the order
+        // they are written.
+        if let Some(draft) = statement {
+            let issued = IssuedStatement {
+                draft,
+                entity,
+                action_id: Some(action_id),
+                rule: None,
+                decided_by: DecidedBy::Review,
+                previous_status: previous,
+                status: status.as_str(),
+            };
+            issue_in(tx, issued, self.submits_statements()).await?;
+        }
         Ok(ReviewOutcome {
             item: id,
             entity: entity.to_owned(),

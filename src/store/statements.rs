@@ -23,6 +23,14 @@ pub enum DecidedBy {
 }
 
 impl DecidedBy {
+    /// Every way a decision is taken, as `decided_by` names them.
+    pub const ALL: [DecidedBy; 4] = [
+        DecidedBy::Automated,
+        DecidedBy::Review,
+        DecidedBy::Override,
+        DecidedBy::Reversal,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DecidedBy::Automated => "automated",
@@ -52,11 +60,11 @@ pub struct StatementRecord {
     /// The platform unique identifier the Transparency Database knows it by.
     pub puid: String,
     pub entity: String,
-    /// The action it explains; none for a moderator's override.
+    /// The action it explains; none for a moderator's override, a reversal or a label.
     pub action_id: Option<i64>,
     /// The rule that decided; none for a moderator.
     pub rule: Option<String>,
-    /// `automated`, `review` or `override`.
+    /// `automated`, `review`, `override` or `reversal` ([`DecidedBy`]).
     pub decided_by: String,
     pub previous_status: String,
     /// The status the decision set.

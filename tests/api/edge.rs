@@ -4,11 +4,14 @@
 //! cut off at the pace floor, connections that send nothing (or too little, or stay idle) are
 //! closed, a client that stops reading its answers frees its connection, open connections are
 //! capped, malformed paths and field names get the JSON error, and every route that takes a
-//! body answers one over the limit with the JSON 413.
+//! body answers one over the limit with the JSON 413, and one not sent as JSON with the 415.
 
 use std::time::Duration;
 
-use quiesce::credentials::{ApiToken, Role};
+use quiesce::{
+    credentials::{ApiToken, Role},
+    domain::Status,
+};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -16,7 +19,8 @@ use tokio::{
 };
 
 use crate::helpers::{
-    SHOP_SECRET, TestApp, TestOptions, answer_status, event, send_head, source, spawn_app,
+    SHOP_SECRET, TestApp, TestOptions, answer_status, event, hide, scalar, send_head, source,
+    spawn_app,
 };
 
 fn address(app: &TestApp) -> String {
@@ -364,6 +368,45 @@ async fn an_unknown_field_is_named_within_a_bound() {
     assert!(field.chars().count() <= 65, "{} characters", field.len());
 }
 
+/// Every operation of the OpenAPI document that takes a body, `(method, path)`, each checked to
+/// document its `status` answer.
+async fn routes_with_a_body(app: &TestApp, status: &str) -> Vec<(String, String)> {
+    let (_, doc) = app.get("/openapi.json").await;
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if operation.get("requestBody").is_some() {
+                assert!(
+                    operation["responses"][status].is_object(),
+                    "{method} {path} documents its {status}"
+                );
+                routes.push((method.clone(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+/// The JSON error `response` is, checked to be `status` with `code`; `what` names the request.
+async fn refusal(response: reqwest::Response, status: u16, code: &str, what: &str) -> Value {
+    let answered = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    assert_eq!(answered, status, "{what}: {text}");
+    let answer: Value =
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what} answers JSON: {text}"));
+    assert_eq!(answer["error"]["code"], code, "{what}: {text}");
+    answer
+}
+
+/// A route's path with its parameters given: `id` (an action, a statement, an item...), the
+/// entity, the source `shop` and rules version 1.
+fn concrete(path: &str, id: i64, entity: &str) -> String {
+    path.replace("{id}", &id.to_string())
+        .replace("{entity}", entity)
+        .replace("{source}", "shop")
+        .replace("{version}", "1")
+}
+
 #[tokio::test]
 async fn every_route_that_takes_a_body_answers_one_over_the_limit_with_the_json_413() {
     let app = spawn_app(TestOptions::idle().with(|s| {
@@ -375,70 +418,134 @@ async fn every_route_that_takes_a_body_answers_one_over_the_limit_with_the_json_
         )]);
     }))
     .await;
-    let (_, doc) = app.get("/openapi.json").await;
     // A JSON object a little over the limit: declared (content-length), and streamed without
     // a declared length (chunked), which only reading can find too large.
     let big = json!({"moderator": "mod:ana", "reason": "x".repeat(1200)}).to_string();
     let mut checked = Vec::new();
-    for (path, item) in doc["paths"].as_object().unwrap() {
-        for (method, operation) in item.as_object().unwrap() {
-            if operation.get("requestBody").is_none() {
-                continue;
-            }
+    for (method, path) in routes_with_a_body(&app, "413").await {
+        let concrete = concrete(&path, 1, "post:big");
+        for streamed in [false, true] {
+            let body = if streamed {
+                let chunks = big
+                    .as_bytes()
+                    .chunks(100)
+                    .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+                    .collect::<Vec<_>>();
+                reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+            } else {
+                reqwest::Body::from(big.clone())
+            };
+            let response = app
+                .client
+                .request(
+                    method.to_uppercase().parse().unwrap(),
+                    format!("{}{concrete}", app.base),
+                )
+                .bearer_auth(crate::secrets::TOKEN_ADMIN)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let what = format!("{method} {concrete} (streamed {streamed})");
+            let answer = refusal(response, 413, "payload_too_large", &what).await;
             assert!(
-                operation["responses"]["413"].is_object(),
-                "{method} {path} documents its 413"
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("1000 bytes"),
+                "the limit is named: {answer}"
             );
-            let concrete = path
-                .replace("{id}", "1")
-                .replace("{entity}", "post:big")
-                .replace("{source}", "shop")
-                .replace("{version}", "1");
-            for streamed in [false, true] {
-                let body = if streamed {
-                    let chunks = big
-                        .as_bytes()
-                        .chunks(100)
-                        .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
-                        .collect::<Vec<_>>();
-                    reqwest::Body::wrap_stream(futures::stream::iter(chunks))
-                } else {
-                    reqwest::Body::from(big.clone())
-                };
-                let response = app
-                    .client
-                    .request(
-                        method.to_uppercase().parse().unwrap(),
-                        format!("{}{concrete}", app.base),
-                    )
-                    .bearer_auth(crate::secrets::TOKEN_ADMIN)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                let status = response.status().as_u16();
-                let text = response.text().await.unwrap();
-                assert_eq!(
-                    status, 413,
-                    "{method} {concrete} (streamed {streamed}): {text}"
-                );
-                let answer: Value = serde_json::from_str(&text)
-                    .unwrap_or_else(|_| panic!("{method} {concrete} answers JSON: {text}"));
-                assert_eq!(answer["error"]["code"], "payload_too_large", "{text}");
-                assert!(
-                    answer["error"]["message"]
-                        .as_str()
-                        .unwrap()
-                        .contains("1000 bytes"),
-                    "the limit is named: {text}"
-                );
-            }
-            checked.push(format!("{method} {path}"));
         }
+        checked.push(format!("{method} {path}"));
     }
     // At least ingest (2 routes), attributes, reverse, override, review claim and decide, rules
     // publish and activate, backtest and redrive: the document says which take a body.
     assert!(checked.len() >= 11, "routes with a body: {checked:?}");
     assert_eq!(app.count_events().await, 0);
+}
+
+#[tokio::test]
+async fn every_route_that_takes_json_refuses_a_body_not_sent_as_json_and_writes_nothing() {
+    let app = spawn_app(TestOptions::idle().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(10);
+        s.security.sources = vec![source("shop", &[SHOP_SECRET])];
+    }))
+    .await;
+    // A hidden post, with its action and statement: what an appeal or an override would act on.
+    hide(&app, "post:ct").await;
+    let action: i64 = scalar!(app, "SELECT id FROM actions WHERE entity = 'post:ct'");
+    let statement: i64 = scalar!(app, "SELECT id FROM statements WHERE entity = 'post:ct'");
+    let written = || async {
+        scalar!(
+            app,
+            "SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM actions)
+                    + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM appeals)
+                    + (SELECT count(*) FROM audit_log) + (SELECT count(*) FROM moderator_decisions)
+                    + (SELECT count(*) FROM rules_activations)"
+        )
+    };
+    let before = written().await;
+
+    let appeal = json!({"appellant": "user:77", "text": "It was satire."});
+    let mut checked = Vec::new();
+    for (method, path) in routes_with_a_body(&app, "415").await {
+        let id = if path.starts_with("/v1/statements/") {
+            statement
+        } else {
+            action
+        };
+        let concrete = concrete(&path, id, "post:ct");
+        // A body each route would take as JSON.
+        let body = match path.as_str() {
+            "/v1/events" | "/v1/sources/{source}/events" => event("ct-new", "post:ct", "flag"),
+            p if p.ends_with("/appeals") => appeal.clone(),
+            "/v1/entities/{entity}/override" => {
+                json!({"moderator": "mod:ana", "status": "visible", "reason": "fine"})
+            }
+            _ => json!({"moderator": "mod:ana", "reason": "fine"}),
+        };
+        for content_type in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut request = app
+                .client
+                .request(
+                    method.to_uppercase().parse().unwrap(),
+                    format!("{}{concrete}", app.base),
+                )
+                .body(body.to_string());
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            let response = request.send().await.unwrap();
+            let what = format!("{method} {concrete} as {content_type:?}");
+            refusal(response, 415, "unsupported_media_type", &what).await;
+        }
+        checked.push(format!("{method} {path}"));
+    }
+    // Ingest (2 routes), attributes, reverse, override, timer end, review claim and decide, the
+    // two appeals, appeal claim and decide, rules publish and activate, backtest and redrive.
+    assert!(checked.len() >= 16, "routes with a body: {checked:?}");
+    assert_eq!(
+        written().await,
+        before,
+        "nothing of a refused request is written"
+    );
+    assert_eq!(app.status_of("post:ct").await, Status::Hidden);
+
+    // The same appeal sent as JSON is taken; a route whose body is optional still takes none.
+    let (status, taken) = app
+        .post_json(&format!("/v1/actions/{action}/appeals"), appeal)
+        .await;
+    assert_eq!(status, 201, "{taken}");
+    let response = app
+        .client
+        .post(format!("{}/v1/dead-letters/redrive", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
 }

@@ -348,6 +348,10 @@ async fn actions_are_filtered_and_paged_and_the_reversal_rate_counts_per_rule() 
     // Filters and cursor paging.
     let (_, reversed) = app.get("/v1/actions?reversed=true").await;
     assert_eq!(reversed["actions"].as_array().unwrap().len(), 3);
+    // A moderator's own reversals, each saying so.
+    for action in reversed["actions"].as_array().unwrap() {
+        assert_eq!(action["reversal_source"], "review", "{action}");
+    }
     let (_, only_reviews) = app
         .get("/v1/actions?rule=review_repeated_flags&action=flag")
         .await;

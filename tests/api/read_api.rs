@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use quiesce::domain::Status;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{TestOptions, event, scalar, spawn_app, wait_for};
 
@@ -76,6 +76,15 @@ async fn actions_are_listed_newest_first_and_filtered() {
     assert_eq!(actions[0]["new_status"], "hidden");
     assert_eq!(actions[0]["reason"], "10 flags against 0 upvotes");
     assert_eq!(actions[0]["snapshot"]["signals"]["flag"]["count"], 10);
+    // Standing: the reversal's fields are there, and null.
+    for field in [
+        "reversed_at",
+        "reversed_by",
+        "reversal_reason",
+        "reversal_source",
+    ] {
+        assert_eq!(actions[0].get(field), Some(&Value::Null), "{field}");
+    }
 
     let (_, body) = app.get("/v1/actions?entity=post:2&limit=1").await;
     assert_eq!(body["actions"][0]["action"], "flag");
@@ -325,6 +334,12 @@ async fn the_openapi_document_describes_every_route() {
             "{method} {path} has responses"
         );
     }
+    // An action names where its reversal came from, as GET /v1/actions answers.
+    assert!(
+        doc["components"]["schemas"]["ActionRecord"]["properties"]["reversal_source"].is_object(),
+        "{}",
+        doc["components"]["schemas"]["ActionRecord"]
+    );
     // Token routes say so; the named source's does not need one.
     assert_eq!(
         doc["paths"]["/v1/events"]["post"]["security"][0]["bearer"],

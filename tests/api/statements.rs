@@ -258,13 +258,23 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         ),
         3
     );
-    // The platform's rows name their statement; a delivery carries it whole.
-    let deliveries = app
-        .backends
-        .store
-        .claim_deliveries("platform", 100, Duration::from_secs(60))
-        .await
-        .unwrap();
+    // The platform's rows name their statement; a delivery carries it whole (claimed once its
+    // action's row is delivered: an entity's rows go out in the order written).
+    let store = &app.backends.store;
+    let mut deliveries = Vec::new();
+    loop {
+        let rows = store
+            .claim_deliveries("platform", 100, Duration::from_secs(60))
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            store.mark_delivered(row.id, 204).await.unwrap();
+        }
+        deliveries.extend(rows);
+    }
     let webhooks: Vec<&Value> = deliveries
         .iter()
         .filter(|row| row.topic == "statement.issued")
@@ -469,6 +479,7 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
         .await;
     assert_eq!(status, 409, "{reply}");
     assert_eq!(reply["error"]["code"], "appeal_open");
+    assert_eq!(reply["error"]["appeal"], id, "{reply}");
 
     let (status, page) = app.get("/v1/appeals").await;
     assert_eq!(status, 200);
@@ -507,6 +518,14 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["outcome"], "upheld");
     assert_eq!(app.status_of("post:1").await, Status::Visible);
+    // As the README's walk-through reads it: reversed by the moderator, from the appeal.
+    let (_, actions) = app.get("/v1/actions?entity=post:1").await;
+    let reversed = &actions["actions"][0];
+    assert_eq!(
+        (&reversed["reversed_by"], &reversed["reversal_source"]),
+        (&json!("mod:ana"), &json!("appeal")),
+        "{actions}"
+    );
     assert_eq!(
         scalar!(
             app,
@@ -592,6 +611,29 @@ async fn a_rejected_appeal_is_final_and_a_late_one_is_refused() {
         ),
         0
     );
+    // The rejection is final: a new appeal of the decision, by its action or its statement,
+    // is refused naming the rejected one, and nothing of it is written.
+    let statement: i64 = scalar!(app, "SELECT statement_id FROM appeals WHERE id = $1", id);
+    let written = || async {
+        scalar!(
+            app,
+            "SELECT (SELECT count(*) FROM appeals) + (SELECT count(*) FROM audit_log)
+                    + (SELECT count(*) FROM outbox)"
+        )
+    };
+    let before = written().await;
+    for path in [
+        format!("/v1/actions/{first}/appeals"),
+        format!("/v1/statements/{statement}/appeals"),
+    ] {
+        let (status, reply) = app
+            .post_json(&path, json!({"appellant": "u:1", "text": "please, again"}))
+            .await;
+        assert_eq!(status, 409, "{path}: {reply}");
+        assert_eq!(reply["error"]["code"], "appeal_rejected", "{reply}");
+        assert_eq!(reply["error"]["appeal"], id, "{reply}");
+    }
+    assert_eq!(written().await, before);
 
     // Past the window the second decision cannot be appealed any more.
     wait_for(
@@ -761,11 +803,31 @@ async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
     let all = statements(&app, "?entity=post:30").await;
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[1]["decided_by"], "reversal");
+    // Listed by the way it was decided, as docs/statements.md names it.
+    assert_eq!(statements(&app, "?decided_by=reversal").await, all[1..]);
     assert_eq!(all[1]["action_id"], Value::Null);
     assert_eq!(all[1]["statement"]["automated_decision"], "No");
     assert_eq!(
         all[1]["statement"]["incompatible_content_explanation"],
         "ended by mistake"
+    );
+    // Written in the order the platform is to hear of them: each decision, then its statement.
+    let topics: Vec<String> = sqlx::query_scalar!(
+        "SELECT topic FROM outbox WHERE receiver = 'platform' AND payload ->> 'entity' = 'post:30'
+         ORDER BY id"
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        topics,
+        [
+            "action.applied",
+            "statement.issued",
+            "action.applied",
+            "action.reversed",
+            "statement.issued"
+        ]
     );
     app.assert_statements_complete().await;
 }
@@ -842,7 +904,8 @@ async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both
             .collect();
         app.send(&json!(events)).await;
     }
-    // A worker process evaluates them and starts delivering; the platform is down.
+    // A worker process evaluates them and starts delivering; the platform is down. (Its
+    // statements' webhooks wait behind their actions': an entity's rows go out in order.)
     let mut doomed = app.spawn_worker_process("doomed", None);
     wait_for(
         Duration::from_secs(30),
@@ -851,7 +914,8 @@ async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both
             scalar!(app, "SELECT count(*) FROM statements") == 3
                 && scalar!(
                     app,
-                    "SELECT count(*) FROM outbox WHERE topic LIKE 'statement.%' AND attempts > 0"
+                    "SELECT count(*) FROM outbox WHERE topic IN ('statement.submitted', 'action.applied')
+                     AND attempts > 0"
                 ) == 6
         },
     )

@@ -2,7 +2,7 @@
 //! every action arrives, signed, at least once, and dedupes to exactly one per action.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     net::SocketAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
+use crate::helpers::{TestApp, TestOptions, claim_next, event, hide, scalar, spawn_app, wait_for};
 
 const SECRET: &str = crate::secrets::OUTBOUND;
 
@@ -44,6 +44,11 @@ struct Inbox {
     attempts: usize,
     /// Accepted deliveries: webhook-id -> how many times, and the last body.
     accepted: HashMap<String, (usize, Value)>,
+    /// Each acceptance in the order it came: the entity and the webhook-id.
+    order: Vec<(String, String)>,
+    /// Types whose every delivery fails its first attempt (500).
+    fail_first: Vec<&'static str>,
+    failed_once: HashSet<String>,
     bad_signatures: usize,
 }
 
@@ -86,9 +91,19 @@ async fn receive(
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let id = headers["webhook-id"].to_str().unwrap().to_owned();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    let kind = body["type"].as_str().unwrap_or_default();
+    if inbox.fail_first.contains(&kind) && inbox.failed_once.insert(id.clone()) {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    let entity = body["data"]["entity"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    inbox.order.push((entity, id.clone()));
     let entry = inbox.accepted.entry(id).or_insert((0, Value::Null));
     entry.0 += 1;
-    entry.1 = serde_json::from_slice(&body).unwrap();
+    entry.1 = body;
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -159,16 +174,6 @@ fn delivery(url: String, horizon: Duration) -> DeliverySettings {
         batch: 16,
         poll_interval: Duration::from_millis(20),
     }
-}
-
-async fn hide(app: &TestApp, entity: &str) {
-    let events: Vec<Value> = (0..10)
-        .map(|i| event(&format!("{entity}-{i}"), entity, "flag"))
-        .collect();
-    app.send(&json!(events)).await;
-    let worker = app.worker();
-    worker.evaluate_claim(claim_next(&worker).await).await;
-    assert_eq!(app.status_of(entity).await, Status::Hidden);
 }
 
 async fn undelivered(app: &TestApp) -> i64 {
@@ -335,5 +340,89 @@ async fn deliveries_past_the_horizon_are_listed_and_redriven() {
         app.run_cli(&["deliveries", "failed"]).await.trim(),
         "no failed deliveries",
         "an empty listing says so"
+    );
+}
+
+#[tokio::test]
+async fn an_entitys_webhooks_arrive_in_the_order_they_were_written_through_retries() {
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
+    .await;
+    for i in 0..3 {
+        hide(&app, &format!("post:o{i}")).await;
+    }
+    // A flag sent to review, then hidden by a moderator: the decision and its statement.
+    let flags: Vec<Value> = (0..3)
+        .map(|i| event(&format!("q-{i}"), "post:q", "flag"))
+        .collect();
+    app.send(&json!(flags)).await;
+    let worker = app.worker();
+    worker.evaluate_claim(claim_next(&worker).await).await;
+    assert_eq!(app.status_of("post:q").await, Status::Flagged);
+    let item: i64 = scalar!(app, "SELECT id FROM actions WHERE entity = 'post:q'");
+    let version = app.moderation_version_of("post:q").await;
+    for (step, body) in [
+        ("claim", json!({"moderator": "mod:ana"})),
+        (
+            "decide",
+            json!({"moderator": "mod:ana", "decision": "hide", "reason": "spam",
+                   "moderation_version": version}),
+        ),
+    ] {
+        let (status, reply) = app
+            .post_json(&format!("/v1/review/{item}/{step}"), body)
+            .await;
+        assert_eq!(status, 200, "{step}: {reply}");
+    }
+    // Each entity's webhooks as written: every decision's own before its statement.
+    let rows = sqlx::query!(
+        r#"SELECT payload ->> 'entity' AS "entity!", topic, idempotency_key FROM outbox
+           WHERE receiver = 'platform' ORDER BY id"#
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let mut written: HashMap<String, Vec<String>> = HashMap::new();
+    let mut topics: HashMap<String, Vec<String>> = HashMap::new();
+    for row in rows {
+        written
+            .entry(row.entity.clone())
+            .or_default()
+            .push(row.idempotency_key);
+        topics.entry(row.entity).or_default().push(row.topic);
+    }
+    for i in 0..3 {
+        assert_eq!(
+            topics[&format!("post:o{i}")],
+            ["action.applied", "statement.issued"]
+        );
+    }
+    assert_eq!(
+        topics["post:q"],
+        ["action.applied", "action.applied", "statement.issued"]
+    );
+
+    // Every action's first delivery fails: its statement, written after it, waits for it.
+    let receiver = Receiver::start(Vec::new()).await;
+    receiver.inbox.lock().unwrap().fail_first = vec!["action.applied"];
+    let dispatcher = Dispatcher::new(
+        app.backends.store.clone(),
+        delivery(receiver.url(), Duration::from_secs(120)),
+    );
+    wait_for(Duration::from_secs(30), "every row delivered", || async {
+        dispatcher.deliver_once().await.unwrap();
+        undelivered(&app).await == 0
+    })
+    .await;
+    let inbox = receiver.inbox.lock().unwrap();
+    assert_eq!(inbox.failed_once.len(), 5, "each action failed once");
+    let mut received: HashMap<String, Vec<String>> = HashMap::new();
+    for (entity, id) in &inbox.order {
+        received.entry(entity.clone()).or_default().push(id.clone());
+    }
+    assert_eq!(
+        received, written,
+        "each entity's webhooks in the order written"
     );
 }

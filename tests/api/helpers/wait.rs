@@ -1,5 +1,5 @@
 //! Waiting: for a condition, for the queue to drain and every event to be evaluated, for a
-//! claim; a hook that holds an evaluation.
+//! claim (and an entity hidden through one); a hook that holds an evaluation.
 
 use std::{
     future::Future,
@@ -61,6 +61,18 @@ pub async fn claim_next(worker: &quiesce::worker::Worker) -> quiesce::queue::Cla
     )
     .await;
     claimed.into_inner().unwrap().unwrap()
+}
+
+/// Hides `entity` under the default rules: ten flags, evaluated at once by a worker of the
+/// test's own (the app runs none: `TestOptions::idle`).
+pub async fn hide(app: &TestApp, entity: &str) {
+    let events: Vec<serde_json::Value> = (0..10)
+        .map(|i| super::event(&format!("{entity}-{i}"), entity, "flag"))
+        .collect();
+    app.send(&serde_json::json!(events)).await;
+    let worker = app.worker();
+    worker.evaluate_claim(claim_next(&worker).await).await;
+    assert_eq!(app.status_of(entity).await, quiesce::domain::Status::Hidden);
 }
 
 /// A hook that signals `entered` and then waits for `resume` (at most 20 s).
