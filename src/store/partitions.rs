@@ -203,7 +203,7 @@ impl Store {
     /// Analyzes the partitions whose time is over (events ones once sealed) and that were not
     /// analyzed yet, oldest first, at most `at_most` of them; returns how many this call did.
     /// Their final size then reaches the planner and the plans cached while they were small
-    /// are made again (the migration `20270125000002` says why quiesce does not leave it to
+    /// are made again (the migration `20270126000002` says why quiesce does not leave it to
     /// autovacuum). A partition another process is analyzing is left to it.
     pub async fn analyze_ended_partitions(&self, at_most: i64) -> Result<u32> {
         let due = sqlx::query_scalar!(
