@@ -1442,3 +1442,32 @@ async fn a_429_holds_every_batch_until_its_retry_after_and_all_are_stored_after(
         0
     );
 }
+
+#[tokio::test]
+async fn the_openapi_document_describes_a_statement_in_the_schema_in_force() {
+    let app = spawn_app(options()).await;
+    let (status, doc) = app.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let statement = &doc["components"]["schemas"]["StatementRecord"]["properties"]["statement"];
+    let fields = statement["properties"].as_object().unwrap();
+    for field in [
+        "content_date",
+        "end_date_visibility_restriction",
+        "end_date_account_restriction",
+        "category_specification",
+        "quiesce_url",
+    ] {
+        assert!(fields.contains_key(field), "{field}: {statement}");
+    }
+    assert!(!fields.contains_key("url") && !fields.contains_key("end_date"));
+    assert_eq!(fields["category"]["enum"].as_array().unwrap().len(), 16);
+    assert_eq!(fields["decision_visibility"]["type"], "array");
+    assert_eq!(
+        fields["automated_decision"]["enum"],
+        json!([
+            "AUTOMATED_DECISION_FULLY",
+            "AUTOMATED_DECISION_PARTIALLY",
+            "AUTOMATED_DECISION_NOT_AUTOMATED"
+        ])
+    );
+}
