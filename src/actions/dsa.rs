@@ -3,14 +3,22 @@
 //! `statements` endpoint with the platform's bearer token. A statement is sent once: a 422
 //! saying its platform unique identifier was already submitted means an earlier answer was
 //! lost and it is delivered; a 422 about its fields gives it up at once, with the field errors,
-//! among the failed deliveries; anything else is retried with the webhooks' backoff.
+//! among the failed deliveries; a 429 (the database's rate limit, per token) stops every batch
+//! of this process until its `Retry-After` has passed; anything else is retried with the
+//! webhooks' backoff. A statement stored in the 2023 schema (written before quiesce wrote the
+//! schema in force) is sent converted (`domain::upgrade_2023`).
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use secrecy::{ExposeSecret, SecretString};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    domain::upgrade_2023,
     settings::Settings,
     store::{OutboxRow, Store, StoreError},
     telemetry::{Timed, names},
@@ -142,11 +150,29 @@ fn is_duplicate(errors: &[String]) -> bool {
     })
 }
 
+/// The statement a claimed row sends: as stored, or converted from the 2023 schema.
+fn statement_of(row: &OutboxRow) -> serde_json::Value {
+    let mut statement = row.payload["statement"].clone();
+    if let Some(fields) = statement.as_object_mut() {
+        let decided_by = row.payload["decided_by"].as_str().unwrap_or("automated");
+        let since = row.payload["content_since"].as_str();
+        if upgrade_2023(fields, decided_by, since) {
+            tracing::info!(
+                id = row.id,
+                "a statement of the 2023 schema is sent in the schema in force"
+            );
+        }
+    }
+    statement
+}
+
 #[derive(Clone)]
 pub struct DsaSubmitter {
     store: Store,
     client: reqwest::Client,
     settings: Arc<DsaSettings>,
+    /// Until when the database asked this process to send nothing (a 429's Retry-After).
+    paused_until: Arc<Mutex<Option<tokio::time::Instant>>>,
 }
 
 impl DsaSubmitter {
@@ -156,11 +182,22 @@ impl DsaSubmitter {
             store,
             client,
             settings: Arc::new(settings),
+            paused_until: Arc::default(),
         }
     }
 
-    /// Sends one batch of due statements; returns how many rows it took.
+    /// Whether a 429's Retry-After still holds every batch back.
+    fn paused(&self) -> bool {
+        let paused = self.paused_until.lock().expect("not poisoned");
+        paused.is_some_and(|until| tokio::time::Instant::now() < until)
+    }
+
+    /// Sends one batch of due statements; returns how many rows it took (none while a 429's
+    /// Retry-After holds).
     pub async fn submit_once(&self) -> Result<usize, StoreError> {
+        if self.paused() {
+            return Ok(0);
+        }
         let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
         let rows = self
             .store
@@ -170,8 +207,7 @@ impl DsaSubmitter {
         if rows.is_empty() {
             return Ok(0);
         }
-        let statements: Vec<&serde_json::Value> =
-            rows.iter().map(|row| &row.payload["statement"]).collect();
+        let statements: Vec<serde_json::Value> = rows.iter().map(statement_of).collect();
         let puids: Vec<String> = statements
             .iter()
             .map(|s| s["puid"].as_str().unwrap_or_default().to_owned())
@@ -188,9 +224,17 @@ impl DsaSubmitter {
             .json(&serde_json::json!({ "statements": statements }))
             .send()
             .await;
+        let mut wait = None;
         let (status, results) = match answer {
             Ok(response) => {
                 let status = response.status().as_u16();
+                // The limit is the token's: no batch goes before the time it names.
+                wait = super::retry_after(status, response.headers(), self.settings.horizon);
+                if let Some(wait) = wait {
+                    *self.paused_until.lock().expect("not poisoned") =
+                        Some(tokio::time::Instant::now() + wait);
+                    tracing::warn!(?wait, "the Transparency Database asked to wait (429)");
+                }
                 let body = response
                     .json::<serde_json::Value>()
                     .await
@@ -204,16 +248,18 @@ impl DsaSubmitter {
             }
         };
         for (row, outcome) in rows.iter().zip(results) {
-            self.settle(row, status, outcome).await?;
+            self.settle(row, status, outcome, wait).await?;
         }
         Ok(rows.len())
     }
 
+    /// Records what became of one statement; `wait`: the 429's Retry-After, when it said one.
     async fn settle(
         &self,
         row: &OutboxRow,
         status: Option<u16>,
         outcome: ItemOutcome,
+        wait: Option<Duration>,
     ) -> Result<(), StoreError> {
         match outcome {
             ItemOutcome::Stored => {
@@ -230,7 +276,7 @@ impl DsaSubmitter {
                 metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "refused").increment(1);
             }
             ItemOutcome::Retry(error) => {
-                let delay = self.backoff(row.attempts);
+                let delay = wait.unwrap_or_else(|| self.backoff(row.attempts));
                 let gave_up = self
                     .store
                     .reschedule_delivery(row.id, status, &error, delay, self.settings.horizon)

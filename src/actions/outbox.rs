@@ -167,12 +167,8 @@ impl Dispatcher {
             }
             Ok(response) => {
                 let status = response.status().as_u16();
-                let retry_after = (status == 429)
-                    .then(|| response.headers().get("retry-after"))
-                    .flatten()
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|secs| Duration::from_secs(secs).min(self.settings.backoff_max));
+                let retry_after =
+                    super::retry_after(status, response.headers(), self.settings.backoff_max);
                 Attempt::Failed {
                     status: Some(status),
                     error: format!("the receiver answered {status}"),

@@ -70,12 +70,7 @@ impl RuleDemoter {
                 return Ok(None);
             };
             let over = active.marker.version;
-            let set = RuleSet::from_toml(&active.rules.text).map_err(|error| {
-                ActiveRulesError::Stored {
-                    version: over,
-                    error,
-                }
-            })?;
+            let set = super::stored_rules(over, &active.rules.text)?;
             let armed = set
                 .rules()
                 .iter()
@@ -95,7 +90,8 @@ impl RuleDemoter {
                 Some(text) => text,
                 None => set.demoting(rule).expect("the rule is live in this set"),
             };
-            RuleSet::from_toml(&text)?;
+            // The same text with one rule in shadow: read as its stored version is.
+            RuleSet::from_stored(&text)?;
             if let Some(version) = self.demote(store, rule, over, &text, figures).await? {
                 if let Some(rules) = &self.rules {
                     sync(store, rules).await?;

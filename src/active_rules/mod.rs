@@ -43,6 +43,24 @@ pub enum ActiveRulesError {
     Store(#[from] StoreError),
 }
 
+/// A stored version as a rule set: read as [`RuleSet::from_stored`] reads it, so that one
+/// published before the Transparency Database's schema changed still goes in force (its 2023
+/// categories read as those in force, which is logged).
+pub(crate) fn stored_rules(version: i64, text: &str) -> Result<RuleSet, ActiveRulesError> {
+    let (set, mapped) =
+        RuleSet::from_stored(text).map_err(|error| ActiveRulesError::Stored { version, error })?;
+    for change in &mapped {
+        tracing::warn!(
+            version,
+            field = %change.field,
+            from = %change.from,
+            to = change.to,
+            "a stored rules version names a category of the Transparency Database's 2023 schema; it is read as the one in force (publish a version that names it)"
+        );
+    }
+    Ok(set.versioned(version))
+}
+
 /// Where a process stands after a check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Synced {
@@ -133,9 +151,7 @@ pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, Active
         return Ok(None);
     };
     let version = active.marker.version;
-    let set = RuleSet::from_toml(&active.rules.text)
-        .map_err(|error| ActiveRulesError::Stored { version, error })?
-        .versioned(version);
+    let set = stored_rules(version, &active.rules.text)?;
     let count = set.rules().len();
     let changed = rules.install(set, active.marker.activation);
     if changed {
@@ -203,8 +219,7 @@ pub async fn rollback(
         .rules_version(version)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("there is no rules version {version}")))?;
-    RuleSet::from_toml(&stored.text)
-        .map_err(|error| ActiveRulesError::Stored { version, error })?;
+    stored_rules(version, &stored.text)?;
     store.activate_rules(actor, version, message).await?;
     if let Some(rules) = rules {
         sync(store, rules).await?;

@@ -21,30 +21,72 @@ pub fn explanation(statement: &StatementRecord) -> &str {
         .unwrap_or_default()
 }
 
+/// The content restriction of a statement: the first of its `decision_visibility` list (a
+/// statement of the 2023 schema has the value itself).
+fn visibility(statement: &StatementRecord) -> Option<&str> {
+    match statement.statement.get("decision_visibility")? {
+        serde_json::Value::Array(values) => values.first()?.as_str(),
+        value => value.as_str(),
+    }
+}
+
 /// What the decision restricted: the status it set and the database's name for it in words.
 pub fn restriction(statement: &StatementRecord) -> Markup {
     let words = match (
-        field(statement, "decision_visibility"),
+        visibility(statement),
         field(statement, "decision_account"),
         field(statement, "decision_provision"),
     ) {
+        (Some("DECISION_VISIBILITY_CONTENT_LABELLED"), _, _) => "content labelled",
+        (Some("DECISION_VISIBILITY_CONTENT_DEMOTED"), _, _) => "content demoted",
+        (Some("DECISION_VISIBILITY_CONTENT_AGE_RESTRICTED"), _, _) => "content age restricted",
+        (Some("DECISION_VISIBILITY_CONTENT_INTERACTION_RESTRICTED"), _, _) => {
+            "interaction restricted"
+        }
+        (Some("DECISION_VISIBILITY_OTHER"), _, _) => "content restricted",
         (Some(_), _, _) => "content disabled",
         (_, Some(_), _) => "account suspended",
         (_, _, Some(_)) => "service partly suspended",
         _ => "",
     };
+    // quiesce's own end to the second; else the database's day (or the 2023 schema's hour).
+    let end = field(statement, "quiesce_ends_at")
+        .map(|end| end.to_owned())
+        .or_else(|| {
+            [
+                "end_date_visibility_restriction",
+                "end_date_account_restriction",
+                "end_date_service_restriction",
+                "end_date",
+            ]
+            .iter()
+            .find_map(|key| field(statement, key))
+            .map(hour)
+        });
     html! {
         (layout::status(&statement.status))
         @if !words.is_empty() { " " span.muted { (words) } }
-        @if let Some(end) = field(statement, "end_date") { ", until " (hour(end)) }
+        @if let Some(end) = end { ", until " (end) }
     }
 }
 
-/// The database's hour (`2026-12-06-09`, UTC) as a reader takes it: `2026-12-06 09:00 UTC`.
+/// The 2023 schema's hour (`2026-12-06-09`, UTC) as a reader takes it: `2026-12-06 09:00 UTC`;
+/// a day (the schema in force) as it is.
 fn hour(raw: &str) -> String {
     NaiveDateTime::parse_from_str(&format!("{raw}:00"), "%Y-%m-%d-%H:%M")
         .map(|at| at.format("%Y-%m-%d %H:%M UTC").to_string())
         .unwrap_or_else(|_| raw.to_owned())
+}
+
+/// How far the decision was automated, in words (a 2023 statement's `Yes`/`No` as it is).
+fn automated(statement: &StatementRecord) -> &str {
+    match field(statement, "automated_decision") {
+        Some("AUTOMATED_DECISION_FULLY") => "fully automated",
+        Some("AUTOMATED_DECISION_PARTIALLY") => "partially automated",
+        Some("AUTOMATED_DECISION_NOT_AUTOMATED") => "not automated",
+        Some(other) => other,
+        None => "?",
+    }
 }
 
 fn ground(statement: &StatementRecord) -> Markup {
@@ -88,7 +130,7 @@ pub fn facts(statement: &StatementRecord) -> Markup {
             dt { "Source" } dd { code { (field(statement, "source_type").unwrap_or_default()) } }
             dt { "Automated" } dd {
                 "detection " (field(statement, "automated_detection").unwrap_or("?"))
-                ", decision " (field(statement, "automated_decision").unwrap_or("?"))
+                ", decision " (automated(statement))
             }
             dt { "PUID" } dd { code { (statement.puid) } }
         }

@@ -129,6 +129,10 @@ impl std::fmt::Display for DeclarationAt {
 pub enum InvalidDeclaration {
     #[error("{0}: a name is a letter or _, then letters, digits or _ (at most {MAX_NAME_LEN})")]
     Name(DeclarationAt),
+    #[error(
+        "{0}: quiesce's own attribute (the content's date, for statements of reasons), never declared"
+    )]
+    Reserved(DeclarationAt),
     #[error("{0}: `values` lists no value")]
     NoValues(DeclarationAt),
     #[error("{at}: `values` is for strings, not a {}", kind.as_str())]
@@ -187,6 +191,19 @@ impl AttributeError {
             attribute: Some(attribute.to_owned()),
             message: message.into(),
         }
+    }
+}
+
+/// The event attribute that says when the entity's content was posted (`YYYY-MM-DD`): quiesce's
+/// own, never declared, the `content_date` of the entity's statements of reasons (the latest
+/// one sent wins); not a figure the rules read.
+pub const CONTENT_DATE: &str = "content_date";
+
+/// A `content_date` attribute's value: a day the Transparency Database takes.
+fn content_date(value: &Scalar) -> Result<(), String> {
+    match value {
+        Scalar::Str(text) => super::dsa_schema::parse_content_date(text).map(|_| ()),
+        _ => Err("must be a date written YYYY-MM-DD (a string)".into()),
     }
 }
 
@@ -255,6 +272,9 @@ impl Declarations {
                 if !valid_name(name) {
                     return Err(InvalidDeclaration::Name(at()));
                 }
+                if scope == Scope::Event && name == CONTENT_DATE {
+                    return Err(InvalidDeclaration::Reserved(at()));
+                }
                 match (&declared.values, declared.kind) {
                     (Some(values), AttributeType::String) if values.is_empty() => {
                         return Err(InvalidDeclaration::NoValues(at()));
@@ -290,6 +310,10 @@ impl Declarations {
         }
         let declared = self.of(scope);
         for (name, value) in attributes {
+            if scope == Scope::Event && name == CONTENT_DATE {
+                content_date(value).map_err(|message| AttributeError::of(name, message))?;
+                continue;
+            }
             let Some(declaration) = declared.get(name) else {
                 let known: Vec<&str> = declared.keys().map(String::as_str).collect();
                 let known = if known.is_empty() {
@@ -437,6 +461,41 @@ mod tests {
         assert!(message.contains("at most 3"), "{message}");
         let (name, _) = named(check(Scope::Event, serde_json::json!("spam")));
         assert_eq!(name, None);
+    }
+
+    #[test]
+    fn an_events_content_date_is_quiesces_own_a_day_and_never_declared() {
+        check(
+            Scope::Event,
+            serde_json::json!({"content_date": "2026-11-30"}),
+        )
+        .unwrap();
+        for bad in [
+            serde_json::json!("2026-11-31"),
+            serde_json::json!("30.11.2026"),
+            serde_json::json!(20261130),
+        ] {
+            let (name, message) = named(check(
+                Scope::Event,
+                serde_json::json!({"content_date": bad}),
+            ));
+            assert_eq!(name.as_deref(), Some("content_date"));
+            assert!(message.contains("YYYY-MM-DD"), "{message}");
+        }
+        // On an entity's context it is an attribute like any other.
+        assert!(
+            check(
+                Scope::Entity,
+                serde_json::json!({"content_date": "2026-11-30"})
+            )
+            .is_err()
+        );
+        let declared = toml::from_str::<Declarations>("[event.content_date]\ntype = \"string\"\n")
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(declared.contains("quiesce's own"), "{declared}");
     }
 
     #[test]

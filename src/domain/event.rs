@@ -396,7 +396,9 @@ fn attributes_schema() -> utoipa::openapi::Object {
              each one declared under `[attributes.event.<name>]` in the rules in force, of its \
              declared type (and among its `values`), at most `max_attributes` of them (default \
              16), a string at most `max_attribute_len` characters (default 256) without control \
-             characters.",
+             characters. `content_date` is quiesce's own, never declared: the day the entity's \
+             content was posted (`YYYY-MM-DD`, 2000-01-01 to 2038-01-01), the `content_date` of \
+             its statements of reasons (the latest sent counts).",
         ))
         .build()
 }

@@ -4,6 +4,7 @@
 mod attribute_figures;
 mod attributes;
 mod audit;
+pub mod dsa_schema;
 mod event;
 mod failure;
 mod ids;
@@ -11,6 +12,7 @@ mod introspect;
 mod schedule;
 mod snapshot;
 mod statement;
+mod statement_2023;
 mod status;
 mod timer;
 mod windows;
@@ -31,9 +33,10 @@ pub use self::{
     schedule::{ScheduleMode, Timing},
     snapshot::{SignalStats, SignalTotals, Snapshot, WINDOWS},
     statement::{
-        CATEGORIES, CONTENT_TYPES, Ground, Restriction, Source, StatementBody, StatementDraft,
-        new_puid,
+        Automation, Classification, Ground, LabelVisibility, Restriction, Source, StatementBody,
+        StatementDraft, new_puid,
     },
+    statement_2023::upgrade_2023,
     status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -71,6 +71,14 @@ pub struct Snapshot {
     /// The timed action in force, if any: once it is due, the evaluation restores the entity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timer: Option<Timer>,
+    /// The day the content was posted, as the sender gave it (the latest `content_date` event
+    /// attribute): its statements' `content_date`. Not what the rules read, nor stored.
+    #[serde(skip)]
+    pub content_date: Option<NaiveDate>,
+    /// When the entity's first event was recorded (its row's creation): its statements'
+    /// `content_date` when the sender gave none.
+    #[serde(skip)]
+    pub first_event_at: Option<DateTime<Utc>>,
     /// Where the events it covers entered their traces (`traceparent`s, oldest first), when
     /// spans are exported: not part of what the rules see or what is stored.
     #[serde(skip)]
@@ -94,6 +102,8 @@ impl Snapshot {
             author: None,
             attributes: SnapshotAttributes::default(),
             timer: None,
+            content_date: None,
+            first_event_at: None,
             traces: Vec::new(),
         }
     }

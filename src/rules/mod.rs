@@ -13,6 +13,7 @@ mod in_force;
 mod problem;
 mod rollout;
 mod statement;
+mod statement_values;
 mod verdict;
 
 use std::{path::Path, sync::Arc};
@@ -27,7 +28,8 @@ pub use self::{
     declared::AttributeReadError,
     in_force::Rules,
     problem::{Clause, LabelError, RuleProblem, RulesError},
-    statement::StatementError,
+    statement::CategoryMapped,
+    statement_values::StatementError,
     verdict::{Decision, LabelDecision, Verdict},
 };
 use self::{
@@ -150,11 +152,35 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// A rules file: it must be in the Transparency Database's schema in force (a category of
+    /// the 2023 schema is refused with the one to write now).
     pub fn from_toml(text: &str) -> Result<Self, RulesError> {
         let file: RulesFile = toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
         let mut set = Self::from_specs(file.rules, file.attributes, file.statement)?;
         set.source = Some(text.to_owned());
         Ok(set)
+    }
+
+    /// A stored rules version: as [`Self::from_toml`], except that the categories of the
+    /// Transparency Database's 2023 schema a version published before the schema changed may
+    /// name are read as those in force (`domain/dsa_schema.rs`, `CATEGORIES_2023`), so that a
+    /// process starts and serves with it. The stored text stays as it was published (versions
+    /// are never changed); which categories were read otherwise is returned.
+    pub fn from_stored(text: &str) -> Result<(Self, Vec<CategoryMapped>), RulesError> {
+        let mut file: RulesFile =
+            toml::from_str(text).map_err(|e| RulesError::Parse(e.to_string()))?;
+        let mut mapped = Vec::new();
+        if let Some(statement) = &mut file.statement {
+            statement.upgrade_2023(&mut mapped);
+        }
+        for rule in &mut file.rules {
+            if let Some(statement) = &mut rule.statement {
+                statement.upgrade_2023(&rule.name, &mut mapped);
+            }
+        }
+        let mut set = Self::from_specs(file.rules, file.attributes, file.statement)?;
+        set.source = Some(text.to_owned());
+        Ok((set, mapped))
     }
 
     /// This set as the stored version `version`.

@@ -1,25 +1,38 @@
 //! The statement of reasons a rule's restricting decision gets (`domain/statement.rs`): the
 //! rules file's `[statement]` defaults and each rule's own `statement` table, checked at load
-//! (an unknown category, ground or content type is refused, naming the rule), and the draft
-//! built from them, the decision and the snapshot it was taken on.
+//! against the Transparency Database's lists in force (`statement_values.rs`: a value outside
+//! them is refused, naming the rule and the values the field takes), and the draft built from
+//! them, the decision and the snapshot it was taken on.
+//!
+//! Where each field may be said, as a platform would say it: what classifies a decision
+//! (ground, category, specification, the reference URL, territorial scope) on a rule and as
+//! the file's default; what the content is (content type, language, the account's type) on a
+//! kind and as the file's default, since a rule's condition does not change what the content
+//! it acts on is.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, Verdict, condition::render_reason};
+use super::{
+    Decision, Verdict,
+    condition::render_reason,
+    statement_values::{self as values, StatementError},
+};
 use crate::domain::{
-    CATEGORIES, CONTENT_TYPES, EntityId, Ground, Restriction, Snapshot, Source, StatementDraft,
-    Status, new_puid,
+    Automation, Classification, EntityId, Ground, LabelVisibility, Restriction, Snapshot, Source,
+    StatementDraft, Status, dsa_schema::category_for_2023, new_puid,
 };
 
-/// A rule's `statement` table (or the defaults' part of `[statement]`): every field optional.
+/// A rule's `statement` table: every field optional. Names of the database's own fields are
+/// the database's (`category_addition`, `decision_ground_reference_url`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StatementSpec {
+    /// `illegal` or `incompatible`: read as text so that a wrong one names its rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    ground: Option<Ground>,
+    ground: Option<String>,
     /// The law relied on, for `ground = "illegal"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     legal_ground: Option<String>,
@@ -29,9 +42,25 @@ pub(super) struct StatementSpec {
     /// A template as `reason` is; without one, the rule's reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     explanation: Option<String>,
-    /// One of the Transparency Database's categories (`STATEMENT_CATEGORY_...`).
+    /// One of the database's categories (`STATEMENT_CATEGORY_...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     category: Option<String>,
+    /// More categories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_addition: Option<Vec<String>>,
+    /// The database's keywords (`KEYWORD_...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_specification: Option<Vec<String>>,
+    /// The specification in words, with `KEYWORD_OTHER`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_specification_other: Option<String>,
+    /// Where the terms or the law relied on can be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision_ground_reference_url: Option<String>,
+    /// The countries the decision applies in (EU and EEA codes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    territorial_scope: Option<Vec<String>>,
+    /// quiesce's own words for the decision, for the platform (never sent to the database).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     keywords: Vec<String>,
     /// For a ground of incompatibility: the content is considered illegal too.
@@ -41,6 +70,61 @@ pub(super) struct StatementSpec {
     /// label it gives gets a statement of its own.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     labels_restrict: bool,
+    /// How its labels restrict the content (`labelled`, the default, `demoted`,
+    /// `age_restricted`, `interaction_restricted`); saying it says they restrict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    labels_visibility: Option<String>,
+}
+
+/// What classifies a decision, on a rule or as the file's default (the same fields of both
+/// tables, read together).
+#[derive(Debug, Clone, Default)]
+struct ClassificationSpec {
+    category: Option<String>,
+    category_addition: Option<Vec<String>>,
+    category_specification: Option<Vec<String>>,
+    category_specification_other: Option<String>,
+    decision_ground_reference_url: Option<String>,
+    territorial_scope: Option<Vec<String>>,
+}
+
+/// The classification fields of a `statement` table, as one.
+macro_rules! classification_spec {
+    ($table:expr) => {
+        ClassificationSpec {
+            category: $table.category.clone(),
+            category_addition: $table.category_addition.clone(),
+            category_specification: $table.category_specification.clone(),
+            category_specification_other: $table.category_specification_other.clone(),
+            decision_ground_reference_url: $table.decision_ground_reference_url.clone(),
+            territorial_scope: $table.territorial_scope.clone(),
+        }
+    };
+}
+
+/// Replaces the 2023 categories of a `statement` table (a stored rules version written before
+/// the schema changed) by those in force, saying which (`at` names the table).
+fn upgrade_2023(
+    at: &str,
+    category: &mut Option<String>,
+    addition: &mut Option<Vec<String>>,
+    mapped: &mut Vec<CategoryMapped>,
+) {
+    let mut upgrade = |field: &str, value: &mut String| {
+        if let Some(to) = category_for_2023(value) {
+            mapped.push(CategoryMapped {
+                field: format!("{at}.{field}"),
+                from: std::mem::replace(value, to.to_owned()),
+                to,
+            });
+        }
+    };
+    if let Some(category) = category {
+        upgrade("category", category);
+    }
+    for category in addition.iter_mut().flatten() {
+        upgrade("category_addition", category);
+    }
 }
 
 /// What a kind of entity is, for its statements.
@@ -56,6 +140,13 @@ pub(super) struct KindSpec {
     /// Where the content is (`{entity}`, `{kind}`, `{id}`); else the file's `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// The content's language (`DE`, `FR`, ...); else the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content_language: Option<String>,
+    /// `ACCOUNT_TYPE_BUSINESS` or `ACCOUNT_TYPE_PRIVATE`: whose content this kind is; else the
+    /// file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    account_type: Option<String>,
 }
 
 /// The rules file's `[statement]` table: the defaults of every rule's statement, what each kind
@@ -64,13 +155,37 @@ pub(super) struct KindSpec {
 #[serde(deny_unknown_fields)]
 pub(super) struct StatementFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    ground: Option<Ground>,
+    ground: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     legal_ground: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     contractual_ground: Option<String>,
+    // The classification fields of a rule's table, again: serde's `flatten` does not go with
+    // `deny_unknown_fields`, which is what names a misspelt field.
+    /// One of the database's categories (`STATEMENT_CATEGORY_...`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     category: Option<String>,
+    /// More categories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_addition: Option<Vec<String>>,
+    /// The database's keywords (`KEYWORD_...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_specification: Option<Vec<String>>,
+    /// The specification in words, with `KEYWORD_OTHER`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    category_specification_other: Option<String>,
+    /// Where the terms or the law relied on can be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    decision_ground_reference_url: Option<String>,
+    /// The countries the decision applies in (EU and EEA codes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    territorial_scope: Option<Vec<String>>,
+    /// The content's language, for every kind without its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content_language: Option<String>,
+    /// The account type, for every kind without its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    account_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     illegal: Option<bool>,
     /// Signals that are notices (Art. 16) when they triggered a decision; default `report`.
@@ -89,28 +204,9 @@ pub(super) struct StatementFile {
     kinds: BTreeMap<String, KindSpec>,
 }
 
-/// Why a statement table was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StatementError {
-    #[error("`statement.category` {0:?} is not one of the Transparency Database's categories ({list})", list = CATEGORIES.join(", "))]
-    Category(String),
-    #[error("`statement.ground = \"illegal\"` needs `legal_ground` (the law relied on)")]
-    NoLegalGround,
-    #[error(
-        "`statement.ground = \"incompatible\"` needs `contractual_ground` (the terms relied on)"
-    )]
-    NoContractualGround,
-    #[error("`statement.kinds.{kind}.content_type` {value:?} is not one of {list}", list = CONTENT_TYPES.join(", "))]
-    ContentType { kind: String, value: String },
-    #[error("`statement.kinds.{0}`: `CONTENT_TYPE_OTHER` needs `content_type_other`")]
-    ContentTypeOther(String),
-    #[error("`statement`: {0} must be 1-500 characters")]
-    Length(&'static str),
-}
-
 /// The terms quiesce assumes when a rules file names none.
 const DEFAULT_TERMS: &str = "The platform's terms of service";
-const DEFAULT_CATEGORY: &str = "STATEMENT_CATEGORY_VIOLATION_TOS";
+const DEFAULT_CATEGORY: &str = "STATEMENT_CATEGORY_OTHER_VIOLATION_TC";
 
 /// A rule's statement, its defaults applied and checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,36 +214,73 @@ pub(super) struct RuleStatement {
     ground: Ground,
     reference: String,
     explanation: Option<String>,
-    category: String,
+    classification: Classification,
     keywords: Vec<String>,
     illegal: bool,
-    labels_restrict: bool,
+    /// `Some`: the rule's labels restrict, shown this way.
+    labels: Option<LabelVisibility>,
 }
 
-fn short(value: &str, what: &'static str) -> Result<(), StatementError> {
-    let n = value.chars().count();
-    if n == 0 || n > 500 {
-        return Err(StatementError::Length(what));
+/// A 2023 category replaced by the one in force, as `from` → `to` (`field` names it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CategoryMapped {
+    pub field: String,
+    pub from: String,
+    pub to: &'static str,
+}
+
+impl StatementSpec {
+    /// Replaces its 2023 categories by those in force (a stored version of the rule `rule`).
+    pub(super) fn upgrade_2023(&mut self, rule: &str, mapped: &mut Vec<CategoryMapped>) {
+        let at = format!("rule {rule:?}: statement");
+        upgrade_2023(&at, &mut self.category, &mut self.category_addition, mapped);
     }
-    Ok(())
+}
+
+fn ground(value: &str) -> Result<Ground, StatementError> {
+    Ground::parse(value).ok_or_else(|| StatementError::NotAllowed {
+        field: "statement.ground".into(),
+        value: value.to_owned(),
+        allowed: Ground::NAMES,
+    })
 }
 
 impl StatementFile {
-    /// Checks what the file declares for every rule (its kinds' content types).
+    /// Replaces the 2023 categories of the file's defaults by those in force.
+    pub(super) fn upgrade_2023(&mut self, mapped: &mut Vec<CategoryMapped>) {
+        upgrade_2023(
+            "[statement]",
+            &mut self.category,
+            &mut self.category_addition,
+            mapped,
+        );
+    }
+
+    /// Checks what the file declares for every rule (its kinds, its defaults for them).
     pub(super) fn check(&self) -> Result<(), StatementError> {
+        if let Some(ground) = &self.ground {
+            self::ground(ground)?;
+        }
+        if let Some(language) = &self.content_language {
+            values::content_language("statement.content_language", language)?;
+        }
+        if let Some(account) = &self.account_type {
+            values::account_type("statement.account_type", account)?;
+        }
         for (kind, spec) in &self.kinds {
-            for value in &spec.content_type {
-                if !CONTENT_TYPES.contains(&value.as_str()) {
-                    return Err(StatementError::ContentType {
-                        kind: kind.clone(),
-                        value: value.clone(),
-                    });
-                }
-            }
+            values::content_types(kind, &spec.content_type)?;
             if spec.content_type.iter().any(|c| c == "CONTENT_TYPE_OTHER")
                 && spec.content_type_other.is_none()
             {
                 return Err(StatementError::ContentTypeOther(kind.clone()));
+            }
+            if let Some(language) = &spec.content_language {
+                let field = format!("statement.kinds.{kind}.content_language");
+                values::content_language(&field, language)?;
+            }
+            if let Some(account) = &spec.account_type {
+                let field = format!("statement.kinds.{kind}.account_type");
+                values::account_type(&field, account)?;
             }
         }
         Ok(())
@@ -159,10 +292,10 @@ impl StatementFile {
         spec: Option<&StatementSpec>,
     ) -> Result<RuleStatement, StatementError> {
         let own = spec.cloned().unwrap_or_default();
-        let ground = own
-            .ground
-            .or(self.ground.clone())
-            .unwrap_or(Ground::Incompatible);
+        let ground = match own.ground.as_deref().or(self.ground.as_deref()) {
+            Some(text) => self::ground(text)?,
+            None => Ground::Incompatible,
+        };
         let reference = match ground {
             Ground::Illegal => own
                 .legal_ground
@@ -173,25 +306,74 @@ impl StatementFile {
                 .or(self.contractual_ground.clone())
                 .unwrap_or_else(|| DEFAULT_TERMS.to_owned()),
         };
-        short(&reference, "the ground")?;
-        let category = own
-            .category
-            .or(self.category.clone())
-            .unwrap_or_else(|| DEFAULT_CATEGORY.to_owned());
-        if !CATEGORIES.contains(&category.as_str()) {
-            return Err(StatementError::Category(category));
-        }
+        values::short(&reference, "the ground")?;
+        let classification = self.classification(classification_spec!(own))?;
         for keyword in &own.keywords {
-            short(keyword, "a keyword")?;
+            values::short(keyword, "a keyword")?;
         }
+        let labels =
+            match own.labels_visibility.as_deref() {
+                Some(text) => Some(LabelVisibility::parse(text).ok_or_else(|| {
+                    StatementError::NotAllowed {
+                        field: "statement.labels_visibility".into(),
+                        value: text.to_owned(),
+                        allowed: LabelVisibility::NAMES,
+                    }
+                })?),
+                None => own.labels_restrict.then(LabelVisibility::default),
+            };
         Ok(RuleStatement {
             ground,
             reference,
             explanation: own.explanation,
-            category,
+            classification,
             keywords: own.keywords,
             illegal: own.illegal.or(self.illegal).unwrap_or(false),
-            labels_restrict: own.labels_restrict,
+            labels,
+        })
+    }
+
+    /// A rule's classification over the file's, checked against the database's lists.
+    fn classification(&self, own: ClassificationSpec) -> Result<Classification, StatementError> {
+        let file = classification_spec!(self);
+        let category = own
+            .category
+            .or(file.category.clone())
+            .unwrap_or_else(|| DEFAULT_CATEGORY.to_owned());
+        values::category("statement.category", &category)?;
+        let addition = own
+            .category_addition
+            .or(file.category_addition.clone())
+            .unwrap_or_default();
+        values::categories("statement.category_addition", &addition)?;
+        let specification = own
+            .category_specification
+            .or(file.category_specification.clone())
+            .unwrap_or_default();
+        let other = own
+            .category_specification_other
+            .or(file.category_specification_other.clone());
+        values::specification(&specification, other.as_deref())?;
+        let url = own
+            .decision_ground_reference_url
+            .or(file.decision_ground_reference_url.clone());
+        if let Some(url) = &url {
+            values::reference_url(url)?;
+        }
+        let scope = own
+            .territorial_scope
+            .or(file.territorial_scope.clone())
+            .unwrap_or_default();
+        values::territorial_scope(&scope)?;
+        // The words go with KEYWORD_OTHER only: the database drops them otherwise.
+        let other = other.filter(|_| specification.iter().any(|k| k == "KEYWORD_OTHER"));
+        Ok(Classification {
+            category,
+            category_addition: addition,
+            category_specification: specification,
+            category_specification_other: other,
+            ground_reference_url: url,
+            territorial_scope: scope,
         })
     }
 
@@ -227,7 +409,9 @@ impl StatementFile {
         }
     }
 
-    fn content(&self, entity: &EntityId, kind: &str) -> (Vec<String>, Option<String>, String) {
+    /// What an entity of this kind is: its content types, its language and account type, and
+    /// where it is.
+    fn content(&self, entity: &EntityId, kind: &str) -> Content {
         let spec = self.kinds.get(kind);
         let (types, other) = match spec.filter(|s| !s.content_type.is_empty()) {
             Some(spec) => (spec.content_type.clone(), spec.content_type_other.clone()),
@@ -243,7 +427,17 @@ impl StatementFile {
             .replace("{entity}", entity.as_str())
             .replace("{kind}", kind)
             .replace("{id}", id);
-        (types, other, url)
+        Content {
+            types,
+            other,
+            language: spec
+                .and_then(|s| s.content_language.clone())
+                .or(self.content_language.clone()),
+            account_type: spec
+                .and_then(|s| s.account_type.clone())
+                .or(self.account_type.clone()),
+            url,
+        }
     }
 
     /// The statement of a rule's automated decision, or `None` when it restricts nothing.
@@ -257,7 +451,7 @@ impl StatementFile {
         let ends_at = decision
             .duration_secs
             .map(|secs| Utc::now() + chrono::Duration::seconds(secs as i64));
-        Some(self.by_rule(rule, &decision.rule, restriction, snapshot, ends_at, None))
+        Some(self.by_rule(rule, &decision.rule, restriction, snapshot, ends_at))
     }
 
     /// The statement of a label a rule gave, when its rule says its labels restrict.
@@ -268,16 +462,16 @@ impl StatementFile {
         label: &str,
         snapshot: &Snapshot,
     ) -> Option<StatementDraft> {
-        rule.statement.labels_restrict.then(|| {
-            self.by_rule(
-                rule,
-                name,
-                Restriction::ContentLabelled,
-                snapshot,
-                None,
-                Some(label.to_owned()),
-            )
-        })
+        let shown = rule.statement.labels?;
+        let mut draft = self.by_rule(
+            rule,
+            name,
+            Restriction::ContentLabelled(shown),
+            snapshot,
+            None,
+        );
+        draft.facts = format!("{} It gave the label \"{label}\".", draft.facts);
+        Some(draft)
     }
 
     fn by_rule(
@@ -287,7 +481,6 @@ impl StatementFile {
         restriction: Restriction,
         snapshot: &Snapshot,
         ends_at: Option<DateTime<Utc>>,
-        label: Option<String>,
     ) -> StatementDraft {
         let now = Utc::now();
         let RuleOf {
@@ -296,8 +489,7 @@ impl StatementFile {
             condition,
             rules_version,
         } = *rule;
-        let (content_types, content_type_other, url) =
-            self.content(&snapshot.entity, &snapshot.kind);
+        let content = self.content(&snapshot.entity, &snapshot.kind);
         let explanation =
             render_reason(rule.explanation.as_deref().unwrap_or(rule_reason), snapshot);
         let version = rules_version.map_or(String::new(), |v| format!(" (rules version {v})"));
@@ -317,27 +509,34 @@ impl StatementFile {
         StatementDraft {
             puid: new_puid(),
             restriction,
-            ground: rule.ground.clone(),
+            ground: rule.ground,
             ground_reference: rule.reference.clone(),
             explanation,
             also_illegal: rule.illegal,
-            content_types,
-            content_type_other,
-            category: rule.category.clone(),
+            content_types: content.types,
+            content_type_other: content.other,
+            classification: rule.classification.clone(),
+            content_language: content.language,
+            account_type: content.account_type,
             keywords: rule.keywords.clone(),
             facts,
             source: self.source(snapshot),
             automated_detection: true,
-            automated_decision: true,
-            url,
+            automated_decision: Automation::Fully,
+            url: content.url,
             applied_at: now,
+            // The sender's, else the day of the entity's first event, else today's.
+            content_date: snapshot
+                .content_date
+                .or(snapshot.first_event_at.map(|at| at.date_naive()))
+                .or(Some(now.date_naive())),
             ends_at,
-            label,
         }
     }
 
     /// The statement of a moderator's decision setting `status`, on the file's defaults, or
-    /// `None` when it restricts nothing. `detected`: automation brought it to them (a review).
+    /// `None` when it restricts nothing. `detected`: automation brought it to them (a review):
+    /// a rule weighed the figures and a person decided, a partially automated decision.
     pub(super) fn by_moderator(
         &self,
         entity: &EntityId,
@@ -349,7 +548,7 @@ impl StatementFile {
         let kind = entity.as_str().split_once(':').map_or("", |(kind, _)| kind);
         let restriction = self.restriction(kind, status)?;
         let defaults = self.resolve(None).ok()?;
-        let (content_types, content_type_other, url) = self.content(entity, kind);
+        let content = self.content(entity, kind);
         let now = Utc::now();
         Some(StatementDraft {
             puid: new_puid(),
@@ -358,9 +557,11 @@ impl StatementFile {
             ground_reference: defaults.reference,
             explanation: reason.to_owned(),
             also_illegal: defaults.illegal,
-            content_types,
-            content_type_other,
-            category: defaults.category,
+            content_types: content.types,
+            content_type_other: content.other,
+            classification: defaults.classification,
+            content_language: content.language,
+            account_type: content.account_type,
             keywords: Vec::new(),
             facts: format!(
                 "A moderator decided to set the {kind} {}{}.",
@@ -373,13 +574,27 @@ impl StatementFile {
             ),
             source: Source::Voluntary,
             automated_detection: detected,
-            automated_decision: false,
-            url,
+            automated_decision: if detected {
+                Automation::Partially
+            } else {
+                Automation::NotAutomated
+            },
+            url: content.url,
             applied_at: now,
+            // Read from the entity's row by the statement that writes it (`store/statements.rs`).
+            content_date: None,
             ends_at,
-            label: None,
         })
     }
+}
+
+/// What an entity's kind says of its content.
+struct Content {
+    types: Vec<String>,
+    other: Option<String>,
+    language: Option<String>,
+    account_type: Option<String>,
+    url: String,
 }
 
 /// What a rule's statements are drawn from: its `statement` table resolved, its reason (the

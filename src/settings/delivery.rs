@@ -23,7 +23,8 @@ section! {
         delivery_horizon: Duration = Duration::from_secs(24 * 3600), check nonzero;
         /// Backoff after the first failed delivery; doubles per attempt, full jitter.
         delivery_backoff_base: Duration = Duration::from_secs(1), check nonzero;
-        /// Longest delivery backoff, and the longest Retry-After honoured.
+        /// Longest delivery backoff, and the longest Retry-After of a webhook receiver honoured
+        /// (the Transparency Database's is honoured up to delivery_horizon).
         delivery_backoff_max: Duration = Duration::from_secs(600);
         /// The DSA Transparency Database's API (e.g.
         /// https://transparency.dsa.ec.europa.eu/api/v1): with dsa_token set, every statement

@@ -115,6 +115,8 @@ impl StoredSnapshot {
                 .and_then(|a| entity_or_report(a, "a recorded snapshot's author")),
             attributes: self.attributes,
             timer: self.timer,
+            content_date: None,
+            first_event_at: None,
             traces: Vec::new(),
         })
     }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::domain::{
     AttributeReads, Attributes, AuthorContext, DAY_WINDOWS, SignalStats, SignalTotals,
-    SnapshotAttributes, Status, Timer, WINDOWS, Windows,
+    SnapshotAttributes, Status, Timer, WINDOWS, Windows, dsa_schema::parse_content_date,
 };
 
 /// (signal, count, weight) per signal.
@@ -53,6 +53,8 @@ pub(super) struct EntityRow {
     pub(super) timer_action: Option<i64>,
     pub(super) timer_set_by: Option<String>,
     pub(super) author: Option<String>,
+    pub(super) content_date: Option<String>,
+    pub(super) first_event_at: DateTime<Utc>,
     pub(super) totals: Json<Totals>,
     pub(super) unfolded_signals: Json<UnfoldedSignals>,
     pub(super) windows: Option<Json<WindowRows>>,
@@ -211,6 +213,12 @@ pub(super) fn entity_record_from(
         attributes,
         read_at: row.read_at,
         event_count: row.event_count,
+        // Checked at ingest; one that does not read (written before the check) is none.
+        content_date: row
+            .content_date
+            .as_deref()
+            .and_then(|text| parse_content_date(text).ok()),
+        first_event_at: Some(row.first_event_at),
         traces: row.traces.unwrap_or_default(),
     })
 }

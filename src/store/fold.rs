@@ -80,7 +80,8 @@ impl Store {
                            SELECT f.entity, f.signal, a.key AS attribute, a.value, f.xid, f.id,
                                   f.received_at
                            FROM fresh f CROSS JOIN LATERAL jsonb_each(f.attributes) a
-                           WHERE f.attributes IS NOT NULL
+                           -- `content_date` is the entity's, not a figure (per_entity).
+                           WHERE f.attributes IS NOT NULL AND a.key <> 'content_date'
                        ),
                        attribute_counts AS (
                            INSERT INTO attribute_values (entity, signal, attribute, value, count)
@@ -146,7 +147,11 @@ impl Store {
                            SELECT entity, count(*) AS n, min(received_at) AS first_at,
                                   max(received_at) AS last_at,
                                   (array_agg(author ORDER BY xid DESC)
-                                       FILTER (WHERE author IS NOT NULL))[1] AS author
+                                       FILTER (WHERE author IS NOT NULL))[1] AS author,
+                                  (array_agg(attributes ->> 'content_date'
+                                             ORDER BY xid DESC, id DESC)
+                                       FILTER (WHERE attributes ? 'content_date'))[1]
+                                      AS content_date
                            FROM fresh GROUP BY entity
                        ),
                        updated AS (
@@ -156,7 +161,8 @@ impl Store {
                                                          (SELECT xid FROM upto)),
                                pending_since = coalesce(e.pending_since, p.first_at),
                                last_event_at = greatest(e.last_event_at, p.last_at),
-                               author = coalesce(p.author, e.author)
+                               author = coalesce(p.author, e.author),
+                               content_date = coalesce(p.content_date, e.content_date)
                            FROM per_entity p WHERE e.entity = p.entity
                            RETURNING 1
                        )

@@ -26,7 +26,8 @@ impl Store {
     /// Claims up to `limit` outbox rows for `receiver` (`platform`, `dsa`) that are due for
     /// delivery (oldest first), counting an attempt and hiding them from other dispatchers for
     /// `claim_for`. A statement's row names it: its `statement` is read here (the
-    /// Transparency Database's without quiesce's own keys).
+    /// Transparency Database's without quiesce's own `quiesce_` keys, with `decided_by` and
+    /// `content_since` for a statement of the 2023 schema to be converted).
     ///
     /// An entity's rows go out one at a time, in the order they were written (by id): a row is
     /// not claimed while an earlier one of its entity is neither delivered nor given up, so a
@@ -53,12 +54,29 @@ impl Store {
                          AND e.id < o.id AND e.delivered_at IS NULL AND e.failed_at IS NULL)
                  ORDER BY o.next_attempt_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
              RETURNING id, topic, idempotency_key,
-                       CASE WHEN topic IN ('statement.issued', 'statement.submitted') THEN
+                       CASE WHEN topic = 'statement.issued' THEN
                            payload || jsonb_build_object('statement',
-                               (SELECT CASE WHEN topic = 'statement.submitted'
-                                            THEN s.body - 'quiesce_keywords' ELSE s.body END
-                                FROM statements s
+                               (SELECT s.body FROM statements s
                                 WHERE s.id = (payload ->> 'statement_id')::int8))
+                       -- The database's: without quiesce's own keys, with who decided and,
+                       -- for a statement of the 2023 schema (no content date), the day of
+                       -- its entity's first event: what actions/dsa.rs converts it by.
+                       WHEN topic = 'statement.submitted' THEN
+                           payload || coalesce(
+                               (SELECT jsonb_build_object(
+                                           'statement',
+                                           s.body - ARRAY(SELECT k FROM jsonb_object_keys(s.body) k
+                                                          WHERE k LIKE 'quiesce\\_%'),
+                                           'decided_by', s.decided_by,
+                                           'content_since',
+                                           CASE WHEN NOT s.body ? 'content_date' THEN
+                                               (SELECT to_char(e.created_at AT TIME ZONE 'UTC',
+                                                               'YYYY-MM-DD')
+                                                FROM entities e WHERE e.entity = s.entity)
+                                           END)
+                                FROM statements s
+                                WHERE s.id = (payload ->> 'statement_id')::int8),
+                               jsonb_build_object('statement', NULL))
                        ELSE payload END AS \"payload!\",
                        attempts, created_at, last_status, last_error, failed_at, traceparent",
             limit as i64,

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use sqlx::types::Json;
 
@@ -48,6 +48,12 @@ pub struct EntityRecord {
     pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
+    /// The sender's content date (`Snapshot::content_date`).
+    #[serde(skip)]
+    pub content_date: Option<NaiveDate>,
+    /// When its first event was recorded.
+    #[serde(skip)]
+    pub first_event_at: Option<DateTime<Utc>>,
     /// The `traceparent`s of the events received since the last evaluation, oldest first, at
     /// most 32; read only when spans are exported.
     #[serde(skip)]
@@ -115,6 +121,8 @@ impl Store {
                     attributes: record.attributes,
                     taken_at: record.read_at,
                     timer: record.timer,
+                    content_date: record.content_date,
+                    first_event_at: record.first_event_at,
                     traces: record.traces,
                 };
                 Ok((record.entity, snapshot))
@@ -174,6 +182,9 @@ impl Store {
                     e.override_status, e.override_until, e.override_by, e.override_reason,
                     e.timer_ends_at, e.timer_restores_to, e.timer_action, e.timer_set_by,
                     coalesce(u.author, e.author) AS author,
+                    -- For statements of reasons: the sender's content date, the first event's.
+                    coalesce(u.content_date, e.content_date) AS content_date,
+                    e.created_at AS first_event_at,
                     -- The folded totals; the events not folded yet are added from the scan of
                     -- them below (u), not read a second time through the signal_counts view.
                     (SELECT coalesce(json_agg(json_build_array(t.signal, t.count, t.weight_sum)), '[]')
@@ -277,11 +288,14 @@ impl Store {
                         max(ev.received_at) AS last_at,
                         (array_agg(ev.author ORDER BY ev.xid DESC)
                              FILTER (WHERE ev.author IS NOT NULL))[1] AS author,
+                        (array_agg(ev.attributes ->> 'content_date'
+                                   ORDER BY ev.xid DESC, ev.id DESC)
+                             FILTER (WHERE ev.attributes ? 'content_date'))[1] AS content_date,
                         json_agg(json_build_array(ev.signal, ev.weight)) AS signals,
                         -- Their attributes, as they are, for store/attribute_rows.rs: in the
                         -- same scan of the entity's unfolded events.
                         json_agg(json_build_array(
-                                     ev.signal, ev.attributes,
+                                     ev.signal, ev.attributes - 'content_date',
                                      extract(epoch FROM date_trunc('minute', now())
                                                         - date_trunc('minute', ev.received_at))::int8,
                                      ev.received_at >= now() - interval '24 hours')

@@ -70,8 +70,11 @@ pub struct StatementRecord {
     /// The status the decision set.
     pub status: String,
     pub created_at: DateTime<Utc>,
-    /// The statement as the Transparency Database takes it (and `quiesce_keywords`).
-    #[schema(value_type = Object)]
+    /// The statement in the Transparency Database's schema in force (API v1 since 2025-07-01),
+    /// and quiesce's own `quiesce_url`, `quiesce_ends_at` and `quiesce_keywords` (never sent
+    /// to the database). A statement written before quiesce wrote that schema is shown as it
+    /// was written (the 2023 schema) and converted when it is sent.
+    #[schema(schema_with = crate::domain::dsa_schema::statement_openapi)]
     pub statement: serde_json::Value,
 }
 
@@ -88,7 +91,8 @@ pub struct StatementFilter {
 
 /// Writes a statement and its deliveries on this connection (the decision's transaction):
 /// the platform's `statement.issued` webhook and, when `submit`, the Transparency Database's
-/// row (its statement without quiesce's keys). Returns the statement's id.
+/// row (its statement without quiesce's keys). A statement without a `content_date` (a
+/// moderator's) gets its entity's. Returns the statement's id.
 pub(super) async fn issue_in(
     connection: &mut PgConnection,
     statement: IssuedStatement<'_>,
@@ -98,7 +102,23 @@ pub(super) async fn issue_in(
         r#"WITH issued AS (
                INSERT INTO statements (puid, entity, action_id, rule, decided_by, previous_status,
                                        status, body)
-               VALUES ($1, $2, $3, $4, $5, $6, $9, $7)
+               -- A moderator's statement has no content date yet: the entity's, as a
+               -- snapshot reads it (the sender's latest, else the day of its first event),
+               -- else the day of the decision.
+               VALUES ($1, $2, $3, $4, $5, $6, $9,
+                       CASE WHEN $7::jsonb ? 'content_date' THEN $7::jsonb
+                       ELSE $7::jsonb || jsonb_build_object('content_date', coalesce(
+                           (SELECT coalesce(
+                                (SELECT ev.attributes ->> 'content_date' FROM events ev
+                                 WHERE ev.entity = e.entity AND ev.xid >= e.folded_horizon
+                                   AND ev.attributes ->> 'content_date' ~ '^\d{4}-\d{2}-\d{2}$'
+                                 ORDER BY ev.xid DESC, ev.id DESC LIMIT 1),
+                                CASE WHEN e.content_date ~ '^\d{4}-\d{2}-\d{2}$'
+                                     THEN e.content_date END,
+                                to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'))
+                            FROM entities e WHERE e.entity = $2),
+                           to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD')))
+                       END)
                RETURNING id, puid, entity, action_id
            ),
            notes AS (

@@ -7,7 +7,9 @@ use quiesce::domain::Status;
 use quiesce::rules::RuleSet;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for};
+use crate::helpers::{
+    TestApp, TestOptions, claim_next, event, rules_check, scalar, spawn_app, wait_for,
+};
 
 async fn flags(app: &TestApp, entity: &str, n: usize) {
     let events: Vec<Value> = (0..n)
@@ -211,40 +213,20 @@ async fn repeated_automated_hides_on_one_authors_posts_suspend_the_author_once()
 
 #[tokio::test]
 async fn rules_check_names_the_broken_rule_and_the_position() {
-    let dir = std::env::temp_dir().join(format!("quiesce-check-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("rules.toml");
-    std::fs::write(
-        &file,
+    let (valid, printed) = rules_check(
         "[[rule]]\nname = \"fine\"\nwhen = 'count(\"flag\") > 1'\naction = \"flag\"\nreason = \"x\"\n\n\
          [[rule]]\nname = \"broken\"\nwhen = 'count(\"flag\") > 1 && weigth(\"flag\") > 2.0'\naction = \"hide\"\nreason = \"x\"\n",
     )
-    .unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
-        .args(["rules", "check"])
-        .arg(&file)
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    .await;
+    assert!(!valid);
     assert!(
-        stderr.contains("\"broken\"") && stderr.contains("weigth") && stderr.contains("1:22"),
-        "{stderr}"
+        printed.contains("\"broken\"") && printed.contains("weigth") && printed.contains("1:22"),
+        "{printed}"
     );
 
-    let shipped = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
-        .args([
-            "rules",
-            "check",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/rules/default.toml"),
-        ])
-        .output()
-        .await
-        .unwrap();
-    assert!(shipped.status.success());
-    assert!(String::from_utf8_lossy(&shipped.stdout).contains("4 rules, valid"));
-    std::fs::remove_dir_all(dir).unwrap();
+    let (valid, printed) = rules_check(quiesce::rules::DEFAULT_RULES).await;
+    assert!(valid, "{printed}");
+    assert!(printed.contains("4 rules, valid"), "{printed}");
 }
 
 #[tokio::test]

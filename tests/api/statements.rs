@@ -19,7 +19,7 @@ use quiesce::{
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    DsaStandIn, TestApp, TestOptions, claim_next, event, scalar, spawn_app, wait_for,
+    DsaStandIn, TestApp, TestOptions, claim_next, event, rules_check, scalar, spawn_app, wait_for,
 };
 
 /// Rules with a statement table per rule and file defaults: a hide on reports (a notice), a
@@ -28,11 +28,16 @@ const RULES: &str = r#"
 [statement]
 ground = "incompatible"
 contractual_ground = "Community guidelines, section 4"
-category = "STATEMENT_CATEGORY_VIOLATION_TOS"
+category = "STATEMENT_CATEGORY_OTHER_VIOLATION_TC"
+decision_ground_reference_url = "https://forum.example/guidelines#4"
+territorial_scope = ["AT", "DE"]
+content_language = "DE"
 url = "https://forum.example/{kind}/{id}"
 trusted_flagger_signals = ["trusted_report"]
 [statement.kinds.post]
 content_type = ["CONTENT_TYPE_TEXT"]
+[statement.kinds.user]
+account_type = "ACCOUNT_TYPE_PRIVATE"
 
 [[rule]]
 name = "remove_reported"
@@ -41,7 +46,9 @@ when = 'count("report") >= 3'
 action = "hide"
 reason = "{count.report} reports"
 [rule.statement]
-category = "STATEMENT_CATEGORY_FRAUD"
+category = "STATEMENT_CATEGORY_SCAMS_AND_FRAUD"
+category_specification = ["KEYWORD_OTHER"]
+category_specification_other = "Fake giveaways"
 keywords = ["scam"]
 explanation = "Reported {count.report} times as a scam"
 
@@ -55,7 +62,11 @@ reason = "{count.hate} hate reports"
 [rule.statement]
 ground = "illegal"
 legal_ground = "Section 130 of the Criminal Code"
-category = "STATEMENT_CATEGORY_DISCRIMINATION"
+category = "STATEMENT_CATEGORY_ILLEGAL_OR_HARMFUL_SPEECH"
+category_addition = ["STATEMENT_CATEGORY_VIOLENCE"]
+category_specification = ["KEYWORD_HATE_SPEECH"]
+decision_ground_reference_url = "https://www.gesetze-im-internet.de/stgb/__130.html"
+territorial_scope = ["DE"]
 
 [[rule]]
 name = "review_flags"
@@ -88,7 +99,16 @@ labels = ["graphic"]
 reason = "{count.gore} reports of graphic violence"
 [rule.statement]
 labels_restrict = true
-category = "STATEMENT_CATEGORY_UNCATEGORISED"
+category = "STATEMENT_CATEGORY_VIOLENCE"
+
+[[rule]]
+name = "demote_clickbait"
+kinds = ["post"]
+when = 'count("clickbait") >= 2'
+labels = ["clickbait"]
+reason = "{count.clickbait} reports of clickbait"
+[rule.statement]
+labels_visibility = "demoted"
 
 [[rule]]
 name = "topic_label"
@@ -200,7 +220,7 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     let hide = &all[0]["statement"];
     assert_eq!(
         hide["decision_visibility"],
-        "DECISION_VISIBILITY_CONTENT_DISABLED"
+        json!(["DECISION_VISIBILITY_CONTENT_DISABLED"])
     );
     assert_eq!(
         hide["decision_ground"],
@@ -214,14 +234,30 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         hide["incompatible_content_explanation"],
         "Reported 3 times as a scam"
     );
-    assert_eq!(hide["category"], "STATEMENT_CATEGORY_FRAUD");
+    assert_eq!(hide["category"], "STATEMENT_CATEGORY_SCAMS_AND_FRAUD");
+    assert_eq!(hide["category_specification"], json!(["KEYWORD_OTHER"]));
+    assert_eq!(hide["category_specification_other"], "Fake giveaways");
+    // The file's defaults where the rule says nothing.
+    assert_eq!(
+        hide["decision_ground_reference_url"],
+        "https://forum.example/guidelines#4"
+    );
+    assert_eq!(hide["territorial_scope"], json!(["AT", "DE"]));
+    assert_eq!(hide["content_language"], "DE");
     assert_eq!(hide["quiesce_keywords"], json!(["scam"]));
     assert_eq!(hide["content_type"], json!(["CONTENT_TYPE_TEXT"]));
     assert_eq!(hide["source_type"], "SOURCE_ARTICLE_16");
     assert_eq!(hide["automated_detection"], "Yes");
-    assert_eq!(hide["automated_decision"], "Yes");
-    assert_eq!(hide["url"], "https://forum.example/post/1");
-    assert!(hide.get("end_date").is_none());
+    assert_eq!(hide["automated_decision"], "AUTOMATED_DECISION_FULLY");
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert_eq!(hide["application_date"], today.as_str());
+    // No content date from the sender: the day of the entity's first event.
+    assert_eq!(hide["content_date"], today.as_str());
+    // quiesce's own copy keeps where the content is; the database has no field for it.
+    assert_eq!(hide["quiesce_url"], "https://forum.example/post/1");
+    for absent in ["url", "end_date", "end_date_visibility_restriction"] {
+        assert!(hide.get(absent).is_none(), "{absent}: {hide}");
+    }
     let facts = hide["decision_facts"].as_str().unwrap();
     assert!(
         facts.contains("remove_reported") && facts.contains("report 3"),
@@ -235,10 +271,24 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
         "Section 130 of the Criminal Code"
     );
     assert_eq!(timed["source_type"], "SOURCE_VOLUNTARY");
-    assert!(timed["end_date"].is_string(), "{timed}");
+    assert_eq!(
+        timed["category_addition"],
+        json!(["STATEMENT_CATEGORY_VIOLENCE"])
+    );
+    assert_eq!(timed["territorial_scope"], json!(["DE"]));
+    // A timed hide's end is the end of a visibility restriction, a day; quiesce's copy keeps
+    // the moment.
+    let ends: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(timed["quiesce_ends_at"].clone()).unwrap();
+    assert_eq!(
+        timed["end_date_visibility_restriction"],
+        ends.format("%Y-%m-%d").to_string().as_str()
+    );
+    assert!(timed.get("end_date").is_none(), "{timed}");
 
     let account = &all[2]["statement"];
     assert_eq!(account["decision_account"], "DECISION_ACCOUNT_SUSPENDED");
+    assert_eq!(account["account_type"], "ACCOUNT_TYPE_PRIVATE");
     // A kind the file says nothing of is named in words.
     assert_eq!(account["content_type"], json!(["CONTENT_TYPE_OTHER"]));
     assert_eq!(account["content_type_other"], "user");
@@ -304,11 +354,15 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     );
     // quiesce's own keys stay home.
     assert!(
-        stand_in
-            .accepted()
-            .iter()
-            .all(|s| s.get("quiesce_keywords").is_none())
+        stand_in.accepted().iter().all(|s| s
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|key| !key.starts_with("quiesce_"))),
+        "{:?}",
+        stand_in.accepted()
     );
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -360,10 +414,21 @@ async fn moderators_restricting_decisions_have_statements_and_a_restore_has_none
         })
         .collect();
     assert_eq!(decided, vec![("post:7", "review"), ("post:8", "override")]);
+    // Automation sent it for review, a person decided on what a rule weighed: partially
+    // automated. An override is a person's alone.
     let review = &all[0]["statement"];
     assert_eq!(review["automated_detection"], "Yes");
-    assert_eq!(review["automated_decision"], "No");
+    assert_eq!(review["automated_decision"], "AUTOMATED_DECISION_PARTIALLY");
     assert_eq!(review["incompatible_content_explanation"], "doxxing");
+    let overridden = &all[1]["statement"];
+    assert_eq!(overridden["automated_detection"], "No");
+    assert_eq!(
+        overridden["automated_decision"],
+        "AUTOMATED_DECISION_NOT_AUTOMATED"
+    );
+    // A moderator's statement has its entity's content date too.
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert_eq!(overridden["content_date"], today.as_str());
     let text = all[1]["statement"].to_string();
     assert!(
         !text.contains("mod:bo"),
@@ -372,6 +437,7 @@ async fn moderators_restricting_decisions_have_statements_and_a_restore_has_none
     assert_eq!(statements(&app, "?decided_by=override").await.len(), 1);
     submitted(&app, &stand_in, 2).await;
     assert_eq!(stand_in.accepted().len(), 2);
+    app.assert_statements_complete().await;
 }
 
 #[tokio::test]
@@ -706,15 +772,35 @@ async fn statements_are_listed_in_keyset_pages_and_bad_filters_are_refused() {
 
 #[test]
 fn the_rules_check_refuses_an_unknown_category_or_ground_naming_the_rule() {
-    let bad_category = RULES.replace("STATEMENT_CATEGORY_FRAUD", "STATEMENT_CATEGORY_SCAMS");
+    let bad_category = RULES.replace(
+        "STATEMENT_CATEGORY_SCAMS_AND_FRAUD",
+        "STATEMENT_CATEGORY_SCAMS",
+    );
     let error = RuleSet::from_toml(&bad_category).err().unwrap().to_string();
     assert!(
         error.contains("remove_reported") && error.contains("STATEMENT_CATEGORY_SCAMS"),
         "{error}"
     );
-    let bad_ground = RULES.replace("ground = \"illegal\"", "ground = \"immoral\"");
+    // A ground that is neither is refused naming its rule and the two it may be, not as a bare
+    // parse error of the file.
+    let bad_ground = RULES.replace("ground = \"illegal\"", "ground = \"illegl\"");
     let error = RuleSet::from_toml(&bad_ground).err().unwrap().to_string();
-    assert!(error.contains("immoral"), "{error}");
+    assert!(
+        error.contains("rule \"illegal_hate\"")
+            && error.contains("\"illegl\"")
+            && error.contains("illegal, incompatible"),
+        "{error}"
+    );
+    let bad_visibility = RULES.replace("\"demoted\"", "\"hidden\"");
+    let error = RuleSet::from_toml(&bad_visibility)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("demote_clickbait")
+            && error.contains("labelled, demoted, age_restricted, interaction_restricted"),
+        "{error}"
+    );
     let no_legal = RULES.replace("legal_ground = \"Section 130 of the Criminal Code\"", "");
     let error = RuleSet::from_toml(&no_legal).err().unwrap().to_string();
     assert!(
@@ -734,14 +820,18 @@ async fn a_label_restricts_only_where_its_rule_says_so_and_an_upheld_appeal_take
     let statement = &labelled[0];
     assert_eq!(statement["entity"], "post:20");
     assert_eq!(statement["action_id"], Value::Null);
+    // A restricting label is labelled content, unless its rule names another visibility.
     assert_eq!(
         statement["statement"]["decision_visibility"],
-        "DECISION_VISIBILITY_OTHER"
+        json!(["DECISION_VISIBILITY_CONTENT_LABELLED"])
     );
-    assert_eq!(
-        statement["statement"]["decision_visibility_other"],
-        "Content labelled \"graphic\""
+    assert!(
+        statement["statement"]
+            .get("decision_visibility_other")
+            .is_none()
     );
+    let facts = statement["statement"]["decision_facts"].as_str().unwrap();
+    assert!(facts.contains("\"graphic\""), "{facts}");
     submitted(&app, &stand_in, 1).await;
     assert!(
         stand_in.rejections().is_empty(),
@@ -806,7 +896,10 @@ async fn a_reversal_that_puts_a_hide_back_has_a_statement_of_its_own() {
     // Listed by the way it was decided, as docs/statements.md names it.
     assert_eq!(statements(&app, "?decided_by=reversal").await, all[1..]);
     assert_eq!(all[1]["action_id"], Value::Null);
-    assert_eq!(all[1]["statement"]["automated_decision"], "No");
+    assert_eq!(
+        all[1]["statement"]["automated_decision"],
+        "AUTOMATED_DECISION_NOT_AUTOMATED"
+    );
     assert_eq!(
         all[1]["statement"]["incompatible_content_explanation"],
         "ended by mistake"
@@ -960,4 +1053,485 @@ async fn a_killed_worker_and_a_flushed_redis_deliver_each_statement_once_to_both
         "the platform got each statement's webhook once"
     );
     app.assert_statements_complete().await;
+}
+
+#[tokio::test]
+async fn rules_check_takes_the_lists_in_force_and_refuses_any_other_value_naming_where_and_what() {
+    let (valid, printed) = rules_check(RULES).await;
+    assert!(valid, "{printed}");
+    // A file written for the 2023 lists: the schema changed, and the value to write now.
+    let old_default = RULES.replace(
+        "STATEMENT_CATEGORY_OTHER_VIOLATION_TC",
+        "STATEMENT_CATEGORY_VIOLATION_TOS",
+    );
+    let old_rule = RULES.replace(
+        "\"STATEMENT_CATEGORY_SCAMS_AND_FRAUD\"",
+        "\"STATEMENT_CATEGORY_FRAUD\"",
+    );
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (
+            old_default,
+            vec![
+                "[statement]",
+                "STATEMENT_CATEGORY_VIOLATION_TOS",
+                "2023 schema",
+                "write \"STATEMENT_CATEGORY_OTHER_VIOLATION_TC\"",
+            ],
+        ),
+        (
+            old_rule,
+            vec![
+                "rule \"remove_reported\"",
+                "2023 schema",
+                "write \"STATEMENT_CATEGORY_SCAMS_AND_FRAUD\"",
+            ],
+        ),
+        (
+            RULES.replace(
+                "[\"STATEMENT_CATEGORY_VIOLENCE\"]",
+                "[\"STATEMENT_CATEGORY_GORE\"]",
+            ),
+            vec![
+                "rule \"illegal_hate\"",
+                "`statement.category_addition` \"STATEMENT_CATEGORY_GORE\"",
+                "STATEMENT_CATEGORY_ANIMAL_WELFARE, STATEMENT_CATEGORY_CONSUMER_INFORMATION",
+            ],
+        ),
+        (
+            RULES.replace("[\"KEYWORD_HATE_SPEECH\"]", "[\"KEYWORD_HATE\"]"),
+            vec![
+                "rule \"illegal_hate\"",
+                "`statement.category_specification` \"KEYWORD_HATE\"",
+                "KEYWORD_ADULT_SEXUAL_MATERIAL",
+                "KEYWORD_OTHER",
+            ],
+        ),
+        (
+            RULES.replace("category_specification_other = \"Fake giveaways\"\n", ""),
+            vec!["rule \"remove_reported\"", "category_specification_other"],
+        ),
+        (
+            RULES.replace(
+                "territorial_scope = [\"DE\"]",
+                "territorial_scope = [\"US\"]",
+            ),
+            vec![
+                "rule \"illegal_hate\"",
+                "`statement.territorial_scope` \"US\"",
+                "AT, BE, BG",
+            ],
+        ),
+        (
+            RULES.replace(
+                "\"https://www.gesetze-im-internet.de",
+                "\"www.gesetze-im-internet.de",
+            ),
+            vec!["rule \"illegal_hate\"", "decision_ground_reference_url"],
+        ),
+        (
+            RULES.replace("content_language = \"DE\"", "content_language = \"de\""),
+            vec![
+                "[statement]",
+                "`statement.content_language` \"de\"",
+                "AB, AA, AF",
+            ],
+        ),
+        (
+            RULES.replace("\"ACCOUNT_TYPE_PRIVATE\"", "\"ACCOUNT_TYPE_PERSONAL\""),
+            vec![
+                "`statement.kinds.user.account_type` \"ACCOUNT_TYPE_PERSONAL\"",
+                "ACCOUNT_TYPE_BUSINESS, ACCOUNT_TYPE_PRIVATE",
+            ],
+        ),
+        (
+            RULES.replace("ground = \"illegal\"", "ground = \"illegl\""),
+            vec![
+                "rule \"illegal_hate\"",
+                "\"illegl\"",
+                "illegal, incompatible",
+            ],
+        ),
+    ];
+    for (text, said) in cases {
+        let (valid, printed) = rules_check(&text).await;
+        assert!(!valid, "accepted: {said:?}");
+        for words in said {
+            assert!(printed.contains(words), "{words:?} not in: {printed}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stored_rules_version_of_the_2023_schema_still_goes_in_force_with_the_category_in_force()
+{
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    // Version 2 as the release before the schema changed published it: its text names 2023
+    // categories, which `rules check` refuses now.
+    let old = RULES
+        .replace(
+            "STATEMENT_CATEGORY_OTHER_VIOLATION_TC",
+            "STATEMENT_CATEGORY_VIOLATION_TOS",
+        )
+        .replace(
+            "\"STATEMENT_CATEGORY_SCAMS_AND_FRAUD\"",
+            "\"STATEMENT_CATEGORY_FRAUD\"",
+        );
+    assert!(RuleSet::from_toml(&old).is_err());
+    sqlx::query!(
+        "INSERT INTO rules_versions (version, text, hash, author, message)
+         VALUES (2, $1, $2, 'mod:ana', 'published in 2024')",
+        old,
+        quiesce::active_rules::hash(&old),
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    sqlx::query!(
+        "INSERT INTO rules_activations (version, kind, author, message)
+         VALUES (2, 'publish', 'mod:ana', 'published in 2024')"
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // A process starts with it in force and decides by it.
+    let (mut worker, _) = app.spawn_ready_worker_process("after-the-change").await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| json!({"id": format!("old-{i}"), "entity": "post:70", "type": "report", "priority": "critical"}))
+        .collect();
+    app.send(&json!(events)).await;
+    wait_for(
+        Duration::from_secs(30),
+        "the worker hides post:70",
+        || async {
+            scalar!(
+                app,
+                "SELECT count(*) FROM statements WHERE entity = 'post:70'"
+            ) == 1
+        },
+    )
+    .await;
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT coalesce(max(rules_version), 0) FROM actions WHERE entity = 'post:70'"
+        ),
+        2
+    );
+    let statement = &statements(&app, "?entity=post:70").await[0]["statement"];
+    assert_eq!(statement["category"], "STATEMENT_CATEGORY_SCAMS_AND_FRAUD");
+    // The version stays as it was published.
+    let text: String = sqlx::query_scalar!("SELECT text FROM rules_versions WHERE version = 2")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(text, old);
+    submitted(&app, &stand_in, 1).await;
+    app.assert_statements_complete().await;
+}
+
+#[tokio::test]
+async fn a_senders_content_date_is_the_statements_else_the_day_of_the_entitys_first_event() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    // A sender says when the post was written with any of its events' attributes, undeclared;
+    // the latest it sent counts.
+    let dated = |id: &str, entity: &str, date: &str| {
+        let mut event = event(id, entity, "upvote");
+        event["attributes"] = json!({ "content_date": date });
+        event
+    };
+    app.send(&json!([
+        dated("d1", "post:80", "2025-11-02"),
+        dated("d2", "post:80", "2025-11-03")
+    ]))
+    .await;
+    decide(&app, "post:80", "report", 3).await;
+    // Folded into the entity's row, then read from there.
+    app.send(&json!([dated("d3", "post:81", "2024-02-29")]))
+        .await;
+    app.backends.store.fold(&["post:81"], 1).await.unwrap();
+    decide(&app, "post:81", "report", 3).await;
+    // None given: the day of the entity's first event.
+    decide(&app, "post:82", "report", 3).await;
+    // A moderator's statement reads it too.
+    app.send(&json!([dated("d4", "post:83", "2023-07-01")]))
+        .await;
+    let (status, body) = app
+        .post_json(
+            "/v1/entities/post:83/override",
+            json!({"moderator": "mod:bo", "status": "hidden", "reason": "spam"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    for (entity, date) in [
+        ("post:80", "2025-11-03"),
+        ("post:81", "2024-02-29"),
+        ("post:82", today.as_str()),
+        ("post:83", "2023-07-01"),
+    ] {
+        let statement = &statements(&app, &format!("?entity={entity}")).await[0]["statement"];
+        assert_eq!(statement["content_date"], date, "{entity}: {statement}");
+    }
+    // The date is the entity's, not a figure: nothing of it is folded among the attributes.
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM attribute_values WHERE attribute = 'content_date'"
+        ),
+        0
+    );
+    submitted(&app, &stand_in, 4).await;
+    app.assert_statements_complete().await;
+
+    // A date the database would refuse is refused at ingest, naming it, and nothing is written.
+    for bad in [
+        json!("2025-02-30"),
+        json!("03/11/2025"),
+        json!(20251103),
+        json!("1999-12-31"),
+    ] {
+        let mut event = event("bad-date", "post:84", "upvote");
+        event["attributes"] = json!({ "content_date": bad });
+        let (status, body) = app.post_json("/v1/events", json!([event])).await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["error"]["field"], "attributes.content_date", "{body}");
+    }
+    assert_eq!(
+        scalar!(app, "SELECT count(*) FROM events WHERE entity = 'post:84'"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_labels_visibility_names_the_restriction_its_statement_reports() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    decide(&app, "post:90", "clickbait", 2).await;
+    let statement = &statements(&app, "?entity=post:90").await[0]["statement"];
+    assert_eq!(
+        statement["decision_visibility"],
+        json!(["DECISION_VISIBILITY_CONTENT_DEMOTED"])
+    );
+    submitted(&app, &stand_in, 1).await;
+    app.assert_statements_complete().await;
+}
+
+#[tokio::test]
+async fn statements_written_in_the_2023_schema_and_not_delivered_are_sent_in_the_schema_in_force() {
+    let stand_in = DsaStandIn::start().await;
+    let app = with_dsa(&stand_in).await;
+    app.send(&json!([event("e1", "post:100", "report")])).await;
+    // Three rows exactly as the release before wrote them, each with its delivery waiting: a
+    // rule's timed hide, a review decision's suspension, a restricting label.
+    let written = [
+        (
+            "quiesce-7f0c1b9e-0000-4000-8000-000000000001",
+            "post:100",
+            "automated",
+            json!({
+                "decision_visibility": "DECISION_VISIBILITY_CONTENT_DISABLED",
+                "decision_ground": "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+                "incompatible_content_ground": "Community guidelines, section 4",
+                "incompatible_content_explanation": "Reported 3 times as a scam",
+                "incompatible_content_illegal": "No",
+                "content_type": ["CONTENT_TYPE_TEXT"],
+                "category": "STATEMENT_CATEGORY_FRAUD",
+                "application_date": "2026-12-06-09",
+                "end_date": "2026-12-07-09",
+                "decision_facts": "Rule remove_reported decided automatically when `count(\"report\") >= 3` held. Figures: report 3.",
+                "source_type": "SOURCE_ARTICLE_16",
+                "automated_detection": "Yes",
+                "automated_decision": "Yes",
+                "url": "https://forum.example/post/100",
+                "puid": "quiesce-7f0c1b9e-0000-4000-8000-000000000001",
+                "quiesce_keywords": ["scam"],
+            }),
+        ),
+        (
+            "quiesce-7f0c1b9e-0000-4000-8000-000000000002",
+            "user:101",
+            "review",
+            json!({
+                "decision_account": "DECISION_ACCOUNT_SUSPENDED",
+                "decision_ground": "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+                "incompatible_content_ground": "The platform's terms of service",
+                "incompatible_content_explanation": "ban evasion",
+                "incompatible_content_illegal": "No",
+                "content_type": ["CONTENT_TYPE_OTHER"],
+                "content_type_other": "user",
+                "category": "STATEMENT_CATEGORY_VIOLATION_TOS",
+                "application_date": "2026-12-06-10",
+                "decision_facts": "A moderator decided to set the user suspended, after automation sent it for review.",
+                "source_type": "SOURCE_VOLUNTARY",
+                "automated_detection": "Yes",
+                "automated_decision": "No",
+                "url": "user:101",
+                "puid": "quiesce-7f0c1b9e-0000-4000-8000-000000000002",
+            }),
+        ),
+        (
+            "quiesce-7f0c1b9e-0000-4000-8000-000000000003",
+            "post:102",
+            "automated",
+            json!({
+                "decision_visibility": "DECISION_VISIBILITY_OTHER",
+                "decision_visibility_other": "Content labelled \"graphic\"",
+                "decision_ground": "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+                "incompatible_content_ground": "The platform's terms of service",
+                "incompatible_content_explanation": "2 reports of graphic violence",
+                "incompatible_content_illegal": "No",
+                "content_type": ["CONTENT_TYPE_TEXT"],
+                "category": "STATEMENT_CATEGORY_UNCATEGORISED",
+                "application_date": "2026-12-06-11",
+                "decision_facts": "Rule graphic_label decided automatically when `count(\"gore\") >= 2` held. Figures: gore 2.",
+                "source_type": "SOURCE_VOLUNTARY",
+                "automated_detection": "Yes",
+                "automated_decision": "Yes",
+                "url": "post:102",
+                "puid": "quiesce-7f0c1b9e-0000-4000-8000-000000000003",
+            }),
+        ),
+    ];
+    for (puid, entity, decided_by, body) in &written {
+        sqlx::query!(
+            "WITH issued AS (
+                 INSERT INTO statements (puid, entity, action_id, rule, decided_by,
+                                         previous_status, status, body)
+                 VALUES ($1, $2, NULL, NULL, $3, 'visible', 'hidden', $4)
+                 RETURNING id, puid)
+             INSERT INTO outbox (topic, idempotency_key, payload, receiver)
+             SELECT 'statement.submitted', 'dsa:' || puid,
+                    jsonb_build_object('statement_id', id), 'dsa'
+             FROM issued",
+            puid,
+            entity,
+            decided_by,
+            body,
+        )
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    }
+    submitted(&app, &stand_in, 3).await;
+    assert!(
+        stand_in.rejections().is_empty(),
+        "{:?}",
+        stand_in.rejections()
+    );
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE receiver = 'dsa' AND delivered_at IS NULL"
+        ),
+        0
+    );
+    let stored = stand_in.accepted();
+    let hide = &stored[0];
+    assert_eq!(
+        hide["decision_visibility"],
+        json!(["DECISION_VISIBILITY_CONTENT_DISABLED"])
+    );
+    assert_eq!(hide["application_date"], "2026-12-06");
+    assert_eq!(hide["end_date_visibility_restriction"], "2026-12-07");
+    assert_eq!(hide["automated_decision"], "AUTOMATED_DECISION_FULLY");
+    assert_eq!(hide["category"], "STATEMENT_CATEGORY_SCAMS_AND_FRAUD");
+    // Its entity's first event was recorded today; the others have no row: their day.
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert_eq!(hide["content_date"], today.as_str());
+    let suspension = &stored[1];
+    assert_eq!(
+        suspension["automated_decision"],
+        "AUTOMATED_DECISION_PARTIALLY"
+    );
+    assert_eq!(
+        suspension["category"],
+        "STATEMENT_CATEGORY_OTHER_VIOLATION_TC"
+    );
+    assert_eq!(suspension["content_date"], "2026-12-06");
+    let label = &stored[2];
+    assert_eq!(
+        label["decision_visibility"],
+        json!(["DECISION_VISIBILITY_CONTENT_LABELLED"])
+    );
+    // The platform's copy stays as it was written.
+    let kept: Value = sqlx::query_scalar!(
+        "SELECT body FROM statements WHERE puid = 'quiesce-7f0c1b9e-0000-4000-8000-000000000001'"
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, written[0].3);
+}
+
+#[tokio::test]
+async fn a_429_holds_every_batch_until_its_retry_after_and_all_are_stored_after() {
+    let stand_in = DsaStandIn::start().await;
+    // The token's limit made small: one request in two seconds.
+    stand_in.limit(&[(1, Duration::from_secs(2))]);
+    let app = with_dsa(&stand_in).await;
+    let submitter = submitter(&app);
+    decide(&app, "post:110", "report", 3).await;
+    submitter.submit_once().await.unwrap();
+    decide(&app, "post:111", "report", 3).await;
+    submitter.submit_once().await.unwrap();
+    let limited = stand_in.request_log()[1];
+    assert_eq!((limited.status, limited.retry_after), (429, Some(2)));
+    decide(&app, "post:112", "report", 3).await;
+    wait_for(Duration::from_secs(20), "all three stored", || async {
+        submitter.submit_once().await.unwrap();
+        stand_in.accepted().len() == 3
+    })
+    .await;
+    // After each 429, nothing came before the time it named.
+    let log = stand_in.request_log();
+    for (before, after) in log.iter().zip(log.iter().skip(1)) {
+        if let Some(seconds) = before.retry_after {
+            let waited = after.arrived.duration_since(before.arrived);
+            assert!(
+                waited >= Duration::from_secs(seconds),
+                "a batch {waited:?} after a 429 asking for {seconds}s: {log:?}"
+            );
+        }
+    }
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM outbox WHERE receiver = 'dsa' AND (delivered_at IS NULL OR failed_at IS NOT NULL)"
+        ),
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_a_statement_in_the_schema_in_force() {
+    let app = spawn_app(options()).await;
+    let (status, doc) = app.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    let statement = &doc["components"]["schemas"]["StatementRecord"]["properties"]["statement"];
+    let fields = statement["properties"].as_object().unwrap();
+    for field in [
+        "content_date",
+        "end_date_visibility_restriction",
+        "end_date_account_restriction",
+        "category_specification",
+        "quiesce_url",
+    ] {
+        assert!(fields.contains_key(field), "{field}: {statement}");
+    }
+    assert!(!fields.contains_key("url") && !fields.contains_key("end_date"));
+    assert_eq!(fields["category"]["enum"].as_array().unwrap().len(), 16);
+    assert_eq!(fields["decision_visibility"]["type"], "array");
+    assert_eq!(
+        fields["automated_decision"]["enum"],
+        json!([
+            "AUTOMATED_DECISION_FULLY",
+            "AUTOMATED_DECISION_PARTIALLY",
+            "AUTOMATED_DECISION_NOT_AUTOMATED"
+        ])
+    );
 }

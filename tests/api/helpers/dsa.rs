@@ -1,36 +1,41 @@
 //! A stand-in of the EU DSA Transparency Database's batch endpoint, `POST /api/v1/statements`,
-//! answering as the Commission's code does (digital-services-act/transparency-database): each
-//! statement is checked by [`rules`] and the batch is handled as its
-//! `StatementMultipleAPIController` does (as stored at 024010d9 and e2f77d41; it is not stored
-//! at 006d22e9, whose rules the statements follow):
+//! answering as the Commission's code does (digital-services-act/transparency-database, main at
+//! 69e80a0b of 2026-06-24; the schema in force since 2025-07-01): each statement is checked by
+//! [`rules`] (`GroupedSubmissionsService::multi_rules`) and the batch is handled as
+//! `StatementMultipleAPIController::store` does:
 //!
+//! - over the token's rate limit (`RouteServiceProvider`: 200 a second and 12,000 a minute per
+//!   token, 100 a minute per address without one; settable with [`DsaStandIn::limit`]): 429
+//!   `Limit Reached. Please do not overload the API` with `Retry-After`, before anything else;
 //! - no or a wrong bearer token: 401 `{"message": "Unauthenticated."}` (Sanctum);
 //! - `statements` missing, empty, not a list or over 100 long: 422 with Laravel's
 //!   `{"message", "errors": {"statements": [..]}}`;
 //! - any invalid statement: 422 `{"errors": {"statement_<index>": {field: [messages]}}}`, and
 //!   nothing of the batch is stored;
 //! - a puid twice in the batch, or already stored: 422 `{"message", "errors": {"puid": [..],
-//!   "existing_puids": [..]}}`, nothing stored;
-//! - otherwise all are stored: 201 `{"statements": [..]}`, each as kept with its `uuid`,
-//!   `created_at` and `platform_name`.
+//!   "existing_puids": [..]}}` (`PuidNotUniqueMultipleException`), nothing stored;
+//! - otherwise all are stored: 201 `{"statements": [..]}`, each as `buildOutputJsonResponse`
+//!   gives it back (with its `uuid`, `created_at`, `platform_name`, `self`, `permalink`).
 //!
 //! Without `Accept: application/json` Laravel redirects (302) where it would answer 401 or
 //! the `statements` error; the stand-in does too.
 
 mod dates;
+mod enums;
 mod rules;
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, Mutex},
+    time::{Duration, Instant},
 };
 
 use axum::{
     Router,
     body::Bytes,
     extract::{DefaultBodyLimit, State},
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -43,25 +48,71 @@ pub fn dsa_errors(statement: &Value) -> Option<Value> {
     rules::validate(fields).err().map(Value::Object)
 }
 
+/// The keys of `statement` the database has no field for (it drops them unread).
+pub fn dsa_unknown_fields(statement: &Value) -> Vec<String> {
+    let known: HashSet<&str> = rules::fields().collect();
+    statement
+        .as_object()
+        .map(|fields| {
+            fields
+                .keys()
+                .filter(|key| !known.contains(key.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[allow(unused_imports)]
-pub use rules::{
-    ACCOUNT_TYPES, CATEGORIES, CONTENT_TYPES, COUNTRY_CODES, DECISION_ACCOUNTS, DECISION_GROUNDS,
-    DECISION_MONETARIES, DECISION_PROVISIONS, DECISION_VISIBILITIES, SOURCE_TYPES, YES_NO,
+pub use enums::{
+    ACCOUNT_TYPES, AUTOMATED_DECISIONS, AUTOMATED_DETECTIONS, CATEGORIES, CONTENT_TYPES,
+    COUNTRY_CODES, DECISION_ACCOUNTS, DECISION_GROUNDS, DECISION_MONETARIES, DECISION_PROVISIONS,
+    DECISION_VISIBILITIES, KEYWORDS, LANGUAGES, SOURCE_TYPES,
 };
 
 /// The controller's `between:1,100`.
 pub const DSA_MAX_BATCH: usize = 100;
 const PLATFORM_NAME: &str = "Stand-in platform";
 const DUPLICATE: &str = "The platform identifier(s) are not all unique within this call.";
+const LIMIT_REACHED: &str = "Limit Reached. Please do not overload the API";
+/// `RouteServiceProvider`'s limits of an authenticated token, and of an address without one.
+const TOKEN_LIMITS: [(u32, Duration); 2] = [
+    (200, Duration::from_secs(1)),
+    (12_000, Duration::from_secs(60)),
+];
+const ANONYMOUS_LIMIT: (u32, Duration) = (100, Duration::from_secs(60));
+
+/// One of a key's limits (Laravel's `RateLimiter`): hits counted in a window that starts at the
+/// first one.
+struct Window {
+    max: u32,
+    decay: Duration,
+    started: Instant,
+    hits: u32,
+}
 
 #[derive(Default)]
 struct Database {
+    /// The statements stored, as the model reads them back.
     statements: Vec<Value>,
     /// The stored puids as PHP compares them (as strings).
     puids: HashSet<String>,
     rejections: Vec<(u16, Value)>,
-    requests: usize,
+    /// Every request to the batch endpoint, in arrival order.
+    log: Vec<Request>,
     answers_to_lose: usize,
+    /// The token's limits (`None`: the application's).
+    limits: Option<Vec<(u32, Duration)>>,
+    windows: HashMap<String, Vec<Window>>,
+}
+
+/// A request to the batch endpoint as the stand-in answered it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub arrived: Instant,
+    pub status: u16,
+    /// A 429's `Retry-After`, in seconds.
+    pub retry_after: Option<u64>,
 }
 
 struct Shared {
@@ -111,7 +162,7 @@ impl DsaStandIn {
         self.shared.token.clone()
     }
 
-    /// Every statement stored, in arrival order, as the success answer gave it back.
+    /// Every statement stored, in arrival order, as the database keeps it.
     pub fn accepted(&self) -> Vec<Value> {
         self.database().statements.clone()
     }
@@ -123,20 +174,35 @@ impl DsaStandIn {
             .collect()
     }
 
-    /// Every non-2xx answer with its body (null for a redirect), lost answers included.
+    /// Every non-2xx answer with its body (null for a redirect, the text of a 429 as a
+    /// string), lost answers included.
     pub fn rejections(&self) -> Vec<(u16, Value)> {
         self.database().rejections.clone()
     }
 
     /// Requests to the batch endpoint, whatever their answer.
     pub fn requests(&self) -> usize {
-        self.database().requests
+        self.database().log.len()
+    }
+
+    /// Each request to the batch endpoint: when it arrived, and how it was answered.
+    pub fn request_log(&self) -> Vec<Request> {
+        self.database().log.clone()
     }
 
     /// The next `n` requests are handled as usual (a valid batch is stored) but answered
     /// 500 `{"message": "Server Error"}`, as if the answer had been lost.
     pub fn lose_next_answers(&self, n: usize) {
         self.database().answers_to_lose += n;
+    }
+
+    /// The token's rate limits from now on: at most `max` requests in each `window` (which
+    /// starts at its first request), as `RouteServiceProvider` sets 200 a second and 12,000 a
+    /// minute.
+    pub fn limit(&self, limits: &[(u32, Duration)]) {
+        let mut database = self.database();
+        database.limits = Some(limits.to_vec());
+        database.windows.clear();
     }
 
     fn database(&self) -> std::sync::MutexGuard<'_, Database> {
@@ -151,18 +217,33 @@ impl Drop for DsaStandIn {
 }
 
 async fn store(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let arrived = Instant::now();
     let mut database = shared.database.lock().unwrap();
-    database.requests += 1;
-    let (status, answer) = answer(&shared, &mut database, &headers, &body);
-    let (status, answer) = if database.answers_to_lose > 0 {
+    let (status, answer) = match throttle(&shared, &mut database, &headers, arrived) {
+        Some(limited) => limited,
+        None => answer(&shared, &mut database, &headers, &body),
+    };
+    let (status, answer) = if database.answers_to_lose > 0 && status != 429 {
         database.answers_to_lose -= 1;
         (500, Answer::Json(json!({"message": "Server Error"})))
     } else {
         (status, answer)
     };
+    let retry_after = match &answer {
+        Answer::Text(_, headers) => headers
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse().ok()),
+        _ => None,
+    };
+    database.log.push(Request {
+        arrived,
+        status,
+        retry_after,
+    });
     if !(200..300).contains(&status) {
         let body = match &answer {
             Answer::Json(body) => body.clone(),
+            Answer::Text(text, _) => Value::String(text.clone()),
             Answer::Redirect(_) => Value::Null,
         };
         database.rejections.push((status, body));
@@ -170,16 +251,71 @@ async fn store(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byte
     let status = StatusCode::from_u16(status).unwrap();
     match answer {
         Answer::Json(body) => (status, axum::Json(body)).into_response(),
+        Answer::Text(text, headers) => (status, headers, text).into_response(),
         Answer::Redirect(location) => (status, [(header::LOCATION, location)]).into_response(),
     }
 }
 
 enum Answer {
     Json(Value),
+    Text(String, HeaderMap),
     Redirect(String),
 }
 
-/// The controller, from the middleware on.
+/// The `throttle:api` middleware, before authentication: the token's limits (or the
+/// address's, without a known token), each hit in turn; the first one spent answers 429 with
+/// `Retry-After` (seconds until its window ends) and Laravel's `X-RateLimit-*` headers.
+fn throttle(
+    shared: &Shared,
+    database: &mut Database,
+    headers: &HeaderMap,
+    now: Instant,
+) -> Option<(u16, Answer)> {
+    let (key, limits) = if bearer(headers) == Some(shared.token.as_str()) {
+        let limits = database.limits.clone().unwrap_or(TOKEN_LIMITS.to_vec());
+        ("token".to_owned(), limits)
+    } else {
+        ("address".to_owned(), vec![ANONYMOUS_LIMIT])
+    };
+    let windows = database.windows.entry(key).or_default();
+    if windows.len() != limits.len() {
+        *windows = limits
+            .iter()
+            .map(|&(max, decay)| Window {
+                max,
+                decay,
+                started: now,
+                hits: 0,
+            })
+            .collect();
+    }
+    for window in windows.iter_mut() {
+        if now.duration_since(window.started) >= window.decay {
+            window.started = now;
+            window.hits = 0;
+        }
+        if window.hits >= window.max {
+            let left = window.decay - now.duration_since(window.started);
+            let retry_after = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            let mut headers = HeaderMap::new();
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            headers.insert("x-ratelimit-limit", HeaderValue::from(window.max));
+            headers.insert("x-ratelimit-remaining", HeaderValue::from(0));
+            return Some((429, Answer::Text(LIMIT_REACHED.to_owned(), headers)));
+        }
+        window.hits += 1;
+    }
+    None
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The controller, from the authentication on.
 fn answer(
     shared: &Shared,
     database: &mut Database,
@@ -188,11 +324,7 @@ fn answer(
 ) -> (u16, Answer) {
     let origin = format!("http://{}", shared.address);
     let wants_json = expects_json(headers);
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if bearer != Some(shared.token.as_str()) {
+    if bearer(headers) != Some(shared.token.as_str()) {
         return if wants_json {
             (401, Answer::Json(json!({"message": "Unauthenticated."})))
         } else {
@@ -236,7 +368,10 @@ fn answer(
             return (500, Answer::Json(json!({"message": "Server Error"})));
         };
         match rules::validate(statement) {
-            Ok(statement) => kept.push(statement),
+            Ok(mut statement) => {
+                rules::settle(&mut statement);
+                kept.push(statement);
+            }
             Err(fields) => {
                 errors.insert(format!("statement_{index}"), Value::Object(fields));
             }
@@ -257,18 +392,68 @@ fn answer(
 
     let created_at = chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string();
     let mut out = Vec::new();
-    for mut statement in kept {
-        statement.insert("uuid".into(), uuid::Uuid::new_v4().to_string().into());
-        statement.insert("created_at".into(), created_at.clone().into());
-        statement.insert("platform_name".into(), PLATFORM_NAME.into());
+    for statement in kept {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let mut row = rules::stored(&statement);
+        row.insert("uuid".into(), uuid.clone().into());
+        row.insert("created_at".into(), created_at.clone().into());
+        row.insert("platform_name".into(), PLATFORM_NAME.into());
         database.puids.insert(rules::php_string(&statement["puid"]));
-        database.statements.push(Value::Object(statement.clone()));
-        out.push(Value::Object(statement));
+        database.statements.push(Value::Object(row));
+        out.push(Value::Object(given_back(
+            statement,
+            &uuid,
+            &created_at,
+            &origin,
+        )));
     }
     (201, Answer::Json(json!({"statements": out})))
 }
 
-/// `'statements' => 'required|array|between:1,100'`, with Laravel's messages.
+/// `buildOutputJsonResponse`: the statement as validated, its EAN-13 as `content_id_ean`, the
+/// list fields and optional fields it lacks as empty lists and nulls, and where it is.
+fn given_back(
+    mut statement: Map<String, Value>,
+    uuid: &str,
+    created_at: &str,
+    origin: &str,
+) -> Map<String, Value> {
+    let ean = statement
+        .remove("content_id")
+        .and_then(|id| id.get("EAN-13").cloned())
+        .unwrap_or(Value::Null);
+    statement.insert("content_id_ean".into(), ean);
+    for list in [
+        "decision_visibility",
+        "category_addition",
+        "category_specification",
+        "content_type",
+        "territorial_scope",
+    ] {
+        statement.entry(list).or_insert(json!([]));
+    }
+    // initOptionalFields
+    for optional in rules::OPTIONAL_FIELDS
+        .iter()
+        .chain(&["illegal_content_legal_ground"])
+    {
+        statement.entry(*optional).or_insert(Value::Null);
+    }
+    statement.insert("uuid".into(), uuid.into());
+    statement.insert("created_at".into(), created_at.into());
+    statement.insert("platform_name".into(), PLATFORM_NAME.into());
+    statement.insert(
+        "self".into(),
+        format!("{origin}/api/v1/statement/{uuid}").into(),
+    );
+    statement.insert(
+        "permalink".into(),
+        format!("{origin}/statement/{uuid}").into(),
+    );
+    statement
+}
+
+/// `'statements' => 'required|array|between:1,100'`, with Laravel 12's messages.
 fn batch_error(statements: Option<&Value>) -> Result<&Vec<Value>, String> {
     match statements {
         None | Some(Value::Null) => Err("The statements field is required.".into()),
@@ -276,14 +461,15 @@ fn batch_error(statements: Option<&Value>) -> Result<&Vec<Value>, String> {
             Err("The statements field is required.".into())
         }
         Some(Value::Array(items)) if items.len() > DSA_MAX_BATCH => Err(format!(
-            "The statements must have between 1 and {DSA_MAX_BATCH} items."
+            "The statements field must have between 1 and {DSA_MAX_BATCH} items."
         )),
         Some(Value::Array(items)) => Ok(items),
-        Some(_) => Err("The statements must be an array.".into()),
+        Some(_) => Err("The statements field must be an array.".into()),
     }
 }
 
-/// The puids repeated within the batch; if none is, those already stored (in batch order).
+/// The puids repeated within the batch; if none is, those already stored (in batch order):
+/// `PlatformUniqueIdService::runWithReservedPuids`.
 fn duplicates(database: &Database, batch: &[Map<String, Value>]) -> Vec<Value> {
     let puids: Vec<&Value> = batch.iter().map(|statement| &statement["puid"]).collect();
     let repeated = repeated(&puids);

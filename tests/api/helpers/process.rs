@@ -112,6 +112,28 @@ impl TestApp {
     }
 }
 
+/// `quiesce rules check` on a file holding `text`: whether it passed, and what it printed (its
+/// standard output, then its standard error).
+pub async fn rules_check(text: &str) -> (bool, String) {
+    let dir = std::env::temp_dir().join(format!("quiesce-check-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules.toml");
+    std::fs::write(&file, text).unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_quiesce"))
+        .args(["rules", "check"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), printed)
+}
+
 /// `quiesce <subcommand>` with `settings` in its environment (as the process reads them), its
 /// output in the test log folder when there is one, killed when dropped. The binary is this
 /// build's, or `QUIESCE_TEST_BINARY` (`make ha-figures HA_RELEASE=1` runs a release build).

@@ -1,108 +1,63 @@
-//! One statement of reasons checked the way the Commission's Transparency Database checks it:
-//! the rules of its `StatementStoreRequest` (digital-services-act/transparency-database at
-//! 006d22e9), the enumeration keys of its `Statement` model at the same commit, the country
-//! codes of its `EuropeanCountriesService` (0f6fa115) and the puid pattern its bulk validation
-//! added later (`GroupedSubmissionsService`, 242ba47f). Messages are Laravel's as that
-//! commit's own tests assert them ("does not match the format Y-m-d-H").
+//! One statement of a batch checked the way the Commission's Transparency Database checks it:
+//! the rules of `GroupedSubmissionsService::multi_rules` and its messages (`multi_messages`),
+//! in digital-services-act/transparency-database at 69e80a0b (main, 2026-06-24), with the
+//! enumerations of `enums.rs`. Messages not of `multi_messages` are Laravel 12's own (the
+//! application publishes none of its own). Then what the controller does with a valid one:
+//! `validated()`, the territories filtered and sorted, and the row `sanitizePayloadStatement`
+//! stores.
+//!
+//! Laravel's order is kept: a field's rules run in turn; an absent field meets only the
+//! implicit ones (`required*`), a null one is skipped by the others when the field is
+//! `nullable`; an exclusion ends the field's rules and drops it, but what failed before it
+//! still refuses the statement; a failed implicit rule ends the field's rules.
 
 use serde_json::{Map, Value};
 
-use super::dates;
-
-pub const DECISION_VISIBILITIES: &[&str] = &[
-    "DECISION_VISIBILITY_CONTENT_REMOVED",
-    "DECISION_VISIBILITY_CONTENT_DISABLED",
-    "DECISION_VISIBILITY_CONTENT_DEMOTED",
-    "DECISION_VISIBILITY_OTHER",
-];
-pub const DECISION_MONETARIES: &[&str] = &[
-    "DECISION_MONETARY_SUSPENSION",
-    "DECISION_MONETARY_TERMINATION",
-    "DECISION_MONETARY_OTHER",
-];
-pub const DECISION_PROVISIONS: &[&str] = &[
-    "DECISION_PROVISION_PARTIAL_SUSPENSION",
-    "DECISION_PROVISION_TOTAL_SUSPENSION",
-    "DECISION_PROVISION_PARTIAL_TERMINATION",
-    "DECISION_PROVISION_TOTAL_TERMINATION",
-];
-pub const DECISION_ACCOUNTS: &[&str] =
-    &["DECISION_ACCOUNT_SUSPENDED", "DECISION_ACCOUNT_TERMINATED"];
-pub const ACCOUNT_TYPES: &[&str] = &["ACCOUNT_TYPE_BUSINESS", "ACCOUNT_TYPE_PRIVATE"];
-pub const DECISION_GROUNDS: &[&str] = &[
-    "DECISION_GROUND_ILLEGAL_CONTENT",
-    "DECISION_GROUND_INCOMPATIBLE_CONTENT",
-];
-pub const CONTENT_TYPES: &[&str] = &[
-    "CONTENT_TYPE_APP",
-    "CONTENT_TYPE_AUDIO",
-    "CONTENT_TYPE_IMAGE",
-    "CONTENT_TYPE_PRODUCT",
-    "CONTENT_TYPE_SYNTHETIC_MEDIA",
-    "CONTENT_TYPE_TEXT",
-    "CONTENT_TYPE_VIDEO",
-    "CONTENT_TYPE_OTHER",
-];
-pub const CATEGORIES: &[&str] = &[
-    "STATEMENT_CATEGORY_PIRACY",
-    "STATEMENT_CATEGORY_DISCRIMINATION",
-    "STATEMENT_CATEGORY_COUNTERFEIT",
-    "STATEMENT_CATEGORY_FRAUD",
-    "STATEMENT_CATEGORY_TERRORISM",
-    "STATEMENT_CATEGORY_CHILD_SAFETY",
-    "STATEMENT_CATEGORY_NON_CONSENT",
-    "STATEMENT_CATEGORY_MISINFORMATION",
-    "STATEMENT_CATEGORY_VIOLATION_TOS",
-    "STATEMENT_CATEGORY_UNCATEGORISED",
-];
-pub const SOURCE_TYPES: &[&str] = &[
-    "SOURCE_ARTICLE_16",
-    "SOURCE_TRUSTED_FLAGGER",
-    "SOURCE_VOLUNTARY",
-];
-/// automated_detection, automated_decision and incompatible_content_illegal take these values
-/// themselves: the model lists them without keys.
-pub const YES_NO: &[&str] = &["Yes", "No"];
-pub const COUNTRY_CODES: &[&str] = &[
-    "AT", "BE", "BG", "CY", "CZ", "DE", "DK", "EE", "ES", "FI", "FR", "GR", "HR", "HU", "IE", "IS",
-    "IT", "LI", "LT", "LU", "LV", "MT", "NL", "NO", "PL", "PT", "RO", "SE", "SI", "SK",
-];
+use super::{dates, enums::*};
 
 const ILLEGAL: &str = "DECISION_GROUND_ILLEGAL_CONTENT";
 const INCOMPATIBLE: &str = "DECISION_GROUND_INCOMPATIBLE_CONTENT";
 
 enum Rule {
     Required,
-    /// `required_if:field,value`, with the request's own message.
+    /// `Rule::requiredIf($flag)`: required when the list field holds the value (the flag is
+    /// `in_array(value, field, true)` on the field when it is an array).
+    RequiredWhenListHolds(&'static str, &'static str),
+    /// `Rule::excludeIf(! $flag)`, the same flag.
+    ExcludeUnlessListHolds(&'static str, &'static str),
+    /// `required_if:field,value`, with `multi_messages`' message.
     RequiredIf(&'static str, &'static str, &'static str),
     RequiredWithoutAll(&'static [&'static str]),
-    /// `Rule::requiredIf` on CONTENT_TYPE_OTHER being among the content types: plain `required`.
-    RequiredWithOtherContentType,
-    /// `exclude_unless:field,value`: otherwise the field's later rules are skipped and it is
-    /// not kept.
+    /// `exclude_unless:field,value`.
     ExcludeUnless(&'static str, &'static str),
-    ExcludeWithoutOtherContentType,
     Nullable,
     Array,
-    /// `in:` the keys; with `or_null` the literal string "null" too (`in:null,...`).
+    /// `in:` the keys; with `true` the literal string "null" too (`in:null,...`).
     In(&'static [&'static str], bool),
     Max(usize),
-    /// `date_format:Y-m-d-H`.
-    DateFormat,
-    /// `after:2020-01-01`: strictly after its midnight.
-    AfterStart,
+    /// `date_format:Y-m-d`, with `multi_messages`' message.
+    DateFormat(&'static str),
     AfterOrEqual(&'static str),
-    /// `regex:/^[a-zA-Z0-9-_]+$/D`.
-    PuidPattern,
+    BeforeOrEqual(&'static str),
+    Url,
+    /// `string`.
+    IsString,
+    /// `regex:/^[a-zA-Z0-9-_]+$/D`, with `multi_messages`' message.
+    Puid,
+    /// `regex:/^[0-9]{13}$/`.
+    Ean13,
 }
 
 use Rule::*;
 
-/// The fields in the order of the request's rules (Laravel reports in that order).
+const LAST: &str = "2038-01-01";
+
+/// `multi_rules`, in its order (Laravel reports in that order).
 const RULES: &[(&str, &[Rule])] = &[
     (
         "decision_visibility",
         &[
+            Array,
             In(DECISION_VISIBILITIES, true),
             RequiredWithoutAll(&[
                 "decision_monetary",
@@ -115,13 +70,9 @@ const RULES: &[(&str, &[Rule])] = &[
     (
         "decision_visibility_other",
         &[
-            RequiredIf(
-                "decision_visibility",
-                "DECISION_VISIBILITY_OTHER",
-                "The decision visibility other field is required when decision visibility is other.",
-            ),
-            ExcludeUnless("decision_visibility", "DECISION_VISIBILITY_OTHER"),
             Max(500),
+            RequiredWhenListHolds("decision_visibility", "DECISION_VISIBILITY_OTHER"),
+            ExcludeUnlessListHolds("decision_visibility", "DECISION_VISIBILITY_OTHER"),
         ],
     ),
     (
@@ -173,7 +124,13 @@ const RULES: &[(&str, &[Rule])] = &[
         ],
     ),
     ("account_type", &[In(ACCOUNT_TYPES, true), Nullable]),
+    (
+        "category_specification",
+        &[Array, In(KEYWORDS, true), Nullable],
+    ),
+    ("category_specification_other", &[Max(500)]),
     ("decision_ground", &[Required, In(DECISION_GROUNDS, false)]),
+    ("decision_ground_reference_url", &[Url, Nullable, Max(500)]),
     (
         "illegal_content_legal_ground",
         &[
@@ -189,11 +146,10 @@ const RULES: &[(&str, &[Rule])] = &[
     (
         "illegal_content_explanation",
         &[
-            // The request's message for this field names the legal ground (sic).
             RequiredIf(
                 "decision_ground",
                 ILLEGAL,
-                "The illegal content legal ground field is required when decision ground is illegal content.",
+                "The illegal content explanation field is required when decision ground is illegal content.",
             ),
             ExcludeUnless("decision_ground", ILLEGAL),
             Max(2000),
@@ -226,7 +182,7 @@ const RULES: &[(&str, &[Rule])] = &[
     (
         "incompatible_content_illegal",
         &[
-            In(YES_NO, false),
+            In(INCOMPATIBLE_CONTENT_ILLEGALS, false),
             ExcludeUnless("decision_ground", INCOMPATIBLE),
         ],
     ),
@@ -235,50 +191,117 @@ const RULES: &[(&str, &[Rule])] = &[
         "content_type_other",
         &[
             Max(500),
-            RequiredWithOtherContentType,
-            ExcludeWithoutOtherContentType,
+            RequiredWhenListHolds("content_type", "CONTENT_TYPE_OTHER"),
+            ExcludeUnlessListHolds("content_type", "CONTENT_TYPE_OTHER"),
         ],
     ),
     ("category", &[Required, In(CATEGORIES, false)]),
+    ("category_addition", &[Array, In(CATEGORIES, false)]),
     (
         "territorial_scope",
         &[Array, Nullable, In(COUNTRY_CODES, false)],
     ),
-    ("application_date", &[Required, DateFormat, AfterStart]),
+    ("content_language", &[In(LANGUAGES, false), Nullable]),
     (
-        "end_date",
-        &[DateFormat, Nullable, AfterOrEqual("application_date")],
+        "content_date",
+        &[
+            Required,
+            DateFormat("The content date does not match the format YYYY-MM-DD."),
+            AfterOrEqual("2000-01-01"),
+            BeforeOrEqual(LAST),
+        ],
+    ),
+    (
+        "application_date",
+        &[
+            Required,
+            DateFormat("The application date does not match the format YYYY-MM-DD."),
+            AfterOrEqual("2020-01-01"),
+            BeforeOrEqual(LAST),
+        ],
+    ),
+    (
+        "end_date_account_restriction",
+        &[
+            DateFormat("The end date of account restriction does not match the format YYYY-MM-DD."),
+            Nullable,
+            BeforeOrEqual(LAST),
+        ],
+    ),
+    (
+        "end_date_monetary_restriction",
+        &[
+            DateFormat(
+                "The end date of monetary restriction does not match the format YYYY-MM-DD.",
+            ),
+            Nullable,
+            BeforeOrEqual(LAST),
+        ],
+    ),
+    (
+        "end_date_service_restriction",
+        &[
+            DateFormat("The end date of service restriction does not match the format YYYY-MM-DD."),
+            Nullable,
+            BeforeOrEqual(LAST),
+        ],
+    ),
+    (
+        "end_date_visibility_restriction",
+        &[
+            DateFormat(
+                "The end date of visibility restriction does not match the format YYYY-MM-DD.",
+            ),
+            Nullable,
+            BeforeOrEqual(LAST),
+        ],
     ),
     ("decision_facts", &[Required, Max(5000)]),
     ("source_type", &[Required, In(SOURCE_TYPES, false)]),
-    ("source", &[Max(500)]),
-    ("automated_detection", &[Required, In(YES_NO, false)]),
-    ("automated_decision", &[Required, In(YES_NO, false)]),
-    ("url", &[Required, Max(500)]),
-    ("puid", &[Required, Max(500), PuidPattern]),
+    ("source_identity", &[Max(500), Nullable]),
+    (
+        "automated_detection",
+        &[Required, In(AUTOMATED_DETECTIONS, false)],
+    ),
+    (
+        "automated_decision",
+        &[Required, In(AUTOMATED_DECISIONS, false)],
+    ),
+    ("puid", &[Required, Max(500), Puid]),
+    ("content_id", &[Array, Nullable]),
+    ("content_id.EAN-13", &[IsString, Ean13]),
 ];
 
-/// The statement's fields as the API keeps them (only fields it has rules for, without the
+/// Every field the batch endpoint knows: any other key of a statement is dropped.
+pub fn fields() -> impl Iterator<Item = &'static str> {
+    RULES
+        .iter()
+        .map(|(field, _)| *field)
+        .filter(|field| !field.contains('.'))
+}
+
+/// The field's value: `a.b` reads `b` of the object `a` (Laravel's `data_get`).
+fn get<'a>(statement: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    match field.split_once('.') {
+        Some((outer, inner)) => statement.get(outer)?.as_object()?.get(inner),
+        None => statement.get(field),
+    }
+}
+
+/// The statement's fields as `validated()` gives them (only fields with rules, without the
 /// excluded ones), or its errors: field -> messages.
 pub fn validate(statement: &Map<String, Value>) -> Result<Map<String, Value>, Map<String, Value>> {
     let mut kept = Map::new();
     let mut errors = Map::new();
     for (field, rules) in RULES {
-        let value = statement.get(*field);
+        let value = get(statement, field);
         let nullable = rules.iter().any(|rule| matches!(rule, Nullable));
         let mut messages = Vec::new();
         let mut excluded = false;
         for rule in *rules {
-            // Laravel goes through the rules in order: an exclusion ends the field's checks
-            // and drops it, but what failed before it still refuses the statement (a null
-            // incompatible_content_illegal on an illegal-content statement does).
-            if excludes(rule, statement) {
-                excluded = true;
-                break;
-            }
             let implicit = matches!(
                 rule,
-                Required | RequiredIf(..) | RequiredWithoutAll(_) | RequiredWithOtherContentType
+                Required | RequiredIf(..) | RequiredWithoutAll(_) | RequiredWhenListHolds(..)
             );
             // Laravel runs a rule on an absent field only if it is implicit, and skips null
             // values of nullable fields.
@@ -287,9 +310,12 @@ pub fn validate(statement: &Map<String, Value>) -> Result<Map<String, Value>, Ma
             if skipped {
                 continue;
             }
+            if excludes(rule, statement) {
+                excluded = true;
+                break;
+            }
             if let Some(message) = check(rule, field, value, statement, rules) {
                 messages.push(Value::String(message));
-                // A failed implicit rule ends the field's validation.
                 if implicit {
                     break;
                 }
@@ -298,7 +324,7 @@ pub fn validate(statement: &Map<String, Value>) -> Result<Map<String, Value>, Ma
         if !messages.is_empty() {
             errors.insert((*field).to_owned(), Value::Array(messages));
         } else if let Some(value) = value.filter(|_| !excluded) {
-            kept.insert((*field).to_owned(), value.clone());
+            keep(&mut kept, field, value);
         }
     }
     if errors.is_empty() {
@@ -308,12 +334,69 @@ pub fn validate(statement: &Map<String, Value>) -> Result<Map<String, Value>, Ma
     }
 }
 
+/// `validated()`'s `Arr::set`: a nested field goes under its parent.
+fn keep(kept: &mut Map<String, Value>, field: &str, value: &Value) {
+    match field.split_once('.') {
+        Some((outer, inner)) => {
+            let parent = kept
+                .entry(outer)
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(parent) = parent {
+                parent.insert(inner.to_owned(), value.clone());
+            }
+        }
+        None => {
+            // A parent validated after its nested field keeps only what was validated in it
+            // (`excludeUnvalidatedArrayKeys`).
+            if !kept.contains_key(field) {
+                let value = if RULES
+                    .iter()
+                    .any(|(f, _)| f.starts_with(&format!("{field}.")))
+                {
+                    match value {
+                        Value::Object(_) => Value::Object(Map::new()),
+                        other => other.clone(),
+                    }
+                } else {
+                    value.clone()
+                };
+                kept.insert(field.to_owned(), value);
+            }
+        }
+    }
+}
+
+/// Whether `list` is an array (a JSON list or object) that holds `wanted` (`in_array(..,
+/// true)`: a string equal to it).
+fn list_holds(statement: &Map<String, Value>, list: &str, wanted: &str) -> bool {
+    let holds = |v: &Value| v.as_str() == Some(wanted);
+    match statement.get(list) {
+        Some(Value::Array(items)) => items.iter().any(holds),
+        Some(Value::Object(items)) => items.values().any(holds),
+        _ => false,
+    }
+}
+
 fn excludes(rule: &Rule, statement: &Map<String, Value>) -> bool {
     match rule {
         ExcludeUnless(other, wanted) => !equals(statement.get(*other), wanted),
-        ExcludeWithoutOtherContentType => !other_content_type(statement),
+        ExcludeUnlessListHolds(list, wanted) => !list_holds(statement, list, wanted),
         _ => false,
     }
+}
+
+/// Laravel's displayable name: `Str::snake`, underscores as spaces (`content_id.EAN-13` is
+/// "content id. e a n-13").
+pub fn display(field: &str) -> String {
+    let mut snake = String::new();
+    let chars: Vec<char> = field.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if i > 0 && c.is_ascii_uppercase() {
+            snake.push('_');
+        }
+        snake.push(c.to_ascii_lowercase());
+    }
+    snake.replace('_', " ")
 }
 
 /// The message of `rule` failing on `field`, if it does.
@@ -324,12 +407,12 @@ fn check(
     statement: &Map<String, Value>,
     rules: &[Rule],
 ) -> Option<String> {
-    let name = field.replace('_', " ");
+    let name = display(field);
     let fails = |failed: bool, message: String| failed.then_some(message);
     match rule {
         Required => fails(!filled(value), format!("The {name} field is required.")),
-        RequiredWithOtherContentType => fails(
-            other_content_type(statement) && !filled(value),
+        RequiredWhenListHolds(list, wanted) => fails(
+            list_holds(statement, list, wanted) && !filled(value),
             format!("The {name} field is required."),
         ),
         RequiredIf(other, wanted, message) => fails(
@@ -338,7 +421,7 @@ fn check(
         ),
         RequiredWithoutAll(others) => {
             let none = others.iter().all(|other| !filled(statement.get(*other)));
-            let others: Vec<String> = others.iter().map(|o| o.replace('_', " ")).collect();
+            let others: Vec<String> = others.iter().map(|o| display(o)).collect();
             fails(
                 none && !filled(value),
                 format!(
@@ -347,10 +430,10 @@ fn check(
                 ),
             )
         }
-        ExcludeUnless(..) | ExcludeWithoutOtherContentType | Nullable => None,
+        ExcludeUnless(..) | ExcludeUnlessListHolds(..) | Nullable => None,
         Array => fails(
             !matches!(value, Some(Value::Array(_) | Value::Object(_))),
-            format!("The {name} must be an array."),
+            format!("The {name} field must be an array."),
         ),
         In(keys, or_null) => {
             let allowed = |v: &Value| {
@@ -370,55 +453,66 @@ fn check(
         Max(max) => match value {
             Some(Value::Array(items)) => fails(
                 items.len() > *max,
-                format!("The {name} must not have more than {max} items."),
+                format!("The {name} field must not have more than {max} items."),
             ),
             Some(Value::Object(items)) => fails(
                 items.len() > *max,
-                format!("The {name} must not have more than {max} items."),
+                format!("The {name} field must not have more than {max} items."),
             ),
             Some(v) => fails(
                 php_string(v).chars().count() > *max,
-                format!("The {name} must not be greater than {max} characters."),
+                format!("The {name} field must not be greater than {max} characters."),
             ),
             None => None,
         },
-        DateFormat => fails(
-            !value.is_some_and(dates::in_format),
-            format!("The {name} does not match the format Y-m-d-H."),
-        ),
-        AfterStart => fails(
+        DateFormat(message) => fails(!value.is_some_and(dates::in_format), (*message).to_owned()),
+        AfterOrEqual(bound) => fails(
             value
                 .and_then(dates::read)
-                .is_none_or(|at| at <= dates::start()),
-            format!("The {name} must be a date after 2020-01-01."),
+                .is_none_or(|at| at < dates::bound(bound)),
+            format!("The {name} field must be a date after or equal to {bound}."),
         ),
-        // Passes when the other date is missing; fails when either cannot be read.
-        AfterOrEqual(other) => {
-            let before = match statement.get(*other).filter(|v| !v.is_null()) {
-                None => false,
-                Some(since) => match (value.and_then(dates::read), dates::read(since)) {
-                    (Some(at), Some(since)) => at < since,
-                    _ => true,
-                },
-            };
-            let other = other.replace('_', " ");
-            fails(
-                before,
-                format!("The {name} must be a date after or equal to {other}."),
-            )
-        }
-        PuidPattern => {
-            let valid = value.is_some_and(|v| {
-                let text = php_string(v);
-                matches!(v, Value::String(_) | Value::Number(_))
-                    && !text.is_empty()
-                    && text
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            });
-            fails(!valid, format!("The {name} format is invalid."))
-        }
+        BeforeOrEqual(bound) => fails(
+            value
+                .and_then(dates::read)
+                .is_none_or(|at| at > dates::bound(bound)),
+            format!("The {name} field must be a date before or equal to {bound}."),
+        ),
+        Url => fails(
+            !value.and_then(Value::as_str).is_some_and(is_url),
+            format!("The {name} field must be a valid URL."),
+        ),
+        IsString => fails(
+            !matches!(value, Some(Value::String(_))),
+            format!("The {name} field must be a string."),
+        ),
+        Puid => fails(
+            !pattern(value, |c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "The puid format is invalid.".to_owned(),
+        ),
+        Ean13 => fails(
+            !(pattern(value, |c| c.is_ascii_digit())
+                && value.is_some_and(|v| php_string(v).len() == 13)),
+            format!("The {name} field format is invalid."),
+        ),
     }
+}
+
+/// `regex:/^[...]+$/` on a string or a number: one character or more, all of the class.
+fn pattern(value: Option<&Value>, class: impl Fn(char) -> bool) -> bool {
+    value.is_some_and(|v| {
+        let text = php_string(v);
+        matches!(v, Value::String(_) | Value::Number(_))
+            && !text.is_empty()
+            && text.chars().all(&class)
+    })
+}
+
+/// Laravel's `url` (`Str::isUrl`), as far as a statement needs: a scheme and `://`, then a
+/// host.
+fn is_url(text: &str) -> bool {
+    text.contains("://")
+        && reqwest::Url::parse(text).is_ok_and(|url| url.host_str().is_some_and(|h| !h.is_empty()))
 }
 
 /// Laravel's `required`: not null, not a blank string, not an empty array.
@@ -452,15 +546,99 @@ fn equals(value: Option<&Value>, wanted: &str) -> bool {
     matches!(value, Some(v @ (Value::String(_) | Value::Number(_))) if php_string(v) == wanted)
 }
 
-/// CONTENT_TYPE_OTHER among the content types (a lone string counts as a one-item list).
-fn other_content_type(statement: &Map<String, Value>) -> bool {
-    let other = |v: &Value| v.as_str() == Some("CONTENT_TYPE_OTHER");
-    match statement.get("content_type") {
-        Some(Value::Array(items)) => items.iter().any(other),
-        Some(Value::Object(items)) => items.values().any(other),
-        Some(v) => other(v),
-        None => false,
+/// What the controller makes of a valid statement before it is stored: the territories kept
+/// to the EU and EEA's, each once, sorted (`filterSortEuropeanCountries`, always set).
+pub fn settle(validated: &mut Map<String, Value>) {
+    let mut scope: Vec<String> = match validated.get("territorial_scope") {
+        Some(Value::Array(items)) => items.iter().map(php_string).collect(),
+        Some(Value::Object(items)) => items.values().map(php_string).collect(),
+        _ => Vec::new(),
+    };
+    scope.retain(|code| COUNTRY_CODES.contains(&code.as_str()));
+    scope.sort();
+    scope.dedup();
+    validated.insert("territorial_scope".into(), scope.into());
+}
+
+/// The fields the controller sets to null when a statement lacks them, both where it answers
+/// (`initOptionalFields`) and where it stores (`initAllFields`), each of which adds a few.
+pub const OPTIONAL_FIELDS: &[&str] = &[
+    "decision_visibility_other",
+    "decision_monetary",
+    "decision_monetary_other",
+    "decision_provision",
+    "decision_account",
+    "account_type",
+    "decision_ground_reference_url",
+    "content_type_other",
+    "category_specification_other",
+    "incompatible_content_ground",
+    "incompatible_content_explanation",
+    "incompatible_content_illegal",
+    "content_language",
+    "end_date_account_restriction",
+    "end_date_monetary_restriction",
+    "end_date_service_restriction",
+    "end_date_visibility_restriction",
+    "source_type",
+    "source_identity",
+    "content_date",
+    "illegal_content_explanation",
+];
+
+/// The row the database keeps of a settled statement, as its model reads it back:
+/// `sanitizePayloadStatement` (every optional field set, the `_other` fields and the
+/// ground's fields only where they apply, the EAN-13 as `content_id_ean`).
+pub fn stored(statement: &Map<String, Value>) -> Map<String, Value> {
+    let mut row = statement.clone();
+    // initAllFields
+    let more = ["category_addition", "category_specification"];
+    for field in OPTIONAL_FIELDS.iter().chain(&more) {
+        row.entry(*field).or_insert(Value::Null);
     }
+    let ean = row
+        .remove("content_id")
+        .and_then(|id| id.get("EAN-13").cloned())
+        .unwrap_or(Value::Null);
+    row.insert("content_id_ean".into(), ean);
+    let other_within = |row: &mut Map<String, Value>, field: &str, needle: &str| {
+        let other = format!("{field}_other");
+        if row.get(field).is_none_or(Value::is_null) {
+            row.insert(field.to_owned(), Value::Null);
+            row.insert(other, Value::Null);
+            return;
+        }
+        if !list_holds(row, field, needle) {
+            row.insert(other, Value::Null);
+        }
+    };
+    other_within(&mut row, "category_specification", "KEYWORD_OTHER");
+    other_within(&mut row, "content_type", "CONTENT_TYPE_OTHER");
+    other_within(&mut row, "decision_visibility", "DECISION_VISIBILITY_OTHER");
+    if row.get("source_type").and_then(Value::as_str) == Some("SOURCE_VOLUNTARY") {
+        row.insert("source_identity".into(), Value::Null);
+    }
+    let only_when = |row: &mut Map<String, Value>, field: &str, other: &str, needle: &str| {
+        if row.get(field).and_then(Value::as_str) != Some(needle) {
+            row.insert(other.to_owned(), Value::Null);
+        }
+    };
+    only_when(
+        &mut row,
+        "decision_monetary",
+        "decision_monetary_other",
+        "DECISION_MONETARY_OTHER",
+    );
+    for (other, ground) in [
+        ("illegal_content_legal_ground", ILLEGAL),
+        ("illegal_content_explanation", ILLEGAL),
+        ("incompatible_content_ground", INCOMPATIBLE),
+        ("incompatible_content_explanation", INCOMPATIBLE),
+        ("incompatible_content_illegal", INCOMPATIBLE),
+    ] {
+        only_when(&mut row, "decision_ground", other, ground);
+    }
+    row
 }
 
 /// The request as Laravel's global middleware leaves it: strings trimmed (TrimStrings) and
