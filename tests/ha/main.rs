@@ -46,6 +46,9 @@ const AFTER: Duration = Duration::from_secs(8);
 /// The schedule has caught up once no due entity waits longer than this for its evaluation
 /// (for a second).
 const LAG_BOUND_MS: i64 = 500;
+/// How soon after the new primary answers nothing due may wait over [`LAG_BOUND_MS`]: held by
+/// `make ha-figures` for the node and the postgres-only kill.
+const CAUGHT_UP_TARGET: Duration = Duration::from_secs(5);
 
 /// How often each failover runs (HA_RUNS, 1 unless make ha-figures sets it).
 fn runs() -> usize {
@@ -152,6 +155,10 @@ struct Figures {
     /// Evaluations back to >= 90% of their rate before, after writes were accepted again
     /// (`None`: not before the load ended).
     recovery_after_writes: Option<Duration>,
+    /// From the new primary answering (Patroni's primary check on another node; the restarted
+    /// postgres taking writes again after a postgres-only kill) until no due entity waited over
+    /// [`LAG_BOUND_MS`] for a second (`None`: not before the load ended).
+    caught_up_after_primary: Option<Duration>,
 }
 
 /// One failover under load on a fresh database, checked; its figures.
@@ -190,12 +197,12 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
 
     let recovery = evaluation_recovery(&rig, &disrupted, &outage).await;
     let from = disrupted.instant - Duration::from_secs(1);
-    let (caught_up, lag_timeline) = lag_caught_up(
-        &lag,
-        from,
-        disrupted.instant + outage.back_after,
-        LAG_BOUND_MS,
-    );
+    let writes_back = disrupted.instant + outage.back_after;
+    let (caught_up, lag_timeline) = lag_caught_up(&lag, from, writes_back, LAG_BOUND_MS);
+    // The new primary answering: another node's primary check, or, with no other node (the
+    // postgres alone killed and started again), writes accepted again.
+    let primary_answering = switched.unwrap_or(writes_back).min(writes_back);
+    let (caught_up_after_primary, _) = lag_caught_up(&lag, from, primary_answering, LAG_BOUND_MS);
     eprintln!(
         "ha {} (run {run}): per 0.5 s from 1 s before the {}: evaluations {}; the most overdue \
          entity's lag (ms) {}",
@@ -220,7 +227,8 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         "ha {} (run {run}): leader {} -> {}{switch}; a non-202 window of {:.1?} ({} attempts \
          answered otherwise, {} before the {}), the last {:.1?} after the {}, writes accepted \
          again {:.1?} after it; evaluations {:.0}/s before, back to >= 90% {} after writes \
-         were; no due entity waiting over {LAG_BOUND_MS} ms {} after writes were; {counts}; {} ERROR lines in the processes' logs",
+         were; no due entity waiting over {LAG_BOUND_MS} ms {} after writes were, {} after the \
+         new primary answered; {counts}; {} ERROR lines in the processes' logs",
         failover.name(),
         before.name,
         now_leader.name,
@@ -234,12 +242,14 @@ async fn failover_run(failover: Failover, run: usize) -> Figures {
         recovery.rate_before,
         recovered(recovery.after_writes),
         recovered(caught_up),
+        recovered(caught_up_after_primary),
         rig.error_lines(),
     );
     Figures {
         window: outage.window,
         last_failure_after_switch,
         recovery_after_writes: recovery.after_writes,
+        caught_up_after_primary,
     }
 }
 
@@ -295,6 +305,23 @@ async fn failovers(failover: Failover, bound: Duration) {
     } else {
         String::new()
     };
+    let caught_up: Vec<Duration> = {
+        let mut values: Vec<Duration> = figures
+            .iter()
+            .filter_map(|f| f.caught_up_after_primary)
+            .collect();
+        values.sort();
+        values
+    };
+    let caught_up = match caught_up.last() {
+        Some(max) => format!(
+            "p50 {:.1?}, max {max:.1?} in {} of {} runs",
+            caught_up[(caught_up.len() - 1) / 2],
+            caught_up.len(),
+            figures.len()
+        ),
+        None => "in no run".to_string(),
+    };
     let switch = match failover {
         Failover::Switchover => format!(
             "; the last non-202 after the switch p50 {switch_p50:.1?}, max {switch_max:.1?}"
@@ -304,7 +331,8 @@ async fn failovers(failover: Failover, bound: Duration) {
     eprintln!(
         "ha {} over {} runs: non-202 window p50 {window_p50:.1?}, max {window_max:.1?}{switch}; \
          evaluations back to >= 90% of their rate {recovery}{not_recovered} after writes were \
-         accepted again",
+         accepted again; no due entity waiting over {LAG_BOUND_MS} ms {caught_up} after the \
+         new primary answered",
         failover.name(),
         figures.len(),
     );
@@ -326,11 +354,19 @@ async fn failovers(failover: Failover, bound: Duration) {
             assert!(!check_targets, "{message}");
             eprintln!("ha: {message}");
         }
-        if f.recovery_after_writes.is_none() {
+        // Back is when nothing due waits: the evaluations' rate after an outage follows the
+        // senders' retries, which arrive together, so "back to 90% of the rate before" is
+        // reported, not held (RELIABILITY.md, Postgres failover).
+        let caught_up_in_time = f
+            .caught_up_after_primary
+            .is_some_and(|after| after <= CAUGHT_UP_TARGET);
+        if failover != Failover::Switchover && !caught_up_in_time {
             let message = format!(
-                "{} run {}: evaluations not back to 90% of their rate before the load ended",
+                "{} run {}: a due entity still waited over {LAG_BOUND_MS} ms {} after the new \
+                 primary answered (target {CAUGHT_UP_TARGET:?})",
                 failover.name(),
-                run + 1
+                run + 1,
+                recovered(f.caught_up_after_primary),
             );
             assert!(!check_targets, "{message}");
             eprintln!("ha: {message}");
