@@ -168,10 +168,12 @@ pub(super) async fn record_in(
                RETURNING id, entity, author
            ),
            -- A first event makes the entity's row (pending, nothing folded); a row that exists
-           -- is left alone. The NOT EXISTS is a plain read: the insert's own check of the unique
-           -- index would wait for any open transaction that updated the row (a worker's
-           -- evaluation, the sweep's mark), and so hold the whole group behind it. Only an
-           -- entity another group is making at the same time meets the arbiter and waits.
+           -- is left alone. Which rows exist is a plain read (`entities_unknown`, one probe of
+           -- the key per entity whatever the table's size when the statement was planned): the
+           -- insert's own check of the unique index would wait for any open transaction that
+           -- updated the row (a worker's evaluation, the sweep's mark), and so hold the whole
+           -- group behind it. Only an entity another group is making at the same time meets
+           -- the arbiter and waits.
            first_seen AS (
                INSERT INTO entities (entity, kind, pending_since, last_event_at, author)
                SELECT DISTINCT ON (n.entity) n.entity,
@@ -179,7 +181,8 @@ pub(super) async fn record_in(
                            ELSE '' END,
                       now(), now(), n.author
                FROM inserted n
-               WHERE NOT EXISTS (SELECT 1 FROM entities x WHERE x.entity = n.entity)
+               WHERE n.entity IN (SELECT u.entity
+                                  FROM entities_unknown(ARRAY(SELECT entity FROM inserted)) u)
                ORDER BY n.entity, n.author NULLS LAST
                ON CONFLICT (entity) DO NOTHING
            ),
