@@ -153,7 +153,7 @@ impl Decided {
     }
 
     /// The completion to record: the decision with its statement of reasons (a restricting
-    /// decision explains itself to its author, `rules/statement.rs`) and the labels'.
+    /// decision explains itself to its author, `rules/statement/`) and the labels'.
     pub(super) fn into_fenced(
         self,
         claim: &Claim,
