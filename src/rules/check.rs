@@ -101,10 +101,7 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), Unknown
     for function in program.references().functions() {
         let operator =
             function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
-        if !operator
-            && !FUNCTIONS.contains(&function)
-            && !CEL_FUNCTIONS.contains(&function)
-        {
+        if !operator && !FUNCTIONS.contains(&function) && !CEL_FUNCTIONS.contains(&function) {
             return Err(UnknownName::Function {
                 function: function.to_owned(),
                 at: source.find(function).map(|o| position(source, o)),

@@ -255,7 +255,10 @@ mod tests {
         };
         for name in super::super::check::FUNCTIONS {
             // Called with no arguments: a declared function fails on them, not on its name.
-            assert!(!undeclared(&format!("{name}()")), "{name} is listed but not declared");
+            assert!(
+                !undeclared(&format!("{name}()")),
+                "{name} is listed but not declared"
+            );
         }
         assert!(undeclared("no_such_function()"));
     }
