@@ -3,27 +3,11 @@
 //! the page it names (GitHub's anchors: the heading in lower case, spaces as hyphens, other
 //! punctuation dropped, `-1`, `-2`, ... after a repeated one). Links in code are not links.
 
-use std::{
-    collections::BTreeSet,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeSet, path::Path};
 
-/// README.md and every page under docs/.
-fn pages(root: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, pages: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, pages);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    let mut pages = vec![root.join("README.md")];
-    walk(&root.join("docs"), &mut pages);
-    pages
-}
+#[path = "support/pages.rs"]
+mod support;
+use support::pages;
 
 /// The lines of a page outside fenced code, with inline code taken out, and their numbers.
 fn prose(text: &str) -> Vec<(usize, String)> {
