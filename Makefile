@@ -49,7 +49,7 @@ run: build
 
 ## test: the whole suite and the make run smoke, then the secrets-in-logs and leftovers checks
 # Unit and integration tests against real Redis and Postgres, the `make run` smoke with every
-# README command, then the checks that no secret appears in the run's logs (target/test-logs/)
+# command of the README and docs/, then the checks that no secret appears in the run's logs (target/test-logs/)
 # and that no test database or key was left behind; a few tests start Redis servers of their own,
 # so the redis-server binary is needed (installed if missing). First, Postgres is asked whether
 # its free connections hold TEST_THREADS test threads (up to 10 connections each,

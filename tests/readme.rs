@@ -1,7 +1,10 @@
-//! The README's commands, run as printed, in order, against a running `make run`
-//! (`scripts/dev/smoke-make-run.sh` starts it and runs this test, so `make test` and CI run it).
+//! The commands of the README and of every page of docs/, run as printed, in order, against a
+//! running `make run` (`scripts/dev/smoke-make-run.sh` starts it and runs this test, so `make
+//! test` and CI run it). The pages run in the order of [`PAGES`] (docs/README.md states it and
+//! why); a page with a command that is not in it fails
+//! `every_page_with_commands_is_in_the_smoke_order`.
 //!
-//! Every ```` ```sh ```` block of README.md runs with `bash -euo pipefail`, unless the line
+//! Every ```` ```sh ```` block of a page runs with `bash -euo pipefail`, unless the line
 //! before it is `<!-- readme: skip REASON -->`. A block whose line before it is
 //! `<!-- readme: output MODE -->` is what the last command block printed, checked by MODE:
 //! - `json`: the same JSON value;
@@ -13,9 +16,11 @@
 //!   to run, such as a time or a rate, left out).
 //!
 //! The only changes to a command are the addresses of this run's instance: the API's
-//! `http://127.0.0.1:8080` and the database `postgres://postgres@127.0.0.1:5432/quiesce` become
-//! `README_API` and `README_DATABASE_URL`. Blocks run in a scratch folder that links the
-//! checkout's `rules/` and `target/`, so the files they write are not left behind.
+//! `http://127.0.0.1:8080`, the metrics listener's `http://127.0.0.1:9464` and the database
+//! `postgres://postgres@127.0.0.1:5432/quiesce` become `README_API`, `README_METRICS` and
+//! `README_DATABASE_URL`. Blocks run in a scratch folder that links the checkout's `rules/` and
+//! `target/`, so the files they write are not left behind, with the build's `target/debug` first
+//! on `PATH`, so that a runbook's `quiesce` is this build.
 //!
 //! Two lists of the README are also held to the code, so that neither drifts: the webhook
 //! types (every topic an `INSERT INTO outbox` of `src/` writes for the platform) and the role
@@ -30,7 +35,28 @@ use std::{
 
 use utoipa::OpenApi;
 
-/// One fenced block of the README and how the test treats it.
+#[path = "support/pages.rs"]
+mod support;
+
+/// The pages whose commands the smoke test runs, in the order it runs them: the README's quick
+/// start, the reference, the how-to guides, then the tutorial. The backtest guide prints figures
+/// that count every evaluation made before it, so the pages that make evaluations of their own
+/// (the appeal's post, the tutorial's) come after it; the runbooks' read-only steps last.
+const PAGES: [&str; 11] = [
+    "README.md",
+    "docs/reference/http-api.md",
+    "docs/reference/console.md",
+    "docs/reference/settings.md",
+    "docs/reference/rules.md",
+    "docs/how-to/publish-rules.md",
+    "docs/how-to/backtest.md",
+    "docs/how-to/statements-and-appeals.md",
+    "docs/how-to/dead-letters.md",
+    "docs/tutorial/first-platform.md",
+    "docs/operations.md",
+];
+
+/// One fenced block of a page and how the test treats it.
 #[derive(Debug)]
 struct Block {
     line: usize,
@@ -77,10 +103,10 @@ fn blocks(readme: &str) -> Vec<Block> {
                         "shape" => Mode::Shape,
                         "lines" => Mode::Lines,
                         "exact" => Mode::Exact,
-                        other => panic!("README line {}: unknown output mode {other:?}", number),
+                        other => panic!("line {}: unknown output mode {other:?}", number),
                     })
                 }
-                (Some(m), _) => panic!("README line {number}: unknown marker {m:?}"),
+                (Some(m), _) => panic!("line {number}: unknown marker {m:?}"),
                 (None, "sh") => Kind::Run,
                 (None, _) => Kind::Other,
             };
@@ -156,18 +182,19 @@ fn same_shape(expected: &serde_json::Value, actual: &serde_json::Value, path: &s
     }
 }
 
-fn check(mode: Mode, expected: &str, output: &str, line: usize) {
+/// Checks `output` against an output block; `at` is the command's page and line.
+fn check(mode: Mode, expected: &str, output: &str, at: &str) {
     match mode {
         Mode::Json => {
             let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
             let actual: serde_json::Value = serde_json::from_str(output)
-                .unwrap_or_else(|e| panic!("README line {line}: not JSON ({e}): {output}"));
-            assert_eq!(actual, expected, "README line {line}");
+                .unwrap_or_else(|e| panic!("{at}: not JSON ({e}): {output}"));
+            assert_eq!(actual, expected, "{at}");
         }
         Mode::Shape => {
             let expected: serde_json::Value = serde_json::from_str(expected).unwrap();
             let actual: serde_json::Value = serde_json::from_str(output)
-                .unwrap_or_else(|e| panic!("README line {line}: not JSON ({e}): {output}"));
+                .unwrap_or_else(|e| panic!("{at}: not JSON ({e}): {output}"));
             same_shape(&expected, &actual, "$");
         }
         Mode::Lines | Mode::Exact => {
@@ -179,7 +206,7 @@ fn check(mode: Mode, expected: &str, output: &str, line: usize) {
                 });
                 assert!(
                     found,
-                    "README line {line}: the output lacks {wanted:?} (in this order, {mode:?}); it was:\n{output}"
+                    "{at}: the output lacks {wanted:?} (in this order, {mode:?}); it was:\n{output}"
                 );
             }
         }
@@ -209,8 +236,13 @@ fn markers_are_read_and_numbers_compare_as_any_number() {
 #[test]
 fn exact_output_compares_every_number_but_after_a_trailing_ellipsis() {
     let output = "saved  1   of 14\nevaluations: 459, 1 pages, 0.3 s\n";
-    check(Mode::Exact, "saved 1 of 14\n...\n", output, 1);
-    check(Mode::Exact, "evaluations: 459, 1 pages, ...\n", output, 1);
+    check(Mode::Exact, "saved 1 of 14\n...\n", output, "a line");
+    check(
+        Mode::Exact,
+        "evaluations: 459, 1 pages, ...\n",
+        output,
+        "a line",
+    );
     assert!(!matches_exactly("saved 2 of 14", "saved  1   of 14"));
     assert!(!matches_exactly(
         "evaluations: 458, ...",
@@ -221,52 +253,114 @@ fn exact_output_compares_every_number_but_after_a_trailing_ellipsis() {
 
 #[test]
 #[ignore = "needs a running make run: scripts/dev/smoke-make-run.sh runs it"]
-fn every_readme_command_runs_as_printed() {
+fn every_documented_command_runs_as_printed() {
     let api = std::env::var("README_API").expect("README_API: the make run instance's base URL");
     let database =
         std::env::var("README_DATABASE_URL").expect("README_DATABASE_URL: its database URL");
+    let metrics =
+        std::env::var("README_METRICS").expect("README_METRICS: its metrics listener's base URL");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let dir = scratch(&root);
-    let mut last: Option<(usize, String)> = None;
+    let path = format!(
+        "{}:{}",
+        root.join("target/debug").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut ran = 0;
-    for block in blocks(&readme) {
-        match block.kind {
-            Kind::Run => {
-                let script = block
-                    .text
-                    .replace("http://127.0.0.1:8080", &api)
-                    .replace("postgres://postgres@127.0.0.1:5432/quiesce", &database);
-                eprintln!("README line {}:\n{script}", block.line);
-                let started = Instant::now();
-                let output = Command::new("timeout")
-                    .args(["300", "bash", "-euo", "pipefail", "-c", &script])
-                    .current_dir(&dir)
-                    .output()
-                    .expect("bash");
-                let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-                assert!(
-                    output.status.success(),
-                    "README line {}: {} after {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-                    block.line,
-                    output.status,
-                    started.elapsed(),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                ran += 1;
-                last = Some((block.line, stdout));
+    for page in PAGES {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        // An output block reads the command before it on its own page.
+        let mut last: Option<(String, String)> = None;
+        for block in blocks(&text) {
+            let at = format!("{page} line {}", block.line);
+            match block.kind {
+                Kind::Run => {
+                    let script = block
+                        .text
+                        .replace("http://127.0.0.1:8080", &api)
+                        .replace("http://127.0.0.1:9464", &metrics)
+                        .replace("postgres://postgres@127.0.0.1:5432/quiesce", &database);
+                    eprintln!("{at}:\n{script}");
+                    let started = Instant::now();
+                    let output = Command::new("timeout")
+                        .args(["300", "bash", "-euo", "pipefail", "-c", &script])
+                        .current_dir(&dir)
+                        .env("PATH", &path)
+                        .output()
+                        .expect("bash");
+                    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+                    assert!(
+                        output.status.success(),
+                        "{at}: {} after {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+                        output.status,
+                        started.elapsed(),
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                    ran += 1;
+                    last = Some((at, stdout));
+                }
+                Kind::Output(mode) => {
+                    let (at, stdout) = last
+                        .take()
+                        .unwrap_or_else(|| panic!("{at}: output of no command"));
+                    check(mode, &block.text, &stdout, &at);
+                }
+                Kind::Skip | Kind::Other => {}
             }
-            Kind::Output(mode) => {
-                let (line, stdout) = last
-                    .take()
-                    .unwrap_or_else(|| panic!("README line {}: output of no command", block.line));
-                check(mode, &block.text, &stdout, line);
-            }
-            Kind::Skip | Kind::Other => {}
         }
     }
     std::fs::remove_dir_all(&dir).ok();
-    assert!(ran >= 5, "only {ran} README blocks ran");
+    assert!(ran >= 35, "only {ran} blocks ran");
+}
+
+/// README.md and every page under docs/, as paths from the checkout's root.
+fn pages() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    support::pages(root)
+        .iter()
+        .map(|page| {
+            page.strip_prefix(root)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn every_page_with_commands_is_in_the_smoke_order() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let all = pages();
+    assert!(all.len() > PAGES.len(), "{all:?}");
+    for page in &all {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        // Every marker is read (an unknown one panics), on every page.
+        let blocks = blocks(&text);
+        let runs: Vec<usize> = blocks
+            .iter()
+            .filter(|b| b.kind == Kind::Run)
+            .map(|b| b.line)
+            .collect();
+        let listed = PAGES.contains(&page.as_str());
+        assert!(
+            runs.is_empty() || listed,
+            "{page} has sh blocks at lines {runs:?} that the smoke test would not run: add the page to PAGES \
+             (tests/readme.rs, and the order in docs/README.md), or mark each block \
+             `<!-- readme: skip REASON -->`"
+        );
+        // The list does not rot: each page of it exists and has a command to run.
+        assert!(
+            !listed || !runs.is_empty(),
+            "{page} is in PAGES but runs nothing"
+        );
+    }
+    for page in PAGES {
+        assert!(
+            all.iter().any(|p| p == page),
+            "{page} of PAGES does not exist"
+        );
+    }
 }
 
 fn readme() -> String {

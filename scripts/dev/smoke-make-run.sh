@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The quick start, checked: `make run` starts the service, then every command of the README runs
-# as printed, in order, against it (tests/readme.rs), and `make clean-data` removes what it left.
-# Uses its own database, Redis prefix and ports (the README's addresses are rewritten to them).
+# The quick start, checked: `make run` starts the service, then every command of the README and of
+# every page of docs/ runs as printed, in the order docs/README.md states, against it
+# (tests/readme.rs), and `make clean-data` removes what it left. Uses its own database, Redis
+# prefix and ports (the pages' addresses are rewritten to them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -72,8 +73,9 @@ while IFS= read -r line; do
     fail "make run's banner lacks the README's example line: $line; its output:"
 done < <(scripts/dev/example-request.sh --raw)
 
-README_API="http://127.0.0.1:$port" README_DATABASE_URL="$QUIESCE_DATABASE_URL" \
-  cargo test -q --test readme -- --ignored every_readme_command_runs_as_printed ||
-  fail "a README command failed (above); make run's output:"
-echo "smoke: make run served every README command as printed"
+README_API="http://127.0.0.1:$port" README_METRICS="http://127.0.0.1:$((port + 1))" \
+  README_DATABASE_URL="$QUIESCE_DATABASE_URL" \
+  cargo test -q --test readme -- --ignored every_documented_command_runs_as_printed ||
+  fail "a command of the README or docs/ failed (above); make run's output:"
+echo "smoke: make run served every command of the README and docs/ as printed"
 echo "smoke: 1 passed, 0 failed"

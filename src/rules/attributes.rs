@@ -23,18 +23,6 @@ use crate::domain::{
     AttributeStats, Attributes, Scalar, SignalStats, SnapshotAttributes, WindowStats,
 };
 
-/// The functions of this module besides `count` (whose filter form is here too); `max` is
-/// among CEL's names already.
-pub(super) const FUNCTIONS: [&str; 7] = [
-    "latest",
-    "distinct",
-    "max_in",
-    "latest_in",
-    "distinct_in",
-    "attr",
-    "has_attr",
-];
-
 /// A scalar as CEL sees it.
 fn cel_value(value: &Scalar) -> Value {
     match value {

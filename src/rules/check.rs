@@ -5,8 +5,13 @@ use cel::Program;
 
 use crate::domain::{DAY_WINDOWS, WINDOWS};
 
-/// Functions a condition may call besides CEL's own.
-pub(super) const QUIESCE_FUNCTIONS: [&str; 8] = [
+/// Every function a condition may call besides CEL's own: the one list of quiesce's rule
+/// functions, which the load-time check allows and its error names. A new function is added to
+/// the condition's context (`condition.rs`, `attributes.rs` or `decay.rs`) and named here;
+/// `every_listed_function_is_in_a_conditions_context` fails for a name with no function
+/// behind it, and a rule calling a function left out of the list does not load.
+pub(super) const FUNCTIONS: [&str; 15] = [
+    // condition.rs: counts, weights, actors, shares, ratios, trailing windows.
     "count",
     "weight",
     "actors",
@@ -14,7 +19,17 @@ pub(super) const QUIESCE_FUNCTIONS: [&str; 8] = [
     "ratio",
     "count_in",
     "weight_in",
+    // decay.rs
     "decayed",
+    // attributes.rs: aggregates of event attributes and the entity's context (`max` is
+    // CEL's own name already, and `count`'s filter form is there too).
+    "latest",
+    "distinct",
+    "max_in",
+    "latest_in",
+    "distinct_in",
+    "attr",
+    "has_attr",
 ];
 /// CEL's standard functions and macros, as the expression parser names them.
 const CEL_FUNCTIONS: [&str; 30] = [
@@ -63,10 +78,9 @@ pub(super) fn position(source: &str, offset: usize) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnknownName {
     #[error(
-        "unknown function {function}(){}; quiesce offers {}, {}",
+        "unknown function {function}(){}; quiesce offers {}",
         at.as_ref().map(|at| format!(" at {at}")).unwrap_or_default(),
-        QUIESCE_FUNCTIONS.join(", "),
-        super::attributes::FUNCTIONS.join(", ")
+        FUNCTIONS.join(", ")
     )]
     Function {
         function: String,
@@ -87,11 +101,7 @@ pub(super) fn check_names(source: &str, program: &Program) -> Result<(), Unknown
     for function in program.references().functions() {
         let operator =
             function.starts_with('_') || function.starts_with('@') || function.starts_with('!');
-        if !operator
-            && !QUIESCE_FUNCTIONS.contains(&function)
-            && !super::attributes::FUNCTIONS.contains(&function)
-            && !CEL_FUNCTIONS.contains(&function)
-        {
+        if !operator && !FUNCTIONS.contains(&function) && !CEL_FUNCTIONS.contains(&function) {
             return Err(UnknownName::Function {
                 function: function.to_owned(),
                 at: source.find(function).map(|o| position(source, o)),

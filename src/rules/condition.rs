@@ -243,6 +243,27 @@ mod tests {
     }
 
     #[test]
+    fn every_listed_function_is_in_a_conditions_context() {
+        let env = Arc::new(Env::stdlib());
+        let context = context(&env, &snapshot()).unwrap();
+        let undeclared = |source: &str| {
+            let program = env.compile(source).unwrap();
+            matches!(
+                program.execute(&context),
+                Err(ExecutionError::UndeclaredReference(_))
+            )
+        };
+        for name in super::super::check::FUNCTIONS {
+            // Called with no arguments: a declared function fails on them, not on its name.
+            assert!(
+                !undeclared(&format!("{name}()")),
+                "{name} is listed but not declared"
+            );
+        }
+        assert!(undeclared("no_such_function()"));
+    }
+
+    #[test]
     fn each_condition_kind_reads_the_snapshot() {
         let cases = [
             ("count(\"flag\") == 8", true),
