@@ -302,6 +302,7 @@ impl DsaSubmitter {
             match self.submit_once().await {
                 Ok(taken) => taken >= DSA_BATCH,
                 Err(error) => {
+                    self.store.notice(&error);
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "Transparency Database submission pass failed");
                     false
                 }

@@ -198,6 +198,7 @@ impl Dispatcher {
             match self.deliver_once().await {
                 Ok(round) => round.delivered + round.retried + round.gave_up >= self.settings.batch,
                 Err(error) => {
+                    self.store.notice(&error);
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "webhook dispatcher pass failed");
                     false
                 }

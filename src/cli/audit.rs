@@ -7,7 +7,7 @@ use crate::{
     domain::AuditAction,
     settings::ConfigArgs,
     startup::{connect_postgres, load_report_settings},
-    store::{AuditFilter, Store},
+    store::AuditFilter,
 };
 
 /// Entries read per statement.
@@ -46,7 +46,7 @@ pub struct AuditArgs {
 
 pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
     let settings = load_report_settings(&args.config)?;
-    let store = Store::new(connect_postgres(&settings).await?);
+    let store = connect_postgres(&settings).await?;
     let mut filter = AuditFilter {
         actor: args.actor,
         action: args.action.map(|a| a.as_str().to_owned()),

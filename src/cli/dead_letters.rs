@@ -8,7 +8,6 @@ use crate::{
     queue::Queue,
     settings::ConfigArgs,
     startup::{connect_postgres, connect_redis, keyspace, load_report_settings},
-    store::Store,
 };
 
 #[derive(Subcommand)]
@@ -52,7 +51,7 @@ pub(super) async fn run(command: DeadLettersCommand) -> anyhow::Result<()> {
         keyspace(&settings),
         settings.schedule.timing(),
     );
-    let store = Store::new(connect_postgres(&settings).await?);
+    let store = connect_postgres(&settings).await?;
     match command {
         DeadLettersCommand::List { limit, .. } => {
             let page = store.dead_letters(None, limit).await?;

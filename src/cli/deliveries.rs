@@ -5,7 +5,6 @@ use clap::Subcommand;
 use crate::{
     settings::ConfigArgs,
     startup::{connect_postgres, load_report_settings},
-    store::Store,
 };
 
 #[derive(Subcommand)]
@@ -41,7 +40,7 @@ pub(super) async fn run(command: DeliveriesCommand) -> anyhow::Result<()> {
         }
     };
     let settings = load_report_settings(config)?;
-    let store = Store::new(connect_postgres(&settings).await?);
+    let store = connect_postgres(&settings).await?;
     match command {
         DeliveriesCommand::Failed { limit, .. } => {
             let failed = store.failed_deliveries(limit).await?;

@@ -118,7 +118,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read the rules file {}", file.display()))?;
             let settings = load_report_settings(&config)?;
-            let store = Store::new(connect_postgres(&settings).await?);
+            let store = connect_postgres(&settings).await?;
             let version =
                 active_rules::publish(&store, None, &audit::command_line(), &text, &message, None)
                     .await?;
@@ -132,7 +132,7 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             message,
         } => {
             let settings = load_report_settings(&config)?;
-            let store = Store::new(connect_postgres(&settings).await?);
+            let store = connect_postgres(&settings).await?;
             let message = message.unwrap_or_else(|| format!("rolled back to version {version}"));
             active_rules::rollback(&store, None, &audit::command_line(), version, &message).await?;
             println!("{}", serde_json::json!({ "version": version }));

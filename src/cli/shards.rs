@@ -7,7 +7,6 @@ use crate::{
     queue::Queue,
     settings::Settings,
     startup::{connect_postgres, connect_redis, keyspace},
-    store::Store,
 };
 
 pub(super) async fn run(settings: &Settings, move_dead_letters: bool) -> anyhow::Result<()> {
@@ -17,7 +16,7 @@ pub(super) async fn run(settings: &Settings, move_dead_letters: bool) -> anyhow:
         settings.schedule.timing(),
     );
     if move_dead_letters {
-        let store = Store::new(connect_postgres(settings).await?);
+        let store = connect_postgres(settings).await?;
         let moved = dead_letters::move_draining(&store, &queue).await?;
         let entry = AuditEntry {
             action: AuditAction::ShardsMove,

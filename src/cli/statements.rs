@@ -7,7 +7,7 @@ use clap::Subcommand;
 use crate::{
     settings::ConfigArgs,
     startup::{connect_postgres, load_report_settings},
-    store::{StatementFilter, Store},
+    store::StatementFilter,
 };
 
 /// Statements read per query.
@@ -47,7 +47,7 @@ pub(super) async fn run(command: StatementsCommand) -> anyhow::Result<()> {
         rule,
     } = command;
     let settings = load_report_settings(&config)?;
-    let store = Store::new(connect_postgres(&settings).await?);
+    let store = connect_postgres(&settings).await?;
     let mut filter = StatementFilter {
         entity,
         rule,

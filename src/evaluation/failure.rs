@@ -72,13 +72,13 @@ impl Evaluator {
             // So is one that waited on a primary that refused connections meanwhile (a
             // read-only spell that ended before the timeout).
             error @ EvaluationError::TimedOut(_)
-                if crate::store::primary_refused_since(started)
-                    || !self.postgres_answers().await =>
+                if self.store.primary_refused_since(started) || !self.postgres_answers().await =>
             {
                 self.breaker.trip(self.settings.poll_interval);
                 self.give_back(claim, error.into()).await
             }
             EvaluationError::Store(error) if error.is_unavailable() => {
+                self.store.notice(&error);
                 self.outage(claim, error).await
             }
             error => self.fail(claim, error.into(), false).await,

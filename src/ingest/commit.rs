@@ -175,6 +175,9 @@ impl Committer {
         match result {
             Ok(Ok(answers)) => answers,
             Ok(Err(error)) => {
+                if let IngestError::Postgres(error) = &error {
+                    self.store.notice(error);
+                }
                 tracing::warn!(error = %crate::telemetry::Chain(&error), "group commit failed");
                 vec![Err(error); group.len()]
             }

@@ -64,14 +64,17 @@ pub async fn prepare_database(settings: &Settings) -> anyhow::Result<()> {
         })?;
         tracing::info!("created the database");
     }
-    let pool = connect_postgres(settings).await?;
-    store::migrate(&pool).await.context("migrations failed")?;
-    pool.close().await;
+    let store = connect_postgres(settings).await?;
+    store::migrate(store.pool())
+        .await
+        .context("migrations failed")?;
+    store.pool().close().await;
     Ok(())
 }
 
-/// The Postgres pool; errors name QUIESCE_DATABASE_URL and the address, its password redacted.
-pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
+/// The store on a new Postgres pool (its partitions and replica left at their defaults: see
+/// [`connect_store`]); errors name QUIESCE_DATABASE_URL and the address, its password redacted.
+pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<store::Store> {
     check_database_url(settings)?;
     store::connect(&settings.database).await.with_context(|| {
         format!(
@@ -85,8 +88,8 @@ pub async fn connect_postgres(settings: &Settings) -> anyhow::Result<sqlx::PgPoo
 /// when `database_read_url` is set, the read replica (connected lazily, not yet in use: its
 /// watch, or one check for a command, puts it in use once it answers within `read_max_lag`).
 pub async fn connect_store(settings: &Settings) -> anyhow::Result<store::Store> {
-    let pool = connect_postgres(settings).await?;
-    let store = store::Store::new(pool)
+    let store = connect_postgres(settings)
+        .await?
         .with_partitions(store::PartitionPlan::from_settings(&settings.maintenance))
         .submitting_statements(settings.delivery.dsa_configured());
     let Some(url) = &settings.database.database_read_url else {

@@ -32,12 +32,15 @@ mod statements;
 mod sweep;
 mod timers;
 
+use std::sync::Arc;
+
 use secrecy::ExposeSecret;
 use sqlx::{
     PgPool,
     postgres::{PgConnectOptions, PgPoolOptions, types::PgInterval},
 };
 
+use self::primary::Fence;
 use crate::{
     domain::{EntityId, Invalid},
     settings::Database,
@@ -58,7 +61,7 @@ pub use self::{
     outbox::OutboxRow,
     page_key::PageKey,
     partitions::{Dropped, PartitionPlan, Partitioned},
-    primary::{NotPrimary, primary_refused_since, refusal},
+    primary::{NotPrimary, refusal},
     read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
     review::{LockedReviewItem, ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
@@ -104,10 +107,9 @@ pub enum StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 impl From<sqlx::Error> for StoreError {
-    /// Every statement's error passes here: one that shows its connection reaches a server
-    /// that takes no writes retires the pool's connections (`primary.rs`).
+    /// Only a wrapping: what an error tells of the server is for the pool's fence, which the
+    /// store that made the pool hears through [`Store::notice`].
     fn from(error: sqlx::Error) -> Self {
-        primary::notice(&error);
         StoreError::Database(error)
     }
 }
@@ -216,7 +218,9 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
     }
 }
 
-pub async fn connect(settings: &Database) -> Result<PgPool> {
+/// The store on a new pool of `settings`' primary, the pool fenced (`primary.rs`): its
+/// connections check what they reached, and what its errors tell retires them.
+pub async fn connect(settings: &Database) -> Result<Store> {
     // A statement that cannot finish within the backend timeout (a row lock held elsewhere, a
     // network black hole) is cancelled by Postgres rather than holding its caller forever.
     let statement_timeout = settings.backend_timeout.as_millis().to_string();
@@ -231,15 +235,23 @@ pub async fn connect(settings: &Database) -> Result<PgPool> {
             // (BENCHMARKS.md).
             ("plan_cache_mode", "force_generic_plan"),
         ]);
+    // Only the primary is written on: see primary.rs. The fence is this pool's own.
+    let fence = Arc::new(Fence::new());
+    let (connecting, acquiring) = (Arc::clone(&fence), Arc::clone(&fence));
     let pool = PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.backend_timeout)
-        // Only the primary is written on: see primary.rs.
-        .after_connect(|connection, _| Box::pin(primary::check_new_connection(connection)))
-        .before_acquire(|_, meta| Box::pin(async move { Ok(primary::still_current(&meta)) }))
+        .after_connect(move |connection, _| {
+            let fence = Arc::clone(&connecting);
+            Box::pin(async move { primary::check_new_connection(&fence, connection).await })
+        })
+        .before_acquire(move |_, meta| {
+            let current = primary::still_current(&acquiring, &meta);
+            Box::pin(async move { Ok(current) })
+        })
         .connect_with(options)
         .await?;
-    Ok(pool)
+    Ok(Store::fenced(pool, fence))
 }
 
 /// Applies the migrations on one connection without the statement timeout: a migration that
@@ -260,6 +272,8 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    /// The pool's fence (`primary.rs`), shared by the store's clones.
+    fence: Arc<Fence>,
     /// How the time partitions are cut and kept (`partitions.rs`).
     partitions: PartitionPlan,
     /// Where reads that may be a moment stale go while it keeps up (`replica.rs`).
@@ -269,10 +283,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store whose partitions follow the default retention settings.
+    /// A store on a pool made elsewhere, whose partitions follow the default retention
+    /// settings. Its fence is the store's alone: the pool's connections do not check what they
+    /// reach (a pool from [`connect`] does).
     pub fn new(pool: PgPool) -> Self {
+        Self::fenced(pool, Arc::new(Fence::new()))
+    }
+
+    fn fenced(pool: PgPool, fence: Arc<Fence>) -> Self {
         Self {
             pool,
+            fence,
             partitions: PartitionPlan::from_settings(&crate::settings::Maintenance::default()),
             replica: None,
             submit_statements: false,
@@ -340,8 +361,26 @@ impl Store {
         } else {
             return Ok(());
         };
-        primary::retire_connections();
+        self.fence.retire();
         Err(StoreError::NotWritable(refusal))
+    }
+
+    /// Whether the primary refused one of this pool's connections, or answered read-only, at or
+    /// after `since`: a caller that waited that long waited on an outage, not on its own work.
+    pub fn primary_refused_since(&self, since: std::time::Instant) -> bool {
+        self.fence.refused_since(since)
+    }
+
+    /// Hears what an error of this store's statements tells of the server: one that shows a
+    /// connection reached a server that takes no writes retires the pool's connections
+    /// (`primary.rs`). Called where a write's failure is handled (an evaluation's, a group
+    /// commit's, a delivery pass's).
+    pub fn notice(&self, error: &StoreError) {
+        match error {
+            StoreError::Database(error) => self.fence.notice(error),
+            StoreError::Shared(error) => self.notice(error),
+            _ => {}
+        }
     }
 }
 

@@ -9,16 +9,18 @@
 //!   outage (503, a paused worker), never as an entity's failure;
 //! - an error that shows a pooled connection reaches a server that cannot write (SQLSTATE 25006,
 //!   or the breaker's probe finding it read-only) retires every connection opened before it
-//!   ([`retire_connections`]): the pool drops them at their next acquire and connects again,
+//!   ([`Fence::retire`]): the pool drops them at their next acquire and connects again,
 //!   through the same address, to whatever is the primary now.
 //!
-//! The fence's memory is the process's, per database system (its `system_identifier`: a
-//! primary and its standbys share it, another cluster does not).
+//! The fence belongs to the pool it guards ([`Fence`], made with the pool by `connect` and kept
+//! by its `Store`): what one pool learns never retires another's connections. Its memory is per
+//! database system (its `system_identifier`: a primary and its standbys share it, another
+//! cluster does not).
 
 use std::{
     collections::HashMap,
     sync::{
-        LazyLock, Mutex,
+        Mutex,
         atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -49,9 +51,9 @@ pub(super) struct ServerRole {
     pub(super) timeline: Option<u32>,
 }
 
-/// The highest timeline seen per database system, and the instant before which every
-/// connection is retired.
-struct Fence {
+/// One pool's fence: the highest timeline seen per database system, and the instant before
+/// which every connection of the pool is retired.
+pub(super) struct Fence {
     highest: Mutex<HashMap<i64, u32>>,
     /// The last refusal, logged once until a primary is admitted again.
     refused: Mutex<Option<NotPrimary>>,
@@ -63,15 +65,17 @@ struct Fence {
     last_refused: AtomicU64,
 }
 
-static FENCE: LazyLock<Fence> = LazyLock::new(|| Fence {
-    highest: Mutex::new(HashMap::new()),
-    refused: Mutex::new(None),
-    epoch: Instant::now(),
-    retired_before: AtomicU64::new(0),
-    last_refused: AtomicU64::new(0),
-});
-
 impl Fence {
+    pub(super) fn new() -> Self {
+        Self {
+            highest: Mutex::new(HashMap::new()),
+            refused: Mutex::new(None),
+            epoch: Instant::now(),
+            retired_before: AtomicU64::new(0),
+            last_refused: AtomicU64::new(0),
+        }
+    }
+
     /// Takes a server's answer: a primary on the highest timeline seen (raising it when higher:
     /// connections opened before it reached the old one, so they are retired), or the refusal.
     fn admit(&self, role: ServerRole) -> Result<(), NotPrimary> {
@@ -121,7 +125,8 @@ impl Fence {
         }
     }
 
-    fn retire(&self) {
+    /// Every connection opened until now is closed at its next acquire.
+    pub(super) fn retire(&self) {
         let now = self.epoch.elapsed().as_nanos() as u64;
         self.retired_before.fetch_max(now, Ordering::Relaxed);
         self.refused();
@@ -132,8 +137,9 @@ impl Fence {
         self.last_refused.fetch_max(now, Ordering::Relaxed);
     }
 
-    /// Whether a refusal came at or after `since`.
-    fn refused_since(&self, since: Instant) -> bool {
+    /// Whether the primary refused a connection, or answered read-only, at or after `since`: a
+    /// caller that waited that long waited on an outage, not on its own work.
+    pub(super) fn refused_since(&self, since: Instant) -> bool {
         let refused = self.last_refused.load(Ordering::Relaxed);
         refused != 0 && refused >= since.saturating_duration_since(self.epoch).as_nanos() as u64
     }
@@ -151,7 +157,10 @@ impl Fence {
 
 /// The pool's `after_connect`: asks the new connection's server what it is and refuses it
 /// unless it is the primary (see the module's comment).
-pub(super) async fn check_new_connection(connection: &mut PgConnection) -> sqlx::Result<()> {
+pub(super) async fn check_new_connection(
+    fence: &Fence,
+    connection: &mut PgConnection,
+) -> sqlx::Result<()> {
     let row = sqlx::query!(
         r#"SELECT system_identifier AS "system!",
                   pg_is_in_recovery() AS "in_recovery!",
@@ -170,40 +179,31 @@ pub(super) async fn check_new_connection(connection: &mut PgConnection) -> sqlx:
         timeline: row.timeline.and_then(|t| u32::try_from(t).ok()),
     };
     // The pool retries a refused connection until its acquire timeout: logged once.
-    let verdict = FENCE.admit(role);
-    FENCE.log(&verdict);
+    let verdict = fence.admit(role);
+    fence.log(&verdict);
     if verdict.is_err() {
-        FENCE.refused();
+        fence.refused();
     }
     verdict.map_err(|refusal| sqlx::Error::Io(std::io::Error::other(refusal)))
 }
 
 /// The pool's `before_acquire`: a connection opened before the last retirement is closed.
-pub(super) fn still_current(meta: &PoolConnectionMetadata) -> bool {
-    !FENCE.is_retired(meta.age)
+pub(super) fn still_current(fence: &Fence, meta: &PoolConnectionMetadata) -> bool {
+    !fence.is_retired(meta.age)
 }
 
-/// Whether the primary refused a connection, or answered read-only, at or after `since`: a
-/// caller that waited that long waited on an outage, not on its own work.
-pub fn primary_refused_since(since: Instant) -> bool {
-    FENCE.refused_since(since)
-}
-
-/// Every connection opened until now is closed at its next acquire.
-pub(super) fn retire_connections() {
-    FENCE.retire();
-}
-
-/// An error that shows the connection reached a server that takes no writes: a read-only
-/// transaction refused a write (25006), or the server is shutting down or in recovery (57P01,
-/// 57P03). Its connection, and every one opened before it, is retired.
-pub(super) fn notice(error: &sqlx::Error) {
-    if let sqlx::Error::Database(db) = error
-        && db
-            .code()
-            .is_some_and(|code| matches!(&*code, "25006" | "57P01" | "57P03"))
-    {
-        retire_connections();
+impl Fence {
+    /// An error that shows the connection reached a server that takes no writes: a read-only
+    /// transaction refused a write (25006), or the server is shutting down or in recovery
+    /// (57P01, 57P03). Its connection, and every one of the pool opened before it, is retired.
+    pub(super) fn notice(&self, error: &sqlx::Error) {
+        if let sqlx::Error::Database(db) = error
+            && db
+                .code()
+                .is_some_and(|code| matches!(&*code, "25006" | "57P01" | "57P03"))
+        {
+            self.retire();
+        }
     }
 }
 
@@ -220,13 +220,7 @@ mod tests {
     use super::*;
 
     fn fence() -> Fence {
-        Fence {
-            highest: Mutex::new(HashMap::new()),
-            refused: Mutex::new(None),
-            epoch: Instant::now(),
-            retired_before: AtomicU64::new(0),
-            last_refused: AtomicU64::new(0),
-        }
+        Fence::new()
     }
 
     fn primary(system: i64, timeline: u32) -> ServerRole {

@@ -283,7 +283,7 @@ impl Worker {
             // writes (the outbox's, a scrape's writability check, one the fence refused): claims
             // pause then, rather than take entities only to give them back.
             let reading = Instant::now();
-            if !breaker.is_open() && crate::store::primary_refused_since(fence_read) {
+            if !breaker.is_open() && self.store.primary_refused_since(fence_read) {
                 tracing::warn!("the primary refused a connection or a write; pausing claims");
                 breaker.trip(self.settings.poll_interval);
             }

@@ -186,9 +186,8 @@ async fn a_body_that_never_finishes_is_answered_408() {
     assert_eq!(read_status(&mut stream).await, 408);
     assert_eq!(app.count_events().await, 0);
     // The server is unaffected: the next request is accepted (retried as a sender retries a
-    // 503: with a 300 ms backend timeout on a busy machine, or while another test of this
-    // process makes its database read-only, which retires connections process-wide (the fence
-    // is per process), a moment's 503 is the documented answer).
+    // 503: with a 300 ms backend timeout on a busy machine a moment's 503 is the documented
+    // answer).
     wait_for(
         Duration::from_secs(10),
         "the next request to be accepted",

@@ -422,3 +422,39 @@ async fn a_scrape_answers_within_prometheus_scrape_timeout_while_the_primary_is_
     );
     set_read_only(&app, false).await;
 }
+
+/// The fence is each pool's own: a database made read-only under one store leaves a store of
+/// the same process on another database unaware. (A process-wide fence paused every worker of
+/// the process and retired every pool's connections.)
+#[tokio::test]
+async fn a_read_only_database_is_an_outage_only_for_the_store_on_it() {
+    let read_only = spawn_app(TestOptions::idle().with(|s| {
+        s.database.backend_timeout = Duration::from_secs(1);
+    }))
+    .await;
+    let other = spawn_app(TestOptions::idle()).await;
+    let since = Instant::now();
+    set_read_only(&read_only, true).await;
+    let (status, ready) = read_only.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(
+        read_only.backends.store.primary_refused_since(since),
+        "the read-only database's store heard the refusal"
+    );
+
+    assert!(
+        !other.backends.store.primary_refused_since(since),
+        "another database's store heard nothing of it"
+    );
+    let (status, ready) = other.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(
+        other
+            .post_events(&event("o1", "post:o", "flag"))
+            .await
+            .status(),
+        202,
+        "the other store takes writes at the first try"
+    );
+    set_read_only(&read_only, false).await;
+}
