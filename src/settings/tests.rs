@@ -221,7 +221,7 @@ fn the_reports_comments_line_up_within_each_section() {
         );
     }
     // The long URL widens its own section only: the schedule's comments stay where the
-    // README shows them.
+    // settings reference shows them (docs/reference/settings.md).
     let schedule = sections.iter().find(|s| s.0 == "[schedule]").unwrap();
     let database = sections.iter().find(|s| s.0 == "[database]").unwrap();
     assert!(database.1[0] > url.len(), "{report}");
@@ -336,8 +336,8 @@ fn every_setting_has_its_own_name_variable_and_flag() {
 }
 
 #[test]
-fn the_readme_lists_every_setting_with_its_section_variable_flag_and_default() {
-    let readme = include_str!("../../README.md");
+fn the_settings_reference_lists_every_setting_with_its_section_variable_flag_and_default() {
+    let readme = include_str!("../../docs/reference/settings.md");
     let rows: HashMap<&str, Vec<&str>> = readme
         .lines()
         .filter(|line| line.starts_with("| `"))
@@ -353,7 +353,7 @@ fn the_readme_lists_every_setting_with_its_section_variable_flag_and_default() {
         let field = shown.field;
         let row = rows
             .get(field.name)
-            .unwrap_or_else(|| panic!("README.md has no row for {}", field.name));
+            .unwrap_or_else(|| panic!("docs/reference/settings.md has no row for {}", field.name));
         assert_eq!(row[1], format!("`[{}]`", field.section), "{}", field.name);
         assert_eq!(row[2], format!("`{}`", field.variable()), "{}", field.name);
         assert_eq!(row[3], format!("`--{}`", field.flag()), "{}", field.name);

@@ -584,7 +584,7 @@ async fn an_appeal_upheld_is_a_reversal_with_source_appeal_and_the_platform_is_t
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["outcome"], "upheld");
     assert_eq!(app.status_of("post:1").await, Status::Visible);
-    // As the README's walk-through reads it: reversed by the moderator, from the appeal.
+    // As the statements and appeals how-to's walk-through reads it (docs/how-to/statements-and-appeals.md): reversed by the moderator, from the appeal.
     let (_, actions) = app.get("/v1/actions?entity=post:1").await;
     let reversed = &actions["actions"][0];
     assert_eq!(
