@@ -122,10 +122,8 @@ impl Supervisor {
         if self.shutdown.is_cancelled() {
             return self.stopped(ended).err();
         }
-        let (task, how) = match self.ended(ended) {
-            (task, Ok(())) => (task, HowItEnded::Returned),
-            (task, Err(how)) => (task, how),
-        };
+        let (task, how) = self.ended(ended);
+        let how = how.err().unwrap_or(HowItEnded::Returned);
         let died = TaskDied { task, how };
         tracing::error!(task, error = %died, "a task ended unexpectedly; stopping the process");
         Some(died)

@@ -4,7 +4,8 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use quiesce::startup::{Application, HowItEnded, Supervisor, stop_deadline};
+use quiesce::startup::{Application, HowItEnded, Supervisor, TaskDied, stop_deadline};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{TestApp, TestOptions, spawn_app, wait_for};
@@ -30,6 +31,31 @@ async fn answers(client: &reqwest::Client, base: &str) -> bool {
         .is_ok_and(|response| response.status().is_success())
 }
 
+/// Runs `supervisor` and waits until the API at `address` answers.
+async fn run_until_answering(
+    app: &TestApp,
+    supervisor: Supervisor,
+    address: SocketAddr,
+) -> JoinHandle<Result<(), TaskDied>> {
+    let running = tokio::spawn(supervisor.run());
+    let base = format!("http://{address}");
+    wait_for(
+        Duration::from_secs(10),
+        "the supervised API to answer",
+        || answers(&app.client, &base),
+    )
+    .await;
+    running
+}
+
+/// How the run ended, within a deadline.
+async fn ended(running: JoinHandle<Result<(), TaskDied>>) -> Result<(), TaskDied> {
+    tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the run ends within its deadline")
+        .expect("the supervisor itself does not panic")
+}
+
 #[tokio::test]
 async fn a_task_that_dies_ends_the_run_with_an_error_naming_it_and_stops_the_others() {
     let app = spawn_app(TestOptions::default()).await;
@@ -41,21 +67,10 @@ async fn a_task_that_dies_ends_the_run_with_an_error_naming_it_and_stops_the_oth
         }
     });
     let shutdown = supervisor.shutdown();
-    let running = tokio::spawn(supervisor.run());
-    let base = format!("http://{address}");
-    wait_for(
-        Duration::from_secs(10),
-        "the supervised API to answer",
-        || answers(&app.client, &base),
-    )
-    .await;
+    let running = run_until_answering(&app, supervisor, address).await;
 
     pull.send(()).expect("the doomed task waits");
-    let died = tokio::time::timeout(Duration::from_secs(60), running)
-        .await
-        .expect("the run ends within its deadline")
-        .expect("the supervisor itself does not panic")
-        .expect_err("a task died");
+    let died = ended(running).await.expect_err("a task died");
     assert_eq!(died.task, "doomed");
     assert!(
         matches!(&died.how, HowItEnded::Panicked(message) if message == "the test pulled the plug"),
@@ -81,21 +96,10 @@ async fn a_shutdown_ends_the_run_with_ok_once_every_task_has_stopped() {
     let app = spawn_app(TestOptions::default()).await;
     let (supervisor, address) = supervised(&app).await;
     let shutdown = supervisor.shutdown();
-    let running = tokio::spawn(supervisor.run());
-    let base = format!("http://{address}");
-    wait_for(
-        Duration::from_secs(10),
-        "the supervised API to answer",
-        || answers(&app.client, &base),
-    )
-    .await;
+    let running = run_until_answering(&app, supervisor, address).await;
 
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), running)
-        .await
-        .expect("the run ends within its deadline")
-        .expect("the supervisor itself does not panic")
-        .expect("a clean shutdown");
+    ended(running).await.expect("a clean shutdown");
     assert!(
         tokio::net::TcpStream::connect(address).await.is_err(),
         "the API's listener stopped"
