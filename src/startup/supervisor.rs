@@ -38,6 +38,15 @@ pub struct TaskDied {
     pub how: HowItEnded,
 }
 
+impl TaskDied {
+    /// The task's end, logged as an error with `what` happened to the process.
+    fn logged(task: &'static str, how: HowItEnded, what: &str) -> Self {
+        let died = Self { task, how };
+        tracing::error!(task, error = %died, "{what}");
+        died
+    }
+}
+
 /// How a supervised task ended.
 #[derive(Debug, thiserror::Error)]
 pub enum HowItEnded {
@@ -124,9 +133,11 @@ impl Supervisor {
         }
         let (task, how) = self.ended(ended);
         let how = how.err().unwrap_or(HowItEnded::Returned);
-        let died = TaskDied { task, how };
-        tracing::error!(task, error = %died, "a task ended unexpectedly; stopping the process");
-        Some(died)
+        Some(TaskDied::logged(
+            task,
+            how,
+            "a task ended unexpectedly; stopping the process",
+        ))
     }
 
     /// Logs a task that ended after the token was cancelled; a failure or a panic is an error.
@@ -134,17 +145,10 @@ impl Supervisor {
         &mut self,
         ended: Result<(Id, anyhow::Result<()>), JoinError>,
     ) -> Result<(), TaskDied> {
-        match self.ended(ended) {
-            (task, Ok(())) => {
-                tracing::debug!(task, "task stopped");
-                Ok(())
-            }
-            (task, Err(how)) => {
-                let died = TaskDied { task, how };
-                tracing::error!(task, error = %died, "a task failed while stopping");
-                Err(died)
-            }
-        }
+        let (task, how) = self.ended(ended);
+        how.map_err(|how| TaskDied::logged(task, how, "a task failed while stopping"))?;
+        tracing::debug!(task, "task stopped");
+        Ok(())
     }
 
     /// The ended task's name, and how it ended unless it returned `Ok`.
