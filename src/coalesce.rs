@@ -7,7 +7,10 @@
 use std::{future::Future, panic::AssertUnwindSafe, sync::Arc};
 
 use futures::FutureExt;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::{
+    sync::{Mutex, mpsc, oneshot},
+    task::JoinSet,
+};
 
 use crate::telemetry::names;
 
@@ -17,15 +20,19 @@ struct Pending<Req, Resp> {
 }
 
 /// A handle to the flushers of one kind of call; cheap to clone. The flushers stop when the
-/// last handle is dropped.
+/// last handle is dropped: their queue closes, and the tasks, which the handles own together,
+/// are aborted (no caller waits on them then: a caller holds a handle while it waits).
 pub struct Coalescer<Req, Resp> {
+    // Declared first, dropped first: the queue closes before the flushers are aborted.
     requests: mpsc::Sender<Pending<Req, Resp>>,
+    _flushers: Arc<JoinSet<()>>,
 }
 
 impl<Req, Resp> Clone for Coalescer<Req, Resp> {
     fn clone(&self) -> Self {
         Self {
             requests: self.requests.clone(),
+            _flushers: Arc::clone(&self._flushers),
         }
     }
 }
@@ -67,10 +74,14 @@ impl<Req: Send + 'static, Resp: Send + 'static> Coalescer<Req, Resp> {
         let (requests, receiver) = mpsc::channel(batching.queue.max(1));
         let receiver = Arc::new(Mutex::new(receiver));
         let flush = Arc::new(flush);
+        let mut flushers = JoinSet::new();
         for _ in 0..batching.flushers.max(1) {
-            tokio::spawn(run(batching, Arc::clone(&receiver), Arc::clone(&flush)));
+            flushers.spawn(run(batching, Arc::clone(&receiver), Arc::clone(&flush)));
         }
-        Self { requests }
+        Self {
+            requests,
+            _flushers: Arc::new(flushers),
+        }
     }
 
     /// Queues the request and waits for its batch's answer. `None` when no answer will come:

@@ -6,6 +6,8 @@
 //! the code (`use` trees included), resolved to the file that defines the module they name.
 //! And the map, docs/architecture.md, is kept true: its modules table names every file under
 //! `src/` and no file that is gone, its layers are the ones below, and imports point down it.
+//! And no task is detached: a task is started by the supervisor, or in a `JoinSet` its owner
+//! reaps, and no join's outcome is thrown away.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -542,4 +544,117 @@ fn the_map_checks_catch_a_wrong_map() {
     imports.get_mut("store").unwrap().remove("http");
     assert_eq!(map_errors(&fixed, &files), Vec::<String>::new());
     assert_eq!(order_breaks(&fixed, &imports), Vec::<String>::new());
+}
+
+/// The files that may start a task outside a `JoinSet` (`tokio::spawn` and the like), each
+/// with why its handles are not lost. Everywhere else a task lives in a `JoinSet` its owner
+/// reaps, or runs inside its caller's task: no task is detached, and none ends unseen.
+const SPAWNERS: [(&str, &str); 2] = [
+    (
+        "startup/supervisor.rs",
+        "the supervisor: every long-lived task of serve and worker, named, its end awaited",
+    ),
+    (
+        "backtest/mod.rs",
+        "spawn_blocking: the replay's work off the runtime, each handle awaited where it is made",
+    ),
+];
+
+/// How a task is started outside a `JoinSet`.
+const SPAWNS: [&str; 4] = [
+    "tokio::spawn",
+    "task::spawn(",
+    "spawn_local(",
+    "spawn_blocking(",
+];
+
+/// What in `code` (of the file `file`, relative to `src/`) detaches a task: a spawn outside
+/// [`SPAWNERS`], or a join's outcome thrown away (`let _ = task.await`, `let _ =
+/// tasks.join_next()...`).
+fn detached(file: &str, code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if !SPAWNERS.iter().any(|(allowed, _)| *allowed == file) {
+        for spawn in SPAWNS {
+            if code.contains(spawn) {
+                found.push(format!(
+                    "{file} starts a task with `{spawn}` outside a JoinSet"
+                ));
+            }
+        }
+    }
+    for statement in code.split(';') {
+        let Some(at) = statement.find("let _ =") else {
+            continue;
+        };
+        let expression = statement[at..].to_lowercase();
+        let joined = ["join_next", "joinhandle", "join!("]
+            .iter()
+            .any(|join| expression.contains(join))
+            || (expression.contains(".await")
+                && ["task", "handle", "spawn", "server"]
+                    .iter()
+                    .any(|name| expression.contains(name)));
+        if joined {
+            found.push(format!(
+                "{file} drops a task's outcome: `{}`",
+                statement[at..]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_task_is_detached_and_no_join_is_dropped() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    files_under(&src, &mut files);
+    let mut found = Vec::new();
+    for path in files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+    {
+        let file = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        found.extend(detached(&file, &code(path)));
+    }
+    assert_eq!(found, Vec::<String>::new());
+}
+
+#[test]
+fn the_detached_check_catches_a_spawn_and_a_dropped_join() {
+    assert_eq!(
+        detached(
+            "worker/mod.rs",
+            "fn run() { tokio::spawn(forward()); tasks.spawn(evaluate()); }"
+        ),
+        ["worker/mod.rs starts a task with `tokio::spawn` outside a JoinSet"]
+    );
+    assert_eq!(
+        detached(
+            "startup/supervisor.rs",
+            "fn spawn() { tokio::spawn(task); }"
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        detached(
+            "startup/mod.rs",
+            "async fn f() { let _ = dispatcher_task.await; let _ = metrics_handle(); }"
+        ),
+        ["startup/mod.rs drops a task's outcome: `let _ = dispatcher_task.await`"]
+    );
+    assert_eq!(
+        detached(
+            "http/server.rs",
+            "fn f() { let _ = connections.join_next(); }"
+        ),
+        ["http/server.rs drops a task's outcome: `let _ = connections.join_next()`"]
+    );
 }

@@ -171,19 +171,31 @@ pub enum SweepError {
     Backtest(#[from] BacktestError),
 }
 
-/// Sweeps literal `literal` of rule `rule` of `rules` over `values` (the default range when
-/// empty), every value backtested over the window in one read.
-#[allow(clippy::too_many_arguments)]
+/// What a sweep varies: the number `literal` (counted from 0) of rule `rule` of `rules`, over
+/// `values` (the default range when empty).
+#[derive(Debug, Clone, Copy)]
+pub struct Swept<'a> {
+    pub rules: &'a RuleSet,
+    pub rule: &'a str,
+    pub literal: usize,
+    pub values: &'a [f64],
+}
+
+/// Sweeps what `swept` names, every value backtested over the window in one read against the
+/// rules in force.
 pub async fn sweep(
     store: &Store,
     semaphore: &BacktestSemaphore,
-    rules: &RuleSet,
+    swept: Swept<'_>,
     in_force: &RuleSet,
-    rule: &str,
-    literal: usize,
-    values: &[f64],
     options: Options,
 ) -> Result<SweepReport, SweepError> {
+    let Swept {
+        rules,
+        rule,
+        literal,
+        values,
+    } = swept;
     let when = rules
         .rules()
         .iter()

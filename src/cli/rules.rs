@@ -186,11 +186,13 @@ pub(super) async fn run(command: RulesCommand) -> anyhow::Result<()> {
             let report = backtest::sweep::sweep(
                 &store,
                 &backtest::BacktestSemaphore::default(),
-                &rules,
+                backtest::sweep::Swept {
+                    rules: &rules,
+                    rule: &rule,
+                    literal,
+                    values: &values,
+                },
                 &in_force,
-                &rule,
-                literal,
-                &values,
                 backtest::Options {
                     window: since,
                     sample: 0,

@@ -106,11 +106,13 @@ pub async fn run(
     let report = backtest::sweep::sweep(
         &state.app.store,
         &state.app.backtests,
+        backtest::sweep::Swept {
+            rules: &in_force,
+            rule: &rule,
+            literal,
+            values: &values,
+        },
         &in_force,
-        &in_force,
-        &rule,
-        literal,
-        &values,
         Options { window, sample: 0 },
     )
     .await

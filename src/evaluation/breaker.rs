@@ -1,5 +1,5 @@
 //! The Postgres circuit breaker: an evaluation that finds Postgres unreachable trips it, and the
-//! worker's poll loop (`worker/mod.rs`) stops claiming while it is open.
+//! worker's poll loop (`worker/poll.rs`) stops claiming while it is open.
 
 use std::{
     sync::Mutex,

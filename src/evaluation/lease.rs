@@ -1,14 +1,7 @@
 //! Leases: how long a claim (and its entity lock) lives, estimated from measured evaluation
 //! times, and its renewal while an evaluation runs.
 
-use std::{
-    collections::VecDeque,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use std::{collections::VecDeque, future::Future, sync::Mutex, time::Duration};
 
 use crate::queue::{Claim, Queue};
 
@@ -60,53 +53,38 @@ impl LeaseEstimator {
     }
 }
 
-/// The renewal of a claim's lease and entity lock while its evaluation runs: every third of the
-/// lease, until [`Renewal::stop`] or the drop (a return, a timeout, a panic).
-pub(super) struct Renewal {
-    task: tokio::task::JoinHandle<()>,
-    /// Set if the lease or the lock was found lost.
-    lost: Arc<AtomicBool>,
+/// Runs `evaluation` while renewing the claim's lease and entity lock every third of the lease,
+/// in the same task: the renewal ends with the evaluation (a claim is never renewed past it),
+/// however it ends (a return, a timeout, a panic). Its output, and whether the lease or the lock
+/// was found lost meanwhile.
+pub(super) async fn renewing<T>(
+    queue: &Queue,
+    claim: &Claim,
+    evaluation: impl Future<Output = T>,
+) -> (T, bool) {
+    let renewal = renew_until_lost(queue, claim);
+    tokio::pin!(evaluation, renewal);
+    tokio::select! {
+        biased;
+        evaluated = &mut evaluation => (evaluated, false),
+        () = &mut renewal => (evaluation.await, true),
+    }
 }
 
-impl Renewal {
-    pub(super) fn start(queue: Queue, claim: Claim) -> Self {
-        let lost = Arc::new(AtomicBool::new(false));
-        let period = Duration::from_millis(claim.lease_ms / 3).max(Duration::from_millis(1));
-        let flag = Arc::clone(&lost);
-        let task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                match queue.renew(&claim).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        flag.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::warn!(error = %crate::telemetry::Chain(&error), "lease renewal failed; will try again")
-                    }
-                }
+/// Renews the claim every third of its lease; returns when the lease or the lock is lost.
+async fn renew_until_lost(queue: &Queue, claim: &Claim) {
+    let period = Duration::from_millis(claim.lease_ms / 3).max(Duration::from_millis(1));
+    let mut ticker = tokio::time::interval(period);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        match queue.renew(claim).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(error = %crate::telemetry::Chain(&error), "lease renewal failed; will try again")
             }
-        });
-        Self { task, lost }
-    }
-
-    /// Stops renewing: a claim is never renewed past its evaluation.
-    pub(super) fn stop(&self) {
-        self.task.abort();
-    }
-
-    /// Whether the lease or the lock was lost while it ran.
-    pub(super) fn lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.task.abort();
+        }
     }
 }
 

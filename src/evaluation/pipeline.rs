@@ -12,7 +12,7 @@ use tracing::Instrument;
 use super::{
     EvaluationError, Evaluator, Outcome,
     decision::{Afterwards, Decided},
-    lease::Renewal,
+    lease::renewing,
 };
 use crate::{
     queue::{Claim, Locked},
@@ -40,31 +40,28 @@ impl Evaluator {
             Ok(Locked::Busy) => return self.snooze(claim).await,
             Err(error) => return self.lock_failed(claim, error).await,
         };
-        // Redis, meanwhile: the lease and the lock renewed (renew.lua).
-        let renewal = Renewal::start(self.queue.clone(), claim.clone());
         let started = Instant::now();
-        let evaluated = self
-            .in_time(async {
-                let (rules, started_at) = (self.rules.current(), Utc::now());
-                // Postgres: the snapshot (a statement shared by concurrent evaluations).
-                let snapshot = self.snapshot(claim, &rules).await?;
-                // In memory: the rules' verdict, and the decision unless it is the last applied.
-                let decided =
-                    self.decide(claim, &rules, snapshot, last_applied.as_deref(), started_at)?;
-                self.before_apply(&decided).await;
-                let afterwards = decided.afterwards();
-                // Postgres: the completion behind the version fence (a shared statement too).
-                let completion = self.complete(claim, &rules, decided).await?;
-                // Redis: what the completion leaves: a timer's end, the author's evaluation.
-                self.schedule_after(claim, &afterwards, &completion).await;
-                let applied = afterwards.applied_key(&completion);
-                Ok(Evaluated {
-                    completion,
-                    applied,
-                })
+        let evaluation = self.in_time(async {
+            let (rules, started_at) = (self.rules.current(), Utc::now());
+            // Postgres: the snapshot (a statement shared by concurrent evaluations).
+            let snapshot = self.snapshot(claim, &rules).await?;
+            // In memory: the rules' verdict, and the decision unless it is the last applied.
+            let decided =
+                self.decide(claim, &rules, snapshot, last_applied.as_deref(), started_at)?;
+            self.before_apply(&decided).await;
+            let afterwards = decided.afterwards();
+            // Postgres: the completion behind the version fence (a shared statement too).
+            let completion = self.complete(claim, &rules, decided).await?;
+            // Redis: what the completion leaves: a timer's end, the author's evaluation.
+            self.schedule_after(claim, &afterwards, &completion).await;
+            let applied = afterwards.applied_key(&completion);
+            Ok(Evaluated {
+                completion,
+                applied,
             })
-            .await;
-        renewal.stop();
+        });
+        // Redis, meanwhile: the lease and the lock renewed (renew.lua).
+        let (evaluated, lease_lost) = renewing(&self.queue, claim, evaluation).await;
         self.leases.record(started.elapsed());
         // Redis: the ack (lock released, applied dedup key remembered: ack.lua), or the
         // failure settled (retry.lua or fail.lua).
@@ -73,7 +70,7 @@ impl Evaluator {
             Err(error) => (self.settle_failure(claim, error, started).await, false),
         };
         // Redis: the lock released, unless the ack did (unlock.lua).
-        self.release(claim, released, renewal.lost()).await;
+        self.release(claim, released, lease_lost).await;
         outcome
     }
 

@@ -15,6 +15,7 @@ use hyper_util::{
 use tokio::{
     net::TcpListener,
     sync::{OwnedSemaphorePermit, Semaphore},
+    task::JoinSet,
 };
 use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
@@ -69,14 +70,25 @@ pub async fn serve(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    // Each connection's task, reaped as they end and awaited by the drain.
+    let mut connections = JoinSet::new();
     loop {
         // A slot first: at the cap, connections queue in the kernel's backlog, not here.
         let slot = tokio::select! {
             _ = shutdown.cancelled() => break,
+            Some(ended) = connections.join_next() => {
+                connection_ended(ended);
+                continue;
+            }
             slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
         };
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
+            // The slot goes back and is taken again: the cap holds either way.
+            Some(ended) = connections.join_next() => {
+                connection_ended(ended);
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) if is_connection_error(&error) => continue,
@@ -106,7 +118,7 @@ pub async fn serve(
             TowerToHyperService::new(service),
         );
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             // An error here is the client's doing (a timeout, a reset, a malformed request):
             // hyper has answered what it could.
             if let Err(error) = connection.await {
@@ -125,6 +137,22 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("connections still open after the drain timeout; closing them");
+        connections.abort_all();
+    }
+    // What is left closes within its linger.
+    while let Some(ended) = connections.join_next().await {
+        connection_ended(ended);
+    }
+}
+
+/// A connection's task ended: a panic is logged (its slot and its count were given back by
+/// [`Open`]'s drop); an abort is the drain's own doing.
+fn connection_ended(ended: Result<(), tokio::task::JoinError>) {
+    match ended {
+        Err(error) if error.is_panic() => {
+            tracing::error!(%error, "a connection's task panicked");
+        }
+        _ => {}
     }
 }
 

@@ -15,6 +15,7 @@ use redis::{
     cluster_async::ClusterConnection,
     cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo},
 };
+use tokio::task::JoinSet;
 
 /// The URL schemes that name a cluster by its seed nodes.
 const CLUSTER_SCHEMES: [(&str, &str); 2] = [
@@ -41,7 +42,9 @@ pub struct Cluster {
     current: Arc<RwLock<ClusterConnection>>,
     /// Since when every call has failed on the connection (None: the last one succeeded).
     failing_since: Arc<Mutex<Option<Instant>>>,
-    rebuilding: Arc<std::sync::atomic::AtomicBool>,
+    /// The replacement under way, if any: one at a time, reaped at the next failure, aborted
+    /// with the last handle.
+    rebuilding: Arc<Mutex<JoinSet<()>>>,
 }
 
 impl Cluster {
@@ -75,19 +78,24 @@ impl Cluster {
             return;
         }
         let started = *since.get_or_insert_with(Instant::now);
-        if started.elapsed() < REBUILD_AFTER
-            || self
-                .rebuilding
-                .swap(true, std::sync::atomic::Ordering::AcqRel)
-        {
+        if started.elapsed() < REBUILD_AFTER {
+            return;
+        }
+        let mut rebuilding = self.rebuilding.lock().expect("not poisoned");
+        while let Some(ended) = rebuilding.try_join_next() {
+            if let Err(error) = ended {
+                tracing::error!(%error, "the replacement of the Redis Cluster connection panicked");
+            }
+        }
+        if !rebuilding.is_empty() {
             return;
         }
         *since = None;
-        let this = self.clone();
-        tokio::spawn(async move {
-            match this.client.get_async_connection().await {
+        let (client, current) = (Arc::clone(&self.client), Arc::clone(&self.current));
+        rebuilding.spawn(async move {
+            match client.get_async_connection().await {
                 Ok(connection) => {
-                    *this.current.write().expect("not poisoned") = connection;
+                    *current.write().expect("not poisoned") = connection;
                     tracing::warn!(
                         "the Redis Cluster connection kept failing; replaced it with a new one"
                     );
@@ -96,8 +104,6 @@ impl Cluster {
                     tracing::warn!(error = %crate::telemetry::Chain(&error), "could not open a new Redis Cluster connection");
                 }
             }
-            this.rebuilding
-                .store(false, std::sync::atomic::Ordering::Release);
         });
     }
 

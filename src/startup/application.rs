@@ -1,12 +1,12 @@
 //! The HTTP API bound to its port, the metrics listener, and the workers of the same process.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::backends::Backends;
+use super::{backends::Backends, supervisor::Supervisor};
 use crate::{
     console,
     http::{self, AppState, server::ConnectionLimits},
@@ -16,8 +16,13 @@ use crate::{
     worker::Worker,
 };
 
+/// Added to the longer drain for the workers to give back what did not finish, and the rest to
+/// return.
+const STOP_MARGIN: Duration = Duration::from_secs(10);
+
 /// Runs the evaluation loop and maintenance beside it until `shutdown`, then waits for both:
-/// the loop drains its running evaluations first.
+/// the loop drains its running evaluations first. For tests that run workers of their own;
+/// `serve` and `worker` run the two as named tasks of their supervisor.
 pub async fn run_workers(worker: Worker, maintenance: Maintenance, shutdown: CancellationToken) {
     tokio::join!(worker.run(shutdown.clone()), maintenance.run(shutdown));
 }
@@ -84,17 +89,20 @@ impl Application {
         self.metrics.as_ref().map(|(_, address)| *address)
     }
 
-    /// Serves until `shutdown` fires: stops accepting, finishes open requests, then lets the
-    /// workers drain.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    /// Puts the API's listener, the metrics listener, the read replica's lag watch and the
+    /// workers with maintenance under `supervisor`, each a named task stopped by its token: the
+    /// listener then stops accepting and finishes open requests, the workers drain.
+    pub fn supervise(self, supervisor: &mut Supervisor) {
+        let shutdown = supervisor.shutdown();
         // The read replica's lag, measured while the API serves the reads that go there.
         if let Some(replica) = self.state.store.replica() {
-            tokio::spawn(replica.clone().watch(shutdown.clone()));
+            supervisor.spawn("replica lag watch", replica.clone().watch(shutdown.clone()));
         }
-        let workers = self.workers.map(|(worker, maintenance)| {
-            tokio::spawn(run_workers(worker, maintenance, shutdown.clone()))
-        });
-        let metrics = self.metrics.map(|(listener, _)| {
+        if let Some((worker, maintenance)) = self.workers {
+            supervisor.spawn("worker loop", worker.run(shutdown.clone()));
+            supervisor.spawn("maintenance", maintenance.run(shutdown.clone()));
+        }
+        if let Some((listener, _)) = self.metrics {
             let router = http::metrics_router(
                 self.state.queue.clone(),
                 self.state.store.clone(),
@@ -102,51 +110,63 @@ impl Application {
                 telemetry::metrics_handle(),
                 self.state.settings.database.backend_timeout,
             );
-            serve_metrics(listener, router, shutdown.clone())
-        });
+            supervisor.spawn(
+                "metrics listener",
+                serve_metrics(listener, router, shutdown.clone()),
+            );
+        }
         let connection_limits = ConnectionLimits::from(&self.state.settings.http);
         let pages = console::router(self.state.clone(), self.sessions);
-        http::server::serve(
-            self.listener,
-            http::router_with(self.state, pages),
-            connection_limits,
-            shutdown.clone(),
-        )
-        .await;
-        if let Some(workers) = workers {
-            workers.await.context("the worker loop panicked")?;
-        }
-        if let Some(metrics) = metrics {
-            metrics.await.context("the metrics listener panicked")?;
-        }
-        Ok(())
+        supervisor.spawn(
+            "API listener",
+            http::server::serve(
+                self.listener,
+                http::router_with(self.state, pages),
+                connection_limits,
+                shutdown,
+            ),
+        );
+    }
+
+    /// Serves until `shutdown` fires, under a supervisor of its own ([`Application::supervise`]):
+    /// an error names the task that ended unexpectedly.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut supervisor = Supervisor::new(shutdown, stop_deadline(&self.state.settings));
+        self.supervise(&mut supervisor);
+        Ok(supervisor.run().await?)
     }
 }
 
-fn serve_metrics(
+/// How long a process's tasks have to stop once shutdown is asked: the longer of the workers'
+/// drain and the API's, and a margin for giving back what did not finish.
+pub fn stop_deadline(settings: &Settings) -> Duration {
+    settings
+        .worker
+        .shutdown_timeout
+        .max(settings.http.request_timeout)
+        + STOP_MARGIN
+}
+
+async fn serve_metrics(
     listener: TcpListener,
     router: axum::Router,
     shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let stopped = axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(error) = stopped {
-            tracing::error!(error = %crate::telemetry::Chain(&error), "the metrics listener failed");
-        }
-    })
+) -> anyhow::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+        .context("the metrics listener failed")
 }
 
 /// Serves `/metrics` and `/healthz` on `settings.metrics_listen`, if set, until `shutdown`
-/// (for `quiesce worker`; `serve` runs its own through [`Application`]).
+/// (for `quiesce worker`; `serve` runs its own through [`Application`]), under `supervisor`.
 pub async fn spawn_metrics_listener(
     settings: &Settings,
     backends: &Backends,
-    shutdown: CancellationToken,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    supervisor: &mut Supervisor,
+) -> anyhow::Result<()> {
     let Some(address) = settings.telemetry.metrics_listen else {
-        return Ok(None);
+        return Ok(());
     };
     let listener = TcpListener::bind(address).await.with_context(|| {
         format!("cannot listen for metrics on {address} (QUIESCE_METRICS_LISTEN; off disables it)")
@@ -160,7 +180,11 @@ pub async fn spawn_metrics_listener(
         telemetry::metrics_handle(),
         settings.database.backend_timeout,
     );
-    Ok(Some(serve_metrics(listener, router, shutdown)))
+    supervisor.spawn(
+        "metrics listener",
+        serve_metrics(listener, router, supervisor.shutdown()),
+    );
+    Ok(())
 }
 
 /// The settings alerts compare against, and a zero for each series a healthy process may never

@@ -6,20 +6,22 @@ mod backends;
 mod connect;
 mod open_files;
 mod signals;
+mod supervisor;
 mod systemd;
 
-use std::{future::Future, sync::Arc};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 pub use self::{
-    application::{Application, run_workers, spawn_metrics_listener},
+    application::{Application, run_workers, spawn_metrics_listener, stop_deadline},
     backends::Backends,
     connect::{
         connect_postgres, connect_redis, connect_store, keyspace, load_rules, prepare_database,
     },
     open_files::{ensure_open_files, files_needed},
     signals::{reload_rules_on_sighup, shutdown_on_signal},
+    supervisor::{HowItEnded, Supervisor, TaskDied, TaskEnd},
 };
 use crate::{
     actions::{DeliverySettings, Dispatcher, DsaSettings, DsaSubmitter},
@@ -61,7 +63,8 @@ fn load_settings_logging(args: &ConfigArgs, default_logs: &str) -> anyhow::Resul
     Ok(settings)
 }
 
-/// `quiesce serve`: the HTTP API and the workers in one process, until SIGTERM or ctrl-c.
+/// `quiesce serve`: the HTTP API and the workers in one process, until SIGTERM or ctrl-c, or
+/// until one of its tasks ends unexpectedly (an error naming it: the process exits non-zero).
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     settings
         .security
@@ -71,7 +74,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     if settings.security.insecure_dev {
         tracing::warn!("--insecure-dev: the API runs without tokens or inbound signatures");
     }
-    let booted = boot(&settings).await?;
+    let mut booted = boot(&settings).await?;
     let worker = booted.backends.worker(&settings);
     let app = Application::build(&settings, &booted.backends, Some(worker)).await?;
     tracing::info!(
@@ -81,55 +84,49 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce is serving"
     );
+    app.supervise(&mut booted.supervisor);
     systemd::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status("serving"),
     ]);
-    let shutdown = booted.shutdown.clone();
-    booted
-        .run_beside_dispatcher(&settings, app.run_until_stopped(shutdown))
-        .await
+    Ok(booted.supervisor.run().await?)
 }
 
 /// `quiesce worker`: workers and maintenance only (with a metrics listener if one is set),
-/// until SIGTERM or ctrl-c.
+/// until SIGTERM or ctrl-c, or until one of its tasks ends unexpectedly (as `serve`).
 pub async fn work(settings: Settings) -> anyhow::Result<()> {
-    let booted = boot(&settings).await?;
+    let mut booted = boot(&settings).await?;
     let _ = telemetry::metrics_handle();
-    let metrics =
-        spawn_metrics_listener(&settings, &booted.backends, booted.shutdown.clone()).await?;
+    spawn_metrics_listener(&settings, &booted.backends, &mut booted.supervisor).await?;
     // The banner once every listener is bound.
     tracing::info!(
         workers = settings.worker.workers,
         rules_version = %telemetry::OrNone(booted.backends.rules.current().version()),
         "quiesce worker started"
     );
+    let shutdown = booted.supervisor.shutdown();
+    let supervisor = &mut booted.supervisor;
+    supervisor.spawn(
+        "worker loop",
+        booted.backends.worker(&settings).run(shutdown.clone()),
+    );
+    supervisor.spawn(
+        "maintenance",
+        booted.backends.maintenance(&settings).run(shutdown),
+    );
     systemd::notify(&[
         sd_notify::NotifyState::Ready,
         sd_notify::NotifyState::Status("working"),
     ]);
-    let (backends, shutdown) = (&booted.backends, booted.shutdown.clone());
-    let running = async {
-        run_workers(
-            backends.worker(&settings),
-            backends.maintenance(&settings),
-            shutdown,
-        )
-        .await;
-        if let Some(metrics) = metrics {
-            metrics.await?;
-        }
-        Ok(())
-    };
-    booted.run_beside_dispatcher(&settings, running).await
+    Ok(booted.supervisor.run().await?)
 }
 
-/// What serving and working both start from: the backends connected and checked, the active
-/// rules version followed (and checked again on SIGHUP), and the shutdown token SIGTERM and
-/// ctrl-c cancel.
+/// What serving and working both start from: the backends connected and checked, and the
+/// supervisor already running the signal handlers (SIGTERM and ctrl-c cancel its token, SIGHUP
+/// reads the active rules version again), the rules follower and the dispatchers.
 struct Booted {
     backends: Backends,
-    shutdown: CancellationToken,
+    supervisor: Supervisor,
 }
 
 /// Loads the rules, prepares the database, connects Postgres and Redis and checks them (Redis'
@@ -140,55 +137,52 @@ async fn boot(settings: &Settings) -> anyhow::Result<Booted> {
     let backends = Backends::connect(settings, rules).await?;
     backends.check_redis_durability().await;
     backends.check_schedule_matches_database(settings).await?;
-    reload_rules_on_sighup(Arc::clone(&backends.rules), backends.store.clone());
-    let shutdown = shutdown_on_signal();
-    tokio::spawn(active_rules::follow(
-        backends.store.clone(),
-        Arc::clone(&backends.rules),
-        settings.moderation.rules_poll_interval,
-        shutdown.clone(),
-    ));
-    Ok(Booted { backends, shutdown })
-}
-
-impl Booted {
-    /// Runs `work` with the webhook dispatcher beside it (if a webhook URL is configured),
-    /// until both have stopped.
-    async fn run_beside_dispatcher(
-        &self,
-        settings: &Settings,
-        work: impl Future<Output = anyhow::Result<()>>,
-    ) -> anyhow::Result<()> {
-        let dispatcher = spawn_dispatcher(settings, &self.backends, self.shutdown.clone());
-        work.await?;
-        if let Some(dispatcher) = dispatcher {
-            dispatcher.await?;
-        }
-        Ok(())
-    }
+    let mut supervisor = Supervisor::new(CancellationToken::new(), stop_deadline(settings));
+    let shutdown = supervisor.shutdown();
+    supervisor.spawn(
+        "shutdown signal handler",
+        shutdown_on_signal(shutdown.clone()),
+    );
+    supervisor.spawn(
+        "SIGHUP rules reload",
+        reload_rules_on_sighup(
+            Arc::clone(&backends.rules),
+            backends.store.clone(),
+            shutdown.clone(),
+        ),
+    );
+    supervisor.spawn(
+        "rules follower",
+        active_rules::follow(
+            backends.store.clone(),
+            Arc::clone(&backends.rules),
+            settings.moderation.rules_poll_interval,
+            shutdown,
+        ),
+    );
+    spawn_dispatchers(settings, &backends, &mut supervisor);
+    Ok(Booted {
+        backends,
+        supervisor,
+    })
 }
 
 /// Starts the webhook dispatcher if a webhook URL is configured, and the Transparency
-/// Database's submitter if `dsa_endpoint` and `dsa_token` are.
-pub fn spawn_dispatcher(
-    settings: &Settings,
-    backends: &Backends,
-    shutdown: CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let submitter = DsaSettings::from_settings(settings).map(|dsa| {
+/// Database's submitter if `dsa_endpoint` and `dsa_token` are, under `supervisor`.
+fn spawn_dispatchers(settings: &Settings, backends: &Backends, supervisor: &mut Supervisor) {
+    let shutdown = supervisor.shutdown();
+    if let Some(dsa) = DsaSettings::from_settings(settings) {
         tracing::info!(endpoint = %crate::credentials::redact_passwords(&dsa.endpoint), "Transparency Database submitter started");
-        tokio::spawn(DsaSubmitter::new(backends.store.clone(), dsa).run(shutdown.clone()))
-    });
-    let dispatcher = DeliverySettings::from_settings(settings).map(|delivery| {
-        tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
-        tokio::spawn(Dispatcher::new(backends.store.clone(), delivery).run(shutdown))
-    });
-    if submitter.is_none() && dispatcher.is_none() {
-        return None;
+        supervisor.spawn(
+            "Transparency Database submitter",
+            DsaSubmitter::new(backends.store.clone(), dsa).run(shutdown.clone()),
+        );
     }
-    Some(tokio::spawn(async move {
-        for task in [submitter, dispatcher].into_iter().flatten() {
-            let _ = task.await;
-        }
-    }))
+    if let Some(delivery) = DeliverySettings::from_settings(settings) {
+        tracing::info!(url = %crate::credentials::redact_passwords(&delivery.url), signed = delivery.secret.is_some(), "webhook dispatcher started");
+        supervisor.spawn(
+            "webhook dispatcher",
+            Dispatcher::new(backends.store.clone(), delivery).run(shutdown),
+        );
+    }
 }

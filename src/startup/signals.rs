@@ -15,16 +15,24 @@ use crate::{
 
 /// On SIGHUP, reads which rules version is active from Postgres again and puts it in force
 /// (what the listener and the poll do by themselves; the rules file is not read again). A
-/// reload is recorded in the audit trail as `signal:SIGHUP`.
-pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
+/// reload is recorded in the audit trail as `signal:SIGHUP`. Runs until `shutdown`, under the
+/// supervisor.
+pub async fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store, shutdown: CancellationToken) {
     #[cfg(unix)]
-    tokio::spawn(async move {
-        let Ok(mut hangups) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            return;
+    {
+        let mut hangups = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::hangup(),
+        ) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP; the rules are followed without it");
+                return shutdown.cancelled().await;
+            }
         };
-        while hangups.recv().await.is_some() {
+        while let Some(()) = tokio::select! {
+            () = shutdown.cancelled() => None,
+            hangup = hangups.recv() => hangup,
+        } {
             super::systemd::notify(&[sd_notify::NotifyState::Reloading]);
             let before = rules.current();
             let before = (before.rules().len(), before.version());
@@ -42,33 +50,32 @@ pub fn reload_rules_on_sighup(rules: Arc<Rules>, store: Store) {
             }
             super::systemd::notify(&[sd_notify::NotifyState::Ready]);
         }
-    });
+    }
+    #[cfg(not(unix))]
+    shutdown.cancelled().await;
 }
 
-/// A token cancelled on SIGTERM or ctrl-c; the HTTP server and the workers share it.
-pub fn shutdown_on_signal() -> CancellationToken {
-    let token = CancellationToken::new();
-    let trigger = token.clone();
-    tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
-                    signal.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
+/// Cancels `shutdown` on SIGTERM or ctrl-c (the HTTP server and the workers share it), then
+/// returns; returns at once if something else cancelled it.
+pub async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
             }
-        };
-        #[cfg(not(unix))]
-        let terminate = std::future::pending::<()>();
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = terminate => {}
+            Err(_) => std::future::pending::<()>().await,
         }
-        tracing::info!("shutdown requested: no new claims, finishing running evaluations");
-        super::systemd::notify(&[sd_notify::NotifyState::Stopping]);
-        trigger.cancel();
-    });
-    token
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutdown requested: no new claims, finishing running evaluations");
+    super::systemd::notify(&[sd_notify::NotifyState::Stopping]);
+    shutdown.cancel();
 }

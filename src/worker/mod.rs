@@ -1,22 +1,20 @@
 //! Workers: claim due entities and hand each claim to the evaluator (`evaluation/`), which
 //! locks it, reads one snapshot, runs the rules, applies at most one version-checked action
-//! and acks. This file is the poll loop (bounded concurrency, graceful shutdown, claiming
-//! paused while the evaluator's breaker is open) and its single step, `claim_once`.
+//! and acks. This file is the worker and its single step, `claim_once`; `poll` is the loop
+//! around it (bounded concurrency, graceful shutdown, claiming paused while the evaluator's
+//! breaker is open).
+
+mod poll;
 
 use std::{
-    collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use tokio::{
-    sync::{Notify, Semaphore},
-    task::JoinSet,
-};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Notify;
 use tracing::Instrument;
 
 // What the evaluation's callers name through the worker, as before it had its own module.
@@ -255,160 +253,6 @@ impl Worker {
         }
         round.next_due_in = next_due_in.map(|ms| Duration::from_millis(ms as u64));
         Ok(round)
-    }
-
-    /// The poll loop: claims while permits are free, sleeps until the earliest due entity (at
-    /// most the poll interval) or a wake-up, and on shutdown stops claiming, waits for running
-    /// evaluations, and gives back what did not finish in time. Maintenance (the reaper among
-    /// it) runs beside it, started with it by `startup`.
-    pub async fn run(self, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.settings.workers));
-        let running: Arc<Mutex<HashMap<String, Claim>>> = Arc::default();
-        let mut tasks = JoinSet::new();
-        let mut backoff = self.settings.poll_interval;
-        // The due index's time this process sleeps until, when it sleeps for one.
-        let mut expected: Option<i64> = None;
-        let listening = shutdown.child_token();
-        if let Some(wakeups) = self.wakeups.clone() {
-            tokio::spawn(wakeups.forward(Arc::clone(&self.wakeup), listening.clone()));
-        }
-        let _stop_listening = listening.drop_guard();
-        let mut fence_read = Instant::now();
-        let breaker = self.evaluator.breaker();
-
-        while !shutdown.is_cancelled() {
-            while tasks.try_join_next().is_some() {}
-
-            // Any of the process's connections may learn first that the primary takes no
-            // writes (the outbox's, a scrape's writability check, one the fence refused): claims
-            // pause then, rather than take entities only to give them back.
-            let reading = Instant::now();
-            if !breaker.is_open() && self.store.primary_refused_since(fence_read) {
-                tracing::warn!("the primary refused a connection or a write; pausing claims");
-                breaker.trip(self.settings.poll_interval);
-            }
-            fence_read = reading;
-
-            let available = permits.available_permits();
-            let mut sleep_for = self.settings.poll_interval;
-            let claiming = if let Some(pause) = breaker.open_for() {
-                sleep_for = pause;
-                false
-            } else if breaker.needs_probe() {
-                self.stats.probes.fetch_add(1, Ordering::Relaxed);
-                match tokio::time::timeout(
-                    self.settings.poll_interval.max(Duration::from_secs(1)),
-                    self.store.writable(),
-                )
-                .await
-                {
-                    Ok(Ok(())) => {
-                        breaker.close();
-                        // The primary takes writes now: a refusal met before this probe (the
-                        // old primary's, or the promotion's retirement) must not pause again.
-                        fence_read = Instant::now();
-                        true
-                    }
-                    _ => {
-                        breaker.trip(self.settings.poll_interval);
-                        sleep_for = breaker.open_for().unwrap_or(self.settings.poll_interval);
-                        false
-                    }
-                }
-            } else {
-                true
-            };
-            if claiming && available > 0 {
-                match self.claim_once(available).await {
-                    Ok(round) => {
-                        backoff = self.settings.poll_interval;
-                        let full = round.claims.len() == available;
-                        let beaten = round.beaten(expected);
-                        let next_due_at = round.next_due_at_ms();
-                        for claim in round.claims {
-                            let permit = Arc::clone(&permits)
-                                .try_acquire_owned()
-                                .expect("claimed no more than the free permits");
-                            running
-                                .lock()
-                                .expect("not poisoned")
-                                .insert(claim.token.clone(), claim.clone());
-                            let worker = self.clone();
-                            let running = Arc::clone(&running);
-                            tasks.spawn(async move {
-                                let token = claim.token.clone();
-                                worker.evaluate_claim(claim).await;
-                                running.lock().expect("not poisoned").remove(&token);
-                                drop(permit);
-                            });
-                        }
-                        expected = None;
-                        if full {
-                            // More may be due; come back as soon as a permit frees.
-                            sleep_for = Duration::ZERO;
-                        } else if beaten {
-                            // Every process sleeps until the same next time, and one takes
-                            // what is due then. Those that lost go back to the poll interval
-                            // (or a wake-up) instead of each reading the index at every due
-                            // time for nothing: the winner follows the due times, and a
-                            // process that finds shards due in a poll follows them again.
-                        } else if let Some(next) = round.next_due_in {
-                            // Due times a few milliseconds apart are taken together: one read
-                            // and one settle for several shards, so the index's reads stay
-                            // bounded however dense the due times get.
-                            // Something due now (a full read, a shard with more than a claim
-                            // batch) is read again at once.
-                            let gap = READ_GAP.min(self.settings.poll_interval / 10);
-                            sleep_for = if next.is_zero() {
-                                next
-                            } else {
-                                next.max(gap).min(self.settings.poll_interval)
-                            };
-                            if next <= self.settings.poll_interval {
-                                expected = next_due_at;
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        expected = None;
-                        tracing::warn!(error = %crate::telemetry::Chain(&error), "claim failed; backing off");
-                        backoff = (backoff * 2).min(MAX_POLL_BACKOFF);
-                        sleep_for = jittered(backoff);
-                    }
-                }
-            }
-
-            let at_capacity = permits.available_permits() == 0;
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = self.wakeup.notified() => {}
-                _ = tokio::time::sleep(sleep_for), if !at_capacity => {}
-                Some(_) = tasks.join_next(), if at_capacity => {}
-            }
-        }
-
-        let drained = tokio::time::timeout(self.settings.shutdown_timeout, async {
-            while tasks.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
-            let unfinished: Vec<Claim> = running
-                .lock()
-                .expect("not poisoned")
-                .drain()
-                .map(|(_, c)| c)
-                .collect();
-            tracing::warn!(
-                count = unfinished.len(),
-                "shutdown timeout: giving unfinished claims back"
-            );
-            for claim in unfinished {
-                let _ = self.queue.retry(&claim, Duration::ZERO).await;
-                let _ = self.queue.unlock(&claim).await;
-            }
-        }
     }
 }
 

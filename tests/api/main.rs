@@ -50,6 +50,7 @@ mod signatures;
 mod stale_writer;
 mod startup_errors;
 mod statements;
+mod supervision;
 mod timed_actions;
 mod traces;
 mod version_fence;
