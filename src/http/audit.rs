@@ -9,8 +9,8 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::ApiQuery,
-    fields,
 };
+use crate::request::fields;
 use crate::{
     audit::parse_since,
     domain::AuditAction,

@@ -12,8 +12,8 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::{ApiJson, JsonBody, invalid},
-    fields,
 };
+use crate::request::fields;
 use crate::{
     backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report},
     rules::RuleSet,
