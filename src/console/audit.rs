@@ -34,10 +34,7 @@ fn action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AuditAction>,
 }
 
 fn before<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    fields::param(d, |raw| {
-        raw.parse::<i64>()
-            .map_err(|_| "must be the Next link's position".to_owned())
-    })
+    fields::whole(d, "must be the Next link's position")
 }
 
 /// `GET /console/audit?action=&actor=&before=`.

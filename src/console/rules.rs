@@ -134,10 +134,7 @@ pub struct VersionsQuery {
 }
 
 fn version_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    fields::param(d, |raw| {
-        raw.parse::<i64>()
-            .map_err(|_| "must be a version number".to_owned())
-    })
+    fields::whole(d, "must be a version number")
 }
 
 /// `GET /console/rules?before=&published=`: the rules versions, newest first.

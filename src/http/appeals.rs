@@ -12,11 +12,13 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody},
 };
-use crate::request::fields::{self, Text};
 use crate::{
     active_rules::RuleDemoter,
     appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
-    request::path::{ActionId, AppealId, StatementId},
+    request::{
+        fields::{self, Text},
+        path::{ActionId, AppealId, StatementId},
+    },
     store::{
         AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
     },

@@ -10,10 +10,10 @@ use super::{
     error::{ApiError, store_error},
     extract::ApiQuery,
 };
-use crate::request::fields;
 use crate::{
     audit::parse_since,
     domain::AuditAction,
+    request::fields,
     store::{AuditFilter, AuditRecord},
 };
 

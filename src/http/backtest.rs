@@ -13,9 +13,9 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, JsonBody, invalid},
 };
-use crate::request::fields;
 use crate::{
     backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report},
+    request::fields,
     rules::RuleSet,
 };
 

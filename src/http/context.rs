@@ -16,8 +16,10 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, JsonBody},
 };
-use crate::domain::{AttributeError, EntityId, Scalar, Scope};
-use crate::request::problem::{Problem, ProblemKind};
+use crate::{
+    domain::{AttributeError, EntityId, Scalar, Scope},
+    request::problem::{Problem, ProblemKind},
+};
 
 fn invalid(error: AttributeError) -> ApiError {
     let refused = ApiError::new(

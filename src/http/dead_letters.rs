@@ -12,10 +12,10 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody},
 };
-use crate::request::fields::{self, CURSOR};
 use crate::{
     dead_letters::{self, DeadLetterError},
     domain::{DeadLetter, EntityId},
+    request::fields::{self, CURSOR},
     store::DeadLetterKey,
 };
 

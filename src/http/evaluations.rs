@@ -12,9 +12,9 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiPath, ApiQuery},
 };
-use crate::request::fields::{self, CURSOR};
 use crate::{
     domain::EntityId,
+    request::fields::{self, CURSOR},
     rules::{Decision, LabelDecision, Verdict},
     store::{EvaluationRecord, PageKey},
 };

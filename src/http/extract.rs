@@ -11,13 +11,13 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::request::problem::{Problem, ProblemKind};
-
 use super::{AppState, auth::Caller, body::RequestBody, error::ApiError};
 use crate::{
     domain::field_names,
     request::{
+        form,
         path::{self, PathProblem, PathValue, Refused},
+        problem::{Problem, ProblemKind},
         scope::Scope,
     },
 };
@@ -188,28 +188,26 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             pairs.retain(|(seen, _)| *seen != name);
             pairs.push((name.into_owned(), value.into_owned()));
         }
-        let query = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(pairs)
-            .finish();
-        let deserializer =
-            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-        serde_path_to_error::deserialize(deserializer)
-            .map(ApiQuery)
-            .map_err(|error| {
-                let problem = Problem::of(error.path(), error.inner().to_string());
-                let name = problem.field().unwrap_or_default();
-                // A reader's words follow the parameter's name: "limit must be ...".
-                let message = match problem.kind {
-                    ProblemKind::Unknown => format!(
-                        "unknown query parameter; use {}",
-                        field_names::<T>().join(", ")
-                    ),
-                    ProblemKind::Missing => format!("{name} is required"),
-                    ProblemKind::Repeated => format!("{name} is given more than once"),
-                    ProblemKind::Invalid(message) => format!("{name} {message}"),
-                };
-                bad_query(&name, message)
-            })
+        form::deserialize(
+            pairs
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
+        .map(ApiQuery)
+        .map_err(|problem| {
+            let name = problem.field().unwrap_or_default();
+            // A reader's words follow the parameter's name: "limit must be ...".
+            let message = match problem.kind {
+                ProblemKind::Unknown => format!(
+                    "unknown query parameter; use {}",
+                    field_names::<T>().join(", ")
+                ),
+                ProblemKind::Missing => format!("{name} is required"),
+                ProblemKind::Repeated => format!("{name} is given more than once"),
+                ProblemKind::Invalid(message) => format!("{name} {message}"),
+            };
+            bad_query(&name, message)
+        })
     }
 }
 

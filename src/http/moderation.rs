@@ -13,12 +13,14 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
 };
-use crate::request::fields::{self, Text};
 use crate::{
     active_rules::RuleDemoter,
     domain::{EntityId, Status},
     moderation::{self, Overridden, OverrideRequest as Override},
-    request::path::{ActionId, PathValue},
+    request::{
+        fields::{self, Text},
+        path::{ActionId, PathValue},
+    },
     store::{ActionFilter, ActionRecord, EndedTimer, Reversal},
 };
 

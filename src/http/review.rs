@@ -12,10 +12,12 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, bad_query},
 };
-use crate::request::fields::{self, Text};
 use crate::{
     domain::ReviewDecision,
-    request::path::ReviewItemId,
+    request::{
+        fields::{self, Text},
+        path::ReviewItemId,
+    },
     review,
     store::{ReviewFilter, ReviewItem, ReviewOutcome},
 };

@@ -13,10 +13,9 @@ use super::{
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
 };
-use crate::request::fields;
 use crate::{
     active_rules::{self, ActiveRulesError},
-    request::path::RulesVersion,
+    request::{fields, path::RulesVersion},
     store::RulesVersionSummary,
 };
 

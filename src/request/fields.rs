@@ -252,6 +252,16 @@ pub fn age<'de, D: Deserializer<'de>>(
     })
 }
 
+/// A whole number; `refused` otherwise.
+pub fn whole<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    refused: &str,
+) -> Result<Option<i64>, D::Error> {
+    param(deserializer, |raw| {
+        raw.parse::<i64>().map_err(|_| refused.to_owned())
+    })
+}
+
 /// A keyset position a page's link gave: a whole number from 1; `refused` otherwise.
 pub fn position<'de, D: Deserializer<'de>>(
     deserializer: D,

@@ -25,14 +25,23 @@ pub fn pairs(raw: &[u8]) -> Result<Vec<(String, String)>, Problem> {
     Ok(pairs)
 }
 
-/// `pairs` read into `T`, each value trimmed and a blank one left out.
+/// `pairs` read into `T`, each value trimmed and a blank one left out (as a browser's form
+/// sends an input left blank).
 pub fn read<T: DeserializeOwned>(pairs: &[(String, String)]) -> Result<T, Problem> {
-    let given = pairs
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.trim()))
-        .filter(|(_, value)| !value.is_empty());
+    deserialize(
+        pairs
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.trim()))
+            .filter(|(_, value)| !value.is_empty()),
+    )
+}
+
+/// `pairs` read into `T` as they are, as `serde_urlencoded` reads a form.
+pub fn deserialize<'a, T: DeserializeOwned>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<T, Problem> {
     let encoded = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(given)
+        .extend_pairs(pairs)
         .finish();
     let deserializer =
         serde_urlencoded::Deserializer::new(form_urlencoded::parse(encoded.as_bytes()));

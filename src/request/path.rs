@@ -158,36 +158,33 @@ impl PathValue for RulesVersion {
     }
 }
 
-/// A configured source's name (`/v1/sources/{source}/events`), looked up by its route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceName(pub String);
+/// A name in the path, any text, that its route looks up (and answers when it names nothing):
+/// it addresses nothing a scope limits.
+macro_rules! names {
+    ($($(#[$doc:meta])* $name:ident: $field:literal;)*) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct $name(pub String);
 
-impl PathValue for SourceName {
-    const FIELD: &'static str = "source";
+        impl PathValue for $name {
+            const FIELD: &'static str = $field;
 
-    fn parse(raw: &str) -> Result<Self, PathProblem> {
-        Ok(Self(raw.to_owned()))
-    }
+            fn parse(raw: &str) -> Result<Self, PathProblem> {
+                Ok(Self(raw.to_owned()))
+            }
 
-    fn address(&self) -> Option<Address<'_>> {
-        None
-    }
+            fn address(&self) -> Option<Address<'_>> {
+                None
+            }
+        }
+    )*};
 }
 
-/// A console asset's file name (`/console/assets/{file}`), looked up by its route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AssetName(pub String);
-
-impl PathValue for AssetName {
-    const FIELD: &'static str = "file";
-
-    fn parse(raw: &str) -> Result<Self, PathProblem> {
-        Ok(Self(raw.to_owned()))
-    }
-
-    fn address(&self) -> Option<Address<'_>> {
-        None
-    }
+names! {
+    /// A configured source's name (`/v1/sources/{source}/events`).
+    SourceName: "source";
+    /// A console asset's file name (`/console/assets/{file}`).
+    AssetName: "file";
 }
 
 #[cfg(test)]
