@@ -7,7 +7,7 @@
 //! And the map, docs/architecture.md, is kept true: its modules table names every file under
 //! `src/` and no file that is gone, its layers are the ones below, and imports point down it.
 //! The two request edges read a route's path one way: through their extractors, which ask the
-//! caller's scope (`request/path.rs`), never by hand.
+//! caller's scope (`request/path.rs`), never by hand; every route with a path value takes one.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -416,6 +416,101 @@ fn handlers_read_their_path_through_the_scoped_extractors() {
     assert!(
         addressed.contains("Path::<String>::from_request_parts") && addressed.contains("admit("),
         "`addressed` reads the segment and asks the scope"
+    );
+}
+
+/// The handlers of `router` (the code of an edge's `mod.rs`) whose route template takes a path
+/// value (`{entity}`, `{id}`) but whose signature reads no `ApiPath` nor `PagePath`, and so
+/// would answer without asking the caller's scope; `handler` gives a handler's signature
+/// (`module`, `name`).
+fn unscoped_routes(router: &str, handler: impl Fn(&str, &str) -> Option<String>) -> Vec<String> {
+    let mut unscoped = Vec::new();
+    let routes: Vec<&str> = router.split(".route(").skip(1).collect();
+    for route in routes {
+        let Some(template) = route.split('"').nth(1) else {
+            continue;
+        };
+        if !template.contains('{') {
+            continue;
+        }
+        let rest = &route[route.find(template).unwrap() + template.len()..];
+        let rest = rest.split(".route_layer(").next().unwrap();
+        let rest = rest.split(".fallback(").next().unwrap();
+        let scoped = |code: &str| code.contains("ApiPath<") || code.contains("PagePath<");
+        // A closure that takes its path value itself.
+        if scoped(rest) {
+            continue;
+        }
+        let handlers: Vec<(&str, &str)> = rest
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .filter_map(|word| word.split_once("::"))
+            .filter(|(module, name)| !module.is_empty() && !name.is_empty() && !name.contains(':'))
+            .collect();
+        if handlers.is_empty() {
+            unscoped.push(format!("{template}: no scoped path value"));
+        }
+        for (module, name) in handlers {
+            match handler(module, name) {
+                Some(signature) if scoped(&signature) => {}
+                Some(_) => unscoped.push(format!(
+                    "{template}: {module}::{name} reads no ApiPath or PagePath"
+                )),
+                None => unscoped.push(format!("{template}: {module}::{name} not found")),
+            }
+        }
+    }
+    unscoped
+}
+
+#[test]
+fn every_route_with_a_path_value_asks_the_scope() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for edge in ["http", "console"] {
+        let router = code(&src.join(edge).join("mod.rs"));
+        let signature = |module: &str, name: &str| {
+            let file = src.join(edge).join(format!("{module}.rs"));
+            let code = std::fs::read_to_string(file).ok()?;
+            let start = code.find(&format!("pub async fn {name}("))?;
+            let end = start + code[start..].find(") ->")?;
+            Some(code[start..end].to_owned())
+        };
+        assert_eq!(
+            unscoped_routes(&router, signature),
+            Vec::<String>::new(),
+            "{edge}"
+        );
+        // Not true for want of routes: without their signatures, each would be reported.
+        let routes = unscoped_routes(&router, |_, _| None).len();
+        assert!(
+            routes >= 10,
+            "{edge}: only {routes} routes with a path value found"
+        );
+    }
+}
+
+#[test]
+fn the_scope_check_catches_a_route_that_reads_its_path_otherwise() {
+    let router = r#"Router::new()
+        .route("/v1/entities/{entity}", get(read::get_entity))
+        .route("/v1/actions", get(moderation::list_actions))
+        .route(
+            "/v1/review/{id}/claim",
+            post(review::claim),
+        )
+        .route("/assets/{file}", get(|PagePath(AssetName(f)): PagePath<AssetName>| async {}))
+        .route_layer(x)"#;
+    let signature = |module: &str, name: &str| match (module, name) {
+        ("read", "get_entity") => {
+            Some("pub async fn get_entity(ApiPath(e): ApiPath<EntityId>".to_owned())
+        }
+        ("review", "claim") => {
+            Some("pub async fn claim(path: Result<Path<String>, PathRejection>".to_owned())
+        }
+        _ => None,
+    };
+    assert_eq!(
+        unscoped_routes(router, signature),
+        ["/v1/review/{id}/claim: review::claim reads no ApiPath or PagePath"]
     );
 }
 
