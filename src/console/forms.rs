@@ -315,6 +315,10 @@ mod tests {
     }
 
     fn form_of(body: &str) -> Result<Reverse, PageError> {
+        posted_as(body)
+    }
+
+    fn posted_as<T: DeserializeOwned>(body: &str) -> Result<T, PageError> {
         let session = Session {
             csrf: "token".to_owned(),
             expires: Utc::now(),
@@ -359,5 +363,14 @@ mod tests {
                 refused.message
             );
         }
+        // A form of no field but its token.
+        assert!(posted_as::<NoFields>("csrf=token").is_ok());
+        let refused = posted_as::<NoFields>("csrf=token&id=1").unwrap_err();
+        assert_eq!(refused.field.as_deref(), Some("id"));
+        assert!(
+            refused.message.contains("which takes none"),
+            "{}",
+            refused.message
+        );
     }
 }
