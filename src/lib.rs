@@ -24,6 +24,7 @@ pub mod loadgen;
 pub mod maintenance;
 pub mod moderation;
 pub mod queue;
+pub mod request;
 pub mod review;
 pub mod rules;
 pub mod settings;

@@ -8,6 +8,8 @@
 //! `src/` and no file that is gone, its layers are the ones below, and imports point down it.
 //! And no task is detached: a task is started by the supervisor, or in a `JoinSet` its owner
 //! reaps, and no join's outcome is thrown away.
+//! The two request edges read a route's path one way: through their extractors, which ask the
+//! caller's scope (`request/path.rs`), never by hand; every route with a path value takes one.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -27,13 +29,14 @@ const LOWER: [&str; 9] = [
     "backtest",
 ];
 /// What the lower layers must never import: the use cases and everything above them.
-const UPPER: [&str; 16] = [
+const UPPER: [&str; 17] = [
     "appeals",
     "audit",
     "active_rules",
     "cli",
     "http",
     "console",
+    "request",
     "startup",
     "worker",
     "maintenance",
@@ -59,7 +62,7 @@ const USE_CASES: [&str; 9] = [
 ];
 /// The edges, which translate a command, a request or a form into a use-case call: no use case imports
 /// one.
-const EDGES: [&str; 4] = ["cli", "http", "console", "startup"];
+const EDGES: [&str; 5] = ["cli", "http", "console", "request", "startup"];
 
 /// Every file below `dir`, Rust or not (the map names the console's assets too).
 fn files_under(dir: &Path, files: &mut Vec<PathBuf>) {
@@ -343,6 +346,191 @@ fn the_reader_finds_cycles_and_use_trees() {
     let first: Vec<&str> = paths.iter().map(|p| p[0].as_str()).collect();
     assert_eq!(first, ["domain", "domain", "store"]);
     assert_eq!(paths[2], ["store", "Store"]);
+}
+
+/// What a handler of the API or the console may not write: axum's `Path` (its raw segment,
+/// `Path<String>` or a tuple) or its rejection, read by hand instead of through `ApiPath` or
+/// `PagePath` (which parse the segment into its `request::path` value and ask the caller's
+/// scope), nor the hand parsers those extractors replaced.
+fn hand_read_paths(file: &str, code: &str) -> Vec<String> {
+    const HAND_PARSERS: [&str; 8] = [
+        "path_param(",
+        "parse_entity(",
+        "whole_id(",
+        "item_id(",
+        "appeal_id(",
+        "action_id(",
+        "PathRejection",
+        "RawPathParams",
+    ];
+    let mut found: Vec<String> = HAND_PARSERS
+        .iter()
+        .filter(|parser| code.contains(*parser))
+        .map(|parser| format!("{file} reads a path by hand: {parser}"))
+        .collect();
+    // axum's `Path` as a type or a pattern: the word itself (not `ApiPath`, `MatchedPath`),
+    // followed by `<` or `(`.
+    let bytes = code.as_bytes();
+    for (at, _) in code.match_indices("Path") {
+        let word_start =
+            at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+        let next = code[at + 4..].trim_start().chars().next();
+        if word_start && matches!(next, Some('<' | '(')) {
+            let line = code[..at].lines().count();
+            found.push(format!(
+                "{file}:{line} takes axum's Path: use ApiPath or PagePath"
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn handlers_read_their_path_through_the_scoped_extractors() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    for edge in ["http", "console"] {
+        let mut files = Vec::new();
+        files_under(&src.join(edge), &mut files);
+        for file in files
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+        {
+            let name = file
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            found.extend(hand_read_paths(&name, &code(file)));
+        }
+    }
+    assert_eq!(found, Vec::<String>::new());
+    // The one place that reads a segment also asks the scope, for every value that addresses
+    // something.
+    let path = code(&src.join("request/path.rs"));
+    let reads = path.matches("Path::<String>::from_request_parts").count();
+    assert_eq!(
+        reads, 1,
+        "request/path.rs reads the segment once, in `addressed`"
+    );
+    let addressed = &path[path.find("pub async fn addressed").unwrap()..];
+    let addressed = &addressed[..addressed.find("\n}\n").unwrap()];
+    assert!(
+        addressed.contains("Path::<String>::from_request_parts") && addressed.contains("admit("),
+        "`addressed` reads the segment and asks the scope"
+    );
+}
+
+/// The handlers of `router` (the code of an edge's `mod.rs`) whose route template takes a path
+/// value (`{entity}`, `{id}`) but whose signature reads no `ApiPath` nor `PagePath`, and so
+/// would answer without asking the caller's scope; `handler` gives a handler's signature
+/// (`module`, `name`).
+fn unscoped_routes(router: &str, handler: impl Fn(&str, &str) -> Option<String>) -> Vec<String> {
+    let mut unscoped = Vec::new();
+    let routes: Vec<&str> = router.split(".route(").skip(1).collect();
+    for route in routes {
+        let Some(template) = route.split('"').nth(1) else {
+            continue;
+        };
+        if !template.contains('{') {
+            continue;
+        }
+        let rest = &route[route.find(template).unwrap() + template.len()..];
+        let rest = rest.split(".route_layer(").next().unwrap();
+        let rest = rest.split(".fallback(").next().unwrap();
+        let scoped = |code: &str| code.contains("ApiPath<") || code.contains("PagePath<");
+        // A closure that takes its path value itself.
+        if scoped(rest) {
+            continue;
+        }
+        let handlers: Vec<(&str, &str)> = rest
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .filter_map(|word| word.split_once("::"))
+            .filter(|(module, name)| !module.is_empty() && !name.is_empty() && !name.contains(':'))
+            .collect();
+        if handlers.is_empty() {
+            unscoped.push(format!("{template}: no scoped path value"));
+        }
+        for (module, name) in handlers {
+            match handler(module, name) {
+                Some(signature) if scoped(&signature) => {}
+                Some(_) => unscoped.push(format!(
+                    "{template}: {module}::{name} reads no ApiPath or PagePath"
+                )),
+                None => unscoped.push(format!("{template}: {module}::{name} not found")),
+            }
+        }
+    }
+    unscoped
+}
+
+#[test]
+fn every_route_with_a_path_value_asks_the_scope() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for edge in ["http", "console"] {
+        let router = code(&src.join(edge).join("mod.rs"));
+        let signature = |module: &str, name: &str| {
+            let file = src.join(edge).join(format!("{module}.rs"));
+            let code = std::fs::read_to_string(file).ok()?;
+            let start = code.find(&format!("pub async fn {name}("))?;
+            let end = start + code[start..].find(") ->")?;
+            Some(code[start..end].to_owned())
+        };
+        assert_eq!(
+            unscoped_routes(&router, signature),
+            Vec::<String>::new(),
+            "{edge}"
+        );
+        // Not true for want of routes: without their signatures, each would be reported.
+        let routes = unscoped_routes(&router, |_, _| None).len();
+        assert!(
+            routes >= 10,
+            "{edge}: only {routes} routes with a path value found"
+        );
+    }
+}
+
+#[test]
+fn the_scope_check_catches_a_route_that_reads_its_path_otherwise() {
+    let router = r#"Router::new()
+        .route("/v1/entities/{entity}", get(read::get_entity))
+        .route("/v1/actions", get(moderation::list_actions))
+        .route(
+            "/v1/review/{id}/claim",
+            post(review::claim),
+        )
+        .route("/assets/{file}", get(|PagePath(AssetName(f)): PagePath<AssetName>| async {}))
+        .route_layer(x)"#;
+    let signature = |module: &str, name: &str| match (module, name) {
+        ("read", "get_entity") => {
+            Some("pub async fn get_entity(ApiPath(e): ApiPath<EntityId>".to_owned())
+        }
+        ("review", "claim") => {
+            Some("pub async fn claim(path: Result<Path<String>, PathRejection>".to_owned())
+        }
+        _ => None,
+    };
+    assert_eq!(
+        unscoped_routes(router, signature),
+        ["/v1/review/{id}/claim: review::claim reads no ApiPath or PagePath"]
+    );
+}
+
+#[test]
+fn the_path_check_catches_a_hand_read_path() {
+    let handler = "pub async fn get(\n    path: Result<Path<String>, PathRejection>,\n) {\n    let raw = path_param(path, \"id\")?;\n}";
+    assert_eq!(
+        hand_read_paths("http/x.rs", handler),
+        [
+            "http/x.rs reads a path by hand: path_param(",
+            "http/x.rs reads a path by hand: PathRejection",
+            "http/x.rs:2 takes axum's Path: use ApiPath or PagePath",
+        ]
+    );
+    let tuple = "async fn f(Path((a, b)): Path<(String, i64)>) {}";
+    assert_eq!(hand_read_paths("console/x.rs", tuple).len(), 2);
+    let fine = "async fn f(ApiPath(id): ApiPath<ActionId>, m: MatchedPath) {}\nparams((\"id\" = i64, Path, description = \"x\"))";
+    assert_eq!(hand_read_paths("http/x.rs", fine), Vec::<String>::new());
 }
 
 /// One row of the map's modules table: its layer, its module (`store` for `store/`, `audit`

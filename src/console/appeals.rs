@@ -7,24 +7,27 @@
 //! still empty, the browser's required check puts the cursor in it instead.
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::{HeaderMap, Uri},
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
 use chrono::Utc;
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, csrf,
     errors::PageError,
-    forms::{Fields, page_query},
+    forms::{Carried, Form, NoFields, PagePath, PageQuery, page_query},
     layout::{self, Section},
     statements,
 };
 use crate::{
     appeals::{self, AppealDesk, AppealError},
     domain::EntityId,
+    request::{
+        fields::{self, Text},
+        path::AppealId,
+    },
     store::{AppealDecision, AppealRecord},
 };
 
@@ -148,36 +151,32 @@ async fn done_notice(state: &ConsoleState, done: Option<&str>) -> Result<Markup,
     Ok(layout::done_notice(message.as_deref()))
 }
 
+/// The list's query: where the page starts, and the appeal just decided.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default, deserialize_with = "after")]
+    after: Option<i64>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    done: Option<String>,
+}
+
+fn after<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    fields::position(d, "must be an appeal id (the Next link's)")
+}
+
 /// `GET /console/appeals`: the open appeals, oldest first.
 pub async fn list(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(ListQuery { after, done }): PageQuery<ListQuery>,
 ) -> Result<Markup, PageError> {
-    let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    fields
-        .only(&["after", "done"])
-        .map_err(PageError::bad_query)?;
-    let after = match fields.optional("after") {
-        None => None,
-        Some(raw) => Some(
-            raw.parse::<i64>()
-                .ok()
-                .filter(|id| *id > 0)
-                .ok_or_else(|| {
-                    PageError::bad_query(PageError::bad_field(
-                        "after",
-                        "must be an appeal id (the Next link's)",
-                    ))
-                })?,
-        ),
-    };
     let mut appeals = state.app.store.appeals(Some(true), after, PAGE + 1).await?;
     let more = appeals.len() as i64 > PAGE;
     appeals.truncate(PAGE as usize);
     let next = more.then(|| appeals.last().map(|a| a.id)).flatten();
     let body = html! {
-        (done_notice(&state, fields.get("done")).await?)
+        (done_notice(&state, done.as_deref()).await?)
         h1 { "Appeals" }
         p.muted {
             "Decisions their authors contest, forwarded by the platform, oldest first. A person decides each: "
@@ -201,13 +200,6 @@ pub async fn list(
         }
     };
     Ok(layout::page(&signed_in, Section::Appeals, "Appeals", body))
-}
-
-fn appeal_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    raw.parse::<i64>().map_err(|_| {
-        PageError::not_found("There is no such appeal: an appeal id is a whole number.")
-    })
 }
 
 /// The decision form, for the moderator who holds the claim.
@@ -246,19 +238,10 @@ fn decide_form(
 pub async fn appeal(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
+    PagePath(AppealId(id)): PagePath<AppealId>,
+    carried: Carried,
 ) -> Result<Markup, PageError> {
-    let id = appeal_id(path)?;
-    // A reason written before the session ended, carried through signing in again
-    // (`signin::resume`); shown to send again, never sent by itself.
-    let query = Fields::from_query(uri.query()).unwrap_or_default();
-    let draft: String = query
-        .get("reason")
-        .unwrap_or_default()
-        .chars()
-        .take(1000)
-        .collect();
+    let draft = carried.draft();
     let store = &state.app.store;
     let appeal = store
         .appeal(id)
@@ -333,12 +316,9 @@ pub async fn appeal(
 pub async fn claim(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(AppealId(id)): PagePath<AppealId>,
+    Form(NoFields {}): Form<NoFields>,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &signed_in.session, &[])?;
-    let id = appeal_id(path)?;
     state
         .app
         .store
@@ -348,27 +328,22 @@ pub async fn claim(
     Ok(Redirect::to(&format!("/console/appeals/{id}")).into_response())
 }
 
+/// The decision form of an appeal.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideForm {
+    #[serde(deserialize_with = "fields::appeal_outcome")]
+    outcome: AppealDecision,
+    reason: Text,
+}
+
 /// `POST /console/appeals/{id}/decide` with `csrf`, `outcome` and `reason`.
 pub async fn decide(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(AppealId(id)): PagePath<AppealId>,
+    Form(DecideForm { outcome, reason }): Form<DecideForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &signed_in.session, &["outcome", "reason"])?;
-    let id = appeal_id(path)?;
-    let outcome = match fields.optional("outcome") {
-        Some("upheld") => AppealDecision::Upheld,
-        Some("rejected") => AppealDecision::Rejected,
-        _ => {
-            return Err(PageError::bad_field(
-                "outcome",
-                "must be upheld or rejected",
-            ));
-        }
-    };
-    let reason = fields.text("reason")?;
     let app = &state.app;
     let rules = app.rules.current();
     let desk = AppealDesk {

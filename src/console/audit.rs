@@ -1,48 +1,52 @@
 //! The audit trail page (admins): the latest decisions, newest first, filtered by kind and
 //! actor, paged by id. It reads what `GET /v1/audit` reads.
 
-use axum::{extract::State, http::Uri};
+use axum::extract::State;
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     AdminSession, ConsoleState,
     errors::PageError,
-    forms::Fields,
+    forms::PageQuery,
     layout::{self, Section},
 };
-use crate::{domain::AuditAction, store::AuditFilter};
+use crate::{domain::AuditAction, request::fields, store::AuditFilter};
 
 const PAGE: i64 = 100;
+
+/// The page's query: its filters and where the page starts.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    #[serde(default, deserialize_with = "action")]
+    action: Option<AuditAction>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    actor: Option<String>,
+    #[serde(default, deserialize_with = "before")]
+    before: Option<i64>,
+}
+
+fn action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AuditAction>, D::Error> {
+    fields::param(d, |raw| {
+        AuditAction::parse(&raw).ok_or_else(|| "must be one of the kinds listed".to_owned())
+    })
+}
+
+fn before<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    fields::whole(d, "must be the Next link's position")
+}
 
 /// `GET /console/audit?action=&actor=&before=`.
 pub async fn page(
     State(state): State<ConsoleState>,
     AdminSession(signed_in): AdminSession,
-    uri: Uri,
+    PageQuery(AuditQuery {
+        action,
+        actor,
+        before,
+    }): PageQuery<AuditQuery>,
 ) -> Result<Markup, PageError> {
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query
-        .only(&["action", "actor", "before"])
-        .map_err(PageError::bad_query)?;
-    let action = match query.optional("action") {
-        None => None,
-        Some(raw) => Some(AuditAction::parse(raw).ok_or_else(|| {
-            PageError::bad_query(PageError::bad_field(
-                "action",
-                "must be one of the kinds listed",
-            ))
-        })?),
-    };
-    let actor = query.optional("actor").map(str::to_owned);
-    let before = match query.optional("before") {
-        None => None,
-        Some(raw) => Some(raw.parse::<i64>().map_err(|_| {
-            PageError::bad_query(PageError::bad_field(
-                "before",
-                "must be the Next link's position",
-            ))
-        })?),
-    };
     let filter = AuditFilter {
         actor: actor.clone(),
         action: action.map(|a| a.as_str().to_owned()),

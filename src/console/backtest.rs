@@ -8,23 +8,21 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use axum::{
-    body::Bytes,
-    extract::State,
-    http::{HeaderMap, StatusCode, Uri},
-};
+use axum::{extract::State, http::StatusCode};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, csrf,
     entity::signals_table,
     errors::PageError,
-    forms::Fields,
+    forms::{Form, PageQuery, Window, window},
     layout::{self, Section},
 };
 use crate::{
     backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report, RuleReport},
     domain::SignalStats,
+    request::fields,
     rules::RuleSet,
 };
 
@@ -37,25 +35,46 @@ const WINDOWS: [(&str, &str); 4] = [
     ("90days", "last 90 days"),
 ];
 
-pub(super) fn window_of(raw: &str) -> Result<Duration, PageError> {
-    backtest::parse_window(raw)
-        .map_err(|problem| PageError::bad_field("window", &problem.to_string()))
+/// The `sample` field: the number of added actions (and of differing entities) to sample, 0
+/// to [`MAX_SAMPLE`].
+fn sample<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    fields::parsed(d, |raw| {
+        raw.parse::<usize>()
+            .ok()
+            .filter(|n| *n <= MAX_SAMPLE)
+            .ok_or_else(|| format!("must be a whole number from 0 to {MAX_SAMPLE}"))
+    })
 }
 
-/// The number of added actions (and of differing entities) to sample: 0 to [`MAX_SAMPLE`].
-fn sample_of(raw: Option<&str>) -> Result<usize, PageError> {
-    let Some(raw) = raw.map(str::trim).filter(|r| !r.is_empty()) else {
-        return Ok(DEFAULT_SAMPLE);
-    };
-    raw.parse::<usize>()
-        .ok()
-        .filter(|n| *n <= MAX_SAMPLE)
-        .ok_or_else(|| {
-            PageError::bad_field(
-                "sample",
-                &format!("must be a whole number from 0 to {MAX_SAMPLE}"),
-            )
-        })
+fn default_sample() -> usize {
+    DEFAULT_SAMPLE
+}
+
+/// The page's query: a shadow rule to promote, the window and the sample.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    promote: Option<String>,
+    #[serde(default, deserialize_with = "window")]
+    window: Window,
+    #[serde(default = "default_sample", deserialize_with = "sample")]
+    sample: usize,
+}
+
+/// The backtest form: the candidate rules, the window, the sample, and the shadow rule it
+/// promotes (to show that rule's matches beside the report).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunForm {
+    #[serde(deserialize_with = "fields::parsed_string")]
+    rules: String,
+    #[serde(default, deserialize_with = "window")]
+    window: Window,
+    #[serde(default = "default_sample", deserialize_with = "sample")]
+    sample: usize,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    promote: Option<String>,
 }
 
 /// The candidate's form, filled with `rules`.
@@ -131,17 +150,12 @@ pub fn publish_form(signed_in: &SignedInSession, rules: &str, window: &str) -> M
 pub async fn page(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(query): PageQuery<PageParams>,
 ) -> Result<Markup, PageError> {
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query
-        .only(&["promote", "window", "sample"])
-        .map_err(PageError::bad_query)?;
-    let window = query.optional("window").unwrap_or("7days");
-    window_of(window).map_err(PageError::bad_query)?;
-    let sample = sample_of(query.optional("sample")).map_err(PageError::bad_query)?;
+    let window = query.window.name.as_str();
+    let sample = query.sample;
     let rules = state.app.rules.current();
-    let promote = query.optional("promote");
+    let promote = query.promote.as_deref();
     let candidate = match promote {
         Some(name) => rules.promoting(name).ok_or_else(|| {
             PageError::bad_query(PageError::bad_field(
@@ -167,22 +181,13 @@ pub async fn page(
 pub async fn run(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    headers: HeaderMap,
-    body: Bytes,
+    Form(run): Form<RunForm>,
 ) -> Result<Markup, PageError> {
-    let fields = Fields::posted(
-        &headers,
-        &body,
-        &signed_in.session,
-        &["rules", "window", "sample", "promote"],
-    )?;
-    let text = fields
-        .optional("rules")
-        .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
-    let window_name = fields.optional("window").unwrap_or("7days");
-    let window = window_of(window_name)?;
-    let sample = sample_of(fields.optional("sample"))?;
-    let promote = fields.optional("promote");
+    let text = run.rules.as_str();
+    let window_name = run.window.name.as_str();
+    let window = run.window.span;
+    let sample = run.sample;
+    let promote = run.promote.as_deref();
     let report = backtest_candidate(&state, text, window, sample).await?;
     let shadow_hits = match promote {
         Some(name) => Some((

@@ -7,23 +7,23 @@
 use std::collections::BTreeMap;
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::{HeaderMap, Uri},
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
 use chrono::{Duration, Utc};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, charts, csrf,
     errors::PageError,
-    forms::{Fields, parse_until},
+    forms::{Form, PagePath, PageQuery, parse_until},
     layout::{self, Section},
 };
 use crate::{
     domain::{DAY_WINDOWS, EntityId, SignalStats, Status, WINDOWS, Windows},
     moderation::{self, OverrideRequest},
+    request::fields::{self, Text},
     store::{Override, StatementFilter},
 };
 
@@ -140,34 +140,42 @@ fn override_block(decision: &Option<Override>) -> Markup {
     }
 }
 
-fn parse_entity(path: Result<Path<String>, PathRejection>) -> Result<EntityId, PageError> {
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    EntityId::parse(&raw)
-        .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))
+/// The page's query: the chart's period, a notice, and a reason carried through signing in
+/// again.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityQuery {
+    #[serde(default = "default_minutes", deserialize_with = "minutes")]
+    minutes: i64,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    done: Option<String>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    override_reason: Option<String>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    timer_reason: Option<String>,
+}
+
+fn default_minutes() -> i64 {
+    60
+}
+
+fn minutes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    fields::parsed(d, |raw| {
+        raw.parse::<i64>()
+            .ok()
+            .filter(|m| PERIODS.iter().any(|(p, _)| p == m))
+            .ok_or_else(|| "must be 60, 360 or 1440".to_owned())
+    })
 }
 
 /// `GET /console/entities/{entity}?minutes=60`.
 pub async fn page(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
+    PagePath(entity): PagePath<EntityId>,
+    PageQuery(query): PageQuery<EntityQuery>,
 ) -> Result<Markup, PageError> {
-    let entity = parse_entity(path)?;
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query
-        .only(&["minutes", "done", "override_reason", "timer_reason"])
-        .map_err(PageError::bad_query)?;
-    let minutes = match query.optional("minutes") {
-        None => 60,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|m| PERIODS.iter().any(|(p, _)| p == m))
-            .ok_or_else(|| {
-                PageError::bad_query(PageError::bad_field("minutes", "must be 60, 360 or 1440"))
-            })?,
-    };
+    let minutes = query.minutes;
     let store = &state.app.store;
     let labels = store.labels_of(&entity).await?;
     let record = store
@@ -210,9 +218,9 @@ pub async fn page(
     let millis = |ms: i64| chrono::DateTime::<Utc>::from_timestamp_millis(ms);
     // A reason written before the session ended, carried through signing in again
     // (`signin::resume`); shown to send again, never sent by itself.
-    let draft = |field: &str| -> String {
-        query
-            .get(field)
+    let draft = |reason: &Option<String>| -> String {
+        reason
+            .as_deref()
             .unwrap_or_default()
             .chars()
             .take(1000)
@@ -220,7 +228,7 @@ pub async fn page(
     };
     // A notice only when the page shows the same: an override in force, or no timer left and
     // the latest decision the ending of one.
-    let done = query.get("done").and_then(|done| match done {
+    let done = query.done.as_deref().and_then(|done| match done {
         "override"
             if record
                 .override_decision
@@ -264,7 +272,7 @@ pub async fn page(
             }
             (override_block(&record.override_decision))
         }
-        (super::timer::block(&signed_in, entity.as_str(), &record.timer, &draft("timer_reason")))
+        (super::timer::block(&signed_in, entity.as_str(), &record.timer, &draft(&query.timer_reason)))
         (super::timer::labels(&labels))
         section.card aria-labelledby="chart-title" {
             h2 #chart-title { "Events per minute" }
@@ -347,7 +355,7 @@ pub async fn page(
                 (signals_table("author", &derived))
             }
         }
-        (override_form_with(&signed_in, entity.as_str(), record.status, &draft("override_reason")))
+        (override_form_with(&signed_in, entity.as_str(), record.status, &draft(&query.override_reason)))
     };
     Ok(layout::page(
         &signed_in,
@@ -357,28 +365,35 @@ pub async fn page(
     ))
 }
 
+/// The override form.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideForm {
+    #[serde(deserialize_with = "fields::status")]
+    status: Status,
+    /// A duration from now or a UTC time; none: the default.
+    #[serde(default, deserialize_with = "until")]
+    until: Option<chrono::DateTime<Utc>>,
+    reason: Text,
+}
+
+fn until<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<chrono::DateTime<Utc>>, D::Error> {
+    fields::optional(d, "must be a string", |raw| parse_until(&raw, Utc::now()))
+}
+
 /// `POST /console/entities/{entity}/override` with `csrf`, `status`, `until` and `reason`.
 pub async fn override_status(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(entity): PagePath<EntityId>,
+    Form(OverrideForm {
+        status,
+        until,
+        reason,
+    }): Form<OverrideForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(
-        &headers,
-        &body,
-        &signed_in.session,
-        &["status", "until", "reason"],
-    )?;
-    let entity = parse_entity(path)?;
-    let status = fields.status("status")?;
-    let until = fields
-        .optional("until")
-        .map(|raw| parse_until(raw, Utc::now()))
-        .transpose()
-        .map_err(|problem| PageError::bad_field("until", &problem))?;
-    let reason = fields.text("reason")?;
     let by = signed_in.actor();
     let request = OverrideRequest {
         entity: &entity,

@@ -22,7 +22,7 @@
 //! - [`operations`] (admin): queue depths, fire delay, evaluation rate, dead letters, redrive.
 //!
 //! Around them: the signed session cookie ([`session`]), sign-in attempts per address
-//! ([`throttle`]), the CSRF token of every form ([`csrf`]), form reading ([`forms`]), the page frame ([`layout`]), error pages
+//! ([`throttle`]), the CSRF token of every form ([`csrf`]), a form, a query or a path read into its page's own type, the scope asked ([`forms`]), the page frame ([`layout`]), error pages
 //! ([`errors`]), SVG charts ([`charts`]) and the embedded stylesheet ([`assets`]). Every
 //! response carries a Content-Security-Policy that allows only the console's own stylesheet and
 //! images, and no script at all (the console has none).
@@ -56,7 +56,7 @@ use std::sync::Arc;
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, FromRequestParts, OriginalUri, Path, Request},
+    extract::{DefaultBodyLimit, FromRequestParts, OriginalUri, Request},
     http::{HeaderValue, Method, header, request::Parts},
     middleware::{self, Next},
     response::{IntoResponse, Redirect, Response},
@@ -66,11 +66,12 @@ use axum::{
 pub use self::session::Sessions;
 use self::{
     errors::PageError,
+    forms::PagePath,
     session::{Session, SignedIn},
 };
 use crate::{
     audit::Origin, backtest::BacktestSemaphore, credentials::Auth, domain::Actor, queue::Queue,
-    rules::Rules, store::Store,
+    request::path::AssetName, rules::Rules, store::Store,
 };
 
 /// The console's Content-Security-Policy: its own stylesheet and images, no script, no
@@ -156,11 +157,13 @@ pub fn router<S: ConsoleApp>(app: S, sessions: Sessions) -> Router<S> {
         )
         .route(
             "/assets/{file}",
-            get(|Path(file): Path<String>| async move {
-                assets::serve(&file).unwrap_or_else(|| {
-                    PageError::not_found("There is no such console asset.").into_response()
-                })
-            }),
+            get(
+                |PagePath(AssetName(file)): PagePath<AssetName>| async move {
+                    assets::serve(&file).unwrap_or_else(|| {
+                        PageError::not_found("There is no such console asset.").into_response()
+                    })
+                },
+            ),
         )
         .fallback(|| async { PageError::not_found("There is no such console page.") })
         .method_not_allowed_fallback(|| async {

@@ -4,24 +4,24 @@
 //! store's redrive, as `POST /v1/dead-letters/...` does it). A moderator is refused (403).
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::{HeaderMap, Uri},
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     AdminSession, ConsoleState, csrf,
     errors::PageError,
-    forms::Fields,
+    forms::{Form, NoFields, PagePath, PageQuery},
     layout::{self, Section},
 };
 use crate::{
     dead_letters::{self, DeadLetterError},
     domain::{AuditAction, DeadReason, EntityId},
     queue::ShardDepth,
+    request::fields,
     store::{AuditFilter, DeadLetterKey},
 };
 
@@ -61,27 +61,38 @@ fn totals(depths: &[ShardDepth]) -> (u64, u64, u64, i64) {
         })
 }
 
+/// The page's query: where the dead letters' page starts, and what was just done.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    #[serde(default, deserialize_with = "dead_letter_key")]
+    after: Option<DeadLetterKey>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    done: Option<String>,
+    /// What older redirects carried; it is not shown (see `last_redrive`).
+    #[serde(
+        default,
+        rename = "count",
+        deserialize_with = "fields::optional_string"
+    )]
+    _count: Option<String>,
+}
+
+fn dead_letter_key<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<DeadLetterKey>, D::Error> {
+    fields::param(d, |raw| {
+        DeadLetterKey::parse(&raw).ok_or_else(|| "must be the Next link's position".to_owned())
+    })
+}
+
 /// `GET /console/operations?after=`.
 pub async fn page(
     State(state): State<ConsoleState>,
     AdminSession(signed_in): AdminSession,
-    uri: Uri,
+    PageQuery(PageParams { after, done, .. }): PageQuery<PageParams>,
 ) -> Result<Markup, PageError> {
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query
-        // `count` is what older redirects carried; it is not shown (see `last_redrive`).
-        .only(&["after", "done", "count"])
-        .map_err(PageError::bad_query)?;
-    let after = match query.optional("after") {
-        None => None,
-        Some(raw) => Some(DeadLetterKey::parse(raw).ok_or_else(|| {
-            PageError::bad_query(PageError::bad_field(
-                "after",
-                "must be the Next link's position",
-            ))
-        })?),
-    };
-    let done = match query.get("done") {
+    let done = match done.as_deref() {
         Some("redriven") => last_redrive(&state, &signed_in).await?,
         _ => None,
     };
@@ -230,14 +241,9 @@ fn redriven() -> Response {
 pub async fn redrive_one(
     State(state): State<ConsoleState>,
     AdminSession(signed_in): AdminSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(entity): PagePath<EntityId>,
+    Form(NoFields {}): Form<NoFields>,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &signed_in.session, &[])?;
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    let entity = EntityId::parse(&raw)
-        .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
     let app = &state.app;
     let done = dead_letters::redrive(&app.store, &app.queue, &entity, &signed_in.actor())
         .await
@@ -251,23 +257,32 @@ pub async fn redrive_one(
     Ok(redriven())
 }
 
+/// The redrive form: the dead letters of one reason, or all.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveForm {
+    #[serde(default, deserialize_with = "dead_reason")]
+    reason: Option<String>,
+}
+
+fn dead_reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    const REFUSED: &str = "must be fatal, attempts_exhausted or empty (all)";
+    fields::optional(d, REFUSED, |raw| {
+        if REASONS.contains(&raw.as_str()) {
+            Ok(raw)
+        } else {
+            Err(REFUSED.to_owned())
+        }
+    })
+}
+
 /// `POST /console/dead-letters/redrive` with `csrf` and `reason` (empty: all).
 pub async fn redrive_many(
     State(state): State<ConsoleState>,
     AdminSession(signed_in): AdminSession,
-    headers: HeaderMap,
-    body: Bytes,
+    Form(RedriveForm { reason }): Form<RedriveForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
-    let reason = fields.optional("reason");
-    if let Some(reason) = reason
-        && !REASONS.contains(&reason)
-    {
-        return Err(PageError::bad_field(
-            "reason",
-            "must be fatal, attempts_exhausted or empty (all)",
-        ));
-    }
+    let reason = reason.as_deref();
     let app = &state.app;
     let count = dead_letters::redrive_all(&app.store, &app.queue, reason, &signed_in.actor())
         .await

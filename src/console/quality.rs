@@ -7,17 +7,21 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use axum::{extract::State, http::Uri};
+use axum::extract::State;
 use chrono::Utc;
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, canaries, charts,
     errors::PageError,
-    forms::Fields,
+    forms::PageQuery,
     layout::{self, Section, rate},
 };
-use crate::store::{ReversalCounts, RuleHits};
+use crate::{
+    request::fields,
+    store::{ReversalCounts, RuleHits},
+};
 
 /// The windows a moderator may choose.
 const WINDOWS: [(&str, &str); 4] = [
@@ -43,24 +47,33 @@ fn backtest_query(rule: &str, window: &str) -> String {
         .finish()
 }
 
+/// The page's query: the window, one of [`WINDOWS`] (`7days` when none is given).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityQuery {
+    #[serde(default, deserialize_with = "listed_window")]
+    window: Option<(&'static str, &'static str)>,
+}
+
+fn listed_window<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<(&'static str, &'static str)>, D::Error> {
+    fields::param(d, |raw| {
+        WINDOWS
+            .iter()
+            .find(|(name, _)| *name == raw)
+            .copied()
+            .ok_or_else(|| "must be 24h, 7days, 30days or 90days".to_owned())
+    })
+}
+
 /// `GET /console/quality?window=7days`.
 pub async fn page(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(QualityQuery { window }): PageQuery<QualityQuery>,
 ) -> Result<Markup, PageError> {
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query.only(&["window"]).map_err(PageError::bad_query)?;
-    let window_name = query.optional("window").unwrap_or("7days");
-    let (_, window_label) = WINDOWS
-        .iter()
-        .find(|(name, _)| *name == window_name)
-        .ok_or_else(|| {
-            PageError::bad_query(PageError::bad_field(
-                "window",
-                "must be 24h, 7days, 30days or 90days",
-            ))
-        })?;
+    let (window_name, window_label) = window.unwrap_or(WINDOWS[1]);
     let window: Duration = humantime::parse_duration(window_name).expect("a listed window");
     let store = &state.app.store;
     let rules = state.app.rules.current();

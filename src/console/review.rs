@@ -4,23 +4,25 @@
 //! the rules saw beside what the entity has now, and may be reversed with a reason.
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::{HeaderMap, Uri},
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
+use chrono::{DateTime, Utc};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, csrf,
     entity::{override_form, signals_table},
     errors::PageError,
-    forms::{Fields, page_query, parse_utc},
+    forms::{Carried, Form, PagePath, PageQuery, ReasonForm, page_query, parse_utc},
     layout::{self, Section},
+    review_queue::MAX_RULE_FILTER,
 };
 use crate::{
     domain::{SignalStats, Windows},
     moderation,
+    request::{fields, path::ActionId},
     store::{ActionFilter, ActionRecord},
 };
 
@@ -52,58 +54,67 @@ impl Filters {
     }
 }
 
-fn read_filters(fields: &Fields) -> Result<(Filters, ActionFilter), PageError> {
-    fields.only(&["rule", "action", "reversed", "since", "before"])?;
-    let mut filters = Filters::default();
-    let mut filter = ActionFilter {
+/// The list's query: its filters and where the page starts.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewQuery {
+    #[serde(
+        default,
+        deserialize_with = "fields::filter_text::<_, MAX_RULE_FILTER>"
+    )]
+    rule: Option<String>,
+    #[serde(default, deserialize_with = "fields::action")]
+    action: Option<String>,
+    #[serde(default, deserialize_with = "standing_or_reversed")]
+    reversed: Option<bool>,
+    #[serde(default, deserialize_with = "since")]
+    since: Option<(String, DateTime<Utc>)>,
+    #[serde(default, deserialize_with = "before")]
+    before: Option<i64>,
+}
+
+fn standing_or_reversed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    fields::param(d, |raw| match raw.as_str() {
+        "reversed" => Ok(true),
+        "standing" => Ok(false),
+        _ => Err("must be standing or reversed".to_owned()),
+    })
+}
+
+/// A UTC time as typed (kept for the form and links) and as read.
+fn since<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<(String, DateTime<Utc>)>, D::Error> {
+    fields::param(d, |raw| {
+        let since = parse_utc(&raw)
+            .ok_or_else(|| "must be a UTC time such as 2026-12-01T10:00".to_owned())?;
+        Ok((raw, since))
+    })
+}
+
+fn before<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    fields::position(d, "must be an action id (the Older link's)")
+}
+
+fn read_filters(query: ReviewQuery) -> (Filters, ActionFilter) {
+    let filter = ActionFilter {
         limit: PAGE + 1,
+        rule: query.rule.clone(),
+        action: query.action.clone(),
+        reversed: query.reversed,
+        since: query.since.as_ref().map(|(_, since)| *since),
+        before: query.before,
         ..Default::default()
     };
-    if let Some(rule) = fields.rule_filter()? {
-        filters.rule = Some(rule.to_owned());
-        filter.rule = Some(rule.to_owned());
-    }
-    if let Some(action) = fields.optional("action") {
-        if !["flag", "hide", "suspend"].contains(&action) {
-            return Err(PageError::bad_field(
-                "action",
-                "must be flag, hide or suspend",
-            ));
-        }
-        filters.action = Some(action.to_owned());
-        filter.action = Some(action.to_owned());
-    }
-    if let Some(reversed) = fields.optional("reversed") {
-        filter.reversed = Some(match reversed {
-            "reversed" => true,
-            "standing" => false,
-            _ => {
-                return Err(PageError::bad_field(
-                    "reversed",
-                    "must be standing or reversed",
-                ));
-            }
-        });
-        filters.reversed = Some(reversed.to_owned());
-    }
-    if let Some(since) = fields.optional("since") {
-        filter.since = Some(parse_utc(since).ok_or_else(|| {
-            PageError::bad_field("since", "must be a UTC time such as 2026-12-01T10:00")
-        })?);
-        filters.since = Some(since.to_owned());
-    }
-    if let Some(before) = fields.optional("before") {
-        filter.before = Some(
-            before
-                .parse::<i64>()
-                .ok()
-                .filter(|id| *id > 0)
-                .ok_or_else(|| {
-                    PageError::bad_field("before", "must be an action id (the Older link's)")
-                })?,
-        );
-    }
-    Ok((filters, filter))
+    let filters = Filters {
+        rule: query.rule,
+        action: query.action,
+        reversed: query
+            .reversed
+            .map(|reversed| if reversed { "reversed" } else { "standing" }.to_owned()),
+        since: query.since.map(|(raw, _)| raw),
+    };
+    (filters, filter)
 }
 
 fn filter_form(state: &ConsoleState, filters: &Filters) -> Markup {
@@ -200,10 +211,9 @@ fn actions_table(actions: &[ActionRecord]) -> Markup {
 pub async fn list(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(query): PageQuery<ReviewQuery>,
 ) -> Result<Markup, PageError> {
-    let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    let (filters, filter) = read_filters(&fields).map_err(PageError::bad_query)?;
+    let (filters, filter) = read_filters(query);
     let mut actions = state.app.store.actions(&filter).await?;
     let more = actions.len() as i64 > PAGE;
     actions.truncate(PAGE as usize);
@@ -229,13 +239,6 @@ pub async fn list(
     Ok(layout::page(&signed_in, Section::Review, "Review", body))
 }
 
-fn action_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    raw.parse::<i64>().map_err(|_| {
-        PageError::not_found("There is no such action: an action id is a whole number.")
-    })
-}
-
 /// The signals of a stored snapshot (the JSON of `domain::Snapshot`).
 fn snapshot_signals(
     snapshot: &serde_json::Value,
@@ -247,10 +250,9 @@ fn snapshot_signals(
 pub async fn action(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
+    PagePath(ActionId(id)): PagePath<ActionId>,
+    carried: Carried,
 ) -> Result<Markup, PageError> {
-    let id = action_id(path)?;
     let action = state
         .app
         .store
@@ -265,20 +267,12 @@ pub async fn action(
         .store
         .entity_with(&entity, true, &Windows::ALL)
         .await?;
-    let query = Fields::from_query(uri.query()).unwrap_or_default();
     // Only what the action itself shows: `?done=reversed` on a standing action says nothing.
-    let done = query.get("done").and_then(|done| match done {
+    let done = carried.done.as_deref().and_then(|done| match done {
         "reversed" if action.reversed_at.is_some() => Some("Reversed. The entity is back to its previous status, and an override keeps automation from redoing the action."),
         _ => None,
     });
-    // A reason written before the session ended, carried through signing in again
-    // (`signin::resume`); shown to send again, never sent by itself.
-    let draft: String = query
-        .get("reason")
-        .unwrap_or_default()
-        .chars()
-        .take(1000)
-        .collect();
+    let draft = carried.draft();
     let then = &action.snapshot;
     let reversible = action.reversed_at.is_none()
         && now
@@ -368,13 +362,9 @@ pub async fn action(
 pub async fn reverse(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(ActionId(id)): PagePath<ActionId>,
+    Form(ReasonForm { reason }): Form<ReasonForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
-    let id = action_id(path)?;
-    let reason = fields.text("reason")?;
     let app = &state.app;
     let override_for = app.override_after_reversal;
     moderation::reverse(

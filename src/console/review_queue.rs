@@ -5,22 +5,26 @@
 //! escalate, Alt+N the next unclaimed item (Alt+Shift in Firefox, Ctrl+Option on a Mac).
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::{HeaderMap, Uri},
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
 use chrono::Utc;
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, csrf,
     errors::PageError,
-    forms::{Fields, page_query},
+    forms::{Carried, Form, NoFields, PagePath, PageQuery, page_query},
     layout::{self, Section},
 };
 use crate::{
     domain::ReviewDecision,
+    moderation::MAX_TEXT,
+    request::{
+        fields::{self, Text},
+        path::ReviewItemId,
+    },
     review,
     store::{ReviewFilter, ReviewItem},
 };
@@ -52,64 +56,77 @@ impl Filters {
     }
 }
 
+/// The list's query: its filters and where the page starts.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueQuery {
+    #[serde(
+        default,
+        deserialize_with = "fields::filter_text::<_, MAX_RULE_FILTER>"
+    )]
+    rule: Option<String>,
+    #[serde(default, deserialize_with = "fields::age")]
+    older_than: Option<chrono::Duration>,
+    /// `me`, `nobody`, or a moderator's name.
+    #[serde(default, deserialize_with = "fields::filter_text::<_, MAX_TEXT>")]
+    claimed_by: Option<String>,
+    #[serde(default, deserialize_with = "yes_or_no")]
+    escalated: Option<bool>,
+    #[serde(default, deserialize_with = "after")]
+    after: Option<i64>,
+}
+
+/// The longest rule name a listing's filter takes (as the API's).
+pub(super) const MAX_RULE_FILTER: usize = 200;
+
+fn yes_or_no<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    fields::param(d, |raw| match raw.as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err("must be yes or no".to_owned()),
+    })
+}
+
+fn after<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    fields::position(d, "must be an item id (the Next link's)")
+}
+
 fn read_filters(
-    fields: &Fields,
+    query: QueueQuery,
     signed_in: &SignedInSession,
 ) -> Result<(Filters, ReviewFilter), PageError> {
-    fields.only(&["rule", "older_than", "claimed_by", "escalated", "after"])?;
-    let mut filters = Filters::default();
     let mut filter = ReviewFilter {
         limit: PAGE + 1,
+        rule: query.rule.clone(),
+        escalated: query.escalated,
+        after: query.after,
         ..Default::default()
     };
-    if let Some(rule) = fields.rule_filter()? {
-        filters.rule = Some(rule.to_owned());
-        filter.rule = Some(rule.to_owned());
+    if let Some(age) = query.older_than {
+        filter.flagged_before = Some(Utc::now().checked_sub_signed(age).ok_or_else(|| {
+            PageError::bad_query(PageError::bad_field(
+                "older_than",
+                "must be a duration such as 10m or 2h",
+            ))
+        })?);
     }
-    if let Some(raw) = fields.optional("older_than") {
-        let age = humantime::parse_duration(raw)
-            .ok()
-            .and_then(|age| chrono::Duration::from_std(age).ok())
-            .and_then(|age| Utc::now().checked_sub_signed(age))
-            .ok_or_else(|| {
-                PageError::bad_field("older_than", "must be a duration such as 10m or 2h")
-            })?;
-        filters.older_than = Some(raw.to_owned());
-        filter.flagged_before = Some(age);
+    match query.claimed_by.as_deref() {
+        None => {}
+        Some("nobody") => filter.claimed = Some(false),
+        Some("me") => filter.claimed_by = Some(signed_in.user.name.clone()),
+        Some(name) => filter.claimed_by = Some(name.to_owned()),
     }
-    if let Some(who) = fields.optional("claimed_by") {
-        if who.contains('\0') || who.chars().count() > 1000 {
-            return Err(PageError::bad_field(
-                "claimed_by",
-                "must be at most 1000 characters",
-            ));
-        }
-        match who {
-            "nobody" => filter.claimed = Some(false),
-            "me" => filter.claimed_by = Some(signed_in.user.name.clone()),
-            name => filter.claimed_by = Some(name.to_owned()),
-        }
-        filters.claimed_by = Some(who.to_owned());
-    }
-    if let Some(escalated) = fields.optional("escalated") {
-        filter.escalated = Some(match escalated {
-            "yes" => true,
-            "no" => false,
-            _ => return Err(PageError::bad_field("escalated", "must be yes or no")),
-        });
-        filters.escalated = Some(escalated.to_owned());
-    }
-    if let Some(after) = fields.optional("after") {
-        filter.after = Some(
-            after
-                .parse::<i64>()
-                .ok()
-                .filter(|id| *id > 0)
-                .ok_or_else(|| {
-                    PageError::bad_field("after", "must be an item id (the Next link's)")
-                })?,
-        );
-    }
+    let filters = Filters {
+        rule: query.rule,
+        older_than: query
+            .older_than
+            .and_then(|age| age.to_std().ok())
+            .map(|age| humantime::format_duration(age).to_string()),
+        claimed_by: query.claimed_by,
+        escalated: query
+            .escalated
+            .map(|yes| if yes { "yes" } else { "no" }.to_owned()),
+    };
     Ok((filters, filter))
 }
 
@@ -217,10 +234,9 @@ fn items_table(signed_in: &SignedInSession, items: &[ReviewItem]) -> Markup {
 pub async fn list(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(query): PageQuery<QueueQuery>,
 ) -> Result<Markup, PageError> {
-    let fields = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    let (filters, filter) = read_filters(&fields, &signed_in).map_err(PageError::bad_query)?;
+    let (filters, filter) = read_filters(query, &signed_in)?;
     let mut items = state.app.store.review_items(&filter).await?;
     let more = items.len() as i64 > PAGE;
     items.truncate(PAGE as usize);
@@ -253,30 +269,15 @@ pub async fn list(
     Ok(layout::page(&signed_in, Section::Queue, "Queue", body))
 }
 
-fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, PageError> {
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    raw.parse::<i64>()
-        .map_err(|_| PageError::not_found("There is no such item: an item id is a whole number."))
-}
-
 /// `GET /console/queue/{id}`: one item and, for the moderator who holds its claim, the
 /// decision form.
 pub async fn item(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    uri: Uri,
+    PagePath(ReviewItemId(id)): PagePath<ReviewItemId>,
+    carried: Carried,
 ) -> Result<Markup, PageError> {
-    let id = item_id(path)?;
-    // A reason written before the session ended, carried through signing in again
-    // (`signin::resume`); shown to send again, never sent by itself.
-    let query = Fields::from_query(uri.query()).unwrap_or_default();
-    let draft: String = query
-        .get("reason")
-        .unwrap_or_default()
-        .chars()
-        .take(1000)
-        .collect();
+    let draft = carried.draft();
     let item = state
         .app
         .store
@@ -335,12 +336,9 @@ pub async fn item(
 pub async fn claim(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(ReviewItemId(id)): PagePath<ReviewItemId>,
+    Form(NoFields {}): Form<NoFields>,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &signed_in.session, &[])?;
-    let id = item_id(path)?;
     review::claim(
         &state.app.store,
         id,
@@ -356,10 +354,8 @@ pub async fn claim(
 pub async fn claim_next(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    headers: HeaderMap,
-    body: Bytes,
+    Form(NoFields {}): Form<NoFields>,
 ) -> Result<Response, PageError> {
-    Fields::posted(&headers, &body, &signed_in.session, &[])?;
     let actor = signed_in.actor();
     let filter = ReviewFilter {
         claimed: Some(false),
@@ -380,32 +376,36 @@ pub async fn claim_next(
     Ok(Redirect::to("/console/queue?claimed_by=nobody").into_response())
 }
 
+/// The decision form of an item.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideForm {
+    #[serde(deserialize_with = "fields::review_decision")]
+    decision: ReviewDecision,
+    reason: Text,
+    /// The entity's moderation version the page showed.
+    #[serde(deserialize_with = "page_version")]
+    version: i64,
+}
+
+fn page_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    fields::parsed(d, |raw| {
+        raw.parse::<i64>()
+            .map_err(|_| "must be the version the page showed".to_owned())
+    })
+}
+
 /// `POST /console/queue/{id}/decide` with `csrf`, `decision`, `reason` and `version`.
 pub async fn decide(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(ReviewItemId(id)): PagePath<ReviewItemId>,
+    Form(DecideForm {
+        decision,
+        reason,
+        version,
+    }): Form<DecideForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(
-        &headers,
-        &body,
-        &signed_in.session,
-        &["decision", "reason", "version"],
-    )?;
-    let id = item_id(path)?;
-    let decision = fields
-        .optional("decision")
-        .and_then(|raw| ReviewDecision::parse(raw).ok())
-        .ok_or_else(|| {
-            PageError::bad_field("decision", "must be approve, hide, dismiss or escalate")
-        })?;
-    let reason = fields.text("reason")?;
-    let version = fields
-        .optional("version")
-        .and_then(|raw| raw.parse::<i64>().ok())
-        .ok_or_else(|| PageError::bad_field("version", "must be the version the page showed"))?;
     review::decide(
         &state.app.store,
         &state.app.rules.current(),

@@ -3,28 +3,40 @@
 //! its report attached. Publishing calls what `POST /v1/rules` calls (`crate::active_rules`).
 
 use axum::{
-    body::Bytes,
     extract::State,
-    http::{HeaderMap, Uri},
     response::{IntoResponse, Redirect, Response},
 };
 use maud::{Markup, html};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
     AdminSession, ConsoleState, SignedInSession,
-    backtest::{backtest_candidate, window_of},
+    backtest::backtest_candidate,
     errors::PageError,
-    forms::Fields,
+    forms::{Form, PageQuery, Window, window},
     layout::{self, Section},
 };
 use crate::{
     active_rules::{self, ActiveRulesError},
     backtest::Estimate,
+    request::fields,
     store::RulesVersionSummary,
 };
 
 const PAGE: i64 = 50;
+
+/// The publish form: the candidate, the window it is backtested over again, the message.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishForm {
+    #[serde(deserialize_with = "fields::parsed_string")]
+    rules: String,
+    #[serde(default, deserialize_with = "window")]
+    window: Window,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    message: Option<String>,
+}
 
 /// `POST /console/backtest/publish` with `csrf`, `rules`, `window`, `message` (admins): the
 /// candidate backtested again over the window and published with the report; then the
@@ -32,22 +44,12 @@ const PAGE: i64 = 50;
 pub async fn publish(
     State(state): State<ConsoleState>,
     AdminSession(signed_in): AdminSession,
-    headers: HeaderMap,
-    body: Bytes,
+    Form(form): Form<PublishForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(
-        &headers,
-        &body,
-        &signed_in.session,
-        &["rules", "window", "message"],
-    )?;
-    let text = fields
-        .optional("rules")
-        .ok_or_else(|| PageError::bad_field("rules", "is required"))?;
-    let message = fields.optional("message").unwrap_or("");
+    let text = form.rules.as_str();
+    let message = form.message.as_deref().unwrap_or("");
     active_rules::check_message(message).map_err(published_error)?;
-    let window = window_of(fields.optional("window").unwrap_or("7days"))?;
-    let report = backtest_candidate(&state, text, window, 0).await?;
+    let report = backtest_candidate(&state, text, form.window.span, 0).await?;
     let report = serde_json::to_value(&report).map_err(PageError::internal)?;
     let version = active_rules::publish(
         &state.app.store,
@@ -121,28 +123,26 @@ fn versions_table(versions: &[RulesVersionSummary]) -> Markup {
     }
 }
 
+/// The versions list's query: where the page starts, and the version just published.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionsQuery {
+    #[serde(default, deserialize_with = "version_number")]
+    before: Option<i64>,
+    #[serde(default, deserialize_with = "version_number")]
+    published: Option<i64>,
+}
+
+fn version_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    fields::whole(d, "must be a version number")
+}
+
 /// `GET /console/rules?before=&published=`: the rules versions, newest first.
 pub async fn versions(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    uri: Uri,
+    PageQuery(VersionsQuery { before, published }): PageQuery<VersionsQuery>,
 ) -> Result<Markup, PageError> {
-    let query = Fields::from_query(uri.query()).map_err(PageError::bad_query)?;
-    query
-        .only(&["before", "published"])
-        .map_err(PageError::bad_query)?;
-    let number = |field: &str| -> Result<Option<i64>, PageError> {
-        query
-            .optional(field)
-            .map(|raw| {
-                raw.parse::<i64>().map_err(|_| {
-                    PageError::bad_query(PageError::bad_field(field, "must be a version number"))
-                })
-            })
-            .transpose()
-    };
-    let before = number("before")?;
-    let published = number("published")?;
     let versions = state.app.store.rules_versions_page(before, PAGE).await?;
     let next = (versions.len() as i64 == PAGE)
         .then(|| versions.last().map(|v| v.version))

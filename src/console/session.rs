@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     credentials::Role,
+    request::scope::Scope,
     settings::{Console as ConsoleSettings, SecureCookie, TrustedProxies},
 };
 
@@ -48,6 +49,12 @@ pub struct SignedIn {
 impl SignedIn {
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
+    }
+
+    /// Whose entities the session may see: every token's, so every session's, is the
+    /// platform's today.
+    pub fn scope(&self) -> Scope {
+        Scope::Platform
     }
 }
 

@@ -11,11 +11,12 @@ use axum::{
     response::{IntoResponse, Redirect, Response},
 };
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, csrf,
     errors::PageError,
-    forms::Fields,
+    forms::{NoFields, leniently, posted},
     layout,
     session::{INSECURE_DEV, MAX_COOKIE_BYTES, Session, SignedIn},
 };
@@ -23,7 +24,30 @@ use crate::{
     audit::{self, Origin},
     credentials::Role,
     domain::{AuditAction, AuditEntry},
+    request::fields::{self, Text},
 };
+
+/// The sign-in form.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignInForm {
+    name: Text,
+    /// Required where tokens are (`Auth::enforced`).
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    token: Option<String>,
+    #[serde(default, deserialize_with = "fields::optional_string")]
+    next: Option<String>,
+}
+
+/// What a refused sign-in keeps for the form shown again (and the sign-in page's query): the
+/// name typed and the page asked for.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Kept {
+    name: Option<String>,
+    next: Option<String>,
+    signed_out: Option<String>,
+}
 
 /// Where a sign-in goes when it names nowhere (or somewhere outside the console).
 const HOME: &str = "/console/review";
@@ -106,9 +130,9 @@ fn form_page(session: &Session, next: &str, enforced: bool, shown: Shown<'_>) ->
 
 /// The sign-in form again after a refused attempt: `error`'s status and message, the name and
 /// the page asked for kept, the same anonymous session (its cookie is unchanged).
-fn refused(state: &ConsoleState, session: &Session, fields: &Fields, error: PageError) -> Response {
-    let next = next_page(fields.get("next"));
-    let name = fields.get("name").unwrap_or_default();
+fn refused(state: &ConsoleState, session: &Session, kept: &Kept, error: PageError) -> Response {
+    let next = next_page(kept.next.as_deref());
+    let name = kept.name.as_deref().unwrap_or_default();
     let page = form_page(
         session,
         &next,
@@ -125,8 +149,8 @@ fn refused(state: &ConsoleState, session: &Session, fields: &Fields, error: Page
 /// `GET /console/login?next=`: the form, with an anonymous session for its CSRF token (a
 /// signed-in visitor goes straight on).
 pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMap) -> Response {
-    let query = Fields::from_query(uri.query()).unwrap_or_default();
-    let next = next_page(query.get("next"));
+    let query: Kept = leniently(uri.query().unwrap_or_default().as_bytes());
+    let next = next_page(query.next.as_deref());
     let existing = state.sessions.read(&headers);
     if let Some(session) = &existing
         && let Some(user) = &session.user
@@ -134,7 +158,7 @@ pub async fn form(State(state): State<ConsoleState>, uri: Uri, headers: HeaderMa
     {
         return Redirect::to(&next).into_response();
     }
-    let notice = query.get("signed_out").map(|_| "You are signed out.");
+    let notice = query.signed_out.map(|_| "You are signed out.");
     let session = existing
         .filter(|s| s.user.is_none())
         .unwrap_or_else(|| state.sessions.anonymous());
@@ -179,11 +203,15 @@ pub async fn sign_in(
             "The sign-in form has expired, or the browser did not send its cookie. Open the sign-in page again.",
         ));
     };
-    let fields = Fields::posted(&headers, &body, &session, &["name", "token", "next"])?;
-    let name = match fields.text("name") {
-        Ok(name) => name,
-        Err(error) => return Ok(refused(&state, &session, &fields, error)),
+    let kept: Kept = leniently(&body);
+    let form = match posted::<SignInForm>(&headers, &body, &session) {
+        Ok(form) => form,
+        Err(error) if error.field.as_deref() == Some("name") => {
+            return Ok(refused(&state, &session, &kept, error));
+        }
+        Err(error) => return Err(error),
     };
+    let name = form.name.0;
     let auth = &state.app.auth;
     let user = if !auth.enforced() {
         SignedIn {
@@ -192,9 +220,9 @@ pub async fn sign_in(
             token: INSECURE_DEV.to_owned(),
         }
     } else {
-        let Some(presented) = fields.optional("token") else {
+        let Some(presented) = form.token.as_deref() else {
             let error = PageError::bad_field("token", "is required");
-            return Ok(refused(&state, &session, &fields, error));
+            return Ok(refused(&state, &session, &kept, error));
         };
         let Some(token) = auth.identify(presented) else {
             tracing::info!("console sign-in refused: not a configured token");
@@ -204,7 +232,7 @@ pub async fn sign_in(
                 "token is not a valid API token. Nothing was changed.",
             )
             .with_field("token");
-            return Ok(refused(&state, &session, &fields, error));
+            return Ok(refused(&state, &session, &kept, error));
         };
         if token.role == Role::Ingest {
             tracing::info!(token = %token.label(), "console sign-in refused: an ingest token");
@@ -212,7 +240,7 @@ pub async fn sign_in(
                 "token is an ingest token, which may only send events; the console needs a moderator or admin token.",
             )
             .with_field("token");
-            return Ok(refused(&state, &session, &fields, error));
+            return Ok(refused(&state, &session, &kept, error));
         }
         SignedIn {
             role: token.role,
@@ -235,7 +263,7 @@ pub async fn sign_in(
                 cookie.len()
             ),
         );
-        return Ok(refused(&state, &session, &fields, error));
+        return Ok(refused(&state, &session, &kept, error));
     }
     tracing::info!(role = user.role.as_str(), token = %user.token, "console sign-in");
     let actor = origin.actor(&user.name, Some(&user.token), Some(user.role.as_str()));
@@ -247,7 +275,7 @@ pub async fn sign_in(
     .await;
     Ok((
         [(header::SET_COOKIE, cookie)],
-        Redirect::to(&next_page(fields.get("next"))),
+        Redirect::to(&next_page(form.next.as_deref())),
     )
         .into_response())
 }
@@ -364,8 +392,7 @@ pub async fn sign_out(
         .sessions
         .read(&headers)
         .ok_or_else(PageError::signed_out)?;
-    let fields = Fields::from_form(&headers, &body)?;
-    csrf::check(&session, fields.get(csrf::FIELD))?;
+    posted::<NoFields>(&headers, &body, &session)?;
     if let Some(user) = &session.user {
         let actor = origin.actor(&user.name, Some(&user.token), Some(user.role.as_str()));
         audit::record(

@@ -2,18 +2,22 @@
 //! moved over a range of values, each value backtested (`crate::backtest::sweep`), shown as a
 //! chart of the expected reversal rate and a table per value.
 
-use axum::{body::Bytes, extract::State, http::HeaderMap};
+use axum::extract::State;
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::{
     ConsoleState, SignedInSession, charts, csrf,
     errors::PageError,
-    forms::Fields,
+    forms::{Form, Window, window},
     layout::{self, Section},
 };
-use crate::backtest::{
-    self, BacktestError, Options,
-    sweep::{MAX_VALUES, SweepError, SweepReport, numeric_literals},
+use crate::{
+    backtest::{
+        self, BacktestError, Options,
+        sweep::{MAX_VALUES, SweepError, SweepReport, numeric_literals},
+    },
+    request::fields::{self, Text},
 };
 
 /// The sweep's form: a rule in force (those with a number in their condition), which of its
@@ -62,46 +66,52 @@ pub fn sweepable(rules: &crate::rules::RuleSet) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The sweep form: a rule in force, which of its numbers (from 0), the values (none: ten
+/// around it) and the window.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepForm {
+    rule: Text,
+    #[serde(default, deserialize_with = "literal")]
+    literal: usize,
+    #[serde(default, deserialize_with = "values")]
+    values: Vec<f64>,
+    #[serde(default, deserialize_with = "window")]
+    window: Window,
+}
+
+fn literal<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    fields::parsed(d, |raw| {
+        raw.parse::<usize>()
+            .map_err(|_| "must be a whole number from 0".to_owned())
+    })
+}
+
+fn values<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    fields::parsed(d, |raw| {
+        raw.split(',')
+            .map(|v| v.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+            .collect::<Option<Vec<f64>>>()
+            .filter(|v| v.len() <= MAX_VALUES)
+            .ok_or_else(|| format!("must be up to {MAX_VALUES} numbers separated by commas"))
+    })
+}
+
 /// `POST /console/backtest/sweep` with `csrf`, `rule`, `literal`, `values` and `window`.
 pub async fn run(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    headers: HeaderMap,
-    body: Bytes,
+    Form(SweepForm {
+        rule,
+        literal,
+        values,
+        window: Window {
+            name: window_name,
+            span: window,
+        },
+    }): Form<SweepForm>,
 ) -> Result<Markup, PageError> {
-    let fields = Fields::posted(
-        &headers,
-        &body,
-        &signed_in.session,
-        &["rule", "literal", "values", "window"],
-    )?;
-    let rule = fields.text("rule")?;
-    let literal = match fields.optional("literal") {
-        None => 0,
-        Some(raw) => raw
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| PageError::bad_field("literal", "must be a whole number from 0"))?,
-    };
-    let values = fields
-        .optional("values")
-        .map(|raw| {
-            raw.split(',')
-                .map(|v| v.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
-                .collect::<Option<Vec<f64>>>()
-                .filter(|v| v.len() <= MAX_VALUES)
-                .ok_or_else(|| {
-                    PageError::bad_field(
-                        "values",
-                        &format!("must be up to {MAX_VALUES} numbers separated by commas"),
-                    )
-                })
-        })
-        .transpose()?
-        .unwrap_or_default();
-    let window_name = fields.optional("window").unwrap_or("7days");
-    let window = backtest::parse_window(window_name)
-        .map_err(|problem| PageError::bad_field("window", &problem.to_string()))?;
+    let window_name = window_name.as_str();
     let in_force = state.app.rules.current();
     let report = backtest::sweep::sweep(
         &state.app.store,

@@ -4,9 +4,7 @@
 //! labels rules recorded on it.
 
 use axum::{
-    body::Bytes,
-    extract::{Path, State, rejection::PathRejection},
-    http::HeaderMap,
+    extract::State,
     response::{IntoResponse, Redirect, Response},
 };
 use chrono::Utc;
@@ -15,7 +13,7 @@ use maud::{Markup, html};
 use super::{
     ConsoleState, SignedInSession, csrf,
     errors::PageError,
-    forms::Fields,
+    forms::{Form, PagePath, ReasonForm},
     layout::{self},
 };
 use crate::{
@@ -91,15 +89,9 @@ pub fn block(
 pub async fn end(
     State(state): State<ConsoleState>,
     signed_in: SignedInSession,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Bytes,
+    PagePath(entity): PagePath<EntityId>,
+    Form(ReasonForm { reason }): Form<ReasonForm>,
 ) -> Result<Response, PageError> {
-    let fields = Fields::posted(&headers, &body, &signed_in.session, &["reason"])?;
-    let raw = path.map(|Path(raw)| raw).unwrap_or_default();
-    let entity = EntityId::parse(&raw)
-        .map_err(|e| PageError::not_found(format!("That is not an entity id: {}.", e.0)))?;
-    let reason = fields.text("reason")?;
     moderation::end_timer(
         &state.app.store,
         &state.app.queue,

@@ -2,11 +2,7 @@
 //! pages), an appeal the platform forwards for its user, and the appeals' queue that
 //! moderators work (claim, decide).
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-    http::StatusCode,
-};
+use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -14,13 +10,15 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    extract::{ApiJson, ApiQuery, JsonBody},
-    fields::{self, Text},
-    params::path_param,
+    extract::{ApiJson, ApiPath, ApiQuery, JsonBody},
 };
 use crate::{
     active_rules::RuleDemoter,
     appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
+    request::{
+        fields::{self, Text},
+        path::{ActionId, AppealId, StatementId},
+    },
     store::{
         AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
     },
@@ -125,13 +123,6 @@ pub async fn list_statements(
     }))
 }
 
-fn whole_id(path: Result<Path<String>, PathRejection>, what: &str) -> Result<i64, ApiError> {
-    let raw = path_param(path, "id")?;
-    raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_id", format!("{what} id is a whole number")).with_field("id")
-    })
-}
-
 /// An appeal's text: 1 to 5,000 characters, not only spaces, no control characters but line
 /// breaks and tabs.
 #[derive(Debug)]
@@ -197,10 +188,9 @@ impl JsonBody for AppealRequest {}
 pub async fn appeal_action(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(ActionId(id)): ApiPath<ActionId>,
     ApiJson(body): ApiJson<AppealRequest>,
 ) -> Result<(StatusCode, Json<AppealRecord>), ApiError> {
-    let id = whole_id(path, "an action")?;
     let statement = appeals::statement_of_action(&state.store, id).await?;
     submit(&state, &requester, &statement, body).await
 }
@@ -226,10 +216,9 @@ pub async fn appeal_action(
 pub async fn appeal_statement(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(StatementId(id)): ApiPath<StatementId>,
     ApiJson(body): ApiJson<AppealRequest>,
 ) -> Result<(StatusCode, Json<AppealRecord>), ApiError> {
-    let id = whole_id(path, "a statement")?;
     let statement = state
         .store
         .statement(id)
@@ -346,10 +335,9 @@ impl JsonBody for AppealClaim {}
 pub async fn claim_appeal(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(AppealId(id)): ApiPath<AppealId>,
     ApiJson(body): ApiJson<AppealClaim>,
 ) -> Result<Json<AppealRecord>, ApiError> {
-    let id = whole_id(path, "an appeal")?;
     let by = requester.actor(&body.moderator);
     let appeal = state
         .store
@@ -366,21 +354,13 @@ pub async fn claim_appeal(
 pub struct AppealDecisionRequest {
     moderator: Text,
     /// upheld (the decision is reversed) or rejected (it stands)
-    #[serde(deserialize_with = "outcome")]
+    #[serde(deserialize_with = "fields::appeal_outcome")]
     outcome: AppealDecision,
     /// Why: sent to the platform, which tells its user
     reason: Text,
 }
 
 impl JsonBody for AppealDecisionRequest {}
-
-fn outcome<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AppealDecision, D::Error> {
-    fields::parsed(d, |raw| match raw {
-        "upheld" => Ok(AppealDecision::Upheld),
-        "rejected" => Ok(AppealDecision::Rejected),
-        _ => Err("must be upheld or rejected".to_owned()),
-    })
-}
 
 /// `POST /v1/appeals/{id}/decide` with `{"moderator", "outcome", "reason"}`.
 #[utoipa::path(
@@ -403,10 +383,9 @@ fn outcome<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AppealDecision, D::
 pub async fn decide_appeal(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(AppealId(id)): ApiPath<AppealId>,
     ApiJson(body): ApiJson<AppealDecisionRequest>,
 ) -> Result<Json<AppealRecord>, ApiError> {
-    let id = whole_id(path, "an appeal")?;
     let rules = state.rules.current();
     let demoter = RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone()));
     let desk = AppealDesk {

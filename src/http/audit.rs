@@ -9,11 +9,11 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::ApiQuery,
-    fields,
 };
 use crate::{
     audit::parse_since,
     domain::AuditAction,
+    request::fields,
     store::{AuditFilter, AuditRecord},
 };
 

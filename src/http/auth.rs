@@ -11,7 +11,7 @@ use axum::{
 use super::{ApiError, AppState};
 // Built by startup beside the rest of the HTTP state.
 pub use crate::credentials::Auth;
-use crate::{audit::Origin, credentials::Role, domain::Actor};
+use crate::{audit::Origin, credentials::Role, domain::Actor, request::scope::Scope};
 
 /// The role a route needs; `None`: no token (health, readiness, the API description, and
 /// named sources, whose requests are authenticated by their signature).
@@ -108,6 +108,13 @@ pub struct Caller {
 pub struct Requester {
     pub caller: Option<Caller>,
     pub origin: Origin,
+}
+
+impl Caller {
+    /// Whose entities the token may see: every token is the platform's today.
+    pub fn scope(&self) -> Scope {
+        Scope::Platform
+    }
 }
 
 impl Requester {

@@ -12,10 +12,10 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::{ApiJson, JsonBody, invalid},
-    fields,
 };
 use crate::{
     backtest::{self, BacktestError, DEFAULT_SAMPLE, MAX_SAMPLE, Options, Report},
+    request::fields,
     rules::RuleSet,
 };
 

@@ -5,11 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::{
-    Extension, Json,
-    extract::{Path, State, rejection::PathRejection},
-    http::StatusCode,
-};
+use axum::{Extension, Json, extract::State, http::StatusCode};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Deserializer, Serialize, de::Error};
 use utoipa::ToSchema;
@@ -18,10 +14,12 @@ use super::{
     AppState,
     auth::Caller,
     error::{ApiError, store_error},
-    extract::{ApiJson, JsonBody, Problem, ProblemKind},
-    params::{parse_entity, path_param},
+    extract::{ApiJson, ApiPath, JsonBody},
 };
-use crate::domain::{AttributeError, Scalar, Scope};
+use crate::{
+    domain::{AttributeError, EntityId, Scalar, Scope},
+    request::problem::{Problem, ProblemKind},
+};
 
 fn invalid(error: AttributeError) -> ApiError {
     let refused = ApiError::new(
@@ -104,11 +102,9 @@ pub struct ContextResult {
 pub async fn put_attributes(
     State(state): State<AppState>,
     caller: Option<Extension<Caller>>,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
     ApiJson(ContextRequest(attributes)): ApiJson<ContextRequest>,
 ) -> Result<Json<ContextResult>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     let rules = state.rules.current();
     rules
         .declarations()

@@ -2,11 +2,7 @@
 //! use case). All from the durable record in Postgres; a redrive also makes the entities due in
 //! Redis.
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-    http::StatusCode,
-};
+use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -14,13 +10,12 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    extract::{ApiJson, ApiQuery, JsonBody},
-    fields::{self, CURSOR},
-    params::{parse_entity, path_param},
+    extract::{ApiJson, ApiPath, ApiQuery, JsonBody},
 };
 use crate::{
     dead_letters::{self, DeadLetterError},
-    domain::DeadLetter,
+    domain::{DeadLetter, EntityId},
+    request::fields::{self, CURSOR},
     store::DeadLetterKey,
 };
 
@@ -112,10 +107,8 @@ pub async fn list(
 pub async fn redrive_one(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
 ) -> Result<Json<Redriven>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     let by = requester.token_actor();
     let redriven = dead_letters::redrive(&state.store, &state.queue, &entity, &by)
         .await

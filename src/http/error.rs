@@ -257,7 +257,7 @@ pub fn store_error(error: StoreError) -> ApiError {
     }
 }
 
-/// A review queue refusal is 409, its code naming which (README's error table).
+/// A review queue refusal is 409, its code naming which (the error table of docs/reference/http-api.md).
 impl From<ReviewError> for ApiError {
     fn from(error: ReviewError) -> Self {
         let refusal = match error {

@@ -2,10 +2,7 @@
 //! the live rules that matched, those exempted by their `unless`, the shadow matches, the
 //! errors and labels, and the action it applied.
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-};
+use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
@@ -13,11 +10,11 @@ use utoipa::IntoParams;
 use super::{
     AppState,
     error::{ApiError, store_error},
-    extract::ApiQuery,
-    fields::{self, CURSOR},
-    params::{parse_entity, path_param},
+    extract::{ApiPath, ApiQuery},
 };
 use crate::{
+    domain::EntityId,
+    request::fields::{self, CURSOR},
     rules::{Decision, LabelDecision, Verdict},
     store::{EvaluationRecord, PageKey},
 };
@@ -175,11 +172,9 @@ fn cursor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PageKey>, D::
 )]
 pub async fn list_evaluations(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
     ApiQuery(query): ApiQuery<EvaluationsQuery>,
 ) -> Result<Json<EvaluationsPage>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let before = query.cursor;
     let records = state

@@ -6,7 +6,7 @@
 use axum::{
     Extension, Json,
     body::{Body, Bytes},
-    extract::{Path, State, rejection::PathRejection},
+    extract::State,
     http::{HeaderMap, StatusCode, header},
 };
 use serde::Deserialize;
@@ -24,14 +24,14 @@ use super::{
     auth::Caller,
     body::{BodyPace, read_body},
     error::ApiError,
-    extract::{JsonError, is_json, not_json, parse_json},
+    extract::{ApiPath, JsonError, is_json, not_json, parse_json},
     limits::take_ingest_slot,
-    params::path_param,
     signature::{InboundSecrets, github_delivery},
 };
 use crate::{
     domain::{AttributeLimits, Declarations, Event, EventBody, FieldError, Scope},
     ingest::{Delivery, IngestOutcome, RateKey, Submission},
+    request::path::SourceName,
     telemetry::{names, traces::TraceParent},
 };
 
@@ -103,11 +103,11 @@ pub async fn post_events(
 )]
 pub async fn post_source_events(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<ApiPath<SourceName>, ApiError>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<IngestOutcome>), ApiError> {
-    let source = counted(path_param(path, "source"))?;
+    let ApiPath(SourceName(source)) = counted(path)?;
     let Some(secrets) = state.sources.get(&source) else {
         return counted(Err(ApiError::new(
             StatusCode::NOT_FOUND,

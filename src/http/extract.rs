@@ -1,5 +1,6 @@
-//! The API's two extractors: a JSON body ([`ApiJson`]) and a query string ([`ApiQuery`]), each
-//! read into the route's own request type. Every refusal is the API's JSON error naming the
+//! The API's extractors: a JSON body ([`ApiJson`]) and a query string ([`ApiQuery`]), each
+//! read into the route's own request type, and the route's path value ([`ApiPath`]), once the
+//! caller's scope admits what it addresses. Every refusal is the API's JSON error naming the
 //! field by its path (`serde_path_to_error`'s, e.g. `[1].weight`), where axum's own extractors
 //! would answer plain text. A body is JSON only when the request says so ([`is_json`]), as
 //! ingest's is.
@@ -9,70 +10,17 @@ use axum::{
     http::{HeaderMap, StatusCode, header, request::Parts},
 };
 use serde::de::DeserializeOwned;
-use serde_path_to_error::Segment;
 
-use super::{AppState, body::RequestBody, error::ApiError, params::bad_query};
-use crate::domain::field_names;
-
-/// What is wrong with a body (or a query) that is well-formed but not the request.
-#[derive(Debug)]
-pub struct Problem {
-    /// Where: the field's path; empty for the body as a whole.
-    pub path: Vec<Segment>,
-    pub kind: ProblemKind,
-}
-
-#[derive(Debug)]
-pub enum ProblemKind {
-    /// A field the request does not have.
-    Unknown,
-    /// A required field left out.
-    Missing,
-    /// A field given twice.
-    Repeated,
-    /// A value refused, and why (the reader's own words).
-    Invalid(String),
-}
-
-impl Problem {
-    /// The path as the error's `field` gives it: `moderator`, `[1].weight`; `None` for the body.
-    pub fn field(&self) -> Option<String> {
-        let mut field = String::new();
-        for segment in &self.path {
-            if !field.is_empty() && !matches!(segment, Segment::Seq { .. }) {
-                field.push('.');
-            }
-            field.push_str(&segment.to_string());
-        }
-        (!field.is_empty()).then_some(field)
-    }
-
-    /// Reads serde's error: which field, and what about it. Serde names a missing or repeated
-    /// field in its message, its path stopping at the object that holds it.
-    fn of(path: &serde_path_to_error::Path, message: String) -> Self {
-        let mut path: Vec<Segment> = path.iter().cloned().collect();
-        let named = |prefix: &str| {
-            message
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.strip_suffix('`'))
-                .map(|name| Segment::Map {
-                    key: name.to_owned(),
-                })
-        };
-        let kind = if let Some(name) = named("missing field `") {
-            path.push(name);
-            ProblemKind::Missing
-        } else if let Some(name) = named("duplicate field `") {
-            path.push(name);
-            ProblemKind::Repeated
-        } else if message.starts_with("unknown field `") {
-            ProblemKind::Unknown
-        } else {
-            ProblemKind::Invalid(message)
-        };
-        Self { path, kind }
-    }
-}
+use super::{AppState, auth::Caller, body::RequestBody, error::ApiError};
+use crate::{
+    domain::field_names,
+    request::{
+        form,
+        path::{self, PathProblem, PathValue, Refused},
+        problem::{Problem, ProblemKind},
+        scope::Scope,
+    },
+};
 
 /// Why a body did not read: not JSON at all (400), or JSON that is not the request (its type
 /// answers how).
@@ -240,27 +188,66 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             pairs.retain(|(seen, _)| *seen != name);
             pairs.push((name.into_owned(), value.into_owned()));
         }
-        let query = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(pairs)
-            .finish();
-        let deserializer =
-            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
-        serde_path_to_error::deserialize(deserializer)
-            .map(ApiQuery)
-            .map_err(|error| {
-                let problem = Problem::of(error.path(), error.inner().to_string());
-                let name = problem.field().unwrap_or_default();
-                // A reader's words follow the parameter's name: "limit must be ...".
-                let message = match problem.kind {
-                    ProblemKind::Unknown => format!(
-                        "unknown query parameter; use {}",
-                        field_names::<T>().join(", ")
-                    ),
-                    ProblemKind::Missing => format!("{name} is required"),
-                    ProblemKind::Repeated => format!("{name} is given more than once"),
-                    ProblemKind::Invalid(message) => format!("{name} {message}"),
-                };
-                bad_query(&name, message)
+        form::deserialize(
+            pairs
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
+        .map(ApiQuery)
+        .map_err(|problem| {
+            let name = problem.field().unwrap_or_default();
+            // A reader's words follow the parameter's name: "limit must be ...".
+            let message = match problem.kind {
+                ProblemKind::Unknown => format!(
+                    "unknown query parameter; use {}",
+                    field_names::<T>().join(", ")
+                ),
+                ProblemKind::Missing => format!("{name} is required"),
+                ProblemKind::Repeated => format!("{name} is given more than once"),
+                ProblemKind::Invalid(message) => format!("{name} {message}"),
+            };
+            bad_query(&name, message)
+        })
+    }
+}
+
+/// 400 `invalid_query` naming the parameter.
+pub fn bad_query(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_query", message).with_field(field)
+}
+
+/// A path value refused: 400 with its code, naming the path field.
+impl From<PathProblem> for ApiError {
+    fn from(problem: PathProblem) -> Self {
+        ApiError::bad_request(problem.code, problem.message).with_field(problem.field)
+    }
+}
+
+/// The route's one path value (an entity id, an action's id, ...: [`PathValue`]), handed over
+/// only once the caller's scope admits what it addresses ([`path::addressed`]). A segment that
+/// does not decode or parse is 400 naming the path field (`invalid_path`, `invalid_entity`,
+/// `invalid_id`); one out of the caller's scope is 404, as if it did not exist.
+pub struct ApiPath<T>(pub T);
+
+impl<T: PathValue, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        // Without a configured token (a development setup) the caller is the platform.
+        let scope = Some(
+            parts
+                .extensions
+                .get::<Caller>()
+                .map_or(Scope::Platform, Caller::scope),
+        );
+        path::addressed(parts, state, scope)
+            .await
+            .map(ApiPath)
+            .map_err(|refused| match refused {
+                Refused::Unreadable(problem) => problem.into(),
+                Refused::OutOfScope(_) => {
+                    ApiError::not_found(format!("no such {} for this token", T::FIELD))
+                }
             })
     }
 }
@@ -274,8 +261,8 @@ mod tests {
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Claim {
-        moderator: crate::http::fields::Text,
-        #[serde(default, deserialize_with = "crate::http::fields::optional_string")]
+        moderator: crate::request::fields::Text,
+        #[serde(default, deserialize_with = "crate::request::fields::optional_string")]
         note: Option<String>,
     }
 
@@ -355,7 +342,7 @@ mod tests {
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Page {
-        #[serde(default, deserialize_with = "crate::http::fields::limit::<_, 10>")]
+        #[serde(default, deserialize_with = "crate::request::fields::limit::<_, 10>")]
         limit: Option<i64>,
     }
 

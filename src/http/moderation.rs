@@ -2,10 +2,7 @@
 
 use std::time::Duration;
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-};
+use axum::{Json, extract::State};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -14,14 +11,16 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    extract::{ApiJson, ApiQuery, JsonBody, invalid},
-    fields::{self, Text},
-    params::{parse_entity, path_param},
+    extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
 };
 use crate::{
     active_rules::RuleDemoter,
-    domain::Status,
+    domain::{EntityId, Status},
     moderation::{self, Overridden, OverrideRequest as Override},
+    request::{
+        fields::{self, Text},
+        path::{ActionId, PathValue},
+    },
     store::{ActionFilter, ActionRecord, EndedTimer, Reversal},
 };
 
@@ -44,7 +43,7 @@ pub struct ActionsQuery {
     #[param(pattern = r"^[^\x00]{0,200}$")]
     rule: Option<String>,
     /// flag, hide or suspend
-    #[serde(default, deserialize_with = "action")]
+    #[serde(default, deserialize_with = "fields::action")]
     #[param(value_type = Option<crate::domain::Action>)]
     action: Option<String>,
     /// RFC 3339; applied at or after
@@ -61,13 +60,6 @@ pub struct ActionsQuery {
     #[serde(default, deserialize_with = "fields::id_cursor")]
     #[param(value_type = Option<String>, pattern = r"^[0-9]{1,18}$")]
     cursor: Option<i64>,
-}
-
-fn action<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    fields::param(d, |raw| match raw.as_str() {
-        "flag" | "hide" | "suspend" => Ok(raw),
-        _ => Err("must be flag, hide or suspend".to_owned()),
-    })
 }
 
 fn since<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
@@ -104,7 +96,11 @@ pub async fn list_actions(
     ApiQuery(query): ApiQuery<ActionsQuery>,
 ) -> Result<Json<ActionsPage>, ApiError> {
     let filter = ActionFilter {
-        entity: query.entity.as_deref().map(parse_entity).transpose()?,
+        entity: query
+            .entity
+            .as_deref()
+            .map(<EntityId as PathValue>::parse)
+            .transpose()?,
         rule: query.rule,
         action: query.action,
         since: query.since,
@@ -154,13 +150,9 @@ impl JsonBody for ReverseRequest {}
 pub async fn reverse(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(ActionId(id)): ApiPath<ActionId>,
     ApiJson(body): ApiJson<ReverseRequest>,
 ) -> Result<Json<Reversal>, ApiError> {
-    let raw = path_param(path, "id")?;
-    let id: i64 = raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_id", "an action id is a whole number").with_field("id")
-    })?;
     let override_for = state.settings.moderation.override_after_reversal;
     let reversal = moderation::reverse(
         &state.store,
@@ -182,7 +174,7 @@ pub async fn reverse(
 pub struct OverrideRequest {
     moderator: Text,
     reason: Text,
-    #[serde(deserialize_with = "status")]
+    #[serde(deserialize_with = "fields::status")]
     status: Status,
     /// In the future; default now + `override_after_reversal`.
     #[serde(default, deserialize_with = "until")]
@@ -195,12 +187,6 @@ pub struct OverrideRequest {
 }
 
 impl JsonBody for OverrideRequest {}
-
-fn status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Status, D::Error> {
-    fields::parsed(d, |raw| {
-        Status::parse(raw).map_err(|_| "must be visible, flagged, hidden or suspended".to_owned())
-    })
-}
 
 fn until<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
     fields::optional(d, "must be an RFC 3339 timestamp string", |raw| {
@@ -248,11 +234,9 @@ pub struct OverrideResult {
 pub async fn override_entity(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
     ApiJson(body): ApiJson<OverrideRequest>,
 ) -> Result<Json<OverrideResult>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     if body.until.is_some_and(|until| until <= Utc::now()) {
         return Err(invalid(Some("until"), "must be in the future"));
     }
@@ -319,11 +303,9 @@ pub async fn override_entity(
 pub async fn end_timer(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
     ApiJson(body): ApiJson<ReverseRequest>,
 ) -> Result<Json<EndedTimer>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     let by = requester.actor(&body.moderator);
     let ended = moderation::end_timer(&state.store, &state.queue, &entity, &by, &body.reason)
         .await

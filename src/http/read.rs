@@ -1,9 +1,6 @@
 //! Read API: one entity's state, and applied actions.
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-};
+use axum::{Json, extract::State};
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -13,10 +10,10 @@ use utoipa::ToSchema;
 use super::{
     AppState,
     error::{ApiError, store_error},
-    params::{parse_entity, path_param},
+    extract::ApiPath,
 };
 use crate::{
-    domain::{AttributeReads, SignalStats, SnapshotAttributes, Status, Timer},
+    domain::{AttributeReads, EntityId, SignalStats, SnapshotAttributes, Status, Timer},
     store::{LabelRecord, Override},
 };
 
@@ -75,10 +72,8 @@ fn millis_to_time(ms: i64) -> Option<DateTime<Utc>> {
 )]
 pub async fn get_entity(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(entity): ApiPath<EntityId>,
 ) -> Result<Json<EntityView>, ApiError> {
-    let raw = path_param(path, "entity")?;
-    let entity = parse_entity(&raw)?;
     let record = state
         .store
         .entity(&entity)

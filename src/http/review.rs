@@ -1,10 +1,7 @@
 //! The review queue's API, for platforms that build their own tools: what waits, oldest
 //! first; a claim on one item; a decision on it.
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-};
+use axum::{Json, extract::State};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -13,12 +10,14 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    extract::{ApiJson, ApiQuery, JsonBody},
-    fields::{self, Text},
-    params::{bad_query, path_param},
+    extract::{ApiJson, ApiPath, ApiQuery, JsonBody, bad_query},
 };
 use crate::{
     domain::ReviewDecision,
+    request::{
+        fields::{self, Text},
+        path::ReviewItemId,
+    },
     review,
     store::{ReviewFilter, ReviewItem, ReviewOutcome},
 };
@@ -41,7 +40,7 @@ pub struct ReviewQuery {
     #[param(pattern = r"^[^\x00]{0,200}$")]
     rule: Option<String>,
     /// Only items waiting at least this long, a duration such as 10m or 2h
-    #[serde(default, deserialize_with = "older_than")]
+    #[serde(default, deserialize_with = "fields::age")]
     #[param(value_type = Option<String>)]
     older_than: Option<chrono::Duration>,
     /// Only items this moderator holds a live claim on
@@ -68,17 +67,6 @@ fn kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     fields::param(d, |raw| match raw.as_str() {
         "flag" => Ok(raw),
         _ => Err("must be flag".to_owned()),
-    })
-}
-
-fn older_than<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<chrono::Duration>, D::Error> {
-    fields::param(d, |raw| {
-        humantime::parse_duration(&raw)
-            .ok()
-            .and_then(|age| chrono::Duration::from_std(age).ok())
-            .ok_or_else(|| "must be a duration such as 10m or 2h".to_owned())
     })
 }
 
@@ -147,13 +135,6 @@ pub async fn list(
     Ok(Json(ReviewPage { items, next_cursor }))
 }
 
-fn item_id(path: Result<Path<String>, PathRejection>) -> Result<i64, ApiError> {
-    let raw = path_param(path, "id")?;
-    raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_id", "a review item id is a whole number").with_field("id")
-    })
-}
-
 /// A claim on a review queue item.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -184,10 +165,9 @@ impl JsonBody for ClaimRequest {}
 pub async fn claim(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(ReviewItemId(id)): ApiPath<ReviewItemId>,
     ApiJson(body): ApiJson<ClaimRequest>,
 ) -> Result<Json<ReviewItem>, ApiError> {
-    let id = item_id(path)?;
     let item = review::claim(
         &state.store,
         id,
@@ -204,7 +184,7 @@ pub async fn claim(
 pub struct DecideRequest {
     moderator: Text,
     reason: Text,
-    #[serde(deserialize_with = "decision")]
+    #[serde(deserialize_with = "fields::review_decision")]
     decision: ReviewDecision,
     /// The entity's moderation_version the decision was made on (the item's, as listed or
     /// claimed); a later change to the entity makes the decision a 409.
@@ -214,13 +194,6 @@ pub struct DecideRequest {
 }
 
 impl JsonBody for DecideRequest {}
-
-fn decision<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ReviewDecision, D::Error> {
-    fields::parsed(d, |raw| {
-        ReviewDecision::parse(raw)
-            .map_err(|_| "must be approve, hide, dismiss or escalate".to_owned())
-    })
-}
 
 fn moderation_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     const REFUSED: &str = "must be a whole number, 0 or more";
@@ -252,10 +225,9 @@ fn moderation_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::
 pub async fn decide(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(ReviewItemId(id)): ApiPath<ReviewItemId>,
     ApiJson(body): ApiJson<DecideRequest>,
 ) -> Result<Json<ReviewOutcome>, ApiError> {
-    let id = item_id(path)?;
     let outcome = review::decide(
         &state.store,
         &state.rules.current(),

@@ -3,11 +3,7 @@
 //! (`POST /v1/rules/versions/{version}/activate`). The `active_rules` use case does the work; every
 //! process puts the new version in force within moments (LISTEN/NOTIFY, with a poll behind it).
 
-use axum::{
-    Json,
-    extract::{Path, State, rejection::PathRejection},
-    http::StatusCode,
-};
+use axum::{Json, extract::State, http::StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -15,12 +11,11 @@ use super::{
     AppState,
     auth::Requester,
     error::{ApiError, store_error},
-    extract::{ApiJson, ApiQuery, JsonBody, invalid},
-    fields,
-    params::path_param,
+    extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
 };
 use crate::{
     active_rules::{self, ActiveRulesError},
+    request::{fields, path::RulesVersion},
     store::RulesVersionSummary,
 };
 
@@ -207,14 +202,9 @@ pub struct RulesActivated {
 pub async fn activate(
     State(state): State<AppState>,
     requester: Requester,
-    path: Result<Path<String>, PathRejection>,
+    ApiPath(RulesVersion(version)): ApiPath<RulesVersion>,
     ApiJson(body): ApiJson<ActivateRequest>,
 ) -> Result<Json<RulesActivated>, ApiError> {
-    let raw = path_param(path, "version")?;
-    let version = raw.parse::<i64>().ok().filter(|v| *v >= 1).ok_or_else(|| {
-        ApiError::bad_request("invalid_path", "the version must be a whole number from 1")
-            .with_field("version")
-    })?;
     let message = body
         .message
         .unwrap_or_else(|| format!("rolled back to version {version}"));

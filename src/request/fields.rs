@@ -1,5 +1,6 @@
-//! Readers (`#[serde(deserialize_with)]`) for the fields of request bodies and queries: each
-//! refusal in the API's own words, which the extractors answer with the field's path. A body
+//! Readers (`#[serde(deserialize_with)]`) for the fields of request bodies, forms and queries:
+//! each refusal in the API's own words, which the API's extractors and the console's answer
+//! with the field's path. A body
 //! field left out is the extractor's "is required"; a query's words follow the parameter's name
 //! ("limit must be ...").
 
@@ -12,7 +13,11 @@ use utoipa::openapi::{
     schema::{ObjectBuilder, Type},
 };
 
-use crate::moderation::{TEXT_RULE, acceptable_text};
+use crate::{
+    domain::{ReviewDecision, Status},
+    moderation::{TEXT_RULE, acceptable_text},
+    store::AppealDecision,
+};
 
 /// A body field's value as its reader judges it: null, a string, a whole number, or anything
 /// else (which every reader refuses).
@@ -115,6 +120,34 @@ impl utoipa::PartialSchema for Text {
 
 impl utoipa::ToSchema for Text {}
 
+/// A required status: visible, flagged, hidden or suspended.
+pub fn status<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Status, D::Error> {
+    parsed(deserializer, |raw| {
+        Status::parse(raw).map_err(|_| "must be visible, flagged, hidden or suspended".to_owned())
+    })
+}
+
+/// A review item's decision: approve, hide, dismiss or escalate.
+pub fn review_decision<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ReviewDecision, D::Error> {
+    parsed(deserializer, |raw| {
+        ReviewDecision::parse(raw)
+            .map_err(|_| "must be approve, hide, dismiss or escalate".to_owned())
+    })
+}
+
+/// An appeal's outcome: upheld (the decision is reversed) or rejected (it stands).
+pub fn appeal_outcome<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<AppealDecision, D::Error> {
+    parsed(deserializer, |raw| match raw {
+        "upheld" => Ok(AppealDecision::Upheld),
+        "rejected" => Ok(AppealDecision::Rejected),
+        _ => Err("must be upheld or rejected".to_owned()),
+    })
+}
+
 /// A required string, turned into `T` by `parse` (whose error is the message); null is
 /// "is required", any other value "must be a string".
 pub fn parsed<'de, D: Deserializer<'de>, T>(
@@ -126,6 +159,11 @@ pub fn parsed<'de, D: Deserializer<'de>, T>(
         Loose::Str(text) => parse(&text).map_err(D::Error::custom),
         _ => Err(D::Error::custom("must be a string")),
     }
+}
+
+/// A required string as it is.
+pub fn parsed_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    parsed(deserializer, |raw| Ok(raw.to_owned()))
 }
 
 /// An optional string turned into `T` by `parse`; null is absent, another value than a string
@@ -193,6 +231,49 @@ pub fn id_cursor<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i6
 
 /// What a cursor no page gave is told.
 pub const CURSOR: &str = "must be a next_cursor from an earlier page";
+
+/// An action's kind: flag, hide or suspend.
+pub fn action<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    param(deserializer, |raw| match raw.as_str() {
+        "flag" | "hide" | "suspend" => Ok(raw),
+        _ => Err("must be flag, hide or suspend".to_owned()),
+    })
+}
+
+/// An age: a duration such as `10m` or `2h`.
+pub fn age<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<chrono::Duration>, D::Error> {
+    param(deserializer, |raw| {
+        humantime::parse_duration(&raw)
+            .ok()
+            .and_then(|age| chrono::Duration::from_std(age).ok())
+            .ok_or_else(|| "must be a duration such as 10m or 2h".to_owned())
+    })
+}
+
+/// A whole number; `refused` otherwise.
+pub fn whole<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    refused: &str,
+) -> Result<Option<i64>, D::Error> {
+    param(deserializer, |raw| {
+        raw.parse::<i64>().map_err(|_| refused.to_owned())
+    })
+}
+
+/// A keyset position a page's link gave: a whole number from 1; `refused` otherwise.
+pub fn position<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    refused: &str,
+) -> Result<Option<i64>, D::Error> {
+    param(deserializer, |raw| {
+        raw.parse::<i64>()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| refused.to_owned())
+    })
+}
 
 /// `true` or `false`.
 pub fn flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
