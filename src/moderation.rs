@@ -13,7 +13,10 @@ use crate::{
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     queue::Queue,
     rules::RuleSet,
-    store::{EndedTimer, LockedAction, Reversal, ReversalRequest, Store, StoreError},
+    store::{
+        EndedTimer, LockedAction, Reversal, ReversalRequest, StatusOverride, Store, StoreError,
+        TurnoverRetry,
+    },
     telemetry::{Chain, names},
 };
 
@@ -76,41 +79,29 @@ fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
     Ok(())
 }
 
-/// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
-/// counted, the author's compensated signal scheduled, and the action's rule weighed by
-/// `demoter`, the guard (its reversal rate changed just now). `appeal`: the open appeal this
-/// reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's own review. A
-/// reversal that puts a restriction back gets its statement of reasons on `demoter`'s rules.
-#[tracing::instrument(skip_all, fields(action = id))]
-#[allow(clippy::too_many_arguments)]
+/// A moderator's reversal as `request` asks it: recorded (with the implied override, lasting
+/// `override_for`), counted, the author's compensated signal scheduled, and the action's rule
+/// weighed by `demoter`, the guard (its reversal rate changed just now). `request.appeal`: the
+/// open appeal this reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's
+/// own review. A reversal that puts a restriction back gets its statement of reasons on
+/// `demoter`'s rules. The compensation is an event: a partition turnover is repaired and the
+/// whole reversal tried again.
+#[tracing::instrument(skip_all, fields(action = request.id))]
 pub async fn reverse(
     store: &Store,
     queue: &Queue,
-    id: i64,
-    by: &Actor,
-    reason: &str,
-    override_for: Duration,
     demoter: &RuleDemoter,
-    appeal: Option<i64>,
+    request: ReversalRequest<'_>,
 ) -> Result<Reversal, ReversalError> {
-    let request = ReversalRequest {
-        id,
-        by,
-        reason,
-        override_for,
-        appeal,
-    };
     let rules = demoter.rules.as_ref().map(|rules| rules.current());
-    let explain = |entity: &str, status: Status| {
-        let entity = EntityId::parse(entity).ok()?;
-        rules
-            .as_ref()?
-            .moderator_statement(&entity, status, reason, false, None)
-    };
     let reversal = store
-        .reverse_action(request, may_reverse, explain)
-        .await??;
-    let source = if appeal.is_some() { "appeal" } else { "review" };
+        .retry_at_turnover(|| reverse_once(store, rules.as_deref(), &request))
+        .await?;
+    let source = if request.appeal.is_some() {
+        "appeal"
+    } else {
+        "review"
+    };
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone(), "source" => source)
         .increment(1);
     demoter.after_reversal(store, &reversal.action.rule).await;
@@ -121,6 +112,36 @@ pub async fn reverse(
         }
     }
     Ok(reversal)
+}
+
+/// One try of a reversal, in its own transaction: the action and its entity locked, the rule
+/// asked, the statement of a restricting reversal drafted on `rules`, then written.
+async fn reverse_once(
+    store: &Store,
+    rules: Option<&RuleSet>,
+    request: &ReversalRequest<'_>,
+) -> Result<Reversal, ReversalError> {
+    let mut tx = store.begin().await?;
+    let locked = tx.lock_action(request.id).await?;
+    may_reverse(&locked)?;
+    let action = &locked.action;
+    let restored = Status::parse(&action.previous_status).map_err(|e| {
+        StoreError::corrupt(format!("the previous status of action {}", action.id), e)
+    })?;
+    let statement = EntityId::parse(&action.entity).ok().and_then(|entity| {
+        rules?.moderator_statement(&entity, restored, request.reason, false, None)
+    });
+    let reversal = tx
+        .reverse_action(locked, request, statement.as_ref())
+        .await?;
+    tx.commit().await?;
+    Ok(reversal)
+}
+
+impl TurnoverRetry for ReversalError {
+    fn needs_turnover(&self) -> bool {
+        matches!(self, ReversalError::Store(error) if error.needs_turnover())
+    }
 }
 
 /// An override a moderator asks for.
@@ -172,16 +193,16 @@ pub async fn override_status(
         timed.then_some(until),
     );
     let moderation_version = store
-        .override_entity(
-            request.entity,
-            request.by,
-            request.status,
+        .override_entity(&StatusOverride {
+            entity: request.entity,
+            by: request.by,
+            status: request.status,
             until,
-            request.reason,
+            reason: request.reason,
             timed,
-            statement.as_ref(),
+            statement: statement.as_ref(),
             appeal,
-        )
+        })
         .await?;
     if request.duration.is_some() {
         // The timer is committed; if this schedule is lost the repair sweep finds it at its end.

@@ -23,7 +23,7 @@ use super::{
     statements,
 };
 use crate::{
-    appeals::{self, AppealDesk, AppealError},
+    appeals::{self, AppealDesk},
     domain::EntityId,
     store::{AppealDecision, AppealRecord},
 };
@@ -339,12 +339,13 @@ pub async fn claim(
 ) -> Result<Response, PageError> {
     Fields::posted(&headers, &body, &signed_in.session, &[])?;
     let id = appeal_id(path)?;
-    state
-        .app
-        .store
-        .claim_appeal(id, &signed_in.user.name, state.app.review_claim)
-        .await?
-        .map_err(AppealError::Refused)?;
+    appeals::claim(
+        &state.app.store,
+        id,
+        &signed_in.user.name,
+        state.app.review_claim,
+    )
+    .await?;
     Ok(Redirect::to(&format!("/console/appeals/{id}")).into_response())
 }
 

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     domain::ReviewDecision,
-    review,
+    review::{self, ItemDecision},
     store::{ReviewFilter, ReviewItem},
 };
 
@@ -406,17 +406,16 @@ pub async fn decide(
         .optional("version")
         .and_then(|raw| raw.parse::<i64>().ok())
         .ok_or_else(|| PageError::bad_field("version", "must be the version the page showed"))?;
-    review::decide(
-        &state.app.store,
-        &state.app.rules.current(),
+    let by = signed_in.actor();
+    let request = ItemDecision {
         id,
-        &signed_in.actor(),
+        by: &by,
         decision,
-        &reason,
-        version,
-        state.app.override_after_reversal,
-    )
-    .await?;
+        reason: &reason,
+        seen_version: version,
+        override_for: state.app.override_after_reversal,
+    };
+    review::decide(&state.app.store, &state.app.rules.current(), request).await?;
     tracing::info!(item = id, decision = decision.as_str(), token = %signed_in.user.token, "console review decision");
     Ok(Redirect::to("/console/queue").into_response())
 }

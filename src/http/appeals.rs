@@ -20,10 +20,8 @@ use super::{
 };
 use crate::{
     active_rules::RuleDemoter,
-    appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
-    store::{
-        AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
-    },
+    appeals::{self, AppealDesk, AppealError, AppealRefusal, MAX_APPEAL_TEXT},
+    store::{AppealDecision, AppealRecord, DecidedBy, StatementFilter, StatementRecord},
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -351,12 +349,13 @@ pub async fn claim_appeal(
 ) -> Result<Json<AppealRecord>, ApiError> {
     let id = whole_id(path, "an appeal")?;
     let by = requester.actor(&body.moderator);
-    let appeal = state
-        .store
-        .claim_appeal(id, &by.name, state.settings.moderation.review_claim)
-        .await
-        .map_err(store_error)?
-        .map_err(AppealError::Refused)?;
+    let appeal = appeals::claim(
+        &state.store,
+        id,
+        &by.name,
+        state.settings.moderation.review_claim,
+    )
+    .await?;
     Ok(Json(appeal))
 }
 

@@ -22,7 +22,7 @@ use crate::{
     active_rules::RuleDemoter,
     domain::Status,
     moderation::{self, Overridden, OverrideRequest as Override},
-    store::{ActionFilter, ActionRecord, EndedTimer, Reversal},
+    store::{ActionFilter, ActionRecord, EndedTimer, Reversal, ReversalRequest},
 };
 
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
@@ -162,17 +162,16 @@ pub async fn reverse(
         ApiError::bad_request("invalid_id", "an action id is a whole number").with_field("id")
     })?;
     let override_for = state.settings.moderation.override_after_reversal;
-    let reversal = moderation::reverse(
-        &state.store,
-        &state.queue,
+    let by = requester.actor(&body.moderator);
+    let request = ReversalRequest {
         id,
-        &requester.actor(&body.moderator),
-        &body.reason,
+        by: &by,
+        reason: &body.reason,
         override_for,
-        &RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone())),
-        None,
-    )
-    .await?;
+        appeal: None,
+    };
+    let demoter = RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone()));
+    let reversal = moderation::reverse(&state.store, &state.queue, &demoter, request).await?;
     Ok(Json(reversal))
 }
 

@@ -10,7 +10,7 @@ use sqlx::{PgConnection, types::Json};
 
 use super::{Result, StoreError};
 use crate::{
-    domain::{EntityId, Snapshot, StatementBody},
+    domain::{EntityId, Snapshot, StatementBody, Topic},
     rules::{Decision, Verdict},
 };
 
@@ -212,7 +212,7 @@ pub(super) async fn record_fenced(
            ),
            notified AS (
                INSERT INTO outbox (topic, idempotency_key, payload, traceparent)
-               SELECT 'action.applied', a.dedup_key,
+               SELECT $22::text, a.dedup_key,
                       jsonb_build_object('action_id', a.id, 'entity', a.entity,
                                          'action', a.action, 'rule', a.rule,
                                          'reason', a.reason, 'status', a.new_status,
@@ -250,7 +250,7 @@ pub(super) async fn record_fenced(
            ),
            label_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload)
-               SELECT 'label.applied', 'label:' || b.entity || ':' || b.label,
+               SELECT $23::text, 'label:' || b.entity || ':' || b.label,
                       jsonb_build_object('entity', b.entity, 'label', b.label, 'rule', b.rule,
                                          'reason', b.reason)
                FROM labelled b
@@ -280,14 +280,14 @@ pub(super) async fn record_fenced(
            -- not written twice.
            statement_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
-               SELECT 'statement.issued', 'statement:' || s.puid,
+               SELECT $24::text, 'statement:' || s.puid,
                       jsonb_build_object('statement_id', s.id, 'puid', s.puid,
                                          'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM every_issued s
                WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM label_notes) >= 0
                UNION ALL
-               SELECT 'statement.submitted', 'dsa:' || s.puid,
+               SELECT $25::text, 'dsa:' || s.puid,
                       jsonb_build_object('statement_id', s.id),
                       'dsa'
                FROM every_issued s WHERE $20
@@ -363,6 +363,10 @@ pub(super) async fn record_fenced(
         &statements as &[Option<Json<StatementBody>>],
         submit,
         &label_statements as &[Option<Json<HashMap<&str, StatementBody>>>],
+        Topic::ActionApplied.name(),
+        Topic::LabelApplied.name(),
+        Topic::StatementIssued.name(),
+        Topic::StatementSubmitted.name(),
     )
     .fetch_all(&mut *connection)
     .await?;
