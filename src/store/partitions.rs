@@ -408,6 +408,18 @@ fn checked_name(table: Partitioned, name: &str) -> Result<String> {
     }
 }
 
+/// An error that may say a write failed for want of a partition: [`Store::with_turnover`] then
+/// repairs the partitions and tries again.
+pub trait TurnoverRetry: std::error::Error {
+    fn needs_turnover(&self) -> bool;
+}
+
+impl TurnoverRetry for StoreError {
+    fn needs_turnover(&self) -> bool {
+        StoreError::needs_turnover(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,17 +467,5 @@ mod tests {
         ] {
             assert!(checked_name(events, bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// An error that may say a write failed for want of a partition: [`Store::with_turnover`] then
-/// repairs the partitions and tries again.
-pub trait TurnoverRetry: std::error::Error {
-    fn needs_turnover(&self) -> bool;
-}
-
-impl TurnoverRetry for StoreError {
-    fn needs_turnover(&self) -> bool {
-        StoreError::needs_turnover(self)
     }
 }
