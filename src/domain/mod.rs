@@ -42,8 +42,8 @@ pub use self::{
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
     webhook::{
         ActionApplied, ActionReversed, AppealDecided, AppliedBy, EntityOverridden, LabelApplied,
-        LabelRemoved, Payload, Receiver, ReviewEscalated, RulesDemoted, StatementIssued,
-        StatementSubmitted, Topic,
+        LabelRemoved, Payload, Receiver, ReviewEscalated, RulesActionApplied, RulesDemoted,
+        StatementIssued, StatementSubmitted, Topic,
     },
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };

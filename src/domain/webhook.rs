@@ -88,9 +88,8 @@ pub trait Payload: Serialize {
     const TOPIC: Topic;
 }
 
-/// `action.applied`: an action changed an entity's status. The rules' actions are written by
-/// the fenced statement (`store/fenced.rs`) with the id and the end the database gives them,
-/// and carry `ends_at` and `rules_version` besides these fields.
+/// `action.applied`: an action changed an entity's status, outside the rules. The rules'
+/// actions carry the same fields with `ends_at` and `rules_version` ([`RulesActionApplied`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct ActionApplied {
     pub action_id: i64,
@@ -116,6 +115,22 @@ pub enum AppliedBy {
     },
     /// A restore: a timer's end, applied now.
     Restore {},
+}
+
+/// A rules' `action.applied` as Rust knows it before the fenced statement (`store/fenced.rs`)
+/// writes the action: bound to that statement, which adds the two fields the database gives,
+/// `action_id` and `ends_at` (a timed action's end, null otherwise).
+#[derive(Debug, Clone, Serialize)]
+pub struct RulesActionApplied<'a> {
+    pub entity: &'a str,
+    pub action: &'a str,
+    pub rule: &'a str,
+    pub reason: &'a str,
+    pub status: &'a str,
+    /// The entity's version after the action.
+    pub moderation_version: i64,
+    /// The rules version that decided it.
+    pub rules_version: Option<i64>,
 }
 
 /// `action.reversed`: a moderator (or an upheld appeal) undid an action.
@@ -146,7 +161,8 @@ pub struct EntityOverridden {
     pub moderation_version: i64,
 }
 
-/// `label.applied`: a rule gave an entity a label (written by the fenced statement).
+/// `label.applied`: a rule gave an entity a label. The fenced statement writes it from the label
+/// row it inserts (only a label the entity did not have yet), with these fields.
 #[derive(Debug, Clone, Serialize)]
 pub struct LabelApplied {
     pub entity: String,
