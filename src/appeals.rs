@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tracing::Instrument;
 
 use crate::{
     active_rules::RuleDemoter,
@@ -16,7 +17,7 @@ use crate::{
     rules::RuleSet,
     store::{
         AppealDecision, AppealRecord, DecidedAppeal, LockedAppeal, ReversalRequest,
-        StatementRecord, Store, StoreError,
+        StatementRecord, Store, StoreError, TurnoverRetry,
     },
     telemetry::names,
 };
@@ -64,6 +65,12 @@ pub enum AppealError {
     Reversal(ReversalRefusal),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl TurnoverRetry for AppealError {
+    fn needs_turnover(&self) -> bool {
+        matches!(self, AppealError::Store(error) if error.needs_turnover())
+    }
 }
 
 impl From<ReversalError> for AppealError {
@@ -240,7 +247,22 @@ pub async fn decide(
                 override_for: desk.override_for,
                 appeal: Some(id),
             };
-            moderation::reverse(desk.store, desk.queue, desk.demoter, request).await?;
+            // The appeal locked and checked in the reversal's transaction, which decides it.
+            let rules = desk.demoter.rules.as_ref().map(|rules| rules.current());
+            let reversal = desk
+                .store
+                .retry_at_turnover(|| async {
+                    let mut tx = desk.store.begin().await?;
+                    may_take(&tx.lock_appeal(id).await?, &by.name)?;
+                    let reversal =
+                        moderation::reverse_in(&mut tx, rules.as_deref(), &request).await?;
+                    tx.commit().await?;
+                    Ok::<_, AppealError>(reversal)
+                })
+                .instrument(tracing::info_span!("reverse", action))
+                .await?;
+            moderation::after_reversal(desk.store, desk.queue, desk.demoter, &request, &reversal)
+                .await;
         }
         (AppealDecision::Upheld, None) => {
             // A moderator's override: put back the status it found.

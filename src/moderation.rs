@@ -15,7 +15,7 @@ use crate::{
     rules::RuleSet,
     store::{
         EndedTimer, LockedAction, Reversal, ReversalRequest, StatusOverride, Store, StoreError,
-        TurnoverRetry,
+        TurnoverRetry, Tx,
     },
     telemetry::{Chain, names},
 };
@@ -95,8 +95,48 @@ pub async fn reverse(
 ) -> Result<Reversal, ReversalError> {
     let rules = demoter.rules.as_ref().map(|rules| rules.current());
     let reversal = store
-        .retry_at_turnover(|| reverse_once(store, rules.as_deref(), &request))
+        .retry_at_turnover(|| async {
+            let mut tx = store.begin().await?;
+            let reversal = reverse_in(&mut tx, rules.as_deref(), &request).await?;
+            tx.commit().await?;
+            Ok::<_, ReversalError>(reversal)
+        })
         .await?;
+    after_reversal(store, queue, demoter, &request, &reversal).await;
+    Ok(reversal)
+}
+
+/// A reversal's statements in `tx`, which its caller commits (`reverse`, or an upheld appeal
+/// with its own check: `appeals.rs`): the action and its entity locked, the rule asked, the
+/// statement of a restricting reversal drafted on `rules`, then written.
+pub async fn reverse_in(
+    tx: &mut Tx,
+    rules: Option<&RuleSet>,
+    request: &ReversalRequest<'_>,
+) -> Result<Reversal, ReversalError> {
+    let locked = tx.lock_action(request.id).await?;
+    may_reverse(&locked)?;
+    let action = &locked.action;
+    let restored = Status::parse(&action.previous_status).map_err(|e| {
+        StoreError::corrupt(format!("the previous status of action {}", action.id), e)
+    })?;
+    let statement = EntityId::parse(&action.entity).ok().and_then(|entity| {
+        rules?.moderator_statement(&entity, restored, request.reason, false, None)
+    });
+    Ok(tx
+        .reverse_action(locked, request, statement.as_ref())
+        .await?)
+}
+
+/// What follows a committed reversal: counted, the action's rule weighed by the guard, the
+/// author whose derived signal was compensated scheduled.
+pub async fn after_reversal(
+    store: &Store,
+    queue: &Queue,
+    demoter: &RuleDemoter,
+    request: &ReversalRequest<'_>,
+    reversal: &Reversal,
+) {
     let source = if request.appeal.is_some() {
         "appeal"
     } else {
@@ -111,31 +151,6 @@ pub async fn reverse(
             tracing::warn!(error = %Chain(&error), %author, "could not schedule the author after a reversal");
         }
     }
-    Ok(reversal)
-}
-
-/// One try of a reversal, in its own transaction: the action and its entity locked, the rule
-/// asked, the statement of a restricting reversal drafted on `rules`, then written.
-async fn reverse_once(
-    store: &Store,
-    rules: Option<&RuleSet>,
-    request: &ReversalRequest<'_>,
-) -> Result<Reversal, ReversalError> {
-    let mut tx = store.begin().await?;
-    let locked = tx.lock_action(request.id).await?;
-    may_reverse(&locked)?;
-    let action = &locked.action;
-    let restored = Status::parse(&action.previous_status).map_err(|e| {
-        StoreError::corrupt(format!("the previous status of action {}", action.id), e)
-    })?;
-    let statement = EntityId::parse(&action.entity).ok().and_then(|entity| {
-        rules?.moderator_statement(&entity, restored, request.reason, false, None)
-    });
-    let reversal = tx
-        .reverse_action(locked, request, statement.as_ref())
-        .await?;
-    tx.commit().await?;
-    Ok(reversal)
 }
 
 impl TurnoverRetry for ReversalError {
