@@ -279,15 +279,13 @@ pub async fn decide(
                 duration: None,
                 reason,
             };
-            moderation::override_status(
-                desk.store,
-                desk.queue,
-                desk.rules,
-                request,
-                desk.override_for,
-                Some(id),
-            )
-            .await?;
+            // The appeal locked and checked in the override's transaction, which decides it;
+            // the override is not timed, so nothing is left to schedule.
+            let mut tx = desk.store.begin().await?;
+            may_take(&tx.lock_appeal(id).await?, &by.name)?;
+            moderation::override_in(&mut tx, desk.rules, &request, desk.override_for, Some(id))
+                .await?;
+            tx.commit().await?;
         }
     }
     let rule = appeal

@@ -195,6 +195,31 @@ pub async fn override_status(
     default_for: Duration,
     appeal: Option<i64>,
 ) -> Result<Overridden, StoreError> {
+    let mut tx = store.begin().await?;
+    let overridden = override_in(&mut tx, rules, &request, default_for, appeal).await?;
+    tx.commit().await?;
+    if request.duration.is_some() {
+        // The timer is committed; if this schedule is lost the repair sweep finds it at its end.
+        let entry = [(
+            request.entity.clone(),
+            overridden.until.timestamp_millis() + 1,
+        )];
+        if let Err(error) = queue.schedule_at(&entry, true).await {
+            tracing::warn!(error = %Chain(&error), entity = %request.entity, "could not schedule a timed override's end");
+        }
+    }
+    Ok(overridden)
+}
+
+/// An override's statements in `tx`, which its caller commits (`override_status`, or an upheld
+/// appeal with its own check: `appeals.rs`); a timed one's end is the caller's to schedule.
+pub async fn override_in(
+    tx: &mut Tx,
+    rules: &RuleSet,
+    request: &OverrideRequest<'_>,
+    default_for: Duration,
+    appeal: Option<i64>,
+) -> Result<Overridden, StoreError> {
     let until = match request.duration {
         Some(duration) => Utc::now() + duration,
         None => request.until.unwrap_or_else(|| Utc::now() + default_for),
@@ -207,7 +232,7 @@ pub async fn override_status(
         false,
         timed.then_some(until),
     );
-    let moderation_version = store
+    let moderation_version = tx
         .override_entity(&StatusOverride {
             entity: request.entity,
             by: request.by,
@@ -219,13 +244,6 @@ pub async fn override_status(
             appeal,
         })
         .await?;
-    if request.duration.is_some() {
-        // The timer is committed; if this schedule is lost the repair sweep finds it at its end.
-        let entry = [(request.entity.clone(), until.timestamp_millis() + 1)];
-        if let Err(error) = queue.schedule_at(&entry, true).await {
-            tracing::warn!(error = %Chain(&error), entity = %request.entity, "could not schedule a timed override's end");
-        }
-    }
     Ok(Overridden {
         moderation_version,
         until,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use super::{
-    ActionRecord, Result, Store, StoreError, Tx,
+    ActionRecord, Result, StoreError, Tx,
     appeals::{AppealDecision, DecidedAppeal, decide_appeal_in},
     audit::record_audit_in,
     evaluations::{derived_event, derived_event_id},
@@ -311,11 +311,11 @@ pub(super) struct ModeratorDecision<'a> {
     pub until: Option<DateTime<Utc>>,
 }
 
-impl Store {
+impl Tx {
     /// A moderator's decision on an entity: its status is set, its version bumped, and
     /// automation does not escalate past it until `until`; any timer in force that the
     /// override does not set ends without a restore (the moderator's decision replaces it).
-    pub async fn override_entity(&self, request: &StatusOverride<'_>) -> Result<i64> {
+    pub async fn override_entity(&mut self, request: &StatusOverride<'_>) -> Result<i64> {
         let StatusOverride {
             entity,
             by,
@@ -327,13 +327,12 @@ impl Store {
             appeal,
         } = *request;
         let moderator = by.name.as_str();
-        let mut tx = self.pool.begin().await?;
         let before = sqlx::query!(
             "SELECT status, moderation_version, override_status, override_until FROM entities
              WHERE entity = $1 FOR UPDATE",
             entity.as_str(),
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?;
         // The right-hand sides read the row as it was: the timer restores the old status.
         let version = sqlx::query_scalar!(
@@ -358,7 +357,7 @@ impl Store {
             timed,
             crate::domain::OVERRIDE_TIMER,
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?
         .ok_or_else(|| {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
@@ -375,7 +374,7 @@ impl Store {
             moderation_version: version,
         };
         enqueue(
-            &mut tx,
+            &mut self.tx,
             &format!("override:{entity}:{version}"),
             &overridden,
         )
@@ -390,7 +389,7 @@ impl Store {
                 previous_status: &found.status,
                 status: status.as_str(),
             };
-            issue_in(&mut tx, issued, self.submits_statements()).await?;
+            issue_in(&mut self.tx, issued, self.submit_statements).await?;
         }
         if let Some(appeal) = appeal {
             let decided = DecidedAppeal {
@@ -400,10 +399,10 @@ impl Store {
                 reason,
                 reversal: None,
             };
-            decide_appeal_in(&mut tx, &decided).await?;
+            decide_appeal_in(&mut self.tx, &decided).await?;
         }
         record_audit_in(
-            &mut *tx,
+            &mut *self.tx,
             by,
             &AuditEntry {
                 action: AuditAction::Override,
@@ -427,7 +426,7 @@ impl Store {
         )
         .await?;
         record_decision(
-            &mut tx,
+            &mut self.tx,
             &ModeratorDecision {
                 entity: entity.as_str(),
                 kind: "override",
@@ -439,7 +438,6 @@ impl Store {
             },
         )
         .await?;
-        tx.commit().await?;
         Ok(version)
     }
 }
