@@ -197,8 +197,8 @@ pub async fn decide(
     reason: &str,
 ) -> Result<AppealRecord, AppealError> {
     let appeal = desk.store.existing_appeal(id).await?;
-    // As read now: an upheld decision undone through a reversal or an override decides the
-    // appeal in that transaction, which records it only while it is still open.
+    // Refused early on the appeal as read now; each way of deciding asks again on its locked
+    // row, in the transaction that decides it.
     may_take(
         &LockedAppeal {
             id,
