@@ -13,7 +13,10 @@ use crate::{
     domain::{Actor, AuditAction, AuditEntry, EntityId, Priority, Status},
     queue::Queue,
     rules::RuleSet,
-    store::{EndedTimer, LockedAction, Reversal, ReversalRequest, Store, StoreError},
+    store::{
+        EndedTimer, LockedAction, Reversal, ReversalRequest, StatusOverride, Store, StoreError,
+        TurnoverRetry, Tx,
+    },
     telemetry::{Chain, names},
 };
 
@@ -76,41 +79,69 @@ fn may_reverse(locked: &LockedAction) -> Result<(), ReversalRefusal> {
     Ok(())
 }
 
-/// A moderator's reversal: recorded (with the implied override, lasting `override_for`),
-/// counted, the author's compensated signal scheduled, and the action's rule weighed by
-/// `demoter`, the guard (its reversal rate changed just now). `appeal`: the open appeal this
-/// reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's own review. A
-/// reversal that puts a restriction back gets its statement of reasons on `demoter`'s rules.
-#[tracing::instrument(skip_all, fields(action = id))]
-#[allow(clippy::too_many_arguments)]
+/// A moderator's reversal as `request` asks it: recorded (with the implied override, lasting
+/// `override_for`), counted, the author's compensated signal scheduled, and the action's rule
+/// weighed by `demoter`, the guard (its reversal rate changed just now). `request.appeal`: the
+/// open appeal this reversal upholds (`appeals.rs`), decided with it; `None`: the moderator's
+/// own review. A reversal that puts a restriction back gets its statement of reasons on
+/// `demoter`'s rules. The compensation is an event: a partition turnover is repaired and the
+/// whole reversal tried again.
+#[tracing::instrument(skip_all, fields(action = request.id))]
 pub async fn reverse(
     store: &Store,
     queue: &Queue,
-    id: i64,
-    by: &Actor,
-    reason: &str,
-    override_for: Duration,
     demoter: &RuleDemoter,
-    appeal: Option<i64>,
+    request: ReversalRequest<'_>,
 ) -> Result<Reversal, ReversalError> {
-    let request = ReversalRequest {
-        id,
-        by,
-        reason,
-        override_for,
-        appeal,
-    };
     let rules = demoter.rules.as_ref().map(|rules| rules.current());
-    let explain = |entity: &str, status: Status| {
-        let entity = EntityId::parse(entity).ok()?;
-        rules
-            .as_ref()?
-            .moderator_statement(&entity, status, reason, false, None)
-    };
     let reversal = store
-        .reverse_action(request, may_reverse, explain)
-        .await??;
-    let source = if appeal.is_some() { "appeal" } else { "review" };
+        .retry_at_turnover(|| async {
+            let mut tx = store.begin().await?;
+            let reversal = reverse_in(&mut tx, rules.as_deref(), &request).await?;
+            tx.commit().await?;
+            Ok::<_, ReversalError>(reversal)
+        })
+        .await?;
+    after_reversal(store, queue, demoter, &request, &reversal).await;
+    Ok(reversal)
+}
+
+/// A reversal's statements in `tx`, which its caller commits (`reverse`, or an upheld appeal
+/// with its own check: `appeals.rs`): the action and its entity locked, the rule asked, the
+/// statement of a restricting reversal drafted on `rules`, then written.
+pub async fn reverse_in(
+    tx: &mut Tx,
+    rules: Option<&RuleSet>,
+    request: &ReversalRequest<'_>,
+) -> Result<Reversal, ReversalError> {
+    let locked = tx.lock_action(request.id).await?;
+    may_reverse(&locked)?;
+    let action = &locked.action;
+    let restored = Status::parse(&action.previous_status).map_err(|e| {
+        StoreError::corrupt(format!("the previous status of action {}", action.id), e)
+    })?;
+    let statement = EntityId::parse(&action.entity).ok().and_then(|entity| {
+        rules?.moderator_statement(&entity, restored, request.reason, false, None)
+    });
+    Ok(tx
+        .reverse_action(locked, request, statement.as_ref())
+        .await?)
+}
+
+/// What follows a committed reversal: counted, the action's rule weighed by the guard, the
+/// author whose derived signal was compensated scheduled.
+pub async fn after_reversal(
+    store: &Store,
+    queue: &Queue,
+    demoter: &RuleDemoter,
+    request: &ReversalRequest<'_>,
+    reversal: &Reversal,
+) {
+    let source = if request.appeal.is_some() {
+        "appeal"
+    } else {
+        "review"
+    };
     metrics::counter!(names::REVERSALS, "rule" => reversal.action.rule.clone(), "source" => source)
         .increment(1);
     demoter.after_reversal(store, &reversal.action.rule).await;
@@ -120,7 +151,12 @@ pub async fn reverse(
             tracing::warn!(error = %Chain(&error), %author, "could not schedule the author after a reversal");
         }
     }
-    Ok(reversal)
+}
+
+impl TurnoverRetry for ReversalError {
+    fn needs_turnover(&self) -> bool {
+        matches!(self, ReversalError::Store(error) if error.needs_turnover())
+    }
 }
 
 /// An override a moderator asks for.
@@ -159,6 +195,31 @@ pub async fn override_status(
     default_for: Duration,
     appeal: Option<i64>,
 ) -> Result<Overridden, StoreError> {
+    let mut tx = store.begin().await?;
+    let overridden = override_in(&mut tx, rules, &request, default_for, appeal).await?;
+    tx.commit().await?;
+    if request.duration.is_some() {
+        // The timer is committed; if this schedule is lost the repair sweep finds it at its end.
+        let entry = [(
+            request.entity.clone(),
+            overridden.until.timestamp_millis() + 1,
+        )];
+        if let Err(error) = queue.schedule_at(&entry, true).await {
+            tracing::warn!(error = %Chain(&error), entity = %request.entity, "could not schedule a timed override's end");
+        }
+    }
+    Ok(overridden)
+}
+
+/// An override's statements in `tx`, which its caller commits (`override_status`, or an upheld
+/// appeal with its own check: `appeals.rs`); a timed one's end is the caller's to schedule.
+pub async fn override_in(
+    tx: &mut Tx,
+    rules: &RuleSet,
+    request: &OverrideRequest<'_>,
+    default_for: Duration,
+    appeal: Option<i64>,
+) -> Result<Overridden, StoreError> {
     let until = match request.duration {
         Some(duration) => Utc::now() + duration,
         None => request.until.unwrap_or_else(|| Utc::now() + default_for),
@@ -171,25 +232,18 @@ pub async fn override_status(
         false,
         timed.then_some(until),
     );
-    let moderation_version = store
-        .override_entity(
-            request.entity,
-            request.by,
-            request.status,
+    let moderation_version = tx
+        .override_entity(&StatusOverride {
+            entity: request.entity,
+            by: request.by,
+            status: request.status,
             until,
-            request.reason,
+            reason: request.reason,
             timed,
-            statement.as_ref(),
+            statement: statement.as_ref(),
             appeal,
-        )
+        })
         .await?;
-    if request.duration.is_some() {
-        // The timer is committed; if this schedule is lost the repair sweep finds it at its end.
-        let entry = [(request.entity.clone(), until.timestamp_millis() + 1)];
-        if let Err(error) = queue.schedule_at(&entry, true).await {
-            tracing::warn!(error = %Chain(&error), entity = %request.entity, "could not schedule a timed override's end");
-        }
-    }
     Ok(Overridden {
         moderation_version,
         until,

@@ -1,6 +1,7 @@
 //! The review queue, as the API and the console work it: list what waits, claim an item,
 //! decide it. The rules of who may claim or decide are here, as typed refusals the edges map
-//! to their answers; the store locks the item's row, shows it to them, and writes. This adds
+//! to their answers: each step is one transaction this module holds, in which the store locks
+//! the item's row, shows it, and writes. This adds
 //! what every caller shares too: the claim's length, the override's, and the counts.
 
 use std::time::Duration;
@@ -8,9 +9,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::{
-    domain::{Actor, ReviewDecision},
+    domain::{Actor, EntityId, ReviewDecision},
     rules::RuleSet,
-    store::{LockedReviewItem, ReviewItem, ReviewOutcome, Store, StoreError},
+    store::{LockedReviewItem, ReviewDecided, ReviewItem, ReviewOutcome, Store, StoreError},
     telemetry::names,
 };
 
@@ -76,44 +77,59 @@ pub async fn claim(
     by: &Actor,
     claim_for: Duration,
 ) -> Result<ReviewItem, ReviewError> {
-    let admin = is_admin(by);
-    let claimed = store
-        .claim_review(id, &by.name, claim_for, |locked| {
-            may_claim(locked, &by.name, admin)
-        })
-        .await??;
-    Ok(claimed)
+    let mut tx = store.begin().await?;
+    let locked = tx.lock_review_item(id).await?;
+    may_claim(&locked, &by.name, is_admin(by))?;
+    tx.claim_review(id, &by.name, claim_for).await?;
+    tx.commit().await?;
+    Ok(store.existing_review_item(id).await?)
 }
 
-/// `by` decides item `id` on the entity as it was at `seen_version`; approve and hide hold
-/// automation off for `override_for`.
-#[allow(clippy::too_many_arguments)]
+/// A moderator's decision on a review item, as they ask it: `by` decides item `id` on the
+/// entity as it was at `seen_version`; approve and hide hold automation off for `override_for`.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemDecision<'a> {
+    pub id: i64,
+    pub by: &'a Actor,
+    pub decision: ReviewDecision,
+    pub reason: &'a str,
+    pub seen_version: i64,
+    pub override_for: Duration,
+}
+
+/// Decides an item as `request` asks, if the rule allows it on the item and its entity as
+/// their locked rows hold them; a hide gets its statement of reasons on `rules`.
 pub async fn decide(
     store: &Store,
     rules: &RuleSet,
-    id: i64,
-    by: &Actor,
-    decision: ReviewDecision,
-    reason: &str,
-    seen_version: i64,
-    override_for: Duration,
+    request: ItemDecision<'_>,
 ) -> Result<ReviewOutcome, ReviewError> {
-    let admin = is_admin(by);
-    let outcome = store
-        .decide_review(
-            id,
-            by,
-            decision,
-            reason,
-            override_for,
-            |locked| may_decide(locked, &by.name, admin, seen_version),
-            // A hide is the moderator's restricting decision, brought to them by automation.
-            |entity, status| {
-                let entity = crate::domain::EntityId::parse(entity).ok()?;
-                rules.moderator_statement(&entity, status, reason, true, None)
-            },
-        )
-        .await??;
+    let ItemDecision {
+        id,
+        by,
+        decision,
+        reason,
+        seen_version,
+        override_for,
+    } = request;
+    let mut tx = store.begin().await?;
+    let mut locked = tx.lock_review_item(id).await?;
+    tx.lock_review_entity(&mut locked).await?;
+    may_decide(&locked, &by.name, is_admin(by), seen_version)?;
+    // A hide is the moderator's restricting decision, brought to them by automation.
+    let statement = decision.sets().and_then(|status| {
+        let entity = EntityId::parse(&locked.item.entity).ok()?;
+        rules.moderator_statement(&entity, status, reason, true, None)
+    });
+    let decided = ReviewDecided {
+        by,
+        decision,
+        reason,
+        override_for,
+        statement: statement.as_ref(),
+    };
+    let outcome = tx.decide_review(&locked.item, &decided).await?;
+    tx.commit().await?;
     metrics::counter!(names::REVIEW_DECISIONS, "decision" => decision.as_str()).increment(1);
     Ok(outcome)
 }

@@ -846,3 +846,86 @@ fn the_detached_check_catches_a_spawn_and_a_dropped_join() {
         ["http/server.rs drops a task's outcome: `let _ = connections.join_next()`"]
     );
 }
+
+/// Where a topic's name appears as a string or SQL literal (`"action.applied"`,
+/// `'action.applied'`) in `text`, one line each.
+fn topic_literals(text: &str, topics: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        for topic in topics {
+            if line.contains(&format!("\"{topic}\"")) || line.contains(&format!("'{topic}'")) {
+                found.push(format!("line {}: {topic}", number + 1));
+            }
+        }
+    }
+    found
+}
+
+/// The places `text` nests a result in a result (a function's, or a closure's handed to the
+/// store): a refusal is the use case's typed error, not a value the store returns inside its
+/// own.
+fn nested_results(text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = line.replace(' ', "");
+            line.contains("Result<Result<") || line.contains("Result<std::result::Result<")
+        })
+        .map(|(number, line)| format!("line {}: {}", number + 1, line.trim()))
+        .collect()
+}
+
+#[test]
+fn topics_are_named_in_their_enum_only_and_no_result_nests_another() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let webhook = src.join("domain/webhook.rs");
+    let topics: Vec<&str> = quiesce::domain::Topic::ALL
+        .iter()
+        .map(|topic| topic.name())
+        .collect();
+    let enum_file = std::fs::read_to_string(&webhook).unwrap();
+    for topic in &topics {
+        assert!(
+            enum_file.contains(&format!("\"{topic}\"")),
+            "{topic} is not named in {webhook:?}"
+        );
+    }
+    let mut files = Vec::new();
+    files_under(&src, &mut files);
+    let mut errors = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.strip_prefix(&src).unwrap().display();
+        if *file != webhook {
+            for place in topic_literals(&text, &topics) {
+                errors.push(format!(
+                    "src/{name}, {place}: a topic named outside its enum"
+                ));
+            }
+        }
+        for place in nested_results(&text) {
+            errors.push(format!("src/{name}, {place}: a result nested in a result"));
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn the_topic_and_result_checks_catch_what_they_are_for() {
+    let topics = ["action.applied", "label.removed"];
+    let code = r#"
+        "INSERT INTO outbox (topic) VALUES ('action.applied')",
+        let key = format!("label.removed:{id}");
+        let topic = "label.removed";
+        // `action.applied` in a comment is a name, not a literal
+    "#;
+    assert_eq!(
+        topic_literals(code, &topics),
+        ["line 2: action.applied", "line 4: label.removed"]
+    );
+    let code = "fn a() -> Result<Result<(), R>> {}\nfn b() -> Result<std::result::Result<T, R>>\nfn c() -> Result<Option<T>>";
+    assert_eq!(nested_results(code).len(), 2);
+}

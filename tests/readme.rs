@@ -23,8 +23,8 @@
 //! on `PATH`, so that a runbook's `quiesce` is this build.
 //!
 //! Two lists of the README are also held to the code, so that neither drifts: the webhook
-//! types (every topic an `INSERT INTO outbox` of `src/` writes for the platform) and the role
-//! table (every `/v1` route of the OpenAPI document, under the role the token check asks).
+//! types (every topic of `domain::Topic` the platform receives, both ways) and the role table
+//! (every `/v1` route of the OpenAPI document, under the role the token check asks).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -33,6 +33,7 @@ use std::{
     time::Instant,
 };
 
+use quiesce::domain::{Receiver, Topic};
 use utoipa::OpenApi;
 
 #[path = "support/pages.rs"]
@@ -367,41 +368,6 @@ fn readme() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
 }
 
-fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, files);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-}
-
-/// The topics `code` writes for the platform: each `INSERT INTO outbox` up to the end of its
-/// string literal (or the next INSERT of the same literal), the topic each row source
-/// (`SELECT '<topic>'`, `VALUES ('<topic>'`) gives; a row source that names the `'dsa'`
-/// receiver writes the Transparency Database's rows, not a webhook.
-fn webhook_topics(code: &str) -> BTreeSet<String> {
-    let topic = regex::Regex::new(r"(?:SELECT|VALUES\s*\()\s*'([a-z_]+(?:\.[a-z_]+)+)'").unwrap();
-    let mut topics = BTreeSet::new();
-    for (start, _) in code.match_indices("INSERT INTO outbox") {
-        let rest = &code[start + "INSERT INTO outbox".len()..];
-        let end = [rest.find("INSERT INTO"), rest.find('"')]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(rest.len());
-        for source in rest[..end].split("UNION ALL") {
-            if source.contains("'dsa'") {
-                continue;
-            }
-            topics.extend(topic.captures_iter(source).map(|c| c[1].to_owned()));
-        }
-    }
-    topics
-}
-
 /// The types the README's Outbound webhooks section lists in its body line
 /// (`{"type": "a" | "b", ...}`).
 fn readme_webhook_types(readme: &str) -> BTreeSet<String> {
@@ -423,38 +389,22 @@ fn readme_webhook_types(readme: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_webhooks_the_readme_lists_are_the_topics_the_code_writes() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut in_code = BTreeSet::new();
-    for file in files {
-        in_code.extend(webhook_topics(&std::fs::read_to_string(file).unwrap()));
-    }
-    // The scan itself still finds what it is for.
-    for topic in ["action.applied", "statement.issued", "rules.demoted"] {
-        assert!(in_code.contains(topic), "{topic} not found: {in_code:?}");
-    }
-    assert!(!in_code.contains("statement.submitted"), "{in_code:?}");
-    assert_eq!(readme_webhook_types(&readme()), in_code);
+fn the_webhooks_the_readme_lists_are_the_topics_the_platform_receives() {
+    let topics: BTreeSet<String> = Topic::ALL
+        .into_iter()
+        .filter(|topic| topic.receiver() == Receiver::Platform)
+        .map(|topic| topic.name().to_owned())
+        .collect();
+    // The Transparency Database's rows are no webhook.
+    assert!(
+        !topics.contains(Topic::StatementSubmitted.name()),
+        "{topics:?}"
+    );
+    assert_eq!(readme_webhook_types(&readme()), topics);
 }
 
 #[test]
-fn the_topic_scan_reads_each_row_source_and_leaves_the_transparency_databases_out() {
-    let code = r#"
-        "INSERT INTO outbox (topic, payload) VALUES ('label.removed', $1)", x,
-        notes AS (
-            INSERT INTO outbox (topic, receiver)
-            SELECT 'statement.issued', 'platform' FROM issued s
-            UNION ALL
-            SELECT 'statement.submitted', 'dsa' FROM issued s
-        ),
-        other AS (INSERT INTO statements (puid) SELECT 'not.a_topic')
-    "#;
-    let expected: BTreeSet<String> = ["label.removed", "statement.issued"]
-        .map(String::from)
-        .into();
-    assert_eq!(webhook_topics(code), expected);
+fn the_readme_webhook_line_is_read_type_by_type() {
     let readme = "## Outbound webhooks\n\n{\"type\": \"a.b\" | \"c.d\", \"timestamp\": \"...\"}\n";
     assert_eq!(
         readme_webhook_types(readme),

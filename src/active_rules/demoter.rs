@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{ActiveRulesError, hash, sync};
 use crate::{
-    domain::{Actor, AuditAction, AuditEntry},
+    domain::{Actor, AuditAction, AuditEntry, RulesDemoted},
     rules::{RuleSet, Rules},
     settings::Moderation,
     store::{Demotion, NewRulesVersion, RuleFigures, Store},
@@ -130,11 +130,20 @@ impl RuleDemoter {
             "threshold": self.threshold,
             "window_secs": self.window.as_secs(),
         });
-        let mut after = tripped.clone();
+        let mut after = tripped;
         after["shadow"] = true.into();
-        let mut payload = tripped;
-        payload["previous_rules_version"] = over.into();
-        payload["message"] = message.clone().into();
+        let payload = RulesDemoted {
+            rule: rule.to_owned(),
+            actions: figures.actions,
+            reversals: figures.reversals,
+            rate,
+            threshold: self.threshold,
+            window_secs: self.window.as_secs(),
+            previous_rules_version: over,
+            message: message.clone(),
+            // The version published: `demote_rule` sets it once it is.
+            rules_version: over,
+        };
         let demotion = Demotion {
             over,
             rules: NewRulesVersion {

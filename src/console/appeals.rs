@@ -22,7 +22,7 @@ use super::{
     statements,
 };
 use crate::{
-    appeals::{self, AppealDesk, AppealError},
+    appeals::{self, AppealDesk},
     domain::EntityId,
     request::{
         fields::{self, Text},
@@ -319,12 +319,13 @@ pub async fn claim(
     PagePath(AppealId(id)): PagePath<AppealId>,
     Form(NoFields {}): Form<NoFields>,
 ) -> Result<Response, PageError> {
-    state
-        .app
-        .store
-        .claim_appeal(id, &signed_in.user.name, state.app.review_claim)
-        .await?
-        .map_err(AppealError::Refused)?;
+    appeals::claim(
+        &state.app.store,
+        id,
+        &signed_in.user.name,
+        state.app.review_claim,
+    )
+    .await?;
     Ok(Redirect::to(&format!("/console/appeals/{id}")).into_response())
 }
 

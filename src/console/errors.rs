@@ -12,10 +12,10 @@ use maud::html;
 
 use super::{csrf, layout};
 use crate::{
-    appeals::AppealError,
+    appeals::{AppealError, AppealRefusal},
     moderation::{ReversalError, ReversalRefusal},
     review::{ReviewError, ReviewRefusal},
-    store::{AppealRefusal, StoreError},
+    store::StoreError,
 };
 
 /// Why a console request was refused or failed.

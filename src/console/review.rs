@@ -23,7 +23,7 @@ use crate::{
     domain::{SignalStats, Windows},
     moderation,
     request::{fields, path::ActionId},
-    store::{ActionFilter, ActionRecord},
+    store::{ActionFilter, ActionRecord, ReversalRequest},
 };
 
 /// Actions per page.
@@ -367,17 +367,15 @@ pub async fn reverse(
 ) -> Result<Response, PageError> {
     let app = &state.app;
     let override_for = app.override_after_reversal;
-    moderation::reverse(
-        &app.store,
-        &app.queue,
+    let by = signed_in.actor();
+    let request = ReversalRequest {
         id,
-        &signed_in.actor(),
-        &reason,
+        by: &by,
+        reason: &reason,
         override_for,
-        &app.demoter,
-        None,
-    )
-    .await?;
+        appeal: None,
+    };
+    moderation::reverse(&app.store, &app.queue, &app.demoter, request).await?;
     tracing::info!(action = id, token = %signed_in.user.token, "console reversal");
     Ok(Redirect::to(&format!("/console/actions/{id}?done=reversed")).into_response())
 }

@@ -25,7 +25,7 @@ use crate::{
         fields::{self, Text},
         path::ReviewItemId,
     },
-    review,
+    review::{self, ItemDecision},
     store::{ReviewFilter, ReviewItem},
 };
 
@@ -406,17 +406,16 @@ pub async fn decide(
         version,
     }): Form<DecideForm>,
 ) -> Result<Response, PageError> {
-    review::decide(
-        &state.app.store,
-        &state.app.rules.current(),
+    let by = signed_in.actor();
+    let request = ItemDecision {
         id,
-        &signed_in.actor(),
+        by: &by,
         decision,
-        &reason,
-        version,
-        state.app.override_after_reversal,
-    )
-    .await?;
+        reason: &reason,
+        seen_version: version,
+        override_for: state.app.override_after_reversal,
+    };
+    review::decide(&state.app.store, &state.app.rules.current(), request).await?;
     tracing::info!(item = id, decision = decision.as_str(), token = %signed_in.user.token, "console review decision");
     Ok(Redirect::to("/console/queue").into_response())
 }

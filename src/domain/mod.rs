@@ -15,6 +15,7 @@ mod statement;
 mod statement_2023;
 mod status;
 mod timer;
+mod webhook;
 mod windows;
 
 pub use self::{
@@ -39,6 +40,11 @@ pub use self::{
     statement_2023::upgrade_2023,
     status::{Action, ReviewDecision, Status},
     timer::{MAX_DURATION_SECS, OVERRIDE_TIMER, Timer, parse_duration},
+    webhook::{
+        ActionApplied, ActionReversed, AppealDecided, AppliedBy, EntityOverridden, LabelApplied,
+        LabelRemoved, Payload, Receiver, ReviewEscalated, RulesActionApplied, RulesDemoted,
+        StatementIssued, StatementSubmitted, Topic,
+    },
     windows::{DAY_WINDOWS, DAYS_KEPT, MAX_HALF_LIFE_SECS, Windows, decay_weight, parse_half_life},
 };
 

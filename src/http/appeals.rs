@@ -14,14 +14,12 @@ use super::{
 };
 use crate::{
     active_rules::RuleDemoter,
-    appeals::{self, AppealDesk, AppealError, MAX_APPEAL_TEXT},
+    appeals::{self, AppealDesk, AppealError, AppealRefusal, MAX_APPEAL_TEXT},
     request::{
         fields::{self, Text},
         path::{ActionId, AppealId, StatementId},
     },
-    store::{
-        AppealDecision, AppealRecord, AppealRefusal, DecidedBy, StatementFilter, StatementRecord,
-    },
+    store::{AppealDecision, AppealRecord, DecidedBy, StatementFilter, StatementRecord},
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -339,12 +337,13 @@ pub async fn claim_appeal(
     ApiJson(body): ApiJson<AppealClaim>,
 ) -> Result<Json<AppealRecord>, ApiError> {
     let by = requester.actor(&body.moderator);
-    let appeal = state
-        .store
-        .claim_appeal(id, &by.name, state.settings.moderation.review_claim)
-        .await
-        .map_err(store_error)?
-        .map_err(AppealError::Refused)?;
+    let appeal = appeals::claim(
+        &state.store,
+        id,
+        &by.name,
+        state.settings.moderation.review_claim,
+    )
+    .await?;
     Ok(Json(appeal))
 }
 

@@ -21,7 +21,7 @@ use crate::{
         fields::{self, Text},
         path::{ActionId, PathValue},
     },
-    store::{ActionFilter, ActionRecord, EndedTimer, Reversal},
+    store::{ActionFilter, ActionRecord, EndedTimer, Reversal, ReversalRequest},
 };
 
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
@@ -154,17 +154,16 @@ pub async fn reverse(
     ApiJson(body): ApiJson<ReverseRequest>,
 ) -> Result<Json<Reversal>, ApiError> {
     let override_for = state.settings.moderation.override_after_reversal;
-    let reversal = moderation::reverse(
-        &state.store,
-        &state.queue,
+    let by = requester.actor(&body.moderator);
+    let request = ReversalRequest {
         id,
-        &requester.actor(&body.moderator),
-        &body.reason,
+        by: &by,
+        reason: &body.reason,
         override_for,
-        &RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone())),
-        None,
-    )
-    .await?;
+        appeal: None,
+    };
+    let demoter = RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone()));
+    let reversal = moderation::reverse(&state.store, &state.queue, &demoter, request).await?;
     Ok(Json(reversal))
 }
 

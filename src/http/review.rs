@@ -18,7 +18,7 @@ use crate::{
         fields::{self, Text},
         path::ReviewItemId,
     },
-    review,
+    review::{self, ItemDecision},
     store::{ReviewFilter, ReviewItem, ReviewOutcome},
 };
 
@@ -228,16 +228,15 @@ pub async fn decide(
     ApiPath(ReviewItemId(id)): ApiPath<ReviewItemId>,
     ApiJson(body): ApiJson<DecideRequest>,
 ) -> Result<Json<ReviewOutcome>, ApiError> {
-    let outcome = review::decide(
-        &state.store,
-        &state.rules.current(),
+    let by = requester.actor(&body.moderator);
+    let request = ItemDecision {
         id,
-        &requester.actor(&body.moderator),
-        body.decision,
-        &body.reason,
-        body.moderation_version,
-        state.settings.moderation.override_after_reversal,
-    )
-    .await?;
+        by: &by,
+        decision: body.decision,
+        reason: &body.reason,
+        seen_version: body.moderation_version,
+        override_for: state.settings.moderation.override_after_reversal,
+    };
+    let outcome = review::decide(&state.store, &state.rules.current(), request).await?;
     Ok(Json(outcome))
 }

@@ -1,15 +1,18 @@
-//! Appeals against statements' decisions (DSA Art. 20): taken within the window, claimed,
-//! decided by a person; the decision recorded with what upholding it undoes (`moderation.rs`,
-//! `statements.rs`), the platform told and the audit trail written in the same transaction.
+//! Appeals against statements' decisions (DSA Art. 20): the statements that take, lock, claim
+//! and decide one, run in the appeals use case's transaction (`appeals.rs` decides the window
+//! and who may claim or decide); the decision recorded with what upholding it undoes
+//! (`moderation.rs`, `statements.rs`), the platform told and the audit trail written in the
+//! same transaction.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgConnection;
 
 use super::{
-    Result, Store, StoreError, audit::record_audit_in, interval, statements::StatementRecord,
+    Result, Store, StoreError, Tx, audit::record_audit_in, interval, outbox::enqueue,
+    statements::StatementRecord,
 };
-use crate::domain::{Actor, AuditAction, AuditEntry};
+use crate::domain::{Actor, AppealDecided, AuditAction, AuditEntry};
 
 /// An appeal, with what it contests.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -57,74 +60,47 @@ impl AppealDecision {
     }
 }
 
-/// Why an appeal was not taken or not decided.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AppealRefusal {
-    #[error("the appeal window of statement {statement} closed at {closed_at}")]
-    WindowClosed {
-        statement: i64,
-        closed_at: DateTime<Utc>,
-    },
-    #[error("statement {statement} already has an open appeal ({appeal})")]
-    AlreadyOpen { statement: i64, appeal: i64 },
-    /// An appeal of the decision was rejected: that is final.
-    #[error(
-        "appeal {appeal} of statement {statement} was rejected, and a rejected appeal is final: the decision cannot be appealed again"
-    )]
-    AlreadyRejected { statement: i64, appeal: i64 },
-    #[error("appeal {0} was already decided")]
-    Decided(i64),
-    #[error("appeal {id} is claimed by {by} until {until}")]
-    ClaimedElsewhere {
-        id: i64,
-        by: String,
-        until: DateTime<Utc>,
-    },
+/// An earlier appeal of a statement, as its locked row holds it: open, or rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EarlierAppeal {
+    pub id: i64,
+    pub rejected: bool,
 }
 
-impl Store {
-    /// The platform forwards `appellant`'s appeal of statement `id`'s decision: refused once an
-    /// appeal of it was rejected (that is final), after `window` from the statement, or while
-    /// another appeal of it is open. Recorded in the audit trail under `by` (the platform's
-    /// credential).
-    ///
-    /// These checks (the window, the rejection, the open appeal; the claim in
-    /// [`lock_open_appeal`]) are decisions the store takes today, beside the writes they guard;
-    /// a later change moves them out of the store into the appeals use case.
-    pub async fn submit_appeal(
-        &self,
-        statement: &StatementRecord,
-        appellant: &str,
-        text: &str,
-        window: std::time::Duration,
-        by: &Actor,
-    ) -> Result<std::result::Result<AppealRecord, AppealRefusal>> {
-        let mut tx = self.pool.begin().await?;
-        // A rejection is final whatever the window says. The open appeal is locked with it:
-        // one being rejected meanwhile is read once its decision commits, as rejected.
-        let earlier = sqlx::query!(
+/// An appeal as its locked row holds it: what the use case's rule reads (`appeals.rs`) before
+/// the store writes. The claim shows as stored, lapsed or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockedAppeal {
+    pub id: i64,
+    pub decided: bool,
+    pub claimed_by: Option<String>,
+    pub claim_until: Option<DateTime<Utc>>,
+}
+
+impl Tx {
+    /// Locks the appeals of statement `statement` that are open or were rejected, oldest first:
+    /// one being rejected meanwhile is read once its decision commits, as rejected.
+    pub async fn lock_earlier_appeals(&mut self, statement: i64) -> Result<Vec<EarlierAppeal>> {
+        Ok(sqlx::query_as!(
+            EarlierAppeal,
             r#"SELECT id, outcome IS NOT NULL AS "rejected!" FROM appeals
                WHERE statement_id = $1 AND (decided_at IS NULL OR outcome = 'rejected')
                ORDER BY id FOR UPDATE"#,
-            statement.id,
+            statement,
         )
-        .fetch_all(&mut *tx)
-        .await?;
-        if let Some(rejected) = earlier.iter().find(|appeal| appeal.rejected) {
-            return Ok(Err(AppealRefusal::AlreadyRejected {
-                statement: statement.id,
-                appeal: rejected.id,
-            }));
-        }
-        let closed_at = statement.created_at
-            + chrono::Duration::from_std(window).unwrap_or(chrono::Duration::MAX);
-        if Utc::now() > closed_at {
-            return Ok(Err(AppealRefusal::WindowClosed {
-                statement: statement.id,
-                closed_at,
-            }));
-        }
-        let id = sqlx::query_scalar!(
+        .fetch_all(&mut *self.tx)
+        .await?)
+    }
+
+    /// Records `appellant`'s appeal of `statement`; `None`: an open appeal of it holds the
+    /// place (an appeal is open once per statement), nothing written.
+    pub async fn insert_appeal(
+        &mut self,
+        statement: &StatementRecord,
+        appellant: &str,
+        text: &str,
+    ) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar!(
             "INSERT INTO appeals (statement_id, entity, appellant, text) VALUES ($1, $2, $3, $4)
              ON CONFLICT (statement_id) WHERE decided_at IS NULL DO NOTHING
              RETURNING id",
@@ -133,35 +109,75 @@ impl Store {
             appellant,
             text,
         )
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(id) = id else {
-            let open = sqlx::query_scalar!(
-                "SELECT id FROM appeals WHERE statement_id = $1 AND decided_at IS NULL",
-                statement.id,
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            return Ok(Err(AppealRefusal::AlreadyOpen {
-                statement: statement.id,
-                appeal: open,
-            }));
-        };
-        record_audit_in(
-            &mut *tx,
-            by,
-            &AuditEntry {
-                action: AuditAction::AppealSubmit,
-                subject: format!("statement:{}", statement.id),
-                before: None,
-                after: Some(serde_json::json!({ "appeal": id, "entity": statement.entity })),
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(Ok(self.existing_appeal(id).await?))
+        .fetch_optional(&mut *self.tx)
+        .await?)
     }
 
+    /// The open appeal of statement `statement`.
+    pub async fn open_appeal_of(&mut self, statement: i64) -> Result<i64> {
+        Ok(sqlx::query_scalar!(
+            "SELECT id FROM appeals WHERE statement_id = $1 AND decided_at IS NULL",
+            statement,
+        )
+        .fetch_one(&mut *self.tx)
+        .await?)
+    }
+
+    /// Locks appeal `id` until the transaction ends and reads it ([`StoreError::NotFound`]:
+    /// there is none).
+    pub async fn lock_appeal(&mut self, id: i64) -> Result<LockedAppeal> {
+        let row = sqlx::query!(
+            "SELECT decided_at, claimed_by, claim_until FROM appeals WHERE id = $1 FOR UPDATE",
+            id,
+        )
+        .fetch_optional(&mut *self.tx)
+        .await?
+        .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))?;
+        Ok(LockedAppeal {
+            id,
+            decided: row.decided_at.is_some(),
+            claimed_by: row.claimed_by,
+            claim_until: row.claim_until,
+        })
+    }
+
+    /// `moderator` holds appeal `id` for `claim_for` from now.
+    pub async fn claim_appeal(
+        &mut self,
+        id: i64,
+        moderator: &str,
+        claim_for: std::time::Duration,
+    ) -> Result<()> {
+        sqlx::query!(
+            "UPDATE appeals SET claimed_by = $2, claim_until = now() + $3 WHERE id = $1",
+            id,
+            moderator,
+            interval(claim_for),
+        )
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Takes label `label` off `entity`.
+    pub async fn remove_label(&mut self, entity: &str, label: &str) -> Result<()> {
+        sqlx::query!(
+            "DELETE FROM entity_labels WHERE entity = $1 AND label = $2",
+            entity,
+            label,
+        )
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Records the decision on open appeal `id` (see [`decide_appeal_in`]).
+    pub async fn decide_appeal(&mut self, decided: &DecidedAppeal<'_>) -> Result<()> {
+        decide_appeal_in(&mut self.tx, decided).await
+    }
+}
+
+impl Store {
     pub async fn appeal(&self, id: i64) -> Result<Option<AppealRecord>> {
         Ok(sqlx::query_as!(
             AppealRecord,
@@ -223,78 +239,6 @@ impl Store {
         .await?)
     }
 
-    /// `moderator` claims appeal `id` for `claim_for` (again: extends their own claim).
-    pub async fn claim_appeal(
-        &self,
-        id: i64,
-        moderator: &str,
-        claim_for: std::time::Duration,
-    ) -> Result<std::result::Result<AppealRecord, AppealRefusal>> {
-        let mut tx = self.pool.begin().await?;
-        if let Err(refusal) = lock_open_appeal(&mut tx, id, moderator).await? {
-            return Ok(Err(refusal));
-        }
-        sqlx::query!(
-            "UPDATE appeals SET claimed_by = $2, claim_until = now() + $3 WHERE id = $1",
-            id,
-            moderator,
-            interval(claim_for),
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Ok(self.existing_appeal(id).await?))
-    }
-
-    /// `by` rejects appeal `id`: recorded, final, the platform told, the audit trail written.
-    pub async fn reject_appeal(
-        &self,
-        id: i64,
-        by: &Actor,
-        reason: &str,
-    ) -> Result<std::result::Result<AppealRecord, AppealRefusal>> {
-        let mut tx = self.pool.begin().await?;
-        if let Err(refusal) = lock_open_appeal(&mut tx, id, &by.name).await? {
-            return Ok(Err(refusal));
-        }
-        decide_appeal_in(&mut tx, id, by, AppealDecision::Rejected, reason, None).await?;
-        tx.commit().await?;
-        Ok(Ok(self.existing_appeal(id).await?))
-    }
-
-    /// An upheld appeal of a restricting label: the label comes off the entity (the platform
-    /// told, `label.removed`) and the appeal is decided, in one transaction.
-    pub async fn remove_label_upholding(
-        &self,
-        appeal: &AppealRecord,
-        label: &str,
-        by: &Actor,
-        reason: &str,
-    ) -> Result<std::result::Result<(), AppealRefusal>> {
-        let mut tx = self.pool.begin().await?;
-        if let Err(refusal) = lock_open_appeal(&mut tx, appeal.id, &by.name).await? {
-            return Ok(Err(refusal));
-        }
-        sqlx::query!(
-            "DELETE FROM entity_labels WHERE entity = $1 AND label = $2",
-            appeal.entity,
-            label,
-        )
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('label.removed', $1, $2)",
-            format!("label-removed:{}", appeal.id),
-            serde_json::json!({ "entity": appeal.entity, "label": label, "appeal": appeal.id,
-                                "moderator": by.name, "reason": reason }),
-        )
-        .execute(&mut *tx)
-        .await?;
-        decide_appeal_in(&mut tx, appeal.id, by, AppealDecision::Upheld, reason, None).await?;
-        tx.commit().await?;
-        Ok(Ok(()))
-    }
-
     /// Appeals waiting, the oldest one's wait, decided over the last day and upheld among them.
     pub async fn appeal_figures(&self) -> Result<AppealFigures> {
         let row = sqlx::query!(
@@ -327,41 +271,30 @@ pub struct AppealFigures {
     pub upheld_day: i64,
 }
 
-/// Locks appeal `id` if it is open and not claimed by someone other than `moderator`.
-pub(super) async fn lock_open_appeal(
-    connection: &mut PgConnection,
-    id: i64,
-    moderator: &str,
-) -> Result<std::result::Result<(), AppealRefusal>> {
-    let row = sqlx::query!(
-        "SELECT decided_at, claimed_by, claim_until FROM appeals WHERE id = $1 FOR UPDATE",
-        id,
-    )
-    .fetch_optional(&mut *connection)
-    .await?
-    .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))?;
-    if row.decided_at.is_some() {
-        return Ok(Err(AppealRefusal::Decided(id)));
-    }
-    if let (Some(by), Some(until)) = (row.claimed_by, row.claim_until)
-        && by != moderator
-        && until > Utc::now()
-    {
-        return Ok(Err(AppealRefusal::ClaimedElsewhere { id, by, until }));
-    }
-    Ok(Ok(()))
+/// A decision on an open appeal, to record: `by` decided `decision` for `reason`;
+/// `reversal`: the action an upheld appeal reversed.
+#[derive(Debug, Clone, Copy)]
+pub struct DecidedAppeal<'a> {
+    pub id: i64,
+    pub by: &'a Actor,
+    pub decision: AppealDecision,
+    pub reason: &'a str,
+    pub reversal: Option<i64>,
 }
 
-/// Records the decision on a locked, open appeal, tells the platform (`appeal.decided`) and
-/// writes the audit entry; `reversal`: the action an upheld appeal reversed.
+/// Records the decision on an open appeal, tells the platform (`appeal.decided`) and writes the
+/// audit entry. [`StoreError::NotFound`]: it is not open (whoever decided it meanwhile won).
 pub(super) async fn decide_appeal_in(
     connection: &mut PgConnection,
-    id: i64,
-    by: &Actor,
-    decision: AppealDecision,
-    reason: &str,
-    reversal: Option<i64>,
+    decided: &DecidedAppeal<'_>,
 ) -> Result<()> {
+    let DecidedAppeal {
+        id,
+        by,
+        decision,
+        reason,
+        reversal,
+    } = *decided;
     let row = sqlx::query!(
         "UPDATE appeals a SET decided_at = now(), decided_by = $2, outcome = $3,
                 decision_reason = $4, claimed_by = NULL, claim_until = NULL
@@ -377,25 +310,19 @@ pub(super) async fn decide_appeal_in(
     .await?
     // Whoever decided it meanwhile won; this decision's transaction writes nothing.
     .ok_or_else(|| StoreError::NotFound(format!("appeal {id} is not open")))?;
-
-    sqlx::query!(
-        "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('appeal.decided', $1, $2)",
-        format!("appeal:{id}"),
-        serde_json::json!({
-            "appeal": id,
-            "statement_id": row.statement_id,
-            "puid": row.puid,
-            "entity": row.entity,
-            "action_id": row.action_id,
-            "appellant": row.appellant,
-            "outcome": decision,
-            "reason": reason,
-            "moderator": by.name,
-            "reversal_of": reversal,
-        }),
-    )
-    .execute(&mut *connection)
-    .await?;
+    let payload = AppealDecided {
+        appeal: id,
+        statement_id: row.statement_id,
+        puid: row.puid,
+        entity: row.entity.clone(),
+        action_id: row.action_id,
+        appellant: row.appellant,
+        outcome: decision.as_str(),
+        reason: reason.to_owned(),
+        moderator: by.name.clone(),
+        reversal_of: reversal,
+    };
+    enqueue(&mut *connection, &format!("appeal:{id}"), &payload).await?;
     record_audit_in(
         &mut *connection,
         by,

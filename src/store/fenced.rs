@@ -10,7 +10,7 @@ use sqlx::{PgConnection, types::Json};
 
 use super::{Result, StoreError};
 use crate::{
-    domain::{EntityId, Snapshot, StatementBody},
+    domain::{EntityId, RulesActionApplied, Snapshot, StatementBody, Topic},
     rules::{Decision, Verdict},
 };
 
@@ -146,6 +146,24 @@ pub(super) async fn record_fenced(
         .iter()
         .map(|e| e.as_ref().and_then(|e| e.duration))
         .collect();
+    // Each action's webhook, but for what the database gives it (`RulesActionApplied`).
+    let applied: Vec<Option<Json<RulesActionApplied>>> = evaluations
+        .iter()
+        .zip(&effects)
+        .map(|(e, effect)| {
+            effect.as_ref().map(|effect| {
+                Json(RulesActionApplied {
+                    entity: e.snapshot.entity.as_str(),
+                    action: effect.action,
+                    rule: effect.rule,
+                    reason: &effect.reason,
+                    status: effect.new_status,
+                    moderation_version: e.snapshot.moderation_version + 1,
+                    rules_version: e.verdict.rules_version,
+                })
+            })
+        })
+        .collect();
     // A restricting decision's statement of reasons, written with its action (none when the
     // action's dedup key existed: the statement was written the first time).
     let statements: Vec<Option<Json<StatementBody>>> = evaluations
@@ -173,10 +191,11 @@ pub(super) async fn record_fenced(
                                     $8::timestamptz[], $9::text[], $10::text[], $11::text[],
                                     $12::text[], $13::text[], $14::text[], $15::float8[],
                                     $16::jsonb[], $17::int8[], $18::text[], $19::jsonb[],
-                                    $21::jsonb[])
+                                    $21::jsonb[], $26::jsonb[])
                    AS t(entity, version, event_count, worker, started_at, decisions, snapshot,
                         due_at, status, action, rule, reason, new_status, dedup_key, duration,
-                        labels, rules_version, traceparent, statement, label_statements)
+                        labels, rules_version, traceparent, statement, label_statements,
+                        applied_payload)
            ),
            -- Each row that passes the fence, locked, with its input and the timer it holds:
            -- every later part reads this and nothing else of the input. (The planner takes an
@@ -212,13 +231,10 @@ pub(super) async fn record_fenced(
            ),
            notified AS (
                INSERT INTO outbox (topic, idempotency_key, payload, traceparent)
-               SELECT 'action.applied', a.dedup_key,
-                      jsonb_build_object('action_id', a.id, 'entity', a.entity,
-                                         'action', a.action, 'rule', a.rule,
-                                         'reason', a.reason, 'status', a.new_status,
-                                         'moderation_version', a.applied_version + 1,
-                                         'ends_at', a.ends_at,
-                                         'rules_version', a.rules_version),
+               -- The payload as Rust built it, with what the database gave the action.
+               SELECT $22::text, a.dedup_key,
+                      l.applied_payload
+                          || jsonb_build_object('action_id', a.id, 'ends_at', a.ends_at),
                       l.traceparent
                FROM applied a
                JOIN locked l ON l.entity = a.entity
@@ -250,7 +266,7 @@ pub(super) async fn record_fenced(
            ),
            label_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload)
-               SELECT 'label.applied', 'label:' || b.entity || ':' || b.label,
+               SELECT $23::text, 'label:' || b.entity || ':' || b.label,
                       jsonb_build_object('entity', b.entity, 'label', b.label, 'rule', b.rule,
                                          'reason', b.reason)
                FROM labelled b
@@ -280,14 +296,14 @@ pub(super) async fn record_fenced(
            -- not written twice.
            statement_notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
-               SELECT 'statement.issued', 'statement:' || s.puid,
+               SELECT $24::text, 'statement:' || s.puid,
                       jsonb_build_object('statement_id', s.id, 'puid', s.puid,
                                          'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM every_issued s
                WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM label_notes) >= 0
                UNION ALL
-               SELECT 'statement.submitted', 'dsa:' || s.puid,
+               SELECT $25::text, 'dsa:' || s.puid,
                       jsonb_build_object('statement_id', s.id),
                       'dsa'
                FROM every_issued s WHERE $20
@@ -363,6 +379,11 @@ pub(super) async fn record_fenced(
         &statements as &[Option<Json<StatementBody>>],
         submit,
         &label_statements as &[Option<Json<HashMap<&str, StatementBody>>>],
+        Topic::ActionApplied.name(),
+        Topic::LabelApplied.name(),
+        Topic::StatementIssued.name(),
+        Topic::StatementSubmitted.name(),
+        &applied as &[Option<Json<RulesActionApplied>>],
     )
     .fetch_all(&mut *connection)
     .await?;

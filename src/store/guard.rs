@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use super::{
     Result, Store,
     audit::record_audit_in,
+    outbox::enqueue,
     rules_versions::{NewRulesVersion, active_in, lock_versions, publish_in},
 };
-use crate::domain::{Actor, AuditEntry};
+use crate::domain::{Actor, AuditEntry, RulesDemoted};
 
 /// A rule's latest actions as the guard weighs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,8 @@ pub struct Demotion<'a> {
     pub rules: NewRulesVersion<'a>,
     /// The guard's own audit entry, beside the publish's.
     pub entry: AuditEntry,
-    /// The outbound webhook event's payload (`rules.demoted`); the new version is added.
-    pub payload: serde_json::Value,
+    /// The outbound webhook's payload; its `rules_version` is set here once published.
+    pub payload: RulesDemoted,
 }
 
 impl Store {
@@ -83,17 +84,11 @@ impl Store {
             after.insert("version".into(), version.into());
         }
         record_audit_in(&mut *tx, actor, &entry).await?;
-        let mut payload = demotion.payload;
-        if let serde_json::Value::Object(fields) = &mut payload {
-            fields.insert("rules_version".into(), version.into());
-        }
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('rules.demoted', $1, $2)",
-            format!("rules.demoted:{version}"),
-            payload,
-        )
-        .execute(&mut *tx)
-        .await?;
+        let payload = RulesDemoted {
+            rules_version: version,
+            ..demotion.payload
+        };
+        enqueue(&mut tx, &format!("rules.demoted:{version}"), &payload).await?;
         tx.commit().await?;
         Ok(Some(version))
     }

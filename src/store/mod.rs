@@ -47,7 +47,9 @@ use crate::{
 };
 
 pub use self::{
-    appeals::{AppealDecision, AppealFigures, AppealRecord, AppealRefusal},
+    appeals::{
+        AppealDecision, AppealFigures, AppealRecord, DecidedAppeal, EarlierAppeal, LockedAppeal,
+    },
     audit::{AuditFilter, AuditRecord},
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
     console::{DailyReversals, DecisionRecord, EvaluationPace, EventRecord, MinuteCount},
@@ -57,14 +59,16 @@ pub use self::{
     events::{Duplicate, RecordedEvents},
     fenced::{Completion, FencedEvaluation, Recorded},
     guard::{Demotion, RuleFigures},
-    moderation::{LockedAction, Reversal, ReversalRequest},
+    moderation::{LockedAction, Reversal, ReversalRequest, StatusOverride},
     outbox::OutboxRow,
     page_key::PageKey,
-    partitions::{Dropped, PartitionPlan, Partitioned},
+    partitions::{Dropped, PartitionPlan, Partitioned, TurnoverRetry},
     primary::{NotPrimary, refusal},
     read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
-    review::{LockedReviewItem, ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome},
+    review::{
+        LockedReviewItem, ReviewDecided, ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome,
+    },
     rules_versions::{
         ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
         RulesVersionSummary,
@@ -381,6 +385,57 @@ impl Store {
             StoreError::Shared(error) => self.notice(error),
             _ => {}
         }
+    }
+}
+
+/// A transaction a use case holds: it reads (and locks) through the store's statements, decides
+/// between them, writes through them, and commits. The statements are methods of `Tx` beside
+/// their tables (`appeals.rs`, `review.rs`, `moderation.rs`); none of them decides anything.
+/// Dropped without [`Tx::commit`], nothing is written.
+pub struct Tx {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    /// Whether a statement of reasons issued in it is queued for the Transparency Database too.
+    submit_statements: bool,
+}
+
+impl Store {
+    /// Opens a transaction on the primary for a use case.
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(Tx {
+            tx: self.pool.begin().await?,
+            submit_statements: self.submit_statements,
+        })
+    }
+}
+
+impl Tx {
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    /// Puts `payload` in the outbox under `key`, in this transaction ([`outbox::enqueue`]).
+    pub async fn enqueue<P: crate::domain::Payload>(
+        &mut self,
+        key: &str,
+        payload: &P,
+    ) -> Result<()> {
+        outbox::enqueue(&mut self.tx, key, payload).await
+    }
+
+    /// Writes `entry` to the audit trail under `by`, in this transaction.
+    pub async fn audit(
+        &mut self,
+        by: &crate::domain::Actor,
+        entry: &crate::domain::AuditEntry,
+    ) -> Result<()> {
+        audit::record_audit_in(&mut *self.tx, by, entry).await
+    }
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
     }
 }
 

@@ -3,18 +3,22 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Postgres, Transaction};
+use sqlx::PgConnection;
 
 use super::{
-    ActionRecord, Result, Store, StoreError,
-    appeals::{AppealDecision, decide_appeal_in},
+    ActionRecord, Result, StoreError, Tx,
+    appeals::{AppealDecision, DecidedAppeal, decide_appeal_in},
     audit::record_audit_in,
     evaluations::{derived_event, derived_event_id},
     events::{lock_in_order, record_in},
     interval,
+    outbox::enqueue,
     statements::{DecidedBy, IssuedStatement, issue_in},
 };
-use crate::domain::{Actor, AuditAction, AuditEntry, EntityId, StatementDraft, Status};
+use crate::domain::{
+    ActionReversed, Actor, AuditAction, AuditEntry, EntityId, EntityOverridden, StatementDraft,
+    Status,
+};
 
 /// A reversal as recorded: the action, and the entity's state after it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -46,46 +50,15 @@ pub struct ReversalRequest<'a> {
 pub struct LockedAction {
     pub action: ActionRecord,
     pub entity_version: i64,
+    /// The author whose derived signal the action wrote (their row locked too), if any.
+    pub author: Option<EntityId>,
 }
 
-impl Store {
-    /// A moderator reverses an automated action, if `may_reverse` allows it on the action and
-    /// its entity's version as their locked rows hold them (whose rule it is: `moderation.rs`):
-    /// the entity's status goes back to what it was before the action, its version is bumped
-    /// (an evaluation in flight then writes nothing), and an override keeps automation from
-    /// redoing it for `override_for`. The reversal is recorded (who, when, why, in the audit
-    /// trail too) and an outbox row tells the platform. `Ok(Err(refusal))`: the rule refused;
-    /// nothing written.
-    /// A reversal that restricts (it puts back a hide or a suspension: the reversal of a
-    /// restore or of a moderator's approval) is a decision of its own: `explain` drafts its
-    /// statement of reasons from the entity and the status it sets.
-    pub async fn reverse_action<R>(
-        &self,
-        request: ReversalRequest<'_>,
-        may_reverse: impl Fn(&LockedAction) -> std::result::Result<(), R>,
-        explain: impl Fn(&str, Status) -> Option<StatementDraft>,
-    ) -> Result<std::result::Result<Reversal, R>> {
-        // The compensation is an event: a partition turnover is repaired and the whole
-        // reversal retried.
-        self.with_turnover(|| self.reverse_once(request, &may_reverse, &explain))
-            .await
-    }
-
-    async fn reverse_once<R>(
-        &self,
-        request: ReversalRequest<'_>,
-        may_reverse: &impl Fn(&LockedAction) -> std::result::Result<(), R>,
-        explain: &impl Fn(&str, Status) -> Option<StatementDraft>,
-    ) -> Result<std::result::Result<Reversal, R>> {
-        let ReversalRequest {
-            id,
-            by,
-            reason,
-            override_for,
-            appeal,
-        } = request;
-        let moderator = by.name.as_str();
-        let mut tx = self.pool.begin().await?;
+impl Tx {
+    /// Locks action `id` and its entity's row (with the author's, whose derived signal the
+    /// action wrote) until the transaction ends, and reads them: what the use case's rule reads
+    /// before a reversal ([`StoreError::NotFound`]: there is no such action).
+    pub async fn lock_action(&mut self, id: i64) -> Result<LockedAction> {
         let action = sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
@@ -94,7 +67,7 @@ impl Store {
              FROM actions WHERE id = $1 FOR UPDATE",
             id,
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("no action {id}")))?;
         // The author whose derived signal this action wrote (events never change, so this is
@@ -104,7 +77,7 @@ impl Store {
             "SELECT entity FROM events WHERE id = $1",
             derived_event_id(&action.dedup_key),
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?;
         let author = author
             .map(|a| {
@@ -115,21 +88,44 @@ impl Store {
             .transpose()?;
         let mut entities = vec![action.entity.as_str()];
         entities.extend(author.as_ref().map(EntityId::as_str));
-        lock_in_order(&mut tx, &entities).await?;
+        lock_in_order(&mut self.tx, &entities).await?;
         let entity_version = sqlx::query_scalar!(
             "SELECT moderation_version FROM entities WHERE entity = $1",
             action.entity,
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *self.tx)
         .await?;
-        let locked = LockedAction {
+        Ok(LockedAction {
             action,
             entity_version,
-        };
-        if let Err(refusal) = may_reverse(&locked) {
-            return Ok(Err(refusal));
-        }
-        let LockedAction { action, .. } = locked;
+            author,
+        })
+    }
+
+    /// Reverses the action `locked` holds, as `request` asks: the entity's status goes back to
+    /// what it was before the action, its version is bumped (an evaluation in flight then
+    /// writes nothing), and an override keeps automation from redoing it for `override_for`.
+    /// The author's derived signal is compensated; the reversal is recorded (who, when, why,
+    /// in the audit trail too) and an outbox row tells the platform; `request.appeal`, if any,
+    /// is decided upheld. `statement`: the statement of reasons of a reversal that restricts
+    /// (it puts back a hide or a suspension), written after the reversal's own webhook.
+    pub async fn reverse_action(
+        &mut self,
+        locked: LockedAction,
+        request: &ReversalRequest<'_>,
+        statement: Option<&StatementDraft>,
+    ) -> Result<Reversal> {
+        let ReversalRequest {
+            id,
+            by,
+            reason,
+            override_for,
+            appeal,
+        } = *request;
+        let moderator = by.name.as_str();
+        let submit = self.submit_statements;
+        let LockedAction { action, author, .. } = locked;
+        let source = if appeal.is_some() { "appeal" } else { "review" };
         // The author's derived signal for this action is compensated, so that reversed
         // actions do not count towards escalating the author.
         let author = match author {
@@ -140,7 +136,7 @@ impl Store {
                     format!("auto.{}.reversed", action.action),
                     &action.entity,
                 )?;
-                record_in(&mut tx, &[&compensation], &[], &[]).await?;
+                record_in(&mut self.tx, &[&compensation], &[], &[]).await?;
                 Some(author)
             }
             None => None,
@@ -164,7 +160,7 @@ impl Store {
             moderator,
             reason,
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *self.tx)
         .await?;
         let action = sqlx::query_as!(
             ActionRecord,
@@ -177,46 +173,45 @@ impl Store {
             id,
             moderator,
             reason,
-            if appeal.is_some() { "appeal" } else { "review" },
+            source,
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *self.tx)
         .await?;
         let new_version = entity_row.moderation_version;
         // The reversal's own webhook first, then the appeal's outcome and any statement (the
         // outbox delivers an entity's rows in the order they are written).
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.reversed', $1, $2)",
-            format!("reversal:{}", action.dedup_key),
-            serde_json::json!({
-            "action_id": id,
-            "entity": action.entity,
-            "action": action.action,
-            "rule": action.rule,
-            "status": action.previous_status,
-            "moderator": moderator,
-            "reason": reason,
-            "moderation_version": new_version,
-            "source": if appeal.is_some() { "appeal" } else { "review" },
-            }),
+        let reversed = ActionReversed {
+            action_id: id,
+            entity: action.entity.clone(),
+            action: action.action.clone(),
+            rule: action.rule.clone(),
+            status: action.previous_status.clone(),
+            moderator: moderator.to_owned(),
+            reason: reason.to_owned(),
+            moderation_version: new_version,
+            source,
+        };
+        enqueue(
+            &mut self.tx,
+            &format!("reversal:{}", action.dedup_key),
+            &reversed,
         )
-        .execute(&mut *tx)
         .await?;
         if let Some(appeal) = appeal {
-            decide_appeal_in(
-                &mut tx,
-                appeal,
+            let decided = DecidedAppeal {
+                id: appeal,
                 by,
-                AppealDecision::Upheld,
+                decision: AppealDecision::Upheld,
                 reason,
-                Some(id),
-            )
-            .await?;
+                reversal: Some(id),
+            };
+            decide_appeal_in(&mut self.tx, &decided).await?;
         }
         let restored = Status::parse(&action.previous_status)
             .map_err(|e| StoreError::corrupt(format!("the previous status of action {id}"), e))?;
-        if let Some(draft) = explain(&action.entity, restored) {
+        if let Some(draft) = statement {
             let issued = IssuedStatement {
-                draft: &draft,
+                draft,
                 entity: &action.entity,
                 action_id: None,
                 rule: None,
@@ -224,7 +219,7 @@ impl Store {
                 previous_status: &action.new_status,
                 status: restored.as_str(),
             };
-            issue_in(&mut tx, issued, self.submits_statements()).await?;
+            issue_in(&mut self.tx, issued, submit).await?;
         }
         if action.action == "review" {
             // A moderator's queue decision undone: its item waits again, undecided.
@@ -235,23 +230,25 @@ impl Store {
                 action.snapshot,
                 id,
             )
-            .execute(&mut *tx)
+            .execute(&mut *self.tx)
             .await?;
         }
         let override_until = entity_row.override_until;
         record_decision(
-            &mut tx,
-            &action.entity,
-            "reversal",
-            Some(id),
-            moderator,
-            reason,
-            &action.previous_status,
-            Some(override_until),
+            &mut self.tx,
+            &ModeratorDecision {
+                entity: &action.entity,
+                kind: "reversal",
+                action_id: Some(id),
+                moderator,
+                reason,
+                status: &action.previous_status,
+                until: Some(override_until),
+            },
         )
         .await?;
         record_audit_in(
-            &mut *tx,
+            &mut *self.tx,
             by,
             &AuditEntry {
                 action: AuditAction::Reverse,
@@ -272,8 +269,7 @@ impl Store {
             },
         )
         .await?;
-        tx.commit().await?;
-        Ok(Ok(Reversal {
+        Ok(Reversal {
             status: Status::parse(&action.previous_status).map_err(|e| {
                 StoreError::corrupt(format!("the previous status of action {id}"), e)
             })?,
@@ -281,35 +277,62 @@ impl Store {
             override_until,
             action,
             author,
-        }))
+        })
     }
+}
 
+/// A moderator's override of an entity's status, to record: `status` until `until`; a timed
+/// one (`timed`) also sets a timer ending at `until` that restores the status the entity had.
+/// `statement`: the statement of reasons of a restricting override, written with it;
+/// `appeal`: the open appeal whose upholding this override is, decided with it.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusOverride<'a> {
+    pub entity: &'a EntityId,
+    pub by: &'a Actor,
+    pub status: Status,
+    pub until: DateTime<Utc>,
+    pub reason: &'a str,
+    pub timed: bool,
+    pub statement: Option<&'a StatementDraft>,
+    pub appeal: Option<i64>,
+}
+
+/// A moderator's decision as `moderator_decisions` records it: of `kind` (`review`,
+/// `reversal`, `override`, `timer_end`), the action it wrote if any, the status it left and
+/// until when automation stays off it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ModeratorDecision<'a> {
+    pub entity: &'a str,
+    pub kind: &'a str,
+    pub action_id: Option<i64>,
+    pub moderator: &'a str,
+    pub reason: &'a str,
+    pub status: &'a str,
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl Tx {
     /// A moderator's decision on an entity: its status is set, its version bumped, and
-    /// automation does not escalate past it until `until`. A timed override (`timed`) also
-    /// sets a timer ending at `until` that restores the status the entity had; any other
-    /// timer in force ends without a restore (the moderator's decision replaces it).
-    /// `statement`: the statement of reasons of a restricting override, written with it;
-    /// `appeal`: the open appeal whose upholding this override is, decided with it.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn override_entity(
-        &self,
-        entity: &EntityId,
-        by: &Actor,
-        status: Status,
-        until: DateTime<Utc>,
-        reason: &str,
-        timed: bool,
-        statement: Option<&StatementDraft>,
-        appeal: Option<i64>,
-    ) -> Result<i64> {
+    /// automation does not escalate past it until `until`; any timer in force that the
+    /// override does not set ends without a restore (the moderator's decision replaces it).
+    pub async fn override_entity(&mut self, request: &StatusOverride<'_>) -> Result<i64> {
+        let StatusOverride {
+            entity,
+            by,
+            status,
+            until,
+            reason,
+            timed,
+            statement,
+            appeal,
+        } = *request;
         let moderator = by.name.as_str();
-        let mut tx = self.pool.begin().await?;
         let before = sqlx::query!(
             "SELECT status, moderation_version, override_status, override_until FROM entities
              WHERE entity = $1 FOR UPDATE",
             entity.as_str(),
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?;
         // The right-hand sides read the row as it was: the timer restores the old status.
         let version = sqlx::query_scalar!(
@@ -334,27 +357,27 @@ impl Store {
             timed,
             crate::domain::OVERRIDE_TIMER,
         )
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *self.tx)
         .await?
         .ok_or_else(|| {
             StoreError::NotFound(format!("no events were ever recorded for {entity}"))
         })?;
         // The platform hears of the override before its statement (the outbox delivers an
         // entity's rows in the order they are written).
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('entity.overridden', $1, $2)",
-            format!("override:{entity}:{version}"),
-            serde_json::json!({
-            "entity": entity,
-            "status": status,
-            "until": until,
-            "timed": timed,
-            "moderator": moderator,
-            "reason": reason,
-            "moderation_version": version,
-            }),
+        let overridden = EntityOverridden {
+            entity: entity.clone(),
+            status,
+            until,
+            timed,
+            moderator: moderator.to_owned(),
+            reason: reason.to_owned(),
+            moderation_version: version,
+        };
+        enqueue(
+            &mut self.tx,
+            &format!("override:{entity}:{version}"),
+            &overridden,
         )
-        .execute(&mut *tx)
         .await?;
         if let (Some(draft), Some(found)) = (statement, &before) {
             let issued = IssuedStatement {
@@ -366,13 +389,20 @@ impl Store {
                 previous_status: &found.status,
                 status: status.as_str(),
             };
-            issue_in(&mut tx, issued, self.submits_statements()).await?;
+            issue_in(&mut self.tx, issued, self.submit_statements).await?;
         }
         if let Some(appeal) = appeal {
-            decide_appeal_in(&mut tx, appeal, by, AppealDecision::Upheld, reason, None).await?;
+            let decided = DecidedAppeal {
+                id: appeal,
+                by,
+                decision: AppealDecision::Upheld,
+                reason,
+                reversal: None,
+            };
+            decide_appeal_in(&mut self.tx, &decided).await?;
         }
         record_audit_in(
-            &mut *tx,
+            &mut *self.tx,
             by,
             &AuditEntry {
                 action: AuditAction::Override,
@@ -396,44 +426,39 @@ impl Store {
         )
         .await?;
         record_decision(
-            &mut tx,
-            entity.as_str(),
-            "override",
-            None,
-            moderator,
-            reason,
-            status.as_str(),
-            Some(until),
+            &mut self.tx,
+            &ModeratorDecision {
+                entity: entity.as_str(),
+                kind: "override",
+                action_id: None,
+                moderator,
+                reason,
+                status: status.as_str(),
+                until: Some(until),
+            },
         )
         .await?;
-        tx.commit().await?;
         Ok(version)
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Records `decision` in `moderator_decisions`.
 pub(super) async fn record_decision(
-    tx: &mut Transaction<'_, Postgres>,
-    entity: &str,
-    kind: &str,
-    action_id: Option<i64>,
-    moderator: &str,
-    reason: &str,
-    status: &str,
-    until: Option<DateTime<Utc>>,
+    connection: &mut PgConnection,
+    decision: &ModeratorDecision<'_>,
 ) -> Result<()> {
     sqlx::query!(
         "INSERT INTO moderator_decisions (entity, kind, action_id, moderator, reason, status, until)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        entity,
-        kind,
-        action_id,
-        moderator,
-        reason,
-        status,
-        until,
+        decision.entity,
+        decision.kind,
+        decision.action_id,
+        decision.moderator,
+        decision.reason,
+        decision.status,
+        decision.until,
     )
-    .execute(&mut **tx)
+    .execute(connection)
     .await?;
     Ok(())
 }

@@ -1,9 +1,34 @@
 //! The outbox: claiming deliveries, recording their outcome, the failed deliveries and their
 //! redrive, and the backlog.
 
-use super::{Result, Store, interval};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::{PgConnection, types::Json};
+
+use super::{Result, Store, interval};
+use crate::domain::{Payload, Topic};
+
+/// The one way a row is put in the outbox: `payload`'s topic, its receiver and its fields, as
+/// Rust serializes them, under `key`. The fenced statement's rows and a statement's notes, whose
+/// ids the database gives in the same statement, are written there, with the topics' names bound
+/// the same way (`fenced.rs`, `statements.rs`).
+pub(super) async fn enqueue<P: Payload>(
+    connection: &mut PgConnection,
+    key: &str,
+    payload: &P,
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO outbox (topic, idempotency_key, payload, receiver)
+         VALUES ($1, $2, $3::jsonb, $4)",
+        P::TOPIC.name(),
+        key,
+        Json(payload) as _,
+        P::TOPIC.receiver().as_str(),
+    )
+    .execute(connection)
+    .await?;
+    Ok(())
+}
 
 /// An outbox row claimed for delivery.
 #[derive(Debug, Clone, Serialize)]
@@ -54,14 +79,14 @@ impl Store {
                          AND e.id < o.id AND e.delivered_at IS NULL AND e.failed_at IS NULL)
                  ORDER BY o.next_attempt_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED)
              RETURNING id, topic, idempotency_key,
-                       CASE WHEN topic = 'statement.issued' THEN
+                       CASE WHEN topic = $4 THEN
                            payload || jsonb_build_object('statement',
                                (SELECT s.body FROM statements s
                                 WHERE s.id = (payload ->> 'statement_id')::int8))
                        -- The database's: without quiesce's own keys, with who decided and,
                        -- for a statement of the 2023 schema (no content date), the day of
                        -- its entity's first event: what actions/dsa.rs converts it by.
-                       WHEN topic = 'statement.submitted' THEN
+                       WHEN topic = $5 THEN
                            payload || coalesce(
                                (SELECT jsonb_build_object(
                                            'statement',
@@ -82,6 +107,8 @@ impl Store {
             limit as i64,
             interval(claim_for),
             receiver,
+            Topic::StatementIssued.name(),
+            Topic::StatementSubmitted.name(),
         )
         .fetch_all(&self.pool)
         .await?;

@@ -236,10 +236,21 @@ impl Store {
 
     /// Runs `attempt`, and again after [`Store::turn_over`] when it failed for want of a
     /// partition ([`StoreError::needs_turnover`]), at most three times in all.
-    pub(super) async fn with_turnover<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    pub(super) async fn with_turnover<T, F, Fut>(&self, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
+    {
+        self.retry_at_turnover(attempt).await
+    }
+
+    /// [`Store::with_turnover`] for a use case whose own transaction writes an event
+    /// (`moderation.rs`), its error one that may carry the store's.
+    pub async fn retry_at_turnover<T, E, F, Fut>(&self, mut attempt: F) -> std::result::Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: TurnoverRetry + From<StoreError> + 'static,
     {
         let mut tries = 1;
         loop {
@@ -394,6 +405,18 @@ fn checked_name(table: Partitioned, name: &str) -> Result<String> {
             what: format!("the partition name {name:?} of {}", table.table()),
             source: None,
         }))
+    }
+}
+
+/// An error that may say a write failed for want of a partition: [`Store::with_turnover`] then
+/// repairs the partitions and tries again.
+pub trait TurnoverRetry: std::error::Error {
+    fn needs_turnover(&self) -> bool;
+}
+
+impl TurnoverRetry for StoreError {
+    fn needs_turnover(&self) -> bool {
+        StoreError::needs_turnover(self)
     }
 }
 

@@ -9,13 +9,17 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{
-    Result, Store, StoreError,
+    Result, Store, StoreError, Tx,
     audit::record_audit_in,
     interval,
-    moderation::record_decision,
+    moderation::{ModeratorDecision, record_decision},
+    outbox::enqueue,
     statements::{DecidedBy, IssuedStatement, issue_in},
 };
-use crate::domain::{Actor, AuditAction, AuditEntry, ReviewDecision, StatementDraft, Status};
+use crate::domain::{
+    ActionApplied, Actor, AppliedBy, AuditAction, AuditEntry, ReviewDecision, ReviewEscalated,
+    StatementDraft, Status,
+};
 
 /// One waiting item, with the entity as it is now.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -115,262 +119,11 @@ impl Store {
         item_in(&self.pool, id).await
     }
 
-    /// `moderator` claims item `id` for `claim_for`, if `may_claim` allows it on the item as
-    /// its locked row holds it (whose rule it is: `review.rs`). Claiming again extends one's
-    /// own claim. `Ok(Err(refusal))`: the item is there and the rule refused; nothing written.
-    pub async fn claim_review<R>(
-        &self,
-        id: i64,
-        moderator: &str,
-        claim_for: std::time::Duration,
-        may_claim: impl FnOnce(&LockedReviewItem) -> std::result::Result<(), R>,
-    ) -> Result<std::result::Result<ReviewItem, R>> {
-        let mut tx = self.pool.begin().await?;
-        let locked = lock_item(&mut tx, id).await?;
-        if let Err(refusal) = may_claim(&locked) {
-            return Ok(Err(refusal));
-        }
-        // The row is locked and the rule allowed the claim on it: the store only writes.
-        sqlx::query!(
-            "UPDATE actions SET review_claimed_by = $2, review_claim_until = now() + $3
-             WHERE id = $1",
-            id,
-            moderator,
-            interval(claim_for),
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Ok(self.waiting_item(id).await?))
-    }
-
-    /// The item, or why there is none waiting under this id.
-    async fn waiting_item(&self, id: i64) -> Result<ReviewItem> {
+    /// Item `id`, which must exist: its absence is [`StoreError::NotFound`].
+    pub async fn existing_review_item(&self, id: i64) -> Result<ReviewItem> {
         self.review_item(id)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))
-    }
-
-    /// `by` decides item `id`, if `may_decide` allows it on the item and its entity as their
-    /// locked rows hold them (whose rule it is, the version seen included: `review.rs`).
-    /// Approve, hide and dismiss set the status (approve and hide with an override lasting
-    /// `override_for`, so automation does not flag it again meanwhile; dismiss without one) as
-    /// an action of kind `review`, and close the item; escalate hands it to the admins (claim
-    /// released, still waiting). `Ok(Err(refusal))`: the rule refused; nothing written.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn decide_review<R>(
-        &self,
-        id: i64,
-        by: &Actor,
-        decision: ReviewDecision,
-        reason: &str,
-        override_for: std::time::Duration,
-        may_decide: impl FnOnce(&LockedReviewItem) -> std::result::Result<(), R>,
-        statement: impl FnOnce(&str, Status) -> Option<StatementDraft>,
-    ) -> Result<std::result::Result<ReviewOutcome, R>> {
-        let moderator = by.name.as_str();
-        let mut tx = self.pool.begin().await?;
-        let mut locked = lock_item(&mut tx, id).await?;
-        // The entity's row too, after the item's: the version the rule checks holds until commit.
-        let entity = sqlx::query!(
-            "SELECT status, moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
-            locked.item.entity,
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        locked.item.status = entity.status;
-        locked.item.moderation_version = entity.moderation_version;
-        if let Err(refusal) = may_decide(&locked) {
-            return Ok(Err(refusal));
-        }
-        let LockedReviewItem { item, .. } = locked;
-        let seen_version = item.moderation_version;
-        let after = serde_json::json!({ "item": id, "decision": decision, "reason": reason });
-        let outcome = match decision.sets() {
-            None => {
-                sqlx::query!(
-                    "UPDATE actions SET review_escalated_at = now(), review_claimed_by = NULL,
-                            review_claim_until = NULL
-                     WHERE id = $1",
-                    id,
-                )
-                .execute(&mut *tx)
-                .await?;
-                sqlx::query!(
-                    "INSERT INTO outbox (topic, idempotency_key, payload)
-                     VALUES ('review.escalated', $1, $2)",
-                    format!("review-escalated:{id}"),
-                    serde_json::json!({ "item": id, "entity": item.entity, "rule": item.rule,
-                                        "moderator": moderator, "reason": reason }),
-                )
-                .execute(&mut *tx)
-                .await?;
-                ReviewOutcome {
-                    item: id,
-                    entity: item.entity.clone(),
-                    decision,
-                    action_id: None,
-                    status: item.status.clone(),
-                    moderation_version: item.moderation_version,
-                }
-            }
-            Some(status) => {
-                let draft = statement(&item.entity, status);
-                self.apply_decision(
-                    &mut tx,
-                    id,
-                    &item.entity,
-                    &item.status,
-                    status,
-                    decision,
-                    moderator,
-                    reason,
-                    seen_version,
-                    override_for,
-                    draft.as_ref(),
-                )
-                .await?
-            }
-        };
-        record_decision(
-            &mut tx,
-            &item.entity,
-            "review",
-            outcome.action_id,
-            moderator,
-            reason,
-            &outcome.status,
-            None,
-        )
-        .await?;
-        record_audit_in(
-            &mut *tx,
-            by,
-            &AuditEntry {
-                action: AuditAction::ReviewDecide,
-                subject: item.entity.clone(),
-                before: Some(serde_json::json!({
-                    "status": item.status, "moderation_version": item.moderation_version,
-                })),
-                after: Some(after),
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(Ok(outcome))
-    }
-
-    /// The status change of an approve, hide or dismiss: the moderator's action, the entity
-    /// (an override for approve and hide), the item closed, the platform told.
-    #[allow(clippy::too_many_arguments)]
-    async fn apply_decision(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-        id: i64,
-        entity: &str,
-        previous: &str,
-        status: Status,
-        decision: ReviewDecision,
-        moderator: &str,
-        reason: &str,
-        seen_version: i64,
-        override_for: std::time::Duration,
-        statement: Option<&StatementDraft>,
-    ) -> Result<ReviewOutcome> {
-        let dedup_key = format!("review:{id}");
-        let action_reason = format!("{} by {moderator}: {reason}", decision.as_str());
-        let action_id = sqlx::query_scalar!(
-            "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
-                                  snapshot, applied_version, dedup_key)
-             VALUES ($1, 'review', 'review', $2, $3, $4, $5, $6, $7)
-             RETURNING id",
-            entity,
-            action_reason,
-            previous,
-            status.as_str(),
-            serde_json::json!({ "review_item": id, "decision": decision, "moderator": moderator,
-                                "status": previous, "moderation_version": seen_version }),
-            seen_version,
-            dedup_key,
-        )
-        .fetch_one(&mut **tx)
-        .await?;
-        // An override keeps automation from flagging it again (approve) or from undoing the
-        // hide; a dismiss leaves automation free. Either way the decision replaces any timer.
-        let lasting = decision.keeps_automation_off();
-        let version = sqlx::query_scalar!(
-            "UPDATE entities SET
-                 status = $2,
-                 moderation_version = moderation_version + 1,
-                 override_status = CASE WHEN $3 THEN $2 END,
-                 override_until = CASE WHEN $3 THEN now() + $4 END,
-                 override_by = CASE WHEN $3 THEN $5 END,
-                 override_reason = CASE WHEN $3 THEN $6 END,
-                 timer_ends_at = NULL, timer_restores_to = NULL, timer_action = NULL,
-                 timer_set_by = NULL
-             WHERE entity = $1
-             RETURNING moderation_version",
-            entity,
-            status.as_str(),
-            lasting,
-            interval(override_for),
-            moderator,
-            reason,
-        )
-        .fetch_one(&mut **tx)
-        .await?;
-        sqlx::query!(
-            "UPDATE actions SET reviewed_at = now(), reviewed_by = $2, review_decision = $3,
-                    review_reason = $4, review_action = $5, review_claimed_by = NULL,
-                    review_claim_until = NULL
-             WHERE id = $1",
-            id,
-            moderator,
-            decision.as_str(),
-            reason,
-            action_id,
-        )
-        .execute(&mut **tx)
-        .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.applied', $1, $2)",
-            dedup_key,
-            serde_json::json!({
-                "action_id": action_id,
-                "entity": entity,
-                "action": "review",
-                "decision": decision,
-                "review_item": id,
-                "rule": "review",
-                "reason": action_reason,
-                "status": status,
-                "moderation_version": version,
-            }),
-        )
-        .execute(&mut **tx)
-        .await?;
-        // After the action's own webhook: the outbox delivers an entity's rows in the order
-        // they are written.
-        if let Some(draft) = statement {
-            let issued = IssuedStatement {
-                draft,
-                entity,
-                action_id: Some(action_id),
-                rule: None,
-                decided_by: DecidedBy::Review,
-                previous_status: previous,
-                status: status.as_str(),
-            };
-            issue_in(tx, issued, self.submits_statements()).await?;
-        }
-        Ok(ReviewOutcome {
-            item: id,
-            entity: entity.to_owned(),
-            decision,
-            action_id: Some(action_id),
-            status: status.as_str().to_owned(),
-            moderation_version: version,
-        })
     }
 
     /// The queue now, and its decisions over the last `window`.
@@ -398,6 +151,245 @@ impl Store {
             per_moderator: rows.into_iter().map(|r| (r.moderator, r.decided)).collect(),
         })
     }
+}
+
+impl Tx {
+    /// Locks item `id`'s row until the transaction ends and reads it, with its entity as it is
+    /// ([`StoreError::NotFound`]: no flag action has this id).
+    pub async fn lock_review_item(&mut self, id: i64) -> Result<LockedReviewItem> {
+        lock_item(&mut self.tx, id).await
+    }
+
+    /// Locks the entity of `locked`'s item too (after the item's row), and reads its status and
+    /// version into it: the version a decision checks holds until commit.
+    pub async fn lock_review_entity(&mut self, locked: &mut LockedReviewItem) -> Result<()> {
+        let entity = sqlx::query!(
+            "SELECT status, moderation_version FROM entities WHERE entity = $1 FOR UPDATE",
+            locked.item.entity,
+        )
+        .fetch_one(&mut *self.tx)
+        .await?;
+        locked.item.status = entity.status;
+        locked.item.moderation_version = entity.moderation_version;
+        Ok(())
+    }
+
+    /// `moderator` holds item `id` for `claim_for` from now.
+    pub async fn claim_review(
+        &mut self,
+        id: i64,
+        moderator: &str,
+        claim_for: std::time::Duration,
+    ) -> Result<()> {
+        sqlx::query!(
+            "UPDATE actions SET review_claimed_by = $2, review_claim_until = now() + $3
+             WHERE id = $1",
+            id,
+            moderator,
+            interval(claim_for),
+        )
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Writes `decided` on `item` (as its locked rows hold it). Approve, hide and dismiss set
+    /// the status (approve and hide with an override lasting `override_for`, so automation does
+    /// not flag it again meanwhile; dismiss without one) as an action of kind `review`, and
+    /// close the item; escalate hands it to the admins (claim released, still waiting).
+    pub async fn decide_review(
+        &mut self,
+        item: &ReviewItem,
+        decided: &ReviewDecided<'_>,
+    ) -> Result<ReviewOutcome> {
+        let ReviewDecided {
+            by,
+            decision,
+            reason,
+            ..
+        } = *decided;
+        let id = item.id;
+        let moderator = by.name.as_str();
+        let after = serde_json::json!({ "item": id, "decision": decision, "reason": reason });
+        let outcome = match decision.sets() {
+            None => {
+                sqlx::query!(
+                    "UPDATE actions SET review_escalated_at = now(), review_claimed_by = NULL,
+                            review_claim_until = NULL
+                     WHERE id = $1",
+                    id,
+                )
+                .execute(&mut *self.tx)
+                .await?;
+                let escalated = ReviewEscalated {
+                    item: id,
+                    entity: item.entity.clone(),
+                    rule: item.rule.clone(),
+                    moderator: moderator.to_owned(),
+                    reason: reason.to_owned(),
+                };
+                enqueue(&mut self.tx, &format!("review-escalated:{id}"), &escalated).await?;
+                ReviewOutcome {
+                    item: id,
+                    entity: item.entity.clone(),
+                    decision,
+                    action_id: None,
+                    status: item.status.clone(),
+                    moderation_version: item.moderation_version,
+                }
+            }
+            Some(status) => self.apply_decision(item, status, decided).await?,
+        };
+        record_decision(
+            &mut self.tx,
+            &ModeratorDecision {
+                entity: &item.entity,
+                kind: "review",
+                action_id: outcome.action_id,
+                moderator,
+                reason,
+                status: &outcome.status,
+                until: None,
+            },
+        )
+        .await?;
+        record_audit_in(
+            &mut *self.tx,
+            by,
+            &AuditEntry {
+                action: AuditAction::ReviewDecide,
+                subject: item.entity.clone(),
+                before: Some(serde_json::json!({
+                    "status": item.status, "moderation_version": item.moderation_version,
+                })),
+                after: Some(after),
+            },
+        )
+        .await?;
+        Ok(outcome)
+    }
+
+    /// The status change of an approve, hide or dismiss: the moderator's action, the entity
+    /// (an override for approve and hide), the item closed, the platform told.
+    async fn apply_decision(
+        &mut self,
+        item: &ReviewItem,
+        status: Status,
+        decided: &ReviewDecided<'_>,
+    ) -> Result<ReviewOutcome> {
+        let ReviewDecided {
+            by,
+            decision,
+            reason,
+            override_for,
+            statement,
+        } = *decided;
+        let (id, entity, previous) = (item.id, item.entity.as_str(), item.status.as_str());
+        let moderator = by.name.as_str();
+        let seen_version = item.moderation_version;
+        let dedup_key = format!("review:{id}");
+        let action_reason = format!("{} by {moderator}: {reason}", decision.as_str());
+        let action_id = sqlx::query_scalar!(
+            "INSERT INTO actions (entity, action, rule, reason, previous_status, new_status,
+                                  snapshot, applied_version, dedup_key)
+             VALUES ($1, 'review', 'review', $2, $3, $4, $5, $6, $7)
+             RETURNING id",
+            entity,
+            action_reason,
+            previous,
+            status.as_str(),
+            serde_json::json!({ "review_item": id, "decision": decision, "moderator": moderator,
+                                "status": previous, "moderation_version": seen_version }),
+            seen_version,
+            dedup_key,
+        )
+        .fetch_one(&mut *self.tx)
+        .await?;
+        // An override keeps automation from flagging it again (approve) or from undoing the
+        // hide; a dismiss leaves automation free. Either way the decision replaces any timer.
+        let lasting = decision.keeps_automation_off();
+        let version = sqlx::query_scalar!(
+            "UPDATE entities SET
+                 status = $2,
+                 moderation_version = moderation_version + 1,
+                 override_status = CASE WHEN $3 THEN $2 END,
+                 override_until = CASE WHEN $3 THEN now() + $4 END,
+                 override_by = CASE WHEN $3 THEN $5 END,
+                 override_reason = CASE WHEN $3 THEN $6 END,
+                 timer_ends_at = NULL, timer_restores_to = NULL, timer_action = NULL,
+                 timer_set_by = NULL
+             WHERE entity = $1
+             RETURNING moderation_version",
+            entity,
+            status.as_str(),
+            lasting,
+            interval(override_for),
+            moderator,
+            reason,
+        )
+        .fetch_one(&mut *self.tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE actions SET reviewed_at = now(), reviewed_by = $2, review_decision = $3,
+                    review_reason = $4, review_action = $5, review_claimed_by = NULL,
+                    review_claim_until = NULL
+             WHERE id = $1",
+            id,
+            moderator,
+            decision.as_str(),
+            reason,
+            action_id,
+        )
+        .execute(&mut *self.tx)
+        .await?;
+        let applied = ActionApplied {
+            action_id,
+            entity: entity.to_owned(),
+            action: "review".to_owned(),
+            rule: "review".to_owned(),
+            reason: action_reason,
+            status,
+            moderation_version: version,
+            by: AppliedBy::Review {
+                decision,
+                review_item: id,
+            },
+        };
+        enqueue(&mut self.tx, &dedup_key, &applied).await?;
+        // After the action's own webhook: the outbox delivers an entity's rows in the order
+        // they are written.
+        if let Some(draft) = statement {
+            let issued = IssuedStatement {
+                draft,
+                entity,
+                action_id: Some(action_id),
+                rule: None,
+                decided_by: DecidedBy::Review,
+                previous_status: previous,
+                status: status.as_str(),
+            };
+            issue_in(&mut self.tx, issued, self.submit_statements).await?;
+        }
+        Ok(ReviewOutcome {
+            item: id,
+            entity: entity.to_owned(),
+            decision,
+            action_id: Some(action_id),
+            status: status.as_str().to_owned(),
+            moderation_version: version,
+        })
+    }
+}
+
+/// A decision on a review item, to write: `by` decided `decision` for `reason`; approve and
+/// hide hold automation off for `override_for`; `statement`: a hide's statement of reasons.
+#[derive(Debug, Clone, Copy)]
+pub struct ReviewDecided<'a> {
+    pub by: &'a Actor,
+    pub decision: ReviewDecision,
+    pub reason: &'a str,
+    pub override_for: std::time::Duration,
+    pub statement: Option<&'a StatementDraft>,
 }
 
 /// A review item as its locked row holds it: what the use case's rule reads (`review.rs`)

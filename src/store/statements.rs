@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, types::Json};
 
 use super::{Result, Store};
-use crate::domain::StatementDraft;
+use crate::domain::{StatementDraft, Topic};
 
 /// Who took the decision a statement explains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,13 +123,13 @@ pub(super) async fn issue_in(
            ),
            notes AS (
                INSERT INTO outbox (topic, idempotency_key, payload, receiver)
-               SELECT 'statement.issued', 'statement:' || s.puid,
+               SELECT $10::text, 'statement:' || s.puid,
                       jsonb_build_object('statement_id', s.id, 'puid', s.puid,
                                          'entity', s.entity, 'action_id', s.action_id),
                       'platform'
                FROM issued s
                UNION ALL
-               SELECT 'statement.submitted', 'dsa:' || s.puid,
+               SELECT $11::text, 'dsa:' || s.puid,
                       jsonb_build_object('statement_id', s.id),
                       'dsa'
                FROM issued s WHERE $8
@@ -144,6 +144,8 @@ pub(super) async fn issue_in(
         Json(statement.draft.stored()) as _,
         submit,
         statement.status,
+        Topic::StatementIssued.name(),
+        Topic::StatementSubmitted.name(),
     )
     .fetch_one(&mut *connection)
     .await?;

@@ -6,8 +6,12 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 
-use super::{Result, Store, StoreError, moderation::record_decision};
-use crate::domain::{EntityId, Status, Timer};
+use super::{
+    Result, Store, StoreError,
+    moderation::{ModeratorDecision, record_decision},
+    outbox::enqueue,
+};
+use crate::domain::{ActionApplied, AppliedBy, EntityId, Status, Timer};
 
 /// A moderator's early end of a timer, as recorded: the restore action and the entity's state.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -130,37 +134,36 @@ impl Store {
         )
         .fetch_one(&mut *tx)
         .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (topic, idempotency_key, payload) VALUES ('action.applied', $1, $2)",
-            dedup_key,
-            serde_json::json!({
-                "action_id": action_id,
-                "entity": entity,
-                "action": "restore",
-                "rule": set_by,
-                "reason": format!("ended early by {moderator}: {reason}"),
-                "status": restores_to,
-                "moderation_version": version,
-            }),
-        )
-        .execute(&mut *tx)
-        .await?;
+        let status = Status::parse(&restores_to)
+            .map_err(|e| StoreError::corrupt(format!("the timer of {entity}"), e))?;
+        let applied = ActionApplied {
+            action_id,
+            entity: entity.to_string(),
+            action: "restore".to_owned(),
+            rule: set_by,
+            reason: format!("ended early by {moderator}: {reason}"),
+            status,
+            moderation_version: version,
+            by: AppliedBy::Restore {},
+        };
+        enqueue(&mut tx, &dedup_key, &applied).await?;
         record_decision(
             &mut tx,
-            entity.as_str(),
-            "timer_end",
-            Some(action_id),
-            moderator,
-            reason,
-            &restores_to,
-            None,
+            &ModeratorDecision {
+                entity: entity.as_str(),
+                kind: "timer_end",
+                action_id: Some(action_id),
+                moderator,
+                reason,
+                status: &restores_to,
+                until: None,
+            },
         )
         .await?;
         tx.commit().await?;
         Ok(EndedTimer {
             action_id,
-            status: Status::parse(&restores_to)
-                .map_err(|e| StoreError::corrupt(format!("the timer of {entity}"), e))?,
+            status,
             moderation_version: version,
             was_to_end_at: ends_at,
         })

@@ -426,3 +426,64 @@ async fn an_entitys_webhooks_arrive_in_the_order_they_were_written_through_retri
         "each entity's webhooks in the order written"
     );
 }
+
+/// A rules' `action.applied` carries the action as its row holds it: the fields Rust builds and
+/// binds to the fenced statement, and those the database gives there (the action's id, its end),
+/// and nothing else.
+#[tokio::test]
+async fn a_rules_action_applied_carries_the_action_as_its_row_holds_it() {
+    let app = spawn_app(
+        TestOptions::idle().with(|s| s.schedule.debounce_window = Duration::from_millis(10)),
+    )
+    .await;
+    hide(&app, "post:fields").await;
+    let (payload, action): (Value, Value) = sqlx::query_as(
+        "SELECT o.payload, to_jsonb(a) FROM outbox o
+         JOIN actions a ON a.dedup_key = o.idempotency_key
+         WHERE o.topic = 'action.applied' AND o.payload->>'entity' = 'post:fields'",
+    )
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    let keys: Vec<&str> = payload
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut keys = keys;
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "action",
+            "action_id",
+            "ends_at",
+            "entity",
+            "moderation_version",
+            "reason",
+            "rule",
+            "rules_version",
+            "status"
+        ],
+        "{payload}"
+    );
+    assert_eq!(payload["action_id"], action["id"], "{payload} {action}");
+    for field in [
+        "entity",
+        "action",
+        "rule",
+        "reason",
+        "ends_at",
+        "rules_version",
+    ] {
+        assert_eq!(payload[field], action[field], "{field}: {payload} {action}");
+    }
+    assert_eq!(payload["status"], action["new_status"]);
+    assert_eq!(payload["status"], "hidden");
+    assert_eq!(
+        payload["moderation_version"],
+        action["applied_version"].as_i64().unwrap() + 1
+    );
+    assert!(payload["rules_version"].is_i64(), "{payload}");
+}
