@@ -84,11 +84,11 @@ impl From<ReversalError> for AppealError {
 
 /// The statement an appeal of action `id` contests.
 pub async fn statement_of_action(store: &Store, id: i64) -> Result<StatementRecord, AppealError> {
-    if let Some(statement) = store.statement_of_action(id).await? {
+    if let Some(statement) = store.statements().statement_of_action(id).await? {
         return Ok(statement);
     }
     // Tell an action that restricts nothing from one that does not exist.
-    match store.action(id).await? {
+    match store.console().action(id).await? {
         Some(_) => Err(AppealError::NothingToAppeal(id)),
         None => Err(StoreError::NotFound(format!("no action {id}")).into()),
     }
@@ -140,7 +140,7 @@ pub async fn submit(
     };
     tx.audit(by, &entry).await?;
     tx.commit().await?;
-    Ok(store.existing_appeal(id).await?)
+    Ok(store.appeals().existing_appeal(id).await?)
 }
 
 /// `moderator` claims appeal `id` for `claim_for` (again: extends their own claim).
@@ -155,7 +155,7 @@ pub async fn claim(
     may_take(&locked, moderator)?;
     tx.claim_appeal(id, moderator, claim_for).await?;
     tx.commit().await?;
-    Ok(store.existing_appeal(id).await?)
+    Ok(store.appeals().existing_appeal(id).await?)
 }
 
 /// An appeal is claimed or decided while it is open, by anyone whose claim it is not taken
@@ -196,7 +196,7 @@ pub async fn decide(
     decision: AppealDecision,
     reason: &str,
 ) -> Result<AppealRecord, AppealError> {
-    let appeal = desk.store.existing_appeal(id).await?;
+    let appeal = desk.store.appeals().existing_appeal(id).await?;
     // Refused early on the appeal as read now; each way of deciding asks again on its locked
     // row, in the transaction that decides it.
     may_take(
@@ -251,6 +251,7 @@ pub async fn decide(
             let rules = desk.demoter.rules.as_ref().map(|rules| rules.current());
             let reversal = desk
                 .store
+                .partitions()
                 .retry_at_turnover(|| async {
                     let mut tx = desk.store.begin().await?;
                     may_take(&tx.lock_appeal(id).await?, &by.name)?;
@@ -294,5 +295,5 @@ pub async fn decide(
         .unwrap_or_else(|| "moderator".to_owned());
     metrics::counter!(names::APPEALS_DECIDED, "outcome" => decision.as_str(), "rule" => rule)
         .increment(1);
-    Ok(desk.store.existing_appeal(id).await?)
+    Ok(desk.store.appeals().existing_appeal(id).await?)
 }

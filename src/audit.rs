@@ -105,7 +105,7 @@ pub fn rules_reloaded(before: (usize, Option<i64>), after: (usize, Option<i64>))
 /// Records a decision that took effect. A failure is logged and counted, not returned: the
 /// decision stands, and the caller has already told the user so.
 pub async fn record(store: &Store, actor: &Actor, entry: AuditEntry) {
-    if let Err(error) = store.record_audit(actor, &entry).await {
+    if let Err(error) = store.audit().record_audit(actor, &entry).await {
         metrics::counter!(names::AUDIT_FAILURES).increment(1);
         tracing::error!(
             error = %Chain(&error),

@@ -95,6 +95,7 @@ pub async fn reverse(
 ) -> Result<Reversal, ReversalError> {
     let rules = demoter.rules.as_ref().map(|rules| rules.current());
     let reversal = store
+        .partitions()
         .retry_at_turnover(|| async {
             let mut tx = store.begin().await?;
             let reversal = reverse_in(&mut tx, rules.as_deref(), &request).await?;
@@ -260,7 +261,7 @@ pub async fn end_timer(
     by: &Actor,
     reason: &str,
 ) -> Result<EndedTimer, StoreError> {
-    let ended = store.end_timer(entity, &by.name, reason).await?;
+    let ended = store.timers().end_timer(entity, &by.name, reason).await?;
     let entry = AuditEntry {
         action: AuditAction::TimerEnd,
         subject: entity.to_string(),
@@ -275,7 +276,7 @@ pub async fn end_timer(
     audit::record(store, by, entry).await;
     // A timer the ended one had displaced is in force again: its end is scheduled (the sweep
     // finds it otherwise).
-    match store.timer_of(entity).await {
+    match store.timers().timer_of(entity).await {
         Ok(Some(timer)) => {
             let entry = [(entity.clone(), timer.ends_at.timestamp_millis() + 1)];
             if let Err(error) = queue.schedule_at(&entry, true).await {

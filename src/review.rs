@@ -82,7 +82,7 @@ pub async fn claim(
     may_claim(&locked, &by.name, is_admin(by))?;
     tx.claim_review(id, &by.name, claim_for).await?;
     tx.commit().await?;
-    Ok(store.existing_review_item(id).await?)
+    Ok(store.review().existing_review_item(id).await?)
 }
 
 /// A moderator's decision on a review item, as they ask it: `by` decides item `id` on the

@@ -1,7 +1,8 @@
 //! The house's rules, read from the source: no import cycle among the modules of `src/`, none
 //! among the files of one module folder, the lower layers never reach up to the use cases, the
 //! HTTP layer, the wiring or the workers, the use cases never reach up to the edges, the
-//! console never imports the HTTP layer, the store never drives Redis, and the settings never
+//! console never imports the HTTP layer, the store never drives Redis (and offers handles, not
+//! statements, `the_store_offers_handles_not_statements`), and the settings never
 //! import the queue. References are every `crate::`, `super::` and `self::` path in
 //! the code (`use` trees included), resolved to the file that defines the module they name.
 //! And the map, docs/architecture.md, is kept true: its modules table names every file under
@@ -928,4 +929,70 @@ fn the_topic_and_result_checks_catch_what_they_are_for() {
     );
     let code = "fn a() -> Result<Result<(), R>> {}\nfn b() -> Result<std::result::Result<T, R>>\nfn c() -> Result<Option<T>>";
     assert_eq!(nested_results(code).len(), 2);
+}
+
+/// What `Store` itself may offer: the connection's own (the pool, its fence, the replica, a
+/// transaction) and one handle per file of statements. A statement is a method of its file's
+/// handle (`store.appeals().list(..)`), never of the store, so the store does not grow back
+/// into a facade of every statement.
+const STORE_OWN: [&str; 10] = [
+    "new",
+    "submitting_statements",
+    "with_partitions",
+    "with_replica",
+    "pool",
+    "replica",
+    "writable",
+    "primary_refused_since",
+    "notice",
+    "begin",
+];
+
+#[test]
+fn the_store_offers_handles_not_statements() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    files_under(&store, &mut files);
+    let mut errors = Vec::new();
+    let mut handles = BTreeSet::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let text = code(file);
+        if name != "mod.rs" && text.contains("impl Store {") {
+            errors.push(format!(
+                "src/store/{name}: an `impl Store` block (its statements belong to its handle)"
+            ));
+        }
+        if text.contains("<'a> {\n    pub(super) store: &'a Store,") {
+            handles.insert(name.trim_end_matches(".rs").to_owned());
+        }
+    }
+    let module = code(&store.join("mod.rs"));
+    let mut offered = Vec::new();
+    let mut in_store = false;
+    for line in module.lines() {
+        if line == "impl Store {" {
+            in_store = true;
+        } else if line == "}" {
+            in_store = false;
+        } else if in_store
+            && let Some(rest) = line
+                .strip_prefix("    pub fn ")
+                .or_else(|| line.strip_prefix("    pub async fn "))
+        {
+            offered.push(rest.split(['(', '<']).next().unwrap().to_owned());
+        }
+    }
+    for method in &offered {
+        if !STORE_OWN.contains(&method.as_str()) && !handles.contains(method) {
+            errors.push(format!(
+                "Store::{method} is neither the connection's nor a handle: a statement goes in its file's handle"
+            ));
+        }
+    }
+    assert!(handles.len() >= 20, "handles found: {handles:?}");
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }

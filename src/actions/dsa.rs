@@ -201,6 +201,7 @@ impl DsaSubmitter {
         let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
         let rows = self
             .store
+            .outbox()
             .claim_deliveries("dsa", DSA_BATCH, claim_for)
             .timed_query("claim_deliveries")
             .await?;
@@ -264,6 +265,7 @@ impl DsaSubmitter {
         match outcome {
             ItemOutcome::Stored => {
                 self.store
+                    .outbox()
                     .mark_delivered(row.id, status.unwrap_or(200))
                     .await?;
                 metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "delivered").increment(1);
@@ -271,6 +273,7 @@ impl DsaSubmitter {
             ItemOutcome::Refused(errors) => {
                 tracing::error!(id = row.id, %errors, "the Transparency Database refused a statement");
                 self.store
+                    .outbox()
                     .fail_delivery(row.id, status.unwrap_or(422), &errors)
                     .await?;
                 metrics::counter!(names::DSA_SUBMISSIONS, "outcome" => "refused").increment(1);
@@ -279,6 +282,7 @@ impl DsaSubmitter {
                 let delay = wait.unwrap_or_else(|| self.backoff(row.attempts));
                 let gave_up = self
                     .store
+                    .outbox()
                     .reschedule_delivery(row.id, status, &error, delay, self.settings.horizon)
                     .await?;
                 let outcome = if gave_up { "gave_up" } else { "retried" };

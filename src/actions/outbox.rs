@@ -95,6 +95,7 @@ impl Dispatcher {
         let claim_for = self.settings.timeout * 2 + Duration::from_secs(1);
         let rows = self
             .store
+            .outbox()
             .claim_deliveries("platform", self.settings.batch, claim_for)
             .timed_query("claim_deliveries")
             .await?;
@@ -110,7 +111,7 @@ impl Dispatcher {
         for (row, attempt) in rows.iter().zip(attempts) {
             match attempt {
                 Attempt::Delivered(status) => {
-                    self.store.mark_delivered(row.id, status).await?;
+                    self.store.outbox().mark_delivered(row.id, status).await?;
                     metrics::counter!(names::DELIVERIES, "outcome" => "delivered").increment(1);
                     round.delivered += 1;
                 }
@@ -122,6 +123,7 @@ impl Dispatcher {
                     let delay = retry_after.unwrap_or_else(|| self.backoff(row.attempts));
                     let gave_up = self
                         .store
+                        .outbox()
                         .reschedule_delivery(row.id, status, &error, delay, self.settings.horizon)
                         .await?;
                     if gave_up {

@@ -66,7 +66,7 @@ impl RuleDemoter {
     /// The version that turned `rule` to shadow, if this check published one.
     pub async fn check(&self, store: &Store, rule: &str) -> Result<Option<i64>, ActiveRulesError> {
         for _ in 0..ATTEMPTS {
-            let Some(active) = store.active_rules().await? else {
+            let Some(active) = store.rules_versions().active_rules().await? else {
                 return Ok(None);
             };
             let over = active.marker.version;
@@ -81,6 +81,7 @@ impl RuleDemoter {
             let since = Utc::now()
                 - chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX);
             let figures = store
+                .guard()
                 .rule_figures(rule, since, i64::from(self.actions), GUARD_AUTHOR)
                 .await?;
             if !self.trips(figures) {
@@ -161,7 +162,7 @@ impl RuleDemoter {
             payload,
         };
         let actor = Actor::named(GUARD_AUTHOR, None);
-        let Some(version) = store.demote_rule(&actor, demotion).await? else {
+        let Some(version) = store.guard().demote_rule(&actor, demotion).await? else {
             return Ok(None);
         };
         metrics::counter!(names::GUARD_DEMOTIONS, "rule" => rule.to_owned()).increment(1);

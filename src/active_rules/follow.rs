@@ -41,7 +41,7 @@ pub async fn follow(store: Store, rules: Arc<Rules>, poll: Duration, shutdown: C
 }
 
 async fn listen(store: &Store) -> Option<PgListener> {
-    match store.listen_for_rules().await {
+    match store.rules_versions().listen_for_rules().await {
         Ok(listener) => Some(listener),
         Err(error) => {
             tracing::warn!(error = %Chain(&error), "cannot listen for rules versions; checking on the poll");

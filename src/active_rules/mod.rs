@@ -126,6 +126,7 @@ pub async fn start(store: &Store, rules: &Rules) -> Result<Option<Synced>, Activ
         backtest: None,
     };
     if store
+        .rules_versions()
         .seed_rules(&Actor::named("quiesce", None), seed)
         .await?
     {
@@ -137,7 +138,7 @@ pub async fn start(store: &Store, rules: &Rules) -> Result<Option<Synced>, Activ
 /// Puts the active version in force here if it is not already (one read when it is);
 /// `None` while no version is stored.
 pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, ActiveRulesError> {
-    let Some(marker) = store.active_rules_marker().await? else {
+    let Some(marker) = store.rules_versions().active_rules_marker().await? else {
         return Ok(None);
     };
     if rules.activation() == Some(marker.activation) {
@@ -147,7 +148,7 @@ pub async fn sync(store: &Store, rules: &Rules) -> Result<Option<Synced>, Active
             changed: false,
         }));
     }
-    let Some(active) = store.active_rules().await? else {
+    let Some(active) = store.rules_versions().active_rules().await? else {
         return Ok(None);
     };
     let version = active.marker.version;
@@ -189,6 +190,7 @@ pub async fn publish(
     }
     RuleSet::from_toml(text)?;
     let version = store
+        .rules_versions()
         .publish_rules(
             actor,
             NewRulesVersion {
@@ -216,11 +218,15 @@ pub async fn rollback(
 ) -> Result<(), ActiveRulesError> {
     check_message(message)?;
     let stored = store
+        .rules_versions()
         .rules_version(version)
         .await?
         .ok_or_else(|| StoreError::NotFound(format!("there is no rules version {version}")))?;
     stored_rules(version, &stored.text)?;
-    store.activate_rules(actor, version, message).await?;
+    store
+        .rules_versions()
+        .activate_rules(actor, version, message)
+        .await?;
     if let Some(rules) = rules {
         sync(store, rules).await?;
     }

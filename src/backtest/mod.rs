@@ -125,13 +125,18 @@ pub async fn run_many(
 ) -> Result<Vec<Report>, BacktestError> {
     let _running = semaphore.0.try_acquire().map_err(|_| BacktestError::Busy)?;
     let started = Instant::now();
-    let until = store.now().await?;
+    let until = store.backtest().now().await?;
     let window = chrono::Duration::from_std(options.window.min(MAX_WINDOW))
         .expect("a window of at most 90 days");
     let since = until - window;
     let fetch = |cursor: ReplayCursor| {
         let store = store.clone();
-        async move { store.replay_page(since, until, &cursor, PAGE).await }
+        async move {
+            store
+                .backtest()
+                .replay_page(since, until, &cursor, PAGE)
+                .await
+        }
     };
     let mut replayer = Replayer {
         candidates: candidates

@@ -60,7 +60,7 @@ pub(super) async fn run(args: AuditArgs) -> anyhow::Result<()> {
     }
     let mut printed = 0;
     'pages: loop {
-        let page = store.audit_page(&filter).await?;
+        let page = store.audit().audit_page(&filter).await?;
         for entry in &page {
             if printed == args.limit {
                 break 'pages;

@@ -54,7 +54,7 @@ pub(super) async fn run(command: DeadLettersCommand) -> anyhow::Result<()> {
     let store = connect_postgres(&settings).await?;
     match command {
         DeadLettersCommand::List { limit, .. } => {
-            let page = store.dead_letters(None, limit).await?;
+            let page = store.dead_letters().page(None, limit).await?;
             if page.entries.is_empty() {
                 println!("no dead letters");
             }

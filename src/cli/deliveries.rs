@@ -43,7 +43,7 @@ pub(super) async fn run(command: DeliveriesCommand) -> anyhow::Result<()> {
     let store = connect_postgres(&settings).await?;
     match command {
         DeliveriesCommand::Failed { limit, .. } => {
-            let failed = store.failed_deliveries(limit).await?;
+            let failed = store.outbox().failed_deliveries(limit).await?;
             if failed.is_empty() {
                 println!("no failed deliveries");
             }
@@ -60,7 +60,10 @@ pub(super) async fn run(command: DeliveriesCommand) -> anyhow::Result<()> {
         }
         DeliveriesCommand::Redrive { id, all, .. } => {
             let ids = (!all).then_some(id.as_slice());
-            println!("redriven: {}", store.redrive_deliveries(ids).await?);
+            println!(
+                "redriven: {}",
+                store.outbox().redrive_deliveries(ids).await?
+            );
         }
     }
     Ok(())

@@ -57,7 +57,7 @@ pub(super) async fn run(command: StatementsCommand) -> anyhow::Result<()> {
         limit: PAGE,
     };
     loop {
-        let page = store.statements(&filter).await?;
+        let page = store.statements().list(&filter).await?;
         for statement in &page {
             println!("{}", serde_json::to_string(statement)?);
         }

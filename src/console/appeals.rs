@@ -136,7 +136,7 @@ async fn done_notice(state: &ConsoleState, done: Option<&str>) -> Result<Markup,
     let Some(id) = done.and_then(|raw| raw.parse::<i64>().ok()) else {
         return Ok(layout::done_notice(None));
     };
-    let message = state.app.store.appeal(id).await?.and_then(|a| {
+    let message = state.app.store.appeals().appeal(id).await?.and_then(|a| {
         Some(match a.outcome.as_deref()? {
             "upheld" => format!(
                 "Appeal #{id} upheld: the decision on {} is reversed, and the platform is told.",
@@ -171,7 +171,12 @@ pub async fn list(
     signed_in: SignedInSession,
     PageQuery(ListQuery { after, done }): PageQuery<ListQuery>,
 ) -> Result<Markup, PageError> {
-    let mut appeals = state.app.store.appeals(Some(true), after, PAGE + 1).await?;
+    let mut appeals = state
+        .app
+        .store
+        .appeals()
+        .list(Some(true), after, PAGE + 1)
+        .await?;
     let more = appeals.len() as i64 > PAGE;
     appeals.truncate(PAGE as usize);
     let next = more.then(|| appeals.last().map(|a| a.id)).flatten();
@@ -244,12 +249,13 @@ pub async fn appeal(
     let draft = carried.draft();
     let store = &state.app.store;
     let appeal = store
+        .appeals()
         .appeal(id)
         .await?
         .ok_or_else(|| PageError::not_found(format!("There is no appeal {id}.")))?;
-    let statement = store.statement(appeal.statement_id).await?;
+    let statement = store.statements().statement(appeal.statement_id).await?;
     let now = match EntityId::parse(&appeal.entity) {
-        Ok(entity) => store.entity(&entity).await?.map(|e| e.status),
+        Ok(entity) => store.read().entity(&entity).await?.map(|e| e.status),
         Err(_) => None,
     };
     let title = format!("Appeal #{id}");

@@ -54,7 +54,7 @@ pub async fn page(
         limit: PAGE,
         ..Default::default()
     };
-    let entries = state.app.store.audit_page(&filter).await?;
+    let entries = state.app.store.audit().audit_page(&filter).await?;
     let next = (entries.len() as i64 == PAGE)
         .then(|| entries.last().map(|e| e.id))
         .flatten()

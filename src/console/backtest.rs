@@ -195,6 +195,7 @@ pub async fn run(
             state
                 .app
                 .store
+                .read()
                 .rule_hits(window)
                 .await?
                 .get(name)

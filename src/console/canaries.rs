@@ -39,6 +39,7 @@ pub async fn canary_rows(
     }
     // One read for every canary: each takes the entities of its kinds.
     let evaluated: Vec<(EntityId, i64)> = store
+        .read()
         .evaluations_per_entity(window)
         .await?
         .into_iter()

@@ -177,8 +177,9 @@ pub async fn page(
 ) -> Result<Markup, PageError> {
     let minutes = query.minutes;
     let store = &state.app.store;
-    let labels = store.labels_of(&entity).await?;
+    let labels = store.read().labels_of(&entity).await?;
     let record = store
+        .read()
         .entity_with(&entity, true, &Windows::ALL)
         .await?
         .ok_or_else(|| {
@@ -192,13 +193,13 @@ pub async fn page(
         ..Default::default()
     };
     let (per_minute, evaluations, actions, decisions, events, mut statements, appeals) = tokio::try_join!(
-        store.entity_minutes(&entity, from),
-        store.entity_evaluations(&entity, None, HISTORY),
-        store.entity_actions(&entity, HISTORY),
-        store.entity_decisions(&entity, HISTORY),
-        store.entity_events(&entity, HISTORY),
-        store.statements(&statement_filter),
-        store.appeals_of_entity(entity.as_str()),
+        store.console().entity_minutes(&entity, from),
+        store.read().entity_evaluations(&entity, None, HISTORY),
+        store.console().entity_actions(&entity, HISTORY),
+        store.console().entity_decisions(&entity, HISTORY),
+        store.console().entity_events(&entity, HISTORY),
+        store.statements().list(&statement_filter),
+        store.appeals().appeals_of_entity(entity.as_str()),
     )?;
     // Newest first, as the page's other lists.
     statements.reverse();
@@ -210,7 +211,7 @@ pub async fn page(
         .as_deref()
         .and_then(|a| EntityId::parse(a).ok())
     {
-        Some(author) => store.entity(&author).await?.map(|r| (author, r)),
+        Some(author) => store.read().entity(&author).await?.map(|r| (author, r)),
         None => None,
     };
     // The schedule is Redis': without it the page still shows what Postgres knows.

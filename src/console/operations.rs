@@ -99,8 +99,8 @@ pub async fn page(
     let app = &state.app;
     let (depths, draining) = tokio::join!(app.queue.depths(), app.queue.draining_depths());
     let (pace, backlog, dead) = tokio::try_join!(
-        app.store.evaluation_pace(),
-        app.store.outbox_backlog(),
+        app.store.console().evaluation_pace(),
+        app.store.outbox().outbox_backlog(),
         dead_letters::list(&app.store, after, PAGE),
     )?;
     let figure = |label: &str, id: &str, value: String| {
@@ -217,6 +217,7 @@ async fn last_redrive(
     let latest = state
         .app
         .store
+        .audit()
         .audit_page(&AuditFilter {
             actor: Some(signed_in.user.name.clone()),
             action: Some(AuditAction::Redrive.as_str().to_owned()),

@@ -78,11 +78,11 @@ pub async fn page(
     let store = &state.app.store;
     let rules = state.app.rules.current();
     let ((total, by_rule), days, hits, canaries, queue) = tokio::try_join!(
-        store.reversal_counts(window),
-        store.daily_reversals(window),
-        store.rule_hits(window),
+        store.read().reversal_counts(window),
+        store.console().daily_reversals(window),
+        store.read().rule_hits(window),
         canaries::canary_rows(store, &rules, window),
-        store.review_figures(window),
+        store.review().review_figures(window),
     )?;
     let reversals: BTreeMap<String, ReversalCounts> = by_rule.iter().cloned().collect();
     let mut rows: BTreeMap<String, RuleRow> = BTreeMap::new();

@@ -214,7 +214,7 @@ pub async fn list(
     PageQuery(query): PageQuery<ReviewQuery>,
 ) -> Result<Markup, PageError> {
     let (filters, filter) = read_filters(query);
-    let mut actions = state.app.store.actions(&filter).await?;
+    let mut actions = state.app.store.read().actions(&filter).await?;
     let more = actions.len() as i64 > PAGE;
     actions.truncate(PAGE as usize);
     let older = more.then(|| actions.last().map(|a| a.id)).flatten();
@@ -256,6 +256,7 @@ pub async fn action(
     let action = state
         .app
         .store
+        .console()
         .action(id)
         .await?
         .ok_or_else(|| PageError::not_found(format!("There is no action {id}.")))?;
@@ -265,6 +266,7 @@ pub async fn action(
     let now = state
         .app
         .store
+        .read()
         .entity_with(&entity, true, &Windows::ALL)
         .await?;
     // Only what the action itself shows: `?done=reversed` on a standing action says nothing.

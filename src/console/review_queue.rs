@@ -237,7 +237,7 @@ pub async fn list(
     PageQuery(query): PageQuery<QueueQuery>,
 ) -> Result<Markup, PageError> {
     let (filters, filter) = read_filters(query, &signed_in)?;
-    let mut items = state.app.store.review_items(&filter).await?;
+    let mut items = state.app.store.review().review_items(&filter).await?;
     let more = items.len() as i64 > PAGE;
     items.truncate(PAGE as usize);
     let next = more.then(|| items.last().map(|i| i.id)).flatten();
@@ -281,6 +281,7 @@ pub async fn item(
     let item = state
         .app
         .store
+        .review()
         .review_item(id)
         .await?
         .ok_or_else(|| PageError::not_found(format!("There is no review item {id}.")))?;
@@ -364,7 +365,7 @@ pub async fn claim_next(
         ..Default::default()
     };
     // Another moderator may take one between the read and the claim: try the next.
-    for item in state.app.store.review_items(&filter).await? {
+    for item in state.app.store.review().review_items(&filter).await? {
         match review::claim(&state.app.store, item.id, &actor, state.app.review_claim).await {
             Ok(_) => {
                 return Ok(Redirect::to(&format!("/console/queue/{}", item.id)).into_response());

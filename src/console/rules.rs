@@ -143,7 +143,12 @@ pub async fn versions(
     signed_in: SignedInSession,
     PageQuery(VersionsQuery { before, published }): PageQuery<VersionsQuery>,
 ) -> Result<Markup, PageError> {
-    let versions = state.app.store.rules_versions_page(before, PAGE).await?;
+    let versions = state
+        .app
+        .store
+        .rules_versions()
+        .rules_versions_page(before, PAGE)
+        .await?;
     let next = (versions.len() as i64 == PAGE)
         .then(|| versions.last().map(|v| v.version))
         .flatten();

@@ -36,7 +36,7 @@ pub async fn list(
     after: Option<DeadLetterKey>,
     limit: usize,
 ) -> std::result::Result<DeadLetterRows, StoreError> {
-    store.dead_letters(after, limit).await
+    store.dead_letters().page(after, limit).await
 }
 
 /// Redrives one entity: marks its dead letter redriven by `by` and makes it due in Redis with
@@ -45,7 +45,7 @@ pub async fn list(
 /// false if neither does. A redrive is recorded in the audit trail.
 #[tracing::instrument(skip_all, fields(%entity, by = %by.name))]
 pub async fn redrive(store: &Store, queue: &Queue, entity: &EntityId, by: &Actor) -> Result<bool> {
-    let marked = store.mark_redriven(entity, &by.name).await?;
+    let marked = store.dead_letters().mark_redriven(entity, &by.name).await?;
     if !marked.value && !queue.is_dead_lettered(entity).await? {
         return Ok(false);
     }
@@ -73,7 +73,10 @@ pub async fn redrive_all(
     let mut redriven = 0;
     let outcome = async {
         loop {
-            let page = store.mark_page_redriven(reason, &by.name, PAGE).await?;
+            let page = store
+                .dead_letters()
+                .mark_page_redriven(reason, &by.name, PAGE)
+                .await?;
             let count = page.value.marked;
             if count == 0 {
                 return Ok(());

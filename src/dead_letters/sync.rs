@@ -66,7 +66,7 @@ pub async fn sync(store: &Store, queue: &Queue, shards: ShardWalk) -> Result<Dea
         while let Some(at) = cursor {
             let page = queue.dead_letters_before(at, PAGE, end).await?;
             for dead in &page.entries {
-                if store.record_dead_letter(dead).await? {
+                if store.dead_letters().record_dead_letter(dead).await? {
                     report.recorded += 1;
                 }
             }
@@ -78,7 +78,10 @@ pub async fn sync(store: &Store, queue: &Queue, shards: ShardWalk) -> Result<Dea
     loop {
         // Locked for share while Redis is written: a redrive of one of these waits, so it
         // cannot be undone by this restore.
-        let page = store.lock_live_dead_letters(after, PAGE).await?;
+        let page = store
+            .dead_letters()
+            .lock_live_dead_letters(after, PAGE)
+            .await?;
         let (dead, next) = &page.value;
         if !dead.is_empty() {
             report.restored += queue.restore_dead_letters(dead).await?;
@@ -91,7 +94,7 @@ pub async fn sync(store: &Store, queue: &Queue, shards: ShardWalk) -> Result<Dea
         }
     }
 
-    store.forget_ended_failures().await?;
+    store.dead_letters().forget_ended_failures().await?;
     Ok(report)
 }
 
@@ -121,12 +124,15 @@ pub async fn move_draining(store: &Store, queue: &Queue) -> Result<MovedDeadLett
             return Ok(report);
         }
         for dead in &found {
-            if store.record_dead_letter(dead).await? {
+            if store.dead_letters().record_dead_letter(dead).await? {
                 report.recorded += 1;
             }
         }
         let entities: Vec<&str> = found.iter().map(|d| d.entity.as_str()).collect();
-        let live = store.lock_live_dead_letters_of(&entities).await?;
+        let live = store
+            .dead_letters()
+            .lock_live_dead_letters_of(&entities)
+            .await?;
         let live_letters: Vec<&DeadLetter> = live.value.iter().collect();
         report.moved += queue.restore_in_current_layout(&live_letters).await?;
         let read: Vec<(EntityId, i64)> = found

@@ -61,7 +61,7 @@ impl EvaluationBatches {
         let (writer, name) = (store.clone(), Arc::clone(&worker));
         let completions = Coalescer::start(batching("completion"), move |requests| {
             let (store, worker) = (writer.clone(), Arc::clone(&name));
-            async move { store.complete_many(&worker, &requests).await }
+            async move { store.batched().complete_many(&worker, &requests).await }
         });
         Self {
             snapshots,
@@ -91,13 +91,14 @@ impl EvaluationBatches {
             .unwrap_or_else(|| Err(StoreError::Interrupted))
     }
 
-    /// Records the evaluation and applies its action, if any, as [`Store::complete_evaluation`]
+    /// Records the evaluation and applies its action, if any, as [`Evaluations::complete_evaluation`]
     /// does, sharing its statement with concurrent evaluations. An action on an entity with an
     /// author is completed on its own: the author's derived signal needs a transaction.
     pub async fn complete(&self, evaluation: FencedEvaluation) -> Result<Completion> {
         if evaluation.decision.is_some() && evaluation.snapshot.author.is_some() {
             return self
                 .store
+                .evaluations()
                 .complete_evaluation(&self.worker, &evaluation)
                 .timed_query("complete_evaluation")
                 .await;
@@ -135,7 +136,11 @@ async fn read_snapshots(
         .map(|(request, _)| request.entity.as_str())
         .collect();
     if !past.is_empty()
-        && let Err(error) = store.fold(&past, FOLD_AT_LEAST).timed_query("fold").await
+        && let Err(error) = store
+            .fold()
+            .entities(&past, FOLD_AT_LEAST)
+            .timed_query("fold")
+            .await
     {
         tracing::warn!(error = %crate::telemetry::Chain(&error), entities = past.len(), "fold failed; the snapshots count the events unfolded");
     }
@@ -159,6 +164,7 @@ async fn read_groups(store: &Store, requests: &[SnapshotRequest]) -> Vec<Result<
             .map(|&i| requests[i].entity.as_str())
             .collect();
         let read = store
+            .batched()
             .snapshots_each(&ids, with_actors, windows, attributes)
             .await;
         for (&i, answer) in members.iter().zip(read) {

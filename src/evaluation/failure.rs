@@ -137,6 +137,7 @@ impl Evaluator {
         let entity = claim.entity.to_string();
         let floor = match self
             .store
+            .dead_letters()
             .failure_floors(std::slice::from_ref(&entity))
             .await
         {
@@ -155,13 +156,19 @@ impl Evaluator {
             Ok(Failed::DeadLettered(dead)) => {
                 let reason = if fatal { "fatal" } else { "attempts_exhausted" };
                 metrics::counter!(names::DEAD_LETTERED, "reason" => reason).increment(1);
-                if let Err(store_error) = self.store.record_dead_letter(&dead).await {
+                if let Err(store_error) = self.store.dead_letters().record_dead_letter(&dead).await
+                {
                     tracing::warn!(error = %Chain(&store_error), "could not record the dead letter in Postgres; the repair sweep copies it from Redis");
                 }
                 Outcome::DeadLettered(error)
             }
             Ok(Failed::Retried(record)) => {
-                if let Err(store_error) = self.store.record_failure(&entity, &record).await {
+                if let Err(store_error) = self
+                    .store
+                    .dead_letters()
+                    .record_failure(&entity, &record)
+                    .await
+                {
                     tracing::warn!(error = %Chain(&store_error), "could not record the failed attempt in Postgres; Redis still counts it");
                 }
                 Outcome::Failed(error)

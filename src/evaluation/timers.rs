@@ -77,7 +77,7 @@ impl Evaluator {
         tracing::info!(action = "restore", "a timed action ended: restored");
         // The restore may have put a timer it displaced back in force: its end is due in
         // Redis too (the sweep finds it otherwise).
-        match self.store.timer_of(&claim.entity).await {
+        match self.store.timers().timer_of(&claim.entity).await {
             Ok(Some(displaced)) => {
                 let entry = [(
                     claim.entity.clone(),

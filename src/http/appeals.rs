@@ -111,7 +111,12 @@ pub async fn list_statements(
         after: query.cursor,
         limit: query.limit.unwrap_or(DEFAULT_LIMIT),
     };
-    let statements = state.store.statements(&filter).await.map_err(store_error)?;
+    let statements = state
+        .store
+        .statements()
+        .list(&filter)
+        .await
+        .map_err(store_error)?;
     let next_cursor = (statements.len() as i64 == filter.limit)
         .then(|| statements.last().map(|s| s.id.to_string()))
         .flatten();
@@ -219,6 +224,7 @@ pub async fn appeal_statement(
 ) -> Result<(StatusCode, Json<AppealRecord>), ApiError> {
     let statement = state
         .store
+        .statements()
         .statement(id)
         .await
         .map_err(store_error)?
@@ -291,7 +297,8 @@ pub async fn list_appeals(
     let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let appeals = state
         .store
-        .appeals(Some(query.open.unwrap_or(true)), query.cursor, limit)
+        .appeals()
+        .list(Some(query.open.unwrap_or(true)), query.cursor, limit)
         .await
         .map_err(store_error)?;
     let next_cursor = (appeals.len() as i64 == limit)

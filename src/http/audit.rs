@@ -108,7 +108,12 @@ pub async fn list(
         before: query.cursor,
         limit: query.limit.unwrap_or(DEFAULT_LIMIT),
     };
-    let entries = state.store.audit_page(&filter).await.map_err(store_error)?;
+    let entries = state
+        .store
+        .audit()
+        .audit_page(&filter)
+        .await
+        .map_err(store_error)?;
     let next_cursor = (entries.len() as i64 == filter.limit)
         .then(|| entries.last().map(|e| e.id.to_string()))
         .flatten();

@@ -117,6 +117,7 @@ pub async fn put_attributes(
     let by = caller.map_or_else(|| "default".to_owned(), |Extension(c)| c.client);
     let set_at = state
         .store
+        .context()
         .set_context(&entity, &attributes, &by)
         .await
         .map_err(store_error)?;

@@ -179,6 +179,7 @@ pub async fn list_evaluations(
     let before = query.cursor;
     let records = state
         .store
+        .read()
         .entity_evaluations(&entity, before, limit)
         .await
         .map_err(store_error)?;
@@ -186,6 +187,7 @@ pub async fn list_evaluations(
     if records.is_empty() {
         let known = state
             .store
+            .read()
             .count_known_entities(&[entity.as_str().to_owned()])
             .await
             .map_err(store_error)?;

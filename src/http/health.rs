@@ -147,12 +147,18 @@ pub(super) async fn render_metrics(
 /// The gauges read from Postgres at scrape time, asked at once, each within `wait`.
 async fn postgres_figures(store: &Store, rules: &crate::rules::Rules, wait: Duration) {
     let (backlog, review, reversals, appeals) = tokio::join!(
-        tokio::time::timeout(wait, store.outbox_backlog()),
-        tokio::time::timeout(wait, store.review_figures(Duration::from_secs(3600))),
+        tokio::time::timeout(wait, store.outbox().outbox_backlog()),
+        tokio::time::timeout(
+            wait,
+            store.review().review_figures(Duration::from_secs(3600))
+        ),
         // The reversal rate comes from Postgres, so it survives restarts and is the same on
         // every process. Rules in force without actions read 0.
-        tokio::time::timeout(wait, store.reversal_counts(Duration::from_secs(24 * 3600))),
-        tokio::time::timeout(wait, store.appeal_figures()),
+        tokio::time::timeout(
+            wait,
+            store.read().reversal_counts(Duration::from_secs(24 * 3600))
+        ),
+        tokio::time::timeout(wait, store.appeals().appeal_figures()),
     );
     // Every rule in force has its appeals' series from the start, at 0 until one is decided.
     for rule in rules.current().rules() {

@@ -108,7 +108,12 @@ pub async fn list_actions(
         limit: query.limit.unwrap_or(DEFAULT_ACTIONS_LIMIT),
         before: query.cursor,
     };
-    let actions = state.store.actions(&filter).await.map_err(store_error)?;
+    let actions = state
+        .store
+        .read()
+        .actions(&filter)
+        .await
+        .map_err(store_error)?;
     let next_cursor = (actions.len() as i64 == filter.limit)
         .then(|| actions.last().map(|a| a.id.to_string()))
         .flatten();
@@ -390,6 +395,7 @@ pub async fn reversal_rate(
         .unwrap_or_else(|| ("24h".to_owned(), Duration::from_secs(24 * 3600)));
     let (total, rules) = state
         .store
+        .read()
         .reversal_counts(window)
         .await
         .map_err(store_error)?;

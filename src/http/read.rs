@@ -76,11 +76,17 @@ pub async fn get_entity(
 ) -> Result<Json<EntityView>, ApiError> {
     let record = state
         .store
+        .read()
         .entity(&entity)
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found(format!("no events were ever recorded for {entity}")))?;
-    let labels = state.store.labels_of(&entity).await.map_err(store_error)?;
+    let labels = state
+        .store
+        .read()
+        .labels_of(&entity)
+        .await
+        .map_err(store_error)?;
     let schedule = state
         .queue
         .state_of(&entity)

@@ -126,6 +126,7 @@ pub async fn list(
     };
     let items = state
         .store
+        .review()
         .review_items(&filter)
         .await
         .map_err(store_error)?;

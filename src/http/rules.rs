@@ -74,6 +74,7 @@ pub struct RulesReloaded {
 pub async fn list(State(state): State<AppState>) -> Result<Json<RulesList>, ApiError> {
     let hits = state
         .store
+        .read()
         .rule_hits(HITS_WINDOW)
         .await
         .map_err(store_error)?;
@@ -83,6 +84,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<RulesList>, ApiE
     let version = match rules.version() {
         Some(number) => state
             .store
+            .rules_versions()
             .rules_version(number)
             .await
             .map_err(store_error)?,

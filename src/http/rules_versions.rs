@@ -149,6 +149,7 @@ pub async fn versions(
     let before = query.cursor;
     let versions = state
         .store
+        .rules_versions()
         .rules_versions_page(before, limit)
         .await
         .map_err(store_error)?;

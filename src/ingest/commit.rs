@@ -221,6 +221,7 @@ impl Committer {
             known: mut recorded,
         } = self
             .store
+            .events()
             .record_group(&unique, &unique_traces, deliveries)
             .timed_query("record_events")
             .await?;
@@ -252,7 +253,7 @@ impl Committer {
             .filter(|id| !inserted.contains(*id) && !recorded.contains_key(*id))
             .collect();
         if !raced.is_empty() {
-            recorded.extend(self.store.duplicates_of(&raced).await?);
+            recorded.extend(self.store.events().duplicates_of(&raced).await?);
         }
         let mut entities: HashMap<EntityId, Priority> = HashMap::new();
         // Each request's entities, to answer it by its own shards' outcome.

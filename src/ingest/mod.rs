@@ -114,6 +114,7 @@ impl Ingestor {
         let digest: [u8; 32] = Sha256::digest(delivery.body).into();
         if self
             .store
+            .deliveries()
             .github_delivery_seen(source, delivery.id, &digest)
             .await
             .map_err(|error| SubmitError::Unavailable(error.into()))?
@@ -149,7 +150,7 @@ impl Ingestor {
     /// schedule, as the retry of any duplicate does.
     async fn schedule_recorded(&self, events: &[Event]) -> Result<(), IngestError> {
         let ids: Vec<&str> = events.iter().map(|event| event.id.as_str()).collect();
-        let recorded = self.store.duplicates_of(&ids).await?;
+        let recorded = self.store.events().duplicates_of(&ids).await?;
         let mut entities: HashMap<&EntityId, Priority> = HashMap::new();
         for event in events {
             if let Some(Duplicate { entity, owed: true }) = recorded.get(event.id.as_str()) {

@@ -84,7 +84,7 @@ impl Maintenance {
             HashMap::new()
         } else {
             self.store
-                .failure_floors(&expiring)
+                .dead_letters().failure_floors(&expiring)
                 .await
                 .unwrap_or_else(|error| {
                     tracing::warn!(error = %Chain(&error), "could not read failure records from Postgres; counting from Redis' alone");
@@ -92,7 +92,12 @@ impl Maintenance {
                 })
         };
         let reaped = self.queue.reap(shard, REAP_BATCH, &floors).await?;
-        if let Err(error) = self.store.record_failures(&reaped.records).await {
+        if let Err(error) = self
+            .store
+            .dead_letters()
+            .record_failures(&reaped.records)
+            .await
+        {
             tracing::warn!(error = %Chain(&error), "could not record reaped attempts in Postgres; the repair sweep copies dead letters from Redis");
         }
         Ok(reaped)

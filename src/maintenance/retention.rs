@@ -14,6 +14,7 @@ impl Maintenance {
     pub async fn purge_once(&self) -> Result<u64, StoreError> {
         let purged = self
             .store
+            .retention()
             .purge_expired(self.settings.retention_batch, PURGE_BATCHES_PER_PASS)
             .await?;
         let events = purged.dropped.events;
@@ -39,6 +40,7 @@ impl Maintenance {
         }
         let audit = self
             .store
+            .audit()
             .expire_audit(self.settings.audit_retention)
             .await?;
         if audit > 0 {

@@ -8,7 +8,7 @@ use crate::{
     dead_letters::{self, DeadLetterError, ShardWalk},
     domain::EntityId,
     queue::QueueError,
-    store::{Store, StoreError, SweepCursor},
+    store::{StoreError, Sweep, SweepCursor, Timers},
     telemetry::{Timed, names},
 };
 
@@ -58,7 +58,7 @@ impl Maintenance {
         cursor: Option<SweepCursor>,
     ) -> Result<(SweepReport, Option<SweepCursor>), SweepError> {
         let lock_name = format!("quiesce-sweep:{}", self.queue.keys().prefix());
-        let Some(mut tx) = self.store.begin_sweep(&lock_name).await? else {
+        let Some(mut tx) = self.store.sweep().begin_sweep(&lock_name).await? else {
             return Ok((SweepReport::default(), cursor));
         };
         // Dead letters first: one Redis lost goes back in its dead set before the re-schedule
@@ -82,13 +82,14 @@ impl Maintenance {
         // are marked owed first (ingest marks only an entity's first event).
         let marked = self
             .store
+            .sweep()
             .mark_unevaluated(&mut tx, self.settings.sweep_grace, MARK_SPAN)
             .timed_query("mark_unevaluated")
             .await?;
         if marked > 0 {
             tracing::debug!(marked, "marked entities with unevaluated events");
         }
-        let owed = Store::owed_evaluations(
+        let owed = Sweep::owed_evaluations(
             &mut tx,
             self.settings.sweep_grace,
             cursor.as_ref(),
@@ -98,7 +99,7 @@ impl Maintenance {
         .await?;
         // Timers that have ended are owed their restore, whatever Redis lost of their schedule
         // (Postgres holds them; `store/timers.rs`).
-        let ended = Store::due_timers(&mut tx, self.settings.sweep_batch)
+        let ended = Timers::due_timers(&mut tx, self.settings.sweep_batch)
             .timed_query("due_timers")
             .await?;
         let ids = |raws: Vec<&String>| -> Vec<EntityId> {

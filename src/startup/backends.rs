@@ -41,7 +41,7 @@ impl Backends {
         let (redis, wakeups) = connect_redis(settings).await?;
         // The partitions this retention's width wants from now on (the migration made a few
         // minutes' worth; retention passes and a write that finds none make more).
-        if let Err(error) = store.extend_partitions().await {
+        if let Err(error) = store.partitions().extend_partitions().await {
             tracing::warn!(error = %crate::telemetry::Chain(&error), "could not make the time partitions ahead of time");
         }
         // The active rules version, not the file, is in force (the file seeds an empty table).
@@ -107,6 +107,7 @@ impl Backends {
         }
         let known = self
             .store
+            .read()
             .count_known_entities(&sample)
             .await
             .context("cannot look the scheduled entities up in Postgres")?;

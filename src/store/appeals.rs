@@ -177,8 +177,14 @@ impl Tx {
     }
 }
 
-impl Store {
-    pub async fn appeal(&self, id: i64) -> Result<Option<AppealRecord>> {
+/// The store's handle on appeals: taken, locked, claimed and decided by `appeals.rs`'s use case (`Store::appeals`).
+#[derive(Clone, Copy)]
+pub struct Appeals<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Appeals<'_> {
+    pub async fn appeal(self, id: i64) -> Result<Option<AppealRecord>> {
         Ok(sqlx::query_as!(
             AppealRecord,
             "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
@@ -188,20 +194,20 @@ impl Store {
              FROM appeals a JOIN statements s ON s.id = a.statement_id WHERE a.id = $1",
             id,
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?)
     }
 
     /// Appeal `id`, which must exist: its absence is [`StoreError::NotFound`].
-    pub async fn existing_appeal(&self, id: i64) -> Result<AppealRecord> {
+    pub async fn existing_appeal(self, id: i64) -> Result<AppealRecord> {
         self.appeal(id)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("no appeal {id}")))
     }
 
     /// Appeals, oldest first: the open ones (`open`), the decided ones, or all.
-    pub async fn appeals(
-        &self,
+    pub async fn list(
+        self,
         open: Option<bool>,
         after: Option<i64>,
         limit: i64,
@@ -219,12 +225,12 @@ impl Store {
             after,
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?)
     }
 
     /// Every appeal of an entity's decisions, oldest first (for its page).
-    pub async fn appeals_of_entity(&self, entity: &str) -> Result<Vec<AppealRecord>> {
+    pub async fn appeals_of_entity(self, entity: &str) -> Result<Vec<AppealRecord>> {
         Ok(sqlx::query_as!(
             AppealRecord,
             "SELECT a.id, a.statement_id, s.action_id, a.entity, s.rule, s.decided_by, s.status,
@@ -235,12 +241,12 @@ impl Store {
              WHERE a.entity = $1 ORDER BY a.id",
             entity,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Appeals waiting, the oldest one's wait, decided over the last day and upheld among them.
-    pub async fn appeal_figures(&self) -> Result<AppealFigures> {
+    pub async fn appeal_figures(self) -> Result<AppealFigures> {
         let row = sqlx::query!(
             r#"SELECT
                  (SELECT count(*) FROM appeals WHERE decided_at IS NULL) AS "waiting!",
@@ -251,7 +257,7 @@ impl Store {
                  (SELECT count(*) FROM appeals WHERE decided_at > now() - interval '1 day'
                   AND outcome = 'upheld') AS "upheld_day!""#
         )
-        .fetch_one(self.reader())
+        .fetch_one(self.store.reader())
         .await?;
         Ok(AppealFigures {
             waiting: row.waiting,

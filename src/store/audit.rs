@@ -40,14 +40,20 @@ pub struct AuditFilter {
     pub limit: i64,
 }
 
-impl Store {
+/// The store's handle on the audit trail: appended to, and read a page at a time (`Store::audit`).
+#[derive(Clone, Copy)]
+pub struct Audit<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Audit<'_> {
     /// Records a decision that already took effect.
-    pub async fn record_audit(&self, actor: &Actor, entry: &AuditEntry) -> Result<()> {
-        record_audit_in(&self.pool, actor, entry).await
+    pub async fn record_audit(self, actor: &Actor, entry: &AuditEntry) -> Result<()> {
+        record_audit_in(&self.store.pool, actor, entry).await
     }
 
     /// A page of the audit trail, newest first.
-    pub async fn audit_page(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>> {
+    pub async fn audit_page(self, filter: &AuditFilter) -> Result<Vec<AuditRecord>> {
         Ok(sqlx::query_as!(
             AuditRow,
             r#"SELECT id, at, actor, credential, role, address, forwarded_for, action, subject,
@@ -68,7 +74,7 @@ impl Store {
             filter.before,
             filter.limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?
         .into_iter()
         .map(AuditRecord::from)
@@ -77,12 +83,12 @@ impl Store {
 
     /// Removes the records older than `keep` (at least a day: the table refuses younger
     /// ones); returns how many went.
-    pub async fn expire_audit(&self, keep: Duration) -> Result<u64> {
+    pub async fn expire_audit(self, keep: Duration) -> Result<u64> {
         let removed = sqlx::query_scalar!(
             r#"SELECT audit_expire($1::interval) AS "removed!""#,
             interval(keep),
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(removed.max(0) as u64)
     }

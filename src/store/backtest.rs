@@ -11,7 +11,7 @@ use sqlx::types::Json;
 use super::{Result, Store, StoreError, entity_or_report};
 use crate::domain::{EntityId, SignalStats, Snapshot, SnapshotAttributes, Status};
 
-/// Where the next page of [`Store::replay_page`] starts: after this evaluation, in the order
+/// Where the next page of [`Backtest::replay_page`] starts: after this evaluation, in the order
 /// (entity, started_at, id) the evaluations' entity index gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayCursor {
@@ -138,11 +138,17 @@ struct ReplayRow {
     reversed_at: Option<DateTime<Utc>>,
 }
 
-impl Store {
+/// The store's handle on what a backtest reads: a window's evaluations in entity order (`Store::backtest`).
+#[derive(Clone, Copy)]
+pub struct Backtest<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Backtest<'_> {
     /// Postgres' clock: where a backtest's window ends.
-    pub async fn now(&self) -> Result<DateTime<Utc>> {
+    pub async fn now(self) -> Result<DateTime<Utc>> {
         Ok(sqlx::query_scalar!(r#"SELECT now() AS "now!""#)
-            .fetch_one(self.reader())
+            .fetch_one(self.store.reader())
             .await?)
     }
 
@@ -152,13 +158,13 @@ impl Store {
     /// reversal or an override) before `until` on each of their entities that has one. Both
     /// are read in one READ ONLY transaction: Postgres itself refuses any write in it.
     pub async fn replay_page(
-        &self,
+        self,
         since: DateTime<Utc>,
         until: DateTime<Utc>,
         cursor: &ReplayCursor,
         limit: i64,
     ) -> Result<(Vec<ReplayedEvaluation>, HashMap<String, LatestDecision>)> {
-        let mut tx = self.reader().begin().await?;
+        let mut tx = self.store.reader().begin().await?;
         sqlx::query!("SET TRANSACTION READ ONLY")
             .execute(&mut *tx)
             .await?;

@@ -17,12 +17,18 @@ use crate::{
     telemetry::Timed,
 };
 
-impl Store {
+/// The store's handle on the statements evaluations share: one statement answers each evaluation on its own (`Store::batched`).
+#[derive(Clone, Copy)]
+pub struct Batched<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Batched<'_> {
     /// The snapshots of these entities in one statement, with distinct actors and trailing
     /// windows when asked; `None` for an entity with no events. If the statement fails for a
     /// reason other than an outage, each entity is read on its own.
     pub async fn snapshots_each(
-        &self,
+        self,
         ids: &[&str],
         with_actors: bool,
         windows: &Windows,
@@ -31,7 +37,9 @@ impl Store {
         let mut answers: Vec<Option<Result<Option<Snapshot>>>> = ids.iter().map(|_| None).collect();
         let members: Vec<usize> = (0..ids.len()).collect();
         let read = self
-            .snapshots(ids, with_actors, windows, attributes)
+            .store
+            .snapshots()
+            .many(ids, with_actors, windows, attributes)
             .timed_query("snapshot")
             .await;
         match read {
@@ -44,7 +52,11 @@ impl Store {
                 tracing::warn!(error = %crate::telemetry::Chain(&error), entities = ids.len(), "snapshot batch failed; reading one by one");
                 each_on_its_own(members, &mut answers, |i| async move {
                     let one = [ids[i]];
-                    let read = self.snapshots(&one, with_actors, windows, attributes).await;
+                    let read = self
+                        .store
+                        .snapshots()
+                        .many(&one, with_actors, windows, attributes)
+                        .await;
                     read.map(|mut found| found.remove(one[0]))
                 })
                 .await;
@@ -58,12 +70,12 @@ impl Store {
     }
 
     /// Records the evaluations, written by `worker`, in one fenced statement, and answers each
-    /// as [`Store::complete_evaluation`] would. An entity appears once per statement, so a
+    /// as [`Evaluations::complete_evaluation`] would. An entity appears once per statement, so a
     /// second evaluation of the same entity in the batch (a stale claim) is recorded on its
     /// own. The author's derived signal needs a transaction of its own: an action on an
-    /// entity with an author is best given to [`Store::complete_evaluation`].
+    /// entity with an author is best given to [`Evaluations::complete_evaluation`].
     pub async fn complete_many(
-        &self,
+        self,
         worker: &str,
         evaluations: &[FencedEvaluation],
     ) -> Vec<Result<Completion>> {
@@ -76,12 +88,12 @@ impl Store {
         // The shared statement skips rows held elsewhere, so that one held row does not hold up
         // the batch; those (and the fenced out, which look the same) are tried again on their
         // own.
-        let recorded = Self::record_locked(
-            &self.pool,
+        let recorded = super::Evaluations::record_locked(
+            &self.store.pool,
             worker,
             &batch,
             LockedRows::Skip,
-            self.submits_statements(),
+            self.store.statements().submits_statements(),
         )
         .timed_query("complete_evaluation")
         .await;
@@ -104,12 +116,12 @@ impl Store {
         }
         each_on_its_own(one_by_one, &mut answers, |i| async move {
             let evaluation = &evaluations[i];
-            let recorded = Self::record_locked(
-                &self.pool,
+            let recorded = super::Evaluations::record_locked(
+                &self.store.pool,
                 worker,
                 &[evaluation],
                 LockedRows::Wait,
-                self.submits_statements(),
+                self.store.statements().submits_statements(),
             )
             .await;
             let entity = evaluation.snapshot.entity.as_str();

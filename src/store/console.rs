@@ -58,9 +58,15 @@ pub struct EvaluationPace {
     pub delay_max_ms: Option<f64>,
 }
 
-impl Store {
+/// The store's handle on what the console reads beyond the API's reads (`Store::console`).
+#[derive(Clone, Copy)]
+pub struct Console<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Console<'_> {
     /// One action by id.
-    pub async fn action(&self, id: i64) -> Result<Option<ActionRecord>> {
+    pub async fn action(self, id: i64) -> Result<Option<ActionRecord>> {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
@@ -69,12 +75,12 @@ impl Store {
              FROM actions WHERE id = $1",
             id,
         )
-        .fetch_optional(self.reader())
+        .fetch_optional(self.store.reader())
         .await?)
     }
 
     /// The entity's latest actions, newest first (on `actions_entity_idx`).
-    pub async fn entity_actions(&self, entity: &EntityId, limit: i64) -> Result<Vec<ActionRecord>> {
+    pub async fn entity_actions(self, entity: &EntityId, limit: i64) -> Result<Vec<ActionRecord>> {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
@@ -85,13 +91,13 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Moderators' reversals and overrides of the entity, newest first.
     pub async fn entity_decisions(
-        &self,
+        self,
         entity: &EntityId,
         limit: i64,
     ) -> Result<Vec<DecisionRecord>> {
@@ -103,12 +109,12 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// The entity's latest retained events, newest first.
-    pub async fn entity_events(&self, entity: &EntityId, limit: i64) -> Result<Vec<EventRecord>> {
+    pub async fn entity_events(self, entity: &EntityId, limit: i64) -> Result<Vec<EventRecord>> {
         Ok(sqlx::query_as!(
             EventRecord,
             // By inserting transaction, newest first (the entity's index), not by receive
@@ -120,14 +126,14 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Events per minute and signal since `since`, from the minute buckets rules count
     /// windows with (kept for 24h), oldest first.
     pub async fn entity_minutes(
-        &self,
+        self,
         entity: &EntityId,
         since: DateTime<Utc>,
     ) -> Result<Vec<MinuteCount>> {
@@ -139,16 +145,13 @@ impl Store {
             entity.as_str(),
             since,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Automated actions per UTC day and rule over the last `window`, and those reversed
     /// within 24h of being applied (the figure `reversal_counts` gives for the whole window).
-    pub async fn daily_reversals(
-        &self,
-        window: std::time::Duration,
-    ) -> Result<Vec<DailyReversals>> {
+    pub async fn daily_reversals(self, window: std::time::Duration) -> Result<Vec<DailyReversals>> {
         Ok(sqlx::query_as!(
             DailyReversals,
             r#"SELECT date_trunc('day', created_at, 'UTC') AS "day!", rule,
@@ -160,12 +163,12 @@ impl Store {
              GROUP BY 1, 2 ORDER BY 1, 2"#,
             interval(window),
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Evaluations finished in the last minute, and the fire delay of those of the last five.
-    pub async fn evaluation_pace(&self) -> Result<EvaluationPace> {
+    pub async fn evaluation_pace(self) -> Result<EvaluationPace> {
         let row = sqlx::query!(
             r#"SELECT count(*) FILTER (WHERE finished_at >= now() - interval '1 minute') AS "last_minute!",
                       count(due_at) AS "samples!",
@@ -176,7 +179,7 @@ impl Store {
                           1000 * extract(epoch FROM started_at - due_at)::float8 AS delay
                    FROM evaluations WHERE finished_at >= now() - interval '5 minutes') recent"#,
         )
-        .fetch_one(self.reader())
+        .fetch_one(self.store.reader())
         .await?;
         Ok(EvaluationPace {
             last_minute: row.last_minute,

@@ -17,11 +17,17 @@ pub struct ContextChange {
     pub set_by: String,
 }
 
-impl Store {
+/// The store's handle on an entity's context as the platform tells it (`Store::context`).
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Context<'_> {
     /// Records the entity's context as `attributes` (the whole of it), set by `by`; returns
     /// when. The rows before stay: they are what earlier evaluations read.
     pub async fn set_context(
-        &self,
+        self,
         entity: &EntityId,
         attributes: &Attributes,
         by: &str,
@@ -33,13 +39,13 @@ impl Store {
             Json(attributes) as Json<&Attributes>,
             by,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?)
     }
 
     /// The entity's context changes, newest first, at most `limit`.
     pub async fn context_history(
-        &self,
+        self,
         entity: &EntityId,
         limit: i64,
     ) -> Result<Vec<ContextChange>> {
@@ -49,7 +55,7 @@ impl Store {
             entity.as_str(),
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         Ok(rows
             .into_iter()

@@ -83,11 +83,17 @@ impl Row {
     }
 }
 
-impl Store {
+/// The store's handle on dead letters and failure records, durable (`Store::dead_letters`).
+#[derive(Clone, Copy)]
+pub struct DeadLetters<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl DeadLetters<'_> {
     /// The failure records Postgres holds for these entities' current failure streak (one that
     /// no successful evaluation has ended): the floor their next attempt counts from.
     pub async fn failure_floors(
-        &self,
+        self,
         entities: &[String],
     ) -> Result<HashMap<String, FailureRecord>> {
         let rows = sqlx::query!(
@@ -97,7 +103,7 @@ impl Store {
                AND (e.last_evaluated_at IS NULL OR e.last_evaluated_at < f.recorded_at)"#,
             entities,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         Ok(rows
             .into_iter()
@@ -116,7 +122,7 @@ impl Store {
 
     /// Records the failure record of an entity still being retried (Redis counted the attempt
     /// from the greater of its own count and the floor, so this record replaces the stored one).
-    pub async fn record_failure(&self, entity: &str, record: &FailureRecord) -> Result<()> {
+    pub async fn record_failure(self, entity: &str, record: &FailureRecord) -> Result<()> {
         sqlx::query!(
             "INSERT INTO entity_failures (entity, attempts, first_failure_at, last_failure_at, last_error)
              VALUES ($1, $2, $3, $4, $5)
@@ -132,7 +138,7 @@ impl Store {
             at(record.last_failure_ms),
             record.last_error,
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(())
     }
@@ -141,7 +147,7 @@ impl Store {
     /// written if the entity already has a dead letter that is not redriven, or any dead
     /// letter at or after this one's time (this dead-lettering is already recorded, and was
     /// perhaps redriven since). Returns whether it was written.
-    pub async fn record_dead_letter(&self, dead: &DeadLetter) -> Result<bool> {
+    pub async fn record_dead_letter(self, dead: &DeadLetter) -> Result<bool> {
         let done = sqlx::query!(
             "WITH cleared AS (DELETE FROM entity_failures WHERE entity = $1)
              INSERT INTO dead_letters (entity, reason, attempts, first_failure_at,
@@ -158,14 +164,14 @@ impl Store {
             dead.record.last_error,
             at(dead.dead_lettered_at_ms),
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Records what one reap (or any batch of failed attempts) returned: dead letters (those
     /// with a reason) and the failure records of entities still retried.
-    pub async fn record_failures(&self, records: &[(String, FailureRecord)]) -> Result<()> {
+    pub async fn record_failures(self, records: &[(String, FailureRecord)]) -> Result<()> {
         for (entity, record) in records {
             if record.reason.is_some() {
                 let Some(entity) = entity_or_report(entity, "a reaped dead letter") else {
@@ -185,11 +191,7 @@ impl Store {
     }
 
     /// Dead letters that are not redriven, oldest first, after `after`.
-    pub async fn dead_letters(
-        &self,
-        after: Option<DeadLetterKey>,
-        limit: usize,
-    ) -> Result<DeadLetterRows> {
+    pub async fn page(self, after: Option<DeadLetterKey>, limit: usize) -> Result<DeadLetterRows> {
         let rows = sqlx::query_as!(
             Row,
             r#"SELECT id, entity, reason, attempts, first_failure_at, last_failure_at, last_error,
@@ -204,7 +206,7 @@ impl Store {
             after.map_or(0, |k| k.id),
             limit as i64 + 1,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut page = DeadLetterRows::default();
         let taken = rows.len().min(limit);
@@ -223,8 +225,8 @@ impl Store {
 
     /// Marks the entity's dead letter redriven by `by` and forgets its failure record; the
     /// value says whether Postgres held a dead letter for it.
-    pub async fn mark_redriven(&self, entity: &EntityId, by: &str) -> Result<Uncommitted<bool>> {
-        let mut tx = self.pool.begin().await?;
+    pub async fn mark_redriven(self, entity: &EntityId, by: &str) -> Result<Uncommitted<bool>> {
+        let mut tx = self.store.pool.begin().await?;
         let marked = sqlx::query_scalar!(
             "UPDATE dead_letters SET redriven_at = now(), redriven_by = $2
              WHERE entity = $1 AND redriven_at IS NULL
@@ -241,12 +243,12 @@ impl Store {
     /// Marks up to `limit` dead letters (of `reason`, if given) redriven by `by`, skipping rows
     /// another redrive holds, and forgets their failure records; the value is their entities.
     pub async fn mark_page_redriven(
-        &self,
+        self,
         reason: Option<&str>,
         by: &str,
         limit: usize,
     ) -> Result<Uncommitted<MarkedPage>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         let entities = sqlx::query_scalar!(
             "UPDATE dead_letters SET redriven_at = now(), redriven_by = $3
                  WHERE id IN (SELECT id FROM dead_letters
@@ -277,11 +279,11 @@ impl Store {
     /// transaction holds are skipped. The value is the page and the id to continue after
     /// (`None`: the page is the last).
     pub async fn lock_live_dead_letters(
-        &self,
+        self,
         after: i64,
         limit: usize,
     ) -> Result<Uncommitted<(Vec<DeadLetter>, Option<i64>)>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         let rows = sqlx::query_as!(
             Row,
             r#"SELECT id, entity, reason, attempts, first_failure_at, last_failure_at,
@@ -306,10 +308,10 @@ impl Store {
     /// The dead letters of these entities that are not redriven, locked for share (a redrive
     /// of one of them waits until the transaction ends).
     pub async fn lock_live_dead_letters_of(
-        &self,
+        self,
         entities: &[&str],
     ) -> Result<Uncommitted<Vec<DeadLetter>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         let rows = sqlx::query_as!(
             Row,
             r#"SELECT id, entity, reason, attempts, first_failure_at, last_failure_at,
@@ -328,12 +330,12 @@ impl Store {
     }
 
     /// Deletes the failure records a successful evaluation has ended.
-    pub async fn forget_ended_failures(&self) -> Result<()> {
+    pub async fn forget_ended_failures(self) -> Result<()> {
         sqlx::query!(
             "DELETE FROM entity_failures f USING entities e
              WHERE e.entity = f.entity AND e.last_evaluated_at >= f.recorded_at"
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(())
     }

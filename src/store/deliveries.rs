@@ -13,11 +13,17 @@ pub struct GithubDelivery {
     pub body_sha256: [u8; 32],
 }
 
-impl Store {
+/// The store's handle on GitHub deliveries already accepted (`Store::deliveries`).
+#[derive(Clone, Copy)]
+pub struct Deliveries<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Deliveries<'_> {
     /// Whether a GitHub-signed request of `source` with this delivery id, or with this body,
     /// was accepted before.
     pub async fn github_delivery_seen(
-        &self,
+        self,
         source: &str,
         delivery_id: &str,
         body_sha256: &[u8],
@@ -31,7 +37,7 @@ impl Store {
             delivery_id,
             body_sha256,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(seen)
     }

@@ -30,7 +30,7 @@ pub(super) type Actors = Vec<(String, i64)>;
 /// (signal, half-life, decayed count) per row; NULL when no decayed count was read.
 pub(super) type Decayed = Vec<(String, String, f64)>;
 
-/// An entity row as [`Store::entity_records`]' statement returns it.
+/// An entity row as [`Snapshots::entity_records`]' statement returns it.
 pub(super) struct EntityRow {
     pub(super) entity: String,
     pub(super) kind: String,
@@ -70,7 +70,7 @@ pub(super) struct EntityRow {
     pub(super) traces: Option<Vec<String>>,
 }
 
-/// The figures of a row's signals that [`Store::entity_records`] read.
+/// The figures of a row's signals that [`Snapshots::entity_records`] read.
 struct Figures {
     /// The folded totals; `unfolded` adds the events not folded yet.
     totals: Json<Totals>,
@@ -81,7 +81,7 @@ struct Figures {
     actors: Option<Json<Actors>>,
 }
 
-/// The signal figures of an entity row read by [`Store::entity_records`]: totals (the folded
+/// The signal figures of an entity row read by [`Snapshots::entity_records`]: totals (the folded
 /// part plus the events not folded yet), the windows and decayed counts asked for and, when
 /// read, distinct actors, each a JSON array of tuples. A figure read and found empty is 0, so
 /// that a snapshot tells what was read (and a backtest what it may replay).
@@ -152,7 +152,7 @@ fn attributes_from(
     }
 }
 
-/// An entity row as read by [`Store::entity_records`].
+/// An entity row as read by [`Snapshots::entity_records`].
 pub(super) fn entity_record_from(
     row: EntityRow,
     read: &Windows,

@@ -22,22 +22,28 @@ pub(super) enum LockedRows {
     Skip,
 }
 
-impl Store {
+/// The store's handle on evaluations completed behind the version fence (`Store::evaluations`).
+#[derive(Clone, Copy)]
+pub struct Evaluations<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Evaluations<'_> {
     /// The fence, the actions, their outbox rows, the entities' bookkeeping and the evaluation
     /// records of several evaluations in one statement (atomic on its own, one round trip),
-    /// written by `worker`; rows held elsewhere are waited for. See [`Store::record_locked`].
+    /// written by `worker`; rows held elsewhere are waited for. See [`Evaluations::record_locked`].
     pub async fn record_fenced_evaluations(
-        &self,
+        self,
         worker: &str,
         evaluations: &[FencedEvaluation],
     ) -> Result<HashMap<String, Recorded>> {
         let evaluations: Vec<&FencedEvaluation> = evaluations.iter().collect();
         Self::record_locked(
-            &self.pool,
+            &self.store.pool,
             worker,
             &evaluations,
             LockedRows::Wait,
-            self.submits_statements(),
+            self.store.statements().submits_statements(),
         )
         .await
     }
@@ -55,7 +61,7 @@ impl Store {
     /// refused as [`StoreError::Corrupt`]). With [`LockedRows::Skip`] an entity whose row is
     /// locked elsewhere is left out as well (the caller retries it with [`LockedRows::Wait`] to
     /// learn which), so one held row cannot hold up the others. The author's derived signal is
-    /// not written here (see [`Store::complete_evaluation`]).
+    /// not written here (see [`Evaluations::complete_evaluation`]).
     pub(super) async fn record_locked<'c>(
         connection: impl Acquire<'c, Database = Postgres>,
         worker: &str,
@@ -104,18 +110,20 @@ impl Store {
     /// the status is set, never incremented. If the version moved, nothing is written and
     /// [`StoreError::VersionConflict`] is returned.
     pub async fn complete_evaluation(
-        &self,
+        self,
         worker: &str,
         evaluation: &FencedEvaluation,
     ) -> Result<Completion> {
         // The records and the derived event go into time partitions: a partition turnover is
         // repaired and the completion retried (nothing of a failed attempt was committed).
-        self.with_turnover(|| self.complete_once(worker, evaluation))
+        self.store
+            .partitions()
+            .with_turnover(|| self.complete_once(worker, evaluation))
             .await
     }
 
     async fn complete_once(
-        &self,
+        self,
         worker: &str,
         evaluation: &FencedEvaluation,
     ) -> Result<Completion> {
@@ -126,11 +134,11 @@ impl Store {
         let author = snapshot.author.as_ref().filter(|_| decision.is_some());
         let Some((decision, author)) = decision.zip(author) else {
             let recorded = Self::record_locked(
-                &self.pool,
+                &self.store.pool,
                 worker,
                 fenced,
                 LockedRows::Wait,
-                self.submits_statements(),
+                self.store.statements().submits_statements(),
             )
             .await?;
             return evaluation.completion(recorded.get(snapshot.entity.as_str()));
@@ -139,9 +147,15 @@ impl Store {
         // signal, once per action (its id is the action's dedup key), in the same transaction.
         // Both rows are locked first, in entity order (`lock_in_order`); the fenced statement then
         // waits for them as with LockedRows::Wait (it never skips rows its transaction holds).
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         lock_in_order(&mut tx, &[snapshot.entity.as_str(), author.as_str()]).await?;
-        let recorded = record_fenced(&mut tx, worker, fenced, self.submits_statements()).await?;
+        let recorded = record_fenced(
+            &mut tx,
+            worker,
+            fenced,
+            self.store.statements().submits_statements(),
+        )
+        .await?;
         let mut completion = evaluation.completion(recorded.get(snapshot.entity.as_str()))?;
         if let Completion::Applied {
             author: to_schedule,

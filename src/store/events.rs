@@ -12,7 +12,7 @@ use crate::domain::{EntityId, Event};
 /// What recording a group of events found: the ids that were new, and what each duplicate
 /// was recorded with before. A duplicate in neither was recorded by a transaction that
 /// committed while the statement ran (the same id sent twice at once);
-/// [`Store::duplicates_of`] reads it.
+/// [`Events::duplicates_of`] reads it.
 #[derive(Debug, Default)]
 pub struct RecordedEvents {
     pub inserted: HashSet<String>,
@@ -28,9 +28,15 @@ pub struct Duplicate {
     pub owed: bool,
 }
 
-impl Store {
+/// The store's handle on the group commit's events and new entities (`Store::events`).
+#[derive(Clone, Copy)]
+pub struct Events<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Events<'_> {
     /// Records events in one statement; returns the ids that were new.
-    pub async fn record_events(&self, events: &[&Event]) -> Result<HashSet<String>> {
+    pub async fn record_events(self, events: &[&Event]) -> Result<HashSet<String>> {
         Ok(self.record_group(events, &[], &[]).await?.inserted)
     }
 
@@ -40,29 +46,31 @@ impl Store {
     /// statement is atomic on its own, so no BEGIN and COMMIT round trips go around it, and a
     /// delivery is remembered exactly when its events are durable.
     pub async fn record_group(
-        &self,
+        self,
         events: &[&Event],
         traces: &[Option<&str>],
         deliveries: &[&GithubDelivery],
     ) -> Result<RecordedEvents> {
         // A partition turnover (an events partition whose time is over and not sealed yet, or
         // none made for now) is repaired and the statement retried.
-        self.with_turnover(|| async {
-            let mut connection = self.pool.acquire().await?;
-            record_in(&mut connection, events, traces, deliveries).await
-        })
-        .await
+        self.store
+            .partitions()
+            .with_turnover(|| async {
+                let mut connection = self.store.pool.acquire().await?;
+                record_in(&mut connection, events, traces, deliveries).await
+            })
+            .await
     }
 
     /// What these event ids were recorded with: their entity, and whether it still owes an
     /// evaluation.
-    pub async fn duplicates_of(&self, ids: &[&str]) -> Result<HashMap<String, Duplicate>> {
+    pub async fn duplicates_of(self, ids: &[&str]) -> Result<HashMap<String, Duplicate>> {
         let rows = sqlx::query!(
             r#"SELECT id AS "id!", entity AS "entity!", owed AS "owed!"
                FROM recorded_events($1)"#,
             ids as &[&str]
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.into_iter()
             .map(|row| Ok((row.id.clone(), duplicate(&row.id, &row.entity, row.owed)?)))

@@ -89,14 +89,14 @@ impl FencedEvaluation {
     }
 }
 
-/// What [`Store::record_fenced_evaluations`] wrote for one entity that passed the fence.
+/// What [`Evaluations::record_fenced_evaluations`] wrote for one entity that passed the fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recorded {
     /// The action applied now; `None` if there was no decision or its dedup key existed.
     pub action_id: Option<i64>,
 }
 
-/// The fenced statement of [`Store::record_locked`] for the evaluations (each entity once) on
+/// The fenced statement of [`Evaluations::record_locked`] for the evaluations (each entity once) on
 /// this connection. It skips entity rows locked elsewhere; [`LockedRows::Wait`] locks them in
 /// its own transaction first, which the statement never skips.
 pub(super) async fn record_fenced(

@@ -17,19 +17,27 @@ use std::time::Duration;
 use super::{Result, Store, interval, partitions::BUCKETS_KEPT};
 use crate::domain::DAYS_KEPT;
 
-impl Store {
+/// The store's handle on the fold of an entity's events into its figures (`Store::fold`).
+#[derive(Clone, Copy)]
+pub struct Fold<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Fold<'_> {
     /// Folds the unfolded events of those entities that have at least `at_least` of them into
     /// their figures; returns how many entities were folded. An entity whose row another
     /// transaction holds (a moderator, a completion) is left for the next fold: reads count its
     /// events meanwhile. A few unfolded events cost a read less than their fold costs a write,
     /// so the worker folds an entity only once it has gathered many (retention folds the rest).
-    pub async fn fold(&self, entities: &[&str], at_least: i64) -> Result<u64> {
+    pub async fn entities(self, entities: &[&str], at_least: i64) -> Result<u64> {
         if entities.is_empty() {
             return Ok(0);
         }
         // Buckets only go where their partitions are kept (`store/partitions.rs`).
         let buckets_from = interval(BUCKETS_KEPT - Duration::from_secs(60));
         let folded = self
+            .store
+            .partitions()
             .with_turnover(|| async {
                 Ok(sqlx::query_scalar!(
                     r#"WITH upto AS MATERIALIZED (
@@ -172,7 +180,7 @@ impl Store {
                     at_least.max(1),
                     DAYS_KEPT as i32,
                 )
-                .fetch_one(&self.pool)
+                .fetch_one(&self.store.pool)
                 .await?)
             })
             .await?;
@@ -182,7 +190,7 @@ impl Store {
     /// Up to `limit` entities after `after` (in id order) with events not folded yet in this
     /// events partition (by name, as the `partitions` table lists it).
     pub(super) async fn unfolded_in(
-        &self,
+        self,
         partition: &str,
         after: &str,
         limit: i64,
@@ -200,7 +208,7 @@ impl Store {
             after,
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?)
     }
 }

@@ -31,12 +31,18 @@ pub struct Demotion<'a> {
     pub payload: RulesDemoted,
 }
 
-impl Store {
+/// The store's handle on what the guard reads and writes (`Store::guard`).
+#[derive(Clone, Copy)]
+pub struct Guard<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Guard<'_> {
     /// Rule `rule`'s latest `last` actions (restores aside) taken since `since` and since the
     /// newest activation not made by `guard` (a human's publish or rollback starts the count
     /// afresh), with how many of them were reversed.
     pub async fn rule_figures(
-        &self,
+        self,
         rule: &str,
         since: DateTime<Utc>,
         last: i64,
@@ -61,7 +67,7 @@ impl Store {
             last,
             guard,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(RuleFigures {
             actions: row.actions,
@@ -72,8 +78,8 @@ impl Store {
     /// Publishes the demotion's version by `actor`, with the publish's audit entry, the
     /// guard's and the `rules.demoted` outbox row, if the active version is still
     /// `demotion.over` (a concurrent demotion or publish came first otherwise: `None`).
-    pub async fn demote_rule(&self, actor: &Actor, demotion: Demotion<'_>) -> Result<Option<i64>> {
-        let mut tx = self.pool.begin().await?;
+    pub async fn demote_rule(self, actor: &Actor, demotion: Demotion<'_>) -> Result<Option<i64>> {
+        let mut tx = self.store.pool.begin().await?;
         lock_versions(&mut tx).await?;
         if active_in(&mut tx).await? != Some(demotion.over) {
             return Ok(None);

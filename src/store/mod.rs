@@ -47,36 +47,58 @@ use crate::{
 };
 
 pub use self::{
+    appeals::Appeals,
     appeals::{
         AppealDecision, AppealFigures, AppealRecord, DecidedAppeal, EarlierAppeal, LockedAppeal,
     },
+    audit::Audit,
     audit::{AuditFilter, AuditRecord},
+    backtest::Backtest,
     backtest::{AppliedAction, LatestDecision, ReplayCursor, ReplayedEvaluation},
+    batched::Batched,
+    console::Console,
     console::{DailyReversals, DecisionRecord, EvaluationPace, EventRecord, MinuteCount},
+    context::Context,
     context::ContextChange,
+    dead_letters::DeadLetters,
     dead_letters::{DeadLetterKey, DeadLetterRows, MarkedPage},
+    deliveries::Deliveries,
     deliveries::GithubDelivery,
+    evaluations::Evaluations,
+    events::Events,
     events::{Duplicate, RecordedEvents},
     fenced::{Completion, FencedEvaluation, Recorded},
+    fold::Fold,
+    guard::Guard,
     guard::{Demotion, RuleFigures},
     moderation::{LockedAction, Reversal, ReversalRequest, StatusOverride},
+    outbox::Outbox,
     outbox::OutboxRow,
     page_key::PageKey,
+    partitions::Partitions,
     partitions::{Dropped, PartitionPlan, Partitioned, TurnoverRetry},
     primary::{NotPrimary, refusal},
+    read::Read,
     read::{ActionFilter, ActionRecord, EvaluationRecord, LabelRecord, ReversalCounts, RuleHits},
     replica::Replica,
+    retention::Retention,
+    review::Review,
     review::{
         LockedReviewItem, ReviewDecided, ReviewFigures, ReviewFilter, ReviewItem, ReviewOutcome,
     },
+    rules_versions::RulesVersions,
     rules_versions::{
         ActiveMarker, ActiveRules, NewRulesVersion, RULES_CHANNEL, RulesVersion,
         RulesVersionSummary,
     },
+    snapshots::Snapshots,
     snapshots::{EntityRecord, Override},
+    statements::Statements,
     statements::{DecidedBy, IssuedStatement, StatementFilter, StatementRecord},
+    sweep::Sweep,
     sweep::SweepCursor,
     timers::EndedTimer,
+    timers::Timers,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -436,6 +458,99 @@ impl Tx {
 impl std::fmt::Debug for Tx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+/// The store's statements, one handle per concern (each file of this module): a handle borrows
+/// the store, so `store.appeals().list(...)` names where a statement lives. The store itself
+/// keeps only what is the connection's: the pool, its fence, the replica, transactions.
+impl Store {
+    pub fn appeals(&self) -> Appeals<'_> {
+        Appeals { store: self }
+    }
+
+    pub fn audit(&self) -> Audit<'_> {
+        Audit { store: self }
+    }
+
+    pub fn backtest(&self) -> Backtest<'_> {
+        Backtest { store: self }
+    }
+
+    pub fn batched(&self) -> Batched<'_> {
+        Batched { store: self }
+    }
+
+    pub fn console(&self) -> Console<'_> {
+        Console { store: self }
+    }
+
+    pub fn context(&self) -> Context<'_> {
+        Context { store: self }
+    }
+
+    pub fn dead_letters(&self) -> DeadLetters<'_> {
+        DeadLetters { store: self }
+    }
+
+    pub fn deliveries(&self) -> Deliveries<'_> {
+        Deliveries { store: self }
+    }
+
+    pub fn evaluations(&self) -> Evaluations<'_> {
+        Evaluations { store: self }
+    }
+
+    pub fn events(&self) -> Events<'_> {
+        Events { store: self }
+    }
+
+    pub fn fold(&self) -> Fold<'_> {
+        Fold { store: self }
+    }
+
+    pub fn guard(&self) -> Guard<'_> {
+        Guard { store: self }
+    }
+
+    pub fn outbox(&self) -> Outbox<'_> {
+        Outbox { store: self }
+    }
+
+    pub fn partitions(&self) -> Partitions<'_> {
+        Partitions { store: self }
+    }
+
+    pub fn read(&self) -> Read<'_> {
+        Read { store: self }
+    }
+
+    pub fn retention(&self) -> Retention<'_> {
+        Retention { store: self }
+    }
+
+    pub fn review(&self) -> Review<'_> {
+        Review { store: self }
+    }
+
+    pub fn rules_versions(&self) -> RulesVersions<'_> {
+        RulesVersions { store: self }
+    }
+
+    pub fn snapshots(&self) -> Snapshots<'_> {
+        Snapshots { store: self }
+    }
+
+    pub fn statements(&self) -> Statements<'_> {
+        Statements { store: self }
+    }
+
+    pub fn sweep(&self) -> Sweep<'_> {
+        Sweep { store: self }
+    }
+
+    pub fn timers(&self) -> Timers<'_> {
+        Timers { store: self }
     }
 }
 

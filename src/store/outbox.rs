@@ -47,7 +47,13 @@ pub struct OutboxRow {
     pub traceparent: Option<String>,
 }
 
-impl Store {
+/// The store's handle on the outbox: deliveries claimed and their outcome recorded (`Store::outbox`).
+#[derive(Clone, Copy)]
+pub struct Outbox<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Outbox<'_> {
     /// Claims up to `limit` outbox rows for `receiver` (`platform`, `dsa`) that are due for
     /// delivery (oldest first), counting an attempt and hiding them from other dispatchers for
     /// `claim_for`. A statement's row names it: its `statement` is read here (the
@@ -60,7 +66,7 @@ impl Store {
     /// many dispatchers share the work (`outbox_pending_entity_idx` answers it). A row without
     /// an entity is never held back.
     pub async fn claim_deliveries(
-        &self,
+        self,
         receiver: &str,
         limit: usize,
         claim_for: std::time::Duration,
@@ -110,19 +116,19 @@ impl Store {
             Topic::StatementIssued.name(),
             Topic::StatementSubmitted.name(),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         rows.sort_by_key(|row| row.id);
         Ok(rows)
     }
 
-    pub async fn mark_delivered(&self, id: i64, status: u16) -> Result<()> {
+    pub async fn mark_delivered(self, id: i64, status: u16) -> Result<()> {
         sqlx::query!(
             "UPDATE outbox SET delivered_at = now(), last_status = $2, last_error = NULL WHERE id = $1",
             id,
             i32::from(status),
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(())
     }
@@ -131,7 +137,7 @@ impl Store {
     /// failed deliveries) when that would fall past `horizon` since the row's horizon start.
     /// Returns whether it gave up.
     pub async fn reschedule_delivery(
-        &self,
+        self,
         id: i64,
         status: Option<u16>,
         error: &str,
@@ -153,26 +159,26 @@ impl Store {
             interval(delay),
             interval(horizon),
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(gave_up)
     }
 
     /// Gives a delivery up at once: the receiver refused it for good (its reason in `error`).
-    pub async fn fail_delivery(&self, id: i64, status: u16, error: &str) -> Result<()> {
+    pub async fn fail_delivery(self, id: i64, status: u16, error: &str) -> Result<()> {
         sqlx::query!(
             "UPDATE outbox SET failed_at = now(), last_status = $2, last_error = $3 WHERE id = $1",
             id,
             i32::from(status),
             error,
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(())
     }
 
     /// Deliveries given up, oldest first.
-    pub async fn failed_deliveries(&self, limit: i64) -> Result<Vec<OutboxRow>> {
+    pub async fn failed_deliveries(self, limit: i64) -> Result<Vec<OutboxRow>> {
         Ok(sqlx::query_as!(
             OutboxRow,
             "SELECT id, topic, idempotency_key, payload, attempts, created_at, last_status,
@@ -180,29 +186,29 @@ impl Store {
              FROM outbox WHERE failed_at IS NOT NULL ORDER BY id LIMIT $1",
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?)
     }
 
     /// Gives failed deliveries (all, or these ids) a new horizon, due now; returns how many.
-    pub async fn redrive_deliveries(&self, ids: Option<&[i64]>) -> Result<u64> {
+    pub async fn redrive_deliveries(self, ids: Option<&[i64]>) -> Result<u64> {
         let done = sqlx::query!(
             "UPDATE outbox SET failed_at = NULL, next_attempt_at = now(), horizon_from = now()
              WHERE failed_at IS NOT NULL AND ($1::int8[] IS NULL OR id = ANY($1))",
             ids,
         )
-        .execute(&self.pool)
+        .execute(&self.store.pool)
         .await?;
         Ok(done.rows_affected())
     }
 
     /// Outbox rows not yet delivered nor given up.
-    pub async fn outbox_backlog(&self) -> Result<i64> {
+    pub async fn outbox_backlog(self) -> Result<i64> {
         Ok(sqlx::query_scalar!(
             r#"SELECT count(*) AS "backlog!" FROM outbox
              WHERE delivered_at IS NULL AND failed_at IS NULL"#,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?)
     }
 }

@@ -140,19 +140,25 @@ pub struct Dropped {
     pub partitions: Vec<(Partitioned, String)>,
 }
 
-impl Store {
+/// The store's handle on the time partitions: made, sealed, analyzed and dropped (`Store::partitions`).
+#[derive(Clone, Copy)]
+pub struct Partitions<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Partitions<'_> {
     /// Makes the partitions each table lacks up to now + the plan's `ahead`; returns how many
     /// were made, per table.
-    pub async fn extend_partitions(&self) -> Result<Vec<(Partitioned, u32)>> {
+    pub async fn extend_partitions(self) -> Result<Vec<(Partitioned, u32)>> {
         let mut made = Vec::new();
         for table in Partitioned::ALL {
             let n = sqlx::query_scalar!(
                 r#"SELECT partitions_extend($1, $2, $3) AS "made!""#,
                 table.table(),
-                interval(self.partitions.width_of(table)),
-                interval(self.partitions.ahead_of(table)),
+                interval(self.store.partitions.width_of(table)),
+                interval(self.store.partitions.ahead_of(table)),
             )
-            .fetch_one(&self.pool)
+            .fetch_one(&self.store.pool)
             .await?;
             made.push((table, n.max(0) as u32));
         }
@@ -160,10 +166,10 @@ impl Store {
     }
 
     /// Makes and attaches the partition [`from`, `to`) of `table`; returns its name. Retention
-    /// passes make the usual ones ([`Store::extend_partitions`]); this one is for a range of
+    /// passes make the usual ones ([`Partitions::extend_partitions`]); this one is for a range of
     /// another time (tests put old rows there). It must not overlap an existing partition.
     pub async fn add_partition(
-        &self,
+        self,
         table: Partitioned,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
@@ -174,26 +180,26 @@ impl Store {
             from,
             to,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(name)
     }
 
     /// Seals every events partition whose time is over and is not sealed yet, oldest first;
     /// returns how many this call sealed (another process may have sealed some).
-    pub async fn seal_due_partitions(&self) -> Result<u32> {
+    pub async fn seal_due_partitions(self) -> Result<u32> {
         let due = sqlx::query_scalar!(
             "SELECT name FROM partitions
              WHERE parent = 'events' AND upper_bound <= now() AND sealed_at IS NULL
              ORDER BY upper_bound"
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut sealed = 0;
         for name in due {
             // Its own transaction: it holds nothing while it waits for the partition's writers.
             let done = sqlx::query_scalar!(r#"SELECT partition_seal($1) AS "sealed!""#, name)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.store.pool)
                 .await?;
             sealed += u32::from(done);
         }
@@ -205,7 +211,7 @@ impl Store {
     /// Their final size then reaches the planner and the plans cached while they were small
     /// are made again (the migration `20270126000002` says why quiesce does not leave it to
     /// autovacuum). A partition another process is analyzing is left to it.
-    pub async fn analyze_ended_partitions(&self, at_most: i64) -> Result<u32> {
+    pub async fn analyze_ended_partitions(self, at_most: i64) -> Result<u32> {
         let due = sqlx::query_scalar!(
             "SELECT name FROM partitions
              WHERE analyzed_at IS NULL AND upper_bound <= now()
@@ -213,13 +219,13 @@ impl Store {
              ORDER BY upper_bound LIMIT $1",
             at_most
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         let mut analyzed = 0;
         for name in due {
             // Its own transaction: ANALYZE reads a sample of a partition no one writes to.
             let done = sqlx::query_scalar!(r#"SELECT partition_analyze($1) AS "done!""#, name)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.store.pool)
                 .await?;
             analyzed += u32::from(done);
         }
@@ -228,15 +234,15 @@ impl Store {
 
     /// What a write that failed for want of a partition needs: due partitions sealed, missing
     /// ones made.
-    pub(super) async fn turn_over(&self) -> Result<()> {
+    pub(super) async fn turn_over(self) -> Result<()> {
         self.seal_due_partitions().await?;
         self.extend_partitions().await?;
         Ok(())
     }
 
-    /// Runs `attempt`, and again after [`Store::turn_over`] when it failed for want of a
+    /// Runs `attempt`, and again after [`Partitions::turn_over`] when it failed for want of a
     /// partition ([`StoreError::needs_turnover`]), at most three times in all.
-    pub(super) async fn with_turnover<T, F, Fut>(&self, attempt: F) -> Result<T>
+    pub(super) async fn with_turnover<T, F, Fut>(self, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -244,9 +250,9 @@ impl Store {
         self.retry_at_turnover(attempt).await
     }
 
-    /// [`Store::with_turnover`] for a use case whose own transaction writes an event
+    /// [`Partitions::with_turnover`] for a use case whose own transaction writes an event
     /// (`moderation.rs`), its error one that may carry the store's.
-    pub async fn retry_at_turnover<T, E, F, Fut>(&self, mut attempt: F) -> std::result::Result<T, E>
+    pub async fn retry_at_turnover<T, E, F, Fut>(self, mut attempt: F) -> std::result::Result<T, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, E>>,
@@ -269,8 +275,8 @@ impl Store {
     /// only once sealed), oldest first. Each is counted (events only), detached concurrently
     /// (the parent stays open to inserts and reads meanwhile), then its table dropped. One
     /// process at a time (a session advisory lock); the others skip the drops.
-    pub async fn drop_expired_partitions(&self) -> Result<Dropped> {
-        let mut connection = self.pool.acquire().await?;
+    pub async fn drop_expired_partitions(self) -> Result<Dropped> {
+        let mut connection = self.store.pool.acquire().await?;
         let taken = sqlx::query_scalar!(
             r#"SELECT pg_try_advisory_lock(hashtext('quiesce.partitions'), hashtext('drop'))
                AS "taken!""#
@@ -294,8 +300,8 @@ impl Store {
         dropped
     }
 
-    async fn drop_expired_on(&self, connection: &mut PgConnection) -> Result<Dropped> {
-        let plan = &self.partitions;
+    async fn drop_expired_on(self, connection: &mut PgConnection) -> Result<Dropped> {
+        let plan = &self.store.partitions;
         let due = sqlx::query!(
             "SELECT name, parent FROM partitions
              WHERE upper_bound <= now() - CASE parent WHEN 'signal_buckets' THEN $2::interval
@@ -338,10 +344,10 @@ impl Store {
     }
 }
 
-impl Store {
+impl Partitions<'_> {
     /// Folds the entities with unfolded events in this events partition; true once none is
     /// left.
-    async fn fold_partition(&self, name: &str) -> Result<bool> {
+    async fn fold_partition(self, name: &str) -> Result<bool> {
         const PAGE: i64 = 1000;
         // A fold that could not fold everything met rows held elsewhere, or events of
         // transactions newer than one still open somewhere in the database: both end soon.
@@ -350,13 +356,13 @@ impl Store {
             // One walk over the partition's entities in id order, a page at a time.
             let mut after = String::new();
             loop {
-                let entities = self.unfolded_in(name, &after, PAGE).await?;
+                let entities = self.store.fold().unfolded_in(name, &after, PAGE).await?;
                 let Some(last) = entities.last() else { break };
                 after = last.clone();
                 let names: Vec<&str> = entities.iter().map(String::as_str).collect();
-                self.fold(&names, 1).await?;
+                self.store.fold().entities(&names, 1).await?;
             }
-            if self.unfolded_in(name, "", 1).await?.is_empty() {
+            if self.store.fold().unfolded_in(name, "", 1).await?.is_empty() {
                 return Ok(true);
             }
             tokio::time::sleep(Duration::from_millis(100 * u64::from(round + 1))).await;
@@ -408,7 +414,7 @@ fn checked_name(table: Partitioned, name: &str) -> Result<String> {
     }
 }
 
-/// An error that may say a write failed for want of a partition: [`Store::with_turnover`] then
+/// An error that may say a write failed for want of a partition: [`Partitions::with_turnover`] then
 /// repairs the partitions and tries again.
 pub trait TurnoverRetry: std::error::Error {
     fn needs_turnover(&self) -> bool;

@@ -105,12 +105,18 @@ impl ReversalCounts {
     }
 }
 
-impl Store {
+/// The store's handle on the read API's reads (`Store::read`).
+#[derive(Clone, Copy)]
+pub struct Read<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Read<'_> {
     /// Applied actions matching `filter`, newest first. The cursor is always a condition on
     /// the primary key (`id < coalesce(cursor, max)`), so the generic plan the pool uses walks
     /// the index from the cursor and a deep page costs what the first one does; an `id < $6`
     /// behind `$6 IS NULL OR` was only a filter, and read every newer action first.
-    pub async fn actions(&self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
+    pub async fn actions(self, filter: &ActionFilter) -> Result<Vec<ActionRecord>> {
         Ok(sqlx::query_as!(
             ActionRecord,
             "SELECT id, entity, action, rule, reason, previous_status, new_status, applied_version,
@@ -133,14 +139,14 @@ impl Store {
             filter.before,
             filter.limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Automated actions applied in the last `window` (a timer's restore is none), and those
     /// reversed within 24h of being applied; overall and per rule (sorted by rule).
     pub async fn reversal_counts(
-        &self,
+        self,
         window: std::time::Duration,
     ) -> Result<(ReversalCounts, Vec<(String, ReversalCounts)>)> {
         let rows = sqlx::query!(
@@ -155,7 +161,7 @@ impl Store {
              GROUP BY rule ORDER BY rule"#,
             interval(window),
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?;
         let mut total = ReversalCounts::default();
         let mut by_rule = Vec::with_capacity(rows.len());
@@ -175,7 +181,7 @@ impl Store {
 
     /// Live, shadow and exempted matches per rule in evaluations finished within `window`.
     pub async fn rule_hits(
-        &self,
+        self,
         window: std::time::Duration,
     ) -> Result<BTreeMap<String, RuleHits>> {
         let rows = sqlx::query!(
@@ -196,7 +202,7 @@ impl Store {
              GROUP BY 1"#,
             interval(window),
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?;
         Ok(rows
             .into_iter()
@@ -215,7 +221,7 @@ impl Store {
     /// row), on the entity's index. The bound on `started_at` alone is what lets the index
     /// start at the cursor; the row comparison then orders evaluations that started at once.
     pub async fn entity_evaluations(
-        &self,
+        self,
         entity: &EntityId,
         before: Option<PageKey>,
         limit: i64,
@@ -236,14 +242,14 @@ impl Store {
             before.map(|key| key.id),
             limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// Evaluations finished in the last `window`, per entity: what a canary's two groups are
     /// counted from.
     pub async fn evaluations_per_entity(
-        &self,
+        self,
         window: std::time::Duration,
     ) -> Result<Vec<(String, i64)>> {
         let rows = sqlx::query!(
@@ -253,7 +259,7 @@ impl Store {
              GROUP BY entity"#,
             interval(window),
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?;
         Ok(rows
             .into_iter()
@@ -262,33 +268,35 @@ impl Store {
     }
 
     /// The entity row and its signal totals, read together by one statement (one moment).
-    pub async fn entity(&self, entity: &EntityId) -> Result<Option<EntityRecord>> {
+    pub async fn entity(self, entity: &EntityId) -> Result<Option<EntityRecord>> {
         self.entity_with(entity, false, &Windows::ALL).await
     }
 
     /// The labels recorded on the entity (`labels` on a rule), oldest first.
-    pub async fn labels_of(&self, entity: &EntityId) -> Result<Vec<LabelRecord>> {
+    pub async fn labels_of(self, entity: &EntityId) -> Result<Vec<LabelRecord>> {
         Ok(sqlx::query_as!(
             LabelRecord,
             "SELECT label, rule, reason, created_at FROM entity_labels
              WHERE entity = $1 ORDER BY created_at, label",
             entity.as_str(),
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
-    /// As [`Store::entity`], also counting distinct actors when `with_actors`. Read for a page,
+    /// As [`Read::entity`], also counting distinct actors when `with_actors`. Read for a page,
     /// from the replica while it keeps up.
     pub async fn entity_with(
-        &self,
+        self,
         entity: &EntityId,
         with_actors: bool,
         windows: &Windows,
     ) -> Result<Option<EntityRecord>> {
         Ok(self
+            .store
+            .snapshots()
             .entity_records_on(
-                self.reader(),
+                self.store.reader(),
                 &[entity.as_str()],
                 with_actors,
                 windows,
@@ -299,14 +307,14 @@ impl Store {
     }
 }
 
-impl Store {
+impl Read<'_> {
     /// How many of these entities Postgres has a record of.
-    pub async fn count_known_entities(&self, entities: &[String]) -> Result<i64> {
+    pub async fn count_known_entities(self, entities: &[String]) -> Result<i64> {
         let known = sqlx::query_scalar!(
             r#"SELECT count(*) AS "known!" FROM entities WHERE entity = ANY($1)"#,
             entities,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         Ok(known)
     }

@@ -27,19 +27,29 @@ pub struct Purged {
     pub attribute_buckets: u64,
 }
 
-impl Store {
+/// The store's handle on retention's drops (`Store::retention`).
+#[derive(Clone, Copy)]
+pub struct Retention<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Retention<'_> {
     /// One retention pass: seals the events partitions whose time is over, makes the
     /// partitions missing ahead of time, drops those past their keep (minute buckets are kept
     /// at least 25 h, for the 24 h windows), analyzes those whose time is over (a few a pass)
     /// and deletes delivered outbox rows past the retention, in statements of at most `batch`
     /// rows, at most `max_batches` of them.
-    pub async fn purge_expired(&self, batch: usize, max_batches: usize) -> Result<Purged> {
-        let sealed = self.seal_due_partitions().await?;
-        let made = self.extend_partitions().await?;
-        let dropped = self.drop_expired_partitions().await?;
+    pub async fn purge_expired(self, batch: usize, max_batches: usize) -> Result<Purged> {
+        let sealed = self.store.partitions().seal_due_partitions().await?;
+        let made = self.store.partitions().extend_partitions().await?;
+        let dropped = self.store.partitions().drop_expired_partitions().await?;
         // After the drops: a partition past its keep is not analyzed on its way out.
-        let analyzed = self.analyze_ended_partitions(ANALYZED_PER_PASS).await?;
-        let age = interval(self.partitions.retention);
+        let analyzed = self
+            .store
+            .partitions()
+            .analyze_ended_partitions(ANALYZED_PER_PASS)
+            .await?;
+        let age = interval(self.store.partitions.retention);
         let limit = batch as i64;
         let outbox = in_batches(batch, max_batches, || {
             sqlx::query!(
@@ -49,7 +59,7 @@ impl Store {
                 age,
                 limit,
             )
-            .execute(&self.pool)
+            .execute(&self.store.pool)
         })
         .await?;
         let buckets_age = interval(super::partitions::BUCKETS_KEPT);
@@ -61,7 +71,7 @@ impl Store {
                 buckets_age.clone(),
                 limit,
             )
-            .execute(&self.pool)
+            .execute(&self.store.pool)
         })
         .await?;
         Ok(Purged {

@@ -80,9 +80,15 @@ pub struct ReviewFigures {
     pub decided: i64,
 }
 
-impl Store {
+/// The store's handle on the review queue (`Store::review`).
+#[derive(Clone, Copy)]
+pub struct Review<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Review<'_> {
     /// Waiting items, oldest first.
-    pub async fn review_items(&self, filter: &ReviewFilter) -> Result<Vec<ReviewItem>> {
+    pub async fn review_items(self, filter: &ReviewFilter) -> Result<Vec<ReviewItem>> {
         let rows = sqlx::query_as!(
             ReviewItem,
             r#"SELECT a.id, a.entity, a.rule, a.reason, a.created_at AS flagged_at,
@@ -109,30 +115,30 @@ impl Store {
             filter.escalated,
             filter.limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         Ok(rows)
     }
 
     /// One item, waiting or not (`None`: no flag action has this id).
-    pub async fn review_item(&self, id: i64) -> Result<Option<ReviewItem>> {
-        item_in(&self.pool, id).await
+    pub async fn review_item(self, id: i64) -> Result<Option<ReviewItem>> {
+        item_in(&self.store.pool, id).await
     }
 
     /// Item `id`, which must exist: its absence is [`StoreError::NotFound`].
-    pub async fn existing_review_item(&self, id: i64) -> Result<ReviewItem> {
+    pub async fn existing_review_item(self, id: i64) -> Result<ReviewItem> {
         self.review_item(id)
             .await?
             .ok_or_else(|| StoreError::NotFound(format!("no review item {id}")))
     }
 
     /// The queue now, and its decisions over the last `window`.
-    pub async fn review_figures(&self, window: std::time::Duration) -> Result<ReviewFigures> {
+    pub async fn review_figures(self, window: std::time::Duration) -> Result<ReviewFigures> {
         let waiting = sqlx::query!(
             r#"SELECT count(*) AS "waiting!", min(created_at) AS oldest FROM actions
                WHERE action = 'flag' AND reviewed_at IS NULL AND reversed_at IS NULL"#,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&self.store.pool)
         .await?;
         let rows = sqlx::query!(
             r#"SELECT reviewed_by AS "moderator!", count(*) AS "decided!",
@@ -141,7 +147,7 @@ impl Store {
                GROUP BY reviewed_by ORDER BY count(*) DESC, reviewed_by"#,
             interval(window),
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?;
         Ok(ReviewFigures {
             waiting: waiting.waiting,

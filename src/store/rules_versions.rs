@@ -70,27 +70,33 @@ pub struct NewRulesVersion<'a> {
     pub backtest: Option<&'a serde_json::Value>,
 }
 
-impl Store {
+/// The store's handle on rules versions and which one is active (`Store::rules_versions`).
+#[derive(Clone, Copy)]
+pub struct RulesVersions<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl RulesVersions<'_> {
     /// A connection of its own (not one of the pool's) listening on [`RULES_CHANNEL`]; it
     /// reconnects and listens again by itself after a lost connection.
-    pub async fn listen_for_rules(&self) -> Result<PgListener> {
-        let mut listener = PgListener::connect_with(&self.pool).await?;
+    pub async fn listen_for_rules(self) -> Result<PgListener> {
+        let mut listener = PgListener::connect_with(&self.store.pool).await?;
         listener.listen(RULES_CHANNEL).await?;
         Ok(listener)
     }
 
     /// Which version is active, if any (one read of the newest activation).
-    pub async fn active_rules_marker(&self) -> Result<Option<ActiveMarker>> {
+    pub async fn active_rules_marker(self) -> Result<Option<ActiveMarker>> {
         Ok(sqlx::query_as!(
             ActiveMarker,
             "SELECT id AS activation, version FROM rules_activations ORDER BY id DESC LIMIT 1"
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?)
     }
 
     /// The active version with its text, if any.
-    pub async fn active_rules(&self) -> Result<Option<ActiveRules>> {
+    pub async fn active_rules(self) -> Result<Option<ActiveRules>> {
         let row = sqlx::query!(
             r#"SELECT a.id AS activation, a.kind, a.author AS activated_by, a.activated_at,
                       v.version, v.text, v.hash, v.author, v.message, v.created_at,
@@ -98,7 +104,7 @@ impl Store {
                FROM (SELECT * FROM rules_activations ORDER BY id DESC LIMIT 1) a
                JOIN rules_versions v ON v.version = a.version"#
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?;
         Ok(row.map(|row| ActiveRules {
             marker: ActiveMarker {
@@ -121,7 +127,7 @@ impl Store {
     }
 
     /// One stored version, with its text.
-    pub async fn rules_version(&self, version: i64) -> Result<Option<RulesVersion>> {
+    pub async fn rules_version(self, version: i64) -> Result<Option<RulesVersion>> {
         Ok(sqlx::query_as!(
             RulesVersion,
             r#"SELECT version, hash, author, message, created_at,
@@ -129,13 +135,13 @@ impl Store {
                FROM rules_versions WHERE version = $1"#,
             version
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?)
     }
 
     /// A page of versions, newest first, older than `before` (a version number).
     pub async fn rules_versions_page(
-        &self,
+        self,
         before: Option<i64>,
         limit: i64,
     ) -> Result<Vec<RulesVersionSummary>> {
@@ -152,14 +158,14 @@ impl Store {
             before,
             limit,
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&self.store.pool)
         .await?)
     }
 
     /// Makes `rules` version 1 if there is no version yet (the rules file seeds an empty
     /// database); returns whether it did. Concurrent starts seed once (the table lock).
-    pub async fn seed_rules(&self, actor: &Actor, rules: NewRulesVersion<'_>) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+    pub async fn seed_rules(self, actor: &Actor, rules: NewRulesVersion<'_>) -> Result<bool> {
+        let mut tx = self.store.pool.begin().await?;
         lock_versions(&mut tx).await?;
         let any = sqlx::query_scalar!("SELECT EXISTS (SELECT 1 FROM rules_versions) AS \"any!\"")
             .fetch_one(&mut *tx)
@@ -175,8 +181,8 @@ impl Store {
 
     /// Stores `rules` as the next version and makes it active, with its audit entry; returns
     /// the new version's number.
-    pub async fn publish_rules(&self, actor: &Actor, rules: NewRulesVersion<'_>) -> Result<i64> {
-        let mut tx = self.pool.begin().await?;
+    pub async fn publish_rules(self, actor: &Actor, rules: NewRulesVersion<'_>) -> Result<i64> {
+        let mut tx = self.store.pool.begin().await?;
         lock_versions(&mut tx).await?;
         let version = publish_in(&mut tx, actor, &rules).await?;
         tx.commit().await?;
@@ -185,8 +191,8 @@ impl Store {
 
     /// Makes the stored `version` active again, as a new activation, with its audit entry.
     /// [`StoreError::NotFound`] if there is no such version.
-    pub async fn activate_rules(&self, actor: &Actor, version: i64, message: &str) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+    pub async fn activate_rules(self, actor: &Actor, version: i64, message: &str) -> Result<()> {
+        let mut tx = self.store.pool.begin().await?;
         lock_versions(&mut tx).await?;
         let hash = sqlx::query_scalar!(
             "SELECT hash FROM rules_versions WHERE version = $1",

@@ -69,12 +69,18 @@ pub struct Override {
     pub reason: String,
 }
 
-impl Store {
+/// The store's handle on entities read as snapshots (`Store::snapshots`).
+#[derive(Clone, Copy)]
+pub struct Snapshots<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Snapshots<'_> {
     /// Reads the entity's status, version and every signal total in one statement (one moment of
     /// the database), so the rules see one moment. `None` for an entity with no events.
-    pub async fn snapshot(&self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
+    pub async fn snapshot(self, entity: &EntityId, with_actors: bool) -> Result<Option<Snapshot>> {
         Ok(self
-            .snapshots(
+            .many(
                 &[entity.as_str()],
                 with_actors,
                 &Windows::ALL,
@@ -87,8 +93,8 @@ impl Store {
 
     /// Snapshots of several entities read by one statement (one moment for all of them), by
     /// entity id; an entity with no events has none.
-    pub async fn snapshots(
-        &self,
+    pub async fn many(
+        self,
         entities: &[&str],
         with_actors: bool,
         windows: &Windows,
@@ -133,20 +139,20 @@ impl Store {
     /// The records of several entities (those that exist), read by one statement: one
     /// snapshot of the database for all of them, in a single round trip.
     pub async fn entity_records(
-        &self,
+        self,
         entities: &[&str],
         with_actors: bool,
         windows: &Windows,
         attributes: AttributeReads,
     ) -> Result<Vec<EntityRecord>> {
-        self.entity_records_on(&self.pool, entities, with_actors, windows, attributes)
+        self.entity_records_on(&self.store.pool, entities, with_actors, windows, attributes)
             .await
     }
 
-    /// As [`Store::entity_records`], on `pool`: the primary's for a snapshot the rules decide
+    /// As [`Snapshots::entity_records`], on `pool`: the primary's for a snapshot the rules decide
     /// on, the reader's for a page that shows an entity.
     pub(super) async fn entity_records_on(
-        &self,
+        self,
         pool: &sqlx::PgPool,
         entities: &[&str],
         with_actors: bool,

@@ -152,14 +152,20 @@ pub(super) async fn issue_in(
     Ok(id)
 }
 
-impl Store {
+/// The store's handle on statements of reasons (`Store::statements`).
+#[derive(Clone, Copy)]
+pub struct Statements<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Statements<'_> {
     /// Whether statements are queued for the Transparency Database too.
-    pub(super) fn submits_statements(&self) -> bool {
-        self.submit_statements
+    pub(super) fn submits_statements(self) -> bool {
+        self.store.submit_statements
     }
 
     /// Statements, oldest first, a page at a time (from the replica when it keeps up).
-    pub async fn statements(&self, filter: &StatementFilter) -> Result<Vec<StatementRecord>> {
+    pub async fn list(self, filter: &StatementFilter) -> Result<Vec<StatementRecord>> {
         Ok(sqlx::query_as!(
             StatementRecord,
             r#"SELECT id, puid, entity, action_id, rule, decided_by, previous_status, status,
@@ -185,12 +191,12 @@ impl Store {
             filter.after,
             filter.limit,
         )
-        .fetch_all(self.reader())
+        .fetch_all(self.store.reader())
         .await?)
     }
 
     /// The statement of an action, if it restricted.
-    pub async fn statement_of_action(&self, action_id: i64) -> Result<Option<StatementRecord>> {
+    pub async fn statement_of_action(self, action_id: i64) -> Result<Option<StatementRecord>> {
         Ok(sqlx::query_as!(
             StatementRecord,
             r#"SELECT id, puid, entity, action_id, rule, decided_by, previous_status, status,
@@ -198,11 +204,11 @@ impl Store {
                FROM statements WHERE action_id = $1"#,
             action_id,
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?)
     }
 
-    pub async fn statement(&self, id: i64) -> Result<Option<StatementRecord>> {
+    pub async fn statement(self, id: i64) -> Result<Option<StatementRecord>> {
         Ok(sqlx::query_as!(
             StatementRecord,
             r#"SELECT id, puid, entity, action_id, rule, decided_by, previous_status, status,
@@ -210,7 +216,7 @@ impl Store {
                FROM statements WHERE id = $1"#,
             id,
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?)
     }
 }

@@ -12,14 +12,20 @@ const MARK_CHUNK: usize = 500;
 /// Where the repair sweep continues: the last (pending since, entity) it examined.
 pub type SweepCursor = (DateTime<Utc>, String);
 
-impl Store {
+/// The store's handle on the repair sweep's reads (`Store::sweep`).
+#[derive(Clone, Copy)]
+pub struct Sweep<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Sweep<'_> {
     /// Takes the sweep lock for this key (one sweep at a time across processes) and returns
     /// the transaction holding it; `None` if another process is sweeping.
     pub async fn begin_sweep(
-        &self,
+        self,
         lock_name: &str,
     ) -> Result<Option<Transaction<'static, Postgres>>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         let locked = sqlx::query_scalar!(
             r#"SELECT pg_try_advisory_xact_lock(hashtext($1)) AS "locked!""#,
             lock_name
@@ -46,7 +52,7 @@ impl Store {
     /// under sustained load. A mark that commits while the pass fails later is harmless: the
     /// next pass reads the same span again and marks nothing twice.
     pub async fn mark_unevaluated(
-        &self,
+        self,
         tx: &mut Transaction<'static, Postgres>,
         grace: std::time::Duration,
         span: std::time::Duration,
@@ -89,7 +95,7 @@ impl Store {
         for chunk in seen.chunks(MARK_CHUNK) {
             let entities: Vec<&str> = chunk.iter().map(|row| row.entity.as_str()).collect();
             let first_at: Vec<DateTime<Utc>> = chunk.iter().map(|row| row.first_at).collect();
-            let mut mark = self.pool.begin().await?;
+            let mut mark = self.store.pool.begin().await?;
             super::events::lock_in_order(&mut mark, &entities).await?;
             // The conditions again: an evaluation may have seen the events since the read.
             marked += sqlx::query!(

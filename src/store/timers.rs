@@ -24,7 +24,13 @@ pub struct EndedTimer {
     pub was_to_end_at: DateTime<Utc>,
 }
 
-impl Store {
+/// The store's handle on timed actions' timers (`Store::timers`).
+#[derive(Clone, Copy)]
+pub struct Timers<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Timers<'_> {
     /// Entities whose timer has ended (Postgres' clock), soonest first, at most `limit`: the
     /// repair sweep makes those Redis does not hold due now.
     pub async fn due_timers(
@@ -42,14 +48,14 @@ impl Store {
     }
 
     /// The entity's timer in force, if any (a restore may have put a displaced one back).
-    pub async fn timer_of(&self, entity: &EntityId) -> Result<Option<Timer>> {
+    pub async fn timer_of(self, entity: &EntityId) -> Result<Option<Timer>> {
         let row = sqlx::query!(
             r#"SELECT timer_ends_at AS "ends_at?", timer_restores_to AS "restores_to?",
                       timer_action, timer_set_by
                FROM entities WHERE entity = $1"#,
             entity.as_str(),
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.store.pool)
         .await?;
         let Some(row) = row else { return Ok(None) };
         match (row.ends_at, row.restores_to) {
@@ -69,12 +75,12 @@ impl Store {
     /// the version bumped (an evaluation in flight then writes nothing) and the decision
     /// recorded. [`StoreError::NotFound`] if no timer is in force.
     pub async fn end_timer(
-        &self,
+        self,
         entity: &EntityId,
         moderator: &str,
         reason: &str,
     ) -> Result<EndedTimer> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.store.pool.begin().await?;
         let row = sqlx::query!(
             r#"SELECT status, moderation_version, timer_ends_at AS "ends_at?",
                       timer_restores_to AS "restores_to?", timer_action, timer_set_by

@@ -142,7 +142,7 @@ async fn aggregates_over_attributes_decide_and_read_the_same_folded_or_not() {
 async fn fold_all(app: &TestApp, entities: &[&str]) {
     let store = &app.backends.store;
     wait_for(Duration::from_secs(10), "every event folded", || async {
-        store.fold(entities, 1).await.unwrap();
+        store.fold().entities(entities, 1).await.unwrap();
         let entities: Vec<String> = entities.iter().map(|&e| e.to_owned()).collect();
         scalar!(
             app,
@@ -248,6 +248,7 @@ async fn context_is_validated_kept_with_its_history_and_read_through_the_author(
     let history = app
         .backends
         .store
+        .context()
         .context_history(&EntityId::parse("user:new").unwrap(), 10)
         .await
         .unwrap();
@@ -380,7 +381,7 @@ reason = "a surge of spam reports"
     .await
     .unwrap();
     let before = app.count_attribute_buckets().await;
-    let purged = store.purge_expired(1000, 10).await.unwrap();
+    let purged = store.retention().purge_expired(1000, 10).await.unwrap();
     assert_eq!(purged.attribute_buckets, 1);
     assert_eq!(app.count_attribute_buckets().await, before - 1);
 }

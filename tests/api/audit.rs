@@ -315,6 +315,7 @@ async fn every_decision_is_in_the_audit_trail_with_its_actor_and_none_can_be_cha
     let removed = app
         .backends
         .store
+        .audit()
         .expire_audit(Duration::from_secs(400 * 24 * 3600))
         .await
         .unwrap();

@@ -67,7 +67,8 @@ async fn strikes(app: &TestApp) -> f64 {
     let snapshots = app
         .backends
         .store
-        .snapshots(&[USER], false, &read, Default::default())
+        .snapshots()
+        .many(&[USER], false, &read, Default::default())
         .await
         .unwrap();
     snapshots[USER].signals["automod.violation"].decayed[HALF_LIFE]

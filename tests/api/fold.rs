@@ -84,14 +84,14 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
         Duration::from_secs(10),
         "the first three folded",
         || async {
-            store.fold(&["post:f"], 1).await.unwrap();
+            store.fold().entities(&["post:f"], 1).await.unwrap();
             folded(&app, "post:f").await == (3, 3, 3)
         },
     )
     .await;
     assert_eq!(read_counts(&app, "post:f").await, (5, 5));
     // Folding again takes nothing twice.
-    store.fold(&["post:f"], 1).await.unwrap();
+    store.fold().entities(&["post:f"], 1).await.unwrap();
     assert_eq!(folded(&app, "post:f").await, (3, 3, 3));
 
     open.commit().await.unwrap();
@@ -100,7 +100,7 @@ async fn ingest_appends_and_a_fold_moves_the_events_into_the_figures_once() {
         Duration::from_secs(10),
         "a fold to take the rest",
         || async {
-            store.fold(&["post:f"], 1).await.unwrap();
+            store.fold().entities(&["post:f"], 1).await.unwrap();
             folded(&app, "post:f").await == (6, 6, 6)
         },
     )
@@ -167,7 +167,12 @@ async fn a_crash_between_fold_and_completion_leaves_the_entity_owed_and_exact() 
     app.send(&flags("c", "post:crash", 4)).await;
     // A worker folded, then died before its completion; Redis lost the schedule too.
     wait_for(Duration::from_secs(10), "the fold", || async {
-        app.backends.store.fold(&["post:crash"], 1).await.unwrap();
+        app.backends
+            .store
+            .fold()
+            .entities(&["post:crash"], 1)
+            .await
+            .unwrap();
         folded(&app, "post:crash").await.0 == 4
     })
     .await;
@@ -242,7 +247,7 @@ async fn retention_racing_folds_drops_only_folded_events_and_keeps_every_count()
         let store = store.clone();
         async move {
             for _ in 0..50 {
-                store.fold(&["post:race"], 1).await.unwrap();
+                store.fold().entities(&["post:race"], 1).await.unwrap();
             }
         }
     });
@@ -259,7 +264,7 @@ async fn retention_racing_folds_drops_only_folded_events_and_keeps_every_count()
     assert_eq!(app.count_events().await, 14);
     assert_eq!(read_counts(&app, "post:race").await, (20, 20));
     wait_for(Duration::from_secs(10), "the last fold", || async {
-        store.fold(&["post:race"], 1).await.unwrap();
+        store.fold().entities(&["post:race"], 1).await.unwrap();
         folded(&app, "post:race").await.0 == 20
     })
     .await;
@@ -309,7 +314,7 @@ async fn the_upgrade_keeps_every_count_and_folds_from_there() {
     assert_eq!(read_counts(&app, "post:up").await, (5, 4));
     let store = &app.backends.store;
     wait_for(Duration::from_secs(10), "the fold", || async {
-        store.fold(&["post:up"], 1).await.unwrap();
+        store.fold().entities(&["post:up"], 1).await.unwrap();
         folded(&app, "post:up").await.0 == 5
     })
     .await;

@@ -267,7 +267,12 @@ async fn fill(app: &TestApp, name: &str, n: usize) {
             .map(|i| domain_event(&format!("{name}-{chunk}-{i}"), &format!("post:f{}", i % 50)))
             .collect();
         let refs: Vec<_> = events.iter().collect();
-        app.backends.store.record_events(&refs).await.unwrap();
+        app.backends
+            .store
+            .events()
+            .record_events(&refs)
+            .await
+            .unwrap();
     }
 }
 
@@ -285,7 +290,12 @@ async fn finding_a_groups_duplicates_reads_a_few_pages_however_full_the_partitio
         Duration::from_secs(15),
         "a partition of now that lasts another minute",
         || async {
-            app.backends.store.extend_partitions().await.unwrap();
+            app.backends
+                .store
+                .partitions()
+                .extend_partitions()
+                .await
+                .unwrap();
             scalar!(
                 app,
                 "SELECT EXISTS (SELECT 1 FROM partitions WHERE parent = 'events'
@@ -302,7 +312,11 @@ async fn finding_a_groups_duplicates_reads_a_few_pages_however_full_the_partitio
         let (pool, store) = generic_plans_store(&app).await;
         for i in 0..3 {
             let early = domain_event(&format!("{name}-early-{i}"), "post:early");
-            let recorded = store.record_group(&[&early], &[], &[]).await.unwrap();
+            let recorded = store
+                .events()
+                .record_group(&[&early], &[], &[])
+                .await
+                .unwrap();
             assert_eq!(recorded.inserted.len(), 1);
         }
         planned.push((name, pool, store));
@@ -351,6 +365,7 @@ async fn finding_a_groups_duplicates_reads_a_few_pages_however_full_the_partitio
             domain_event("more-7-7", "post:other"),
         ];
         let recorded = store
+            .events()
             .record_group(&[&group[0], &group[1]], &[], &[])
             .await
             .unwrap();
@@ -404,13 +419,22 @@ async fn a_groups_new_entities_are_found_without_reading_every_entity() {
             .collect();
         let refs: Vec<_> = events.iter().collect();
         for chunk in refs.chunks(500) {
-            app.backends.store.record_events(chunk).await.unwrap();
+            app.backends
+                .store
+                .events()
+                .record_events(chunk)
+                .await
+                .unwrap();
         }
         inserted += more as i64;
         let (_, store) = generic_plans_store(app).await;
         for i in 0..3 {
             let event = domain_event(&format!("{name}-early-{i}"), &format!("post:{name}-e{i}"));
-            store.record_group(&[&event], &[], &[]).await.unwrap();
+            store
+                .events()
+                .record_group(&[&event], &[], &[])
+                .await
+                .unwrap();
             inserted += 1;
         }
         planned.push((name, store));
@@ -421,7 +445,12 @@ async fn a_groups_new_entities_are_found_without_reading_every_entity() {
             .map(|i| domain_event(&format!("wide-{chunk}-{i}"), &format!("post:w{chunk}-{i}")))
             .collect();
         let refs: Vec<_> = events.iter().collect();
-        app.backends.store.record_events(&refs).await.unwrap();
+        app.backends
+            .store
+            .events()
+            .record_events(&refs)
+            .await
+            .unwrap();
         inserted += 500;
     }
     for (name, store) in planned {
@@ -433,6 +462,7 @@ async fn a_groups_new_entities_are_found_without_reading_every_entity() {
                 domain_event(&format!("{name}-new-{i}"), &format!("post:{name}-new-{i}")),
             ];
             let recorded = store
+                .events()
                 .record_group(&[&group[0], &group[1]], &[], &[])
                 .await
                 .unwrap();

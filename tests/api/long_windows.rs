@@ -40,7 +40,8 @@ async fn decaying(app: &TestApp, entity: &str, half_life: &str) -> Snapshot {
     let mut snapshots = app
         .backends
         .store
-        .snapshots(&[entity], false, &read, Default::default())
+        .snapshots()
+        .many(&[entity], false, &read, Default::default())
         .await
         .unwrap();
     snapshots.remove(entity).unwrap()
@@ -97,7 +98,12 @@ async fn day_windows_and_decayed_counts_are_the_same_before_and_after_the_fold()
     // Folded: the day buckets give the same figures; the 100-day-old event is in the total
     // only (older than any day bucket kept).
     wait_for(Duration::from_secs(10), "the fold", || async {
-        app.backends.store.fold(&["post:long"], 1).await.unwrap();
+        app.backends
+            .store
+            .fold()
+            .entities(&["post:long"], 1)
+            .await
+            .unwrap();
         app.count_unfolded_events().await == 0
     })
     .await;
@@ -145,6 +151,7 @@ reason = "three strikes"
     );
     app.backends
         .store
+        .partitions()
         .add_partition(
             quiesce::store::Partitioned::Events,
             first - chrono::Duration::hours(1),
@@ -207,7 +214,12 @@ async fn a_fold_keeps_at_most_91_day_buckets_per_entity_and_signal() {
     .await
     .unwrap();
     wait_for(Duration::from_secs(10), "the fold", || async {
-        app.backends.store.fold(&["post:kept"], 1).await.unwrap();
+        app.backends
+            .store
+            .fold()
+            .entities(&["post:kept"], 1)
+            .await
+            .unwrap();
         app.count_unfolded_events().await == 0
     })
     .await;

@@ -48,6 +48,7 @@ async fn the_sweep_reschedules_what_redis_lost_once_the_grace_has_passed() {
     let held = app
         .backends
         .store
+        .sweep()
         .begin_sweep(&lock_name)
         .await
         .unwrap()
@@ -78,11 +79,13 @@ async fn the_sweeps_mark_is_committed_before_its_pass_ends() {
     })
     .await;
     let mut pass = store
+        .sweep()
         .begin_sweep(&lock_name)
         .await
         .unwrap()
         .expect("lock free");
     let marked = store
+        .sweep()
         .mark_unevaluated(
             &mut pass,
             Duration::from_millis(200),

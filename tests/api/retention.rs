@@ -58,7 +58,12 @@ async fn current_partition(app: &TestApp, margin: Duration) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         // A write makes the partition of now if it is missing.
-        app.backends.store.extend_partitions().await.unwrap();
+        app.backends
+            .store
+            .partitions()
+            .extend_partitions()
+            .await
+            .unwrap();
         let found: Option<String> = sqlx::query_scalar!(
             "SELECT name FROM partitions
              WHERE parent = 'events' AND lower_bound <= now()
@@ -170,7 +175,13 @@ async fn a_resent_id_is_a_duplicate_across_a_partition_boundary() {
         first
     );
     assert_eq!(sealed, 1);
-    let entities = app.backends.store.duplicates_of(&["b1"]).await.unwrap();
+    let entities = app
+        .backends
+        .store
+        .events()
+        .duplicates_of(&["b1"])
+        .await
+        .unwrap();
     assert_eq!(entities["b1"].entity.as_str(), "post:first");
 }
 
@@ -198,7 +209,7 @@ async fn a_transaction_still_writing_the_old_partition_holds_up_the_new_ones_ded
     let store = app.backends.store.clone();
     let twin = tokio::spawn(async move {
         let event = domain_event("s1", "post:s");
-        store.record_events(&[&event]).await
+        store.events().record_events(&[&event]).await
     });
     // The seal waits for the open transaction's lock on the old partition.
     wait_for(
@@ -294,7 +305,7 @@ async fn concurrent_writers_of_one_id_record_it_once_across_boundaries() {
                 } else {
                     vec![&event, &again]
                 };
-                store.record_events(&events).await.unwrap().len()
+                store.events().record_events(&events).await.unwrap().len()
             }
         });
         accepted += join_all(tasks).await.into_iter().sum::<usize>();
@@ -349,7 +360,12 @@ async fn a_detach_cut_short_is_finished_by_the_next_pass() {
     app.send(&event("d1", "post:d", "flag")).await;
     app.age_events(&["d1"], 8 * DAY).await;
     let old = partition_of(&app, "d1").await;
-    app.backends.store.seal_due_partitions().await.unwrap();
+    app.backends
+        .store
+        .partitions()
+        .seal_due_partitions()
+        .await
+        .unwrap();
     // An open snapshot makes the concurrent detach wait; a lock timeout cuts it short, which
     // leaves the partition half detached.
     let mut reader = PgConnection::connect(&app.database_url()).await.unwrap();

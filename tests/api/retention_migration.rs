@@ -93,6 +93,7 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
     let entities = app
         .backends
         .store
+        .events()
         .duplicates_of(&["m1", "m4"])
         .await
         .unwrap();
@@ -128,7 +129,7 @@ async fn rows_written_before_partitioning_are_kept_deduplicated_and_retained() {
         },
     )
     .await;
-    let purged = store.purge_expired(1000, 10).await.unwrap();
+    let purged = store.retention().purge_expired(1000, 10).await.unwrap();
     assert_eq!(purged.dropped.events, 5);
     let dropped: Vec<&str> = purged
         .dropped

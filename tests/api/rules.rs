@@ -284,7 +284,12 @@ async fn a_reversed_hide_does_not_count_towards_suspending_the_author() {
         }
     };
     wait_for(Duration::from_secs(10), "the author's fold", || async {
-        app.backends.store.fold(&["user:88"], 1).await.unwrap();
+        app.backends
+            .store
+            .fold()
+            .entities(&["user:88"], 1)
+            .await
+            .unwrap();
         scalar!(
             app,
             "SELECT count(*) FROM unfolded_events WHERE entity = 'user:88'"

@@ -60,6 +60,7 @@ async fn a_shard_count_change_drains_the_old_layout_with_its_anchors_and_dead_le
     let fresh = EntityId::parse("post:fresh").unwrap();
     let body: EventBody = serde_json::from_value(event("f1", "post:fresh", "flag")).unwrap();
     new.store
+        .events()
         .record_events(&[&body.into_event().unwrap()])
         .await
         .unwrap();

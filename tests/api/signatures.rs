@@ -285,7 +285,12 @@ async fn a_github_delivery_is_taken_once_even_after_its_events_left_retention() 
     // signed, the body is).
     app.age_events(&["g1"], std::time::Duration::from_secs(8 * 24 * 3600))
         .await;
-    app.backends.store.purge_expired(1000, 10).await.unwrap();
+    app.backends
+        .store
+        .retention()
+        .purge_expired(1000, 10)
+        .await
+        .unwrap();
     assert_eq!(app.count_events().await, 0);
     assert_eq!(app.event_count_of("post:1").await, 1);
     for delivery in ["d-1", "d-replayed"] {

@@ -314,6 +314,7 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
     let mut deliveries = Vec::new();
     loop {
         let rows = store
+            .outbox()
             .claim_deliveries("platform", 100, Duration::from_secs(60))
             .await
             .unwrap();
@@ -321,7 +322,7 @@ async fn every_restricting_decision_has_one_statement_and_no_other_decision_has_
             break;
         }
         for row in &rows {
-            store.mark_delivered(row.id, 204).await.unwrap();
+            store.outbox().mark_delivered(row.id, 204).await.unwrap();
         }
         deliveries.extend(rows);
     }
@@ -1252,7 +1253,12 @@ async fn a_senders_content_date_is_the_statements_else_the_day_of_the_entitys_fi
     // Folded into the entity's row, then read from there.
     app.send(&json!([dated("d3", "post:81", "2024-02-29")]))
         .await;
-    app.backends.store.fold(&["post:81"], 1).await.unwrap();
+    app.backends
+        .store
+        .fold()
+        .entities(&["post:81"], 1)
+        .await
+        .unwrap();
     decide(&app, "post:81", "report", 3).await;
     // None given: the day of the entity's first event.
     decide(&app, "post:82", "report", 3).await;

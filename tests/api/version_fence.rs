@@ -23,6 +23,7 @@ async fn record_waiting(
 ) -> Result<HashMap<String, quiesce::store::Recorded>, quiesce::store::StoreError> {
     app.backends
         .store
+        .evaluations()
         .record_fenced_evaluations("test", evaluations)
         .await
 }
@@ -145,6 +146,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
         .unwrap();
 
     let result = store
+        .evaluations()
         .complete_evaluation("test", &fenced(&snapshot, &verdict, decision.as_ref()))
         .await;
     assert!(
@@ -160,8 +162,14 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     assert_eq!(app.status_of("post:stale").await, Status::Visible);
 
     // The same decision on a fresh snapshot applies, once.
-    let fresh = store.snapshot(&entity, false).await.unwrap().unwrap();
+    let fresh = store
+        .snapshots()
+        .snapshot(&entity, false)
+        .await
+        .unwrap()
+        .unwrap();
     let done = store
+        .evaluations()
         .complete_evaluation("test", &fenced(&fresh, &verdict, decision.as_ref()))
         .await
         .unwrap();
@@ -169,6 +177,7 @@ async fn the_store_refuses_a_write_on_a_stale_version() {
     // Replaying the same decision on the same snapshot (a retry after a crash) writes nothing:
     // the dedup key already exists and the version has moved on.
     let replay = store
+        .evaluations()
         .complete_evaluation("test", &fenced(&fresh, &verdict, decision.as_ref()))
         .await;
     assert!(
@@ -188,7 +197,8 @@ async fn a_batch_of_evaluations_records_the_current_ones_and_fences_out_the_stal
     upvote_each(&app, &names).await;
     let store = &app.backends.store;
     let snapshots = store
-        .snapshots(
+        .snapshots()
+        .many(
             &names,
             false,
             &quiesce::domain::Windows::NONE,

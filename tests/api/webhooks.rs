@@ -213,6 +213,7 @@ async fn every_action_and_reversal_is_delivered_signed_through_failures_throttli
     assert!(
         app.backends
             .store
+            .evaluations()
             .complete_evaluation(
                 "stale",
                 &quiesce::store::FencedEvaluation {

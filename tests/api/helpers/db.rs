@@ -368,6 +368,7 @@ impl TestApp {
         let entity = quiesce::domain::EntityId::parse(entity).unwrap();
         self.backends
             .store
+            .snapshots()
             .snapshot(&entity, false)
             .await
             .unwrap()
@@ -404,6 +405,7 @@ impl TestApp {
         let now = chrono::Utc::now();
         self.backends
             .store
+            .partitions()
             .add_partition(table, now - from_ago, now - to_ago)
             .await
             .expect("a partition in the past")
