@@ -19,7 +19,7 @@ use crate::domain::{
     Snapshot, SnapshotAttributes, Status, Timer, WINDOWS, Windows, parse_half_life,
 };
 
-/// An entity as the read API shows it.
+/// An entity's row as the store reads it (the read API shows it as its `EntityView`, `http/read.rs`).
 #[derive(Debug, Clone)]
 pub struct EntityRecord {
     pub entity: String,
