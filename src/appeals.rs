@@ -249,19 +249,15 @@ pub async fn decide(
             };
             // The appeal locked and checked in the reversal's transaction, which decides it.
             let rules = desk.demoter.rules.as_ref().map(|rules| rules.current());
-            let reversal = desk
-                .store
-                .partitions()
-                .retry_at_turnover(|| async {
-                    let mut tx = desk.store.begin().await?;
-                    may_take(&tx.lock_appeal(id).await?, &by.name)?;
-                    let reversal =
-                        moderation::reverse_in(&mut tx, rules.as_deref(), &request).await?;
-                    tx.commit().await?;
-                    Ok::<_, AppealError>(reversal)
-                })
-                .instrument(tracing::info_span!("reverse", action))
-                .await?;
+            let reversal = moderation::retried_at_turnover(desk.store, || async {
+                let mut tx = desk.store.begin().await?;
+                may_take(&tx.lock_appeal(id).await?, &by.name)?;
+                let reversal = moderation::reverse_in(&mut tx, rules.as_deref(), &request).await?;
+                tx.commit().await?;
+                Ok::<_, AppealError>(reversal)
+            })
+            .instrument(tracing::info_span!("reverse", action))
+            .await?;
             moderation::after_reversal(desk.store, desk.queue, desk.demoter, &request, &reversal)
                 .await;
         }

@@ -94,17 +94,38 @@ pub async fn reverse(
     request: ReversalRequest<'_>,
 ) -> Result<Reversal, ReversalError> {
     let rules = demoter.rules.as_ref().map(|rules| rules.current());
-    let reversal = store
-        .partitions()
-        .retry_at_turnover(|| async {
-            let mut tx = store.begin().await?;
-            let reversal = reverse_in(&mut tx, rules.as_deref(), &request).await?;
-            tx.commit().await?;
-            Ok::<_, ReversalError>(reversal)
-        })
-        .await?;
+    let reversal = retried_at_turnover(store, || async {
+        let mut tx = store.begin().await?;
+        let reversal = reverse_in(&mut tx, rules.as_deref(), &request).await?;
+        tx.commit().await?;
+        Ok::<_, ReversalError>(reversal)
+    })
+    .await?;
     after_reversal(store, queue, demoter, &request, &reversal).await;
     Ok(reversal)
+}
+
+/// Runs a use case's `attempt` (its own transaction, begun and committed inside it), and again
+/// after the partitions are turned over when it failed for want of one
+/// ([`TurnoverRetry::needs_turnover`]: a compensation or an appeal writes an event), at most
+/// three times in all. The use case holds the loop: the store only turns the partitions over.
+pub(crate) async fn retried_at_turnover<T, E, F, Fut>(store: &Store, mut attempt: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: TurnoverRetry + From<StoreError> + 'static,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(error) if tries < 3 && error.needs_turnover() => {
+                tracing::debug!(error = %Chain(&error), "partition turnover, retrying");
+                store.partitions().turn_over().await?;
+                tries += 1;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// A reversal's statements in `tx`, which its caller commits (`reverse`, or an upheld appeal

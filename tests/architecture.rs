@@ -996,3 +996,50 @@ fn the_store_offers_handles_not_statements() {
     assert!(handles.len() >= 20, "handles found: {handles:?}");
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
+
+/// The lines of `text` that mention the OpenAPI derive or its crate: the API's types, its wire
+/// contract, are `http`'s (`http/wire/`), and a store row is not one.
+fn schema_mentions(text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains("ToSchema") || line.contains("utoipa"))
+        .map(|(number, line)| format!("line {}: {}", number + 1, line.trim()))
+        .collect()
+}
+
+#[test]
+fn no_store_row_is_the_apis_wire_contract() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    files_under(&src.join("store"), &mut files);
+    let mut errors = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let name = file.strip_prefix(&src).unwrap().display();
+        for place in schema_mentions(&std::fs::read_to_string(file).unwrap()) {
+            errors.push(format!(
+                "src/{name}, {place}: the store names the API's schema (its types go in http/wire/)"
+            ));
+        }
+    }
+    let document = code(&src.join("http/openapi.rs"));
+    if document.contains("store::") {
+        errors.push("src/http/openapi.rs names a store type: the document names http's".to_owned());
+    }
+    assert!(files.len() > 20, "store files found: {}", files.len());
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn the_schema_check_catches_a_derive_and_an_import() {
+    let row = "#[derive(Debug, Serialize, utoipa::ToSchema)]\npub struct Row {\n    #[schema(value_type = Object)]\n    pub a: serde_json::Value,\n}\nuse utoipa::ToSchema;";
+    assert_eq!(
+        schema_mentions(row),
+        [
+            "line 1: #[derive(Debug, Serialize, utoipa::ToSchema)]",
+            "line 6: use utoipa::ToSchema;"
+        ]
+    );
+}

@@ -11,6 +11,7 @@ use super::{
     auth::Requester,
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody},
+    wire::{AppealDecision, AppealRecord, StatementRecord},
 };
 use crate::{
     active_rules::RuleDemoter,
@@ -19,7 +20,7 @@ use crate::{
         fields::{self, Text},
         path::{ActionId, AppealId, StatementId},
     },
-    store::{AppealDecision, AppealRecord, DecidedBy, StatementFilter, StatementRecord},
+    store::{self, DecidedBy, StatementFilter},
 };
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -121,7 +122,7 @@ pub async fn list_statements(
         .then(|| statements.last().map(|s| s.id.to_string()))
         .flatten();
     Ok(Json(StatementsPage {
-        statements,
+        statements: statements.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }
@@ -235,7 +236,7 @@ pub async fn appeal_statement(
 async fn submit(
     state: &AppState,
     requester: &Requester,
-    statement: &StatementRecord,
+    statement: &store::StatementRecord,
     body: AppealRequest,
 ) -> Result<(StatusCode, Json<AppealRecord>), ApiError> {
     let by = requester.actor("platform");
@@ -248,7 +249,7 @@ async fn submit(
         &by,
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(appeal)))
+    Ok((StatusCode::CREATED, Json(appeal.into())))
 }
 
 /// `GET /v1/appeals`' filters and page.
@@ -305,7 +306,7 @@ pub async fn list_appeals(
         .then(|| appeals.last().map(|a| a.id.to_string()))
         .flatten();
     Ok(Json(AppealsPage {
-        appeals,
+        appeals: appeals.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }
@@ -351,7 +352,7 @@ pub async fn claim_appeal(
         state.settings.moderation.review_claim,
     )
     .await?;
-    Ok(Json(appeal))
+    Ok(Json(appeal.into()))
 }
 
 /// A person's decision on an appeal.
@@ -360,13 +361,18 @@ pub async fn claim_appeal(
 pub struct AppealDecisionRequest {
     moderator: Text,
     /// upheld (the decision is reversed) or rejected (it stands)
-    #[serde(deserialize_with = "fields::appeal_outcome")]
+    #[serde(deserialize_with = "outcome")]
     outcome: AppealDecision,
     /// Why: sent to the platform, which tells its user
     reason: Text,
 }
 
 impl JsonBody for AppealDecisionRequest {}
+
+/// The outcome as the shared field reader reads it (its message), in the API's own type.
+fn outcome<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AppealDecision, D::Error> {
+    fields::appeal_outcome(d).map(AppealDecision::from)
+}
 
 /// `POST /v1/appeals/{id}/decide` with `{"moderator", "outcome", "reason"}`.
 #[utoipa::path(
@@ -402,8 +408,8 @@ pub async fn decide_appeal(
         override_for: state.settings.moderation.override_after_reversal,
     };
     let by = requester.actor(&body.moderator);
-    let appeal = appeals::decide(&desk, id, &by, body.outcome, &body.reason).await?;
-    Ok(Json(appeal))
+    let appeal = appeals::decide(&desk, id, &by, body.outcome.into(), &body.reason).await?;
+    Ok(Json(appeal.into()))
 }
 
 /// Appeals refused are 422 (nothing to appeal, window closed) or 409 (a conflict with the

@@ -9,13 +9,9 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::ApiQuery,
+    wire::AuditRecord,
 };
-use crate::{
-    audit::parse_since,
-    domain::AuditAction,
-    request::fields,
-    store::{AuditFilter, AuditRecord},
-};
+use crate::{audit::parse_since, domain::AuditAction, request::fields, store::AuditFilter};
 
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
@@ -118,7 +114,7 @@ pub async fn list(
         .then(|| entries.last().map(|e| e.id.to_string()))
         .flatten();
     Ok(Json(AuditPage {
-        entries,
+        entries: entries.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }

@@ -26,6 +26,7 @@ pub mod schemas;
 pub mod server;
 pub mod signature;
 mod state;
+mod wire;
 
 use std::{sync::Arc, time::Instant};
 

@@ -12,6 +12,7 @@ use super::{
     auth::Requester,
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
+    wire::{self, ActionRecord, EndedTimer, Reversal},
 };
 use crate::{
     active_rules::RuleDemoter,
@@ -21,7 +22,7 @@ use crate::{
         fields::{self, Text},
         path::{ActionId, PathValue},
     },
-    store::{ActionFilter, ActionRecord, EndedTimer, Reversal, ReversalRequest},
+    store::{ActionFilter, ReversalRequest},
 };
 
 const DEFAULT_ACTIONS_LIMIT: i64 = 50;
@@ -118,7 +119,7 @@ pub async fn list_actions(
         .then(|| actions.last().map(|a| a.id.to_string()))
         .flatten();
     Ok(Json(ActionsPage {
-        actions,
+        actions: actions.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }
@@ -169,7 +170,7 @@ pub async fn reverse(
     };
     let demoter = RuleDemoter::new(&state.settings.moderation, Some(state.rules.clone()));
     let reversal = moderation::reverse(&state.store, &state.queue, &demoter, request).await?;
-    Ok(Json(reversal))
+    Ok(Json(reversal.into()))
 }
 
 /// A moderator's override: the status, and until when automation may not go past it.
@@ -212,7 +213,7 @@ pub struct OverrideResult {
     entity: String,
     status: Status,
     moderation_version: i64,
-    r#override: crate::store::Override,
+    r#override: wire::Override,
 }
 
 /// `POST /v1/entities/{entity}/override` with `{"moderator", "status", "until"?,
@@ -276,7 +277,7 @@ pub async fn override_entity(
         entity: entity.as_str().to_owned(),
         status: body.status,
         moderation_version,
-        r#override: crate::store::Override {
+        r#override: wire::Override {
             status: body.status,
             until,
             by: body.moderator.0,
@@ -314,7 +315,7 @@ pub async fn end_timer(
     let ended = moderation::end_timer(&state.store, &state.queue, &entity, &by, &body.reason)
         .await
         .map_err(store_error)?;
-    Ok(Json(ended))
+    Ok(Json(ended.into()))
 }
 
 /// `GET /v1/stats/reversal-rate`'s window and grouping.

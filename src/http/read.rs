@@ -11,11 +11,9 @@ use super::{
     AppState,
     error::{ApiError, store_error},
     extract::ApiPath,
+    wire::{LabelRecord, Override},
 };
-use crate::{
-    domain::{AttributeReads, EntityId, SignalStats, SnapshotAttributes, Status, Timer},
-    store::{LabelRecord, Override},
-};
+use crate::domain::{AttributeReads, EntityId, SignalStats, SnapshotAttributes, Status, Timer};
 
 /// An entity's status, aggregates and schedule.
 #[derive(Serialize, ToSchema)]
@@ -118,9 +116,9 @@ pub async fn get_entity(
             evaluated_event_count: record.evaluated_event_count,
         },
         last_event_at: record.last_event_at,
-        r#override: record.override_decision,
+        r#override: record.override_decision.map(Into::into),
         attributes,
         timer: record.timer,
-        labels,
+        labels: labels.into_iter().map(Into::into).collect(),
     }))
 }

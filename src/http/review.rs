@@ -11,6 +11,7 @@ use super::{
     auth::Requester,
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, bad_query},
+    wire::{ReviewItem, ReviewOutcome},
 };
 use crate::{
     domain::ReviewDecision,
@@ -19,7 +20,7 @@ use crate::{
         path::ReviewItemId,
     },
     review::{self, ItemDecision},
-    store::{ReviewFilter, ReviewItem, ReviewOutcome},
+    store::ReviewFilter,
 };
 
 const DEFAULT_LIMIT: i64 = 50;
@@ -133,7 +134,10 @@ pub async fn list(
     let next_cursor = (items.len() as i64 == filter.limit)
         .then(|| items.last().map(|i| i.id.to_string()))
         .flatten();
-    Ok(Json(ReviewPage { items, next_cursor }))
+    Ok(Json(ReviewPage {
+        items: items.into_iter().map(Into::into).collect(),
+        next_cursor,
+    }))
 }
 
 /// A claim on a review queue item.
@@ -176,7 +180,7 @@ pub async fn claim(
         state.settings.moderation.review_claim,
     )
     .await?;
-    Ok(Json(item))
+    Ok(Json(item.into()))
 }
 
 /// A decision on a review queue item the moderator holds a claim on.
@@ -239,5 +243,5 @@ pub async fn decide(
         override_for: state.settings.moderation.override_after_reversal,
     };
     let outcome = review::decide(&state.store, &state.rules.current(), request).await?;
-    Ok(Json(outcome))
+    Ok(Json(outcome.into()))
 }

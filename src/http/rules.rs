@@ -12,11 +12,11 @@ use super::{
     auth::Requester,
     error::{ApiError, store_error},
     rules_versions::active_rules_error,
+    wire::{RuleHits, RulesVersion},
 };
 use crate::{
     active_rules, audit,
     domain::{Action, Declarations},
-    store::{RuleHits, RulesVersion},
     telemetry::OrNone,
 };
 
@@ -87,7 +87,8 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<RulesList>, ApiE
             .rules_versions()
             .rules_version(number)
             .await
-            .map_err(store_error)?,
+            .map_err(store_error)?
+            .map(RulesVersion::from),
         None => None,
     };
     let listed = rules
@@ -103,7 +104,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<RulesList>, ApiE
             when: rule.when.clone(),
             shadow: rule.shadow,
             guard: rule.guard,
-            hits_24h: hits.get(&rule.name).copied().unwrap_or_default(),
+            hits_24h: hits.get(&rule.name).copied().unwrap_or_default().into(),
         })
         .collect();
     Ok(Json(RulesList {

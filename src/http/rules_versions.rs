@@ -12,11 +12,11 @@ use super::{
     auth::Requester,
     error::{ApiError, store_error},
     extract::{ApiJson, ApiPath, ApiQuery, JsonBody, invalid},
+    wire::RulesVersionSummary,
 };
 use crate::{
     active_rules::{self, ActiveRulesError},
     request::{fields, path::RulesVersion},
-    store::RulesVersionSummary,
 };
 
 const DEFAULT_LIMIT: i64 = 50;
@@ -157,7 +157,7 @@ pub async fn versions(
         .then(|| versions.last().map(|v| v.version.to_string()))
         .flatten();
     Ok(Json(RulesVersionsPage {
-        versions,
+        versions: versions.into_iter().map(Into::into).collect(),
         next_cursor,
     }))
 }

@@ -15,7 +15,7 @@ use super::{
 use crate::domain::{Actor, AppealDecided, AuditAction, AuditEntry};
 
 /// An appeal, with what it contests.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct AppealRecord {
     pub id: i64,
     pub statement_id: i64,
@@ -42,7 +42,7 @@ pub struct AppealRecord {
 }
 
 /// A moderator's decision on an appeal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AppealDecision {
     /// The appellant is right: the decision is reversed.
@@ -269,7 +269,7 @@ impl Appeals<'_> {
 }
 
 /// The appeals' figures now.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct AppealFigures {
     pub waiting: i64,
     pub oldest_wait_secs: f64,

@@ -12,7 +12,7 @@ use super::{Result, Store, interval};
 use crate::domain::{Actor, AuditEntry};
 
 /// One recorded decision, as `GET /v1/audit` and `quiesce audit` show it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditRecord {
     pub id: i64,
     pub at: DateTime<Utc>,
@@ -23,9 +23,7 @@ pub struct AuditRecord {
     pub forwarded_for: Option<String>,
     pub action: String,
     pub subject: String,
-    #[schema(value_type = Option<Object>)]
     pub before: Option<serde_json::Value>,
-    #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
 }
 

@@ -2,7 +2,6 @@
 //! the record of who decided what.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::PgConnection;
 
 use super::{
@@ -21,14 +20,13 @@ use crate::domain::{
 };
 
 /// A reversal as recorded: the action, and the entity's state after it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct Reversal {
     pub action: ActionRecord,
     pub status: Status,
     pub moderation_version: i64,
     pub override_until: DateTime<Utc>,
     /// The author whose derived signal was compensated, to be scheduled.
-    #[serde(skip)]
     pub author: Option<EntityId>,
 }
 

@@ -234,29 +234,20 @@ impl Partitions<'_> {
 
     /// What a write that failed for want of a partition needs: due partitions sealed, missing
     /// ones made.
-    pub(super) async fn turn_over(self) -> Result<()> {
+    pub async fn turn_over(self) -> Result<()> {
         self.seal_due_partitions().await?;
         self.extend_partitions().await?;
         Ok(())
     }
 
     /// Runs `attempt`, and again after [`Partitions::turn_over`] when it failed for want of a
-    /// partition ([`StoreError::needs_turnover`]), at most three times in all.
-    pub(super) async fn with_turnover<T, F, Fut>(self, attempt: F) -> Result<T>
+    /// partition ([`StoreError::needs_turnover`]), at most three times in all: the store's own
+    /// writes (the fold's buckets). A use case's transaction retries in the use case
+    /// (`moderation::retried_at_turnover`).
+    pub(super) async fn with_turnover<T, F, Fut>(self, mut attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
-    {
-        self.retry_at_turnover(attempt).await
-    }
-
-    /// [`Partitions::with_turnover`] for a use case whose own transaction writes an event
-    /// (`moderation.rs`), its error one that may carry the store's.
-    pub async fn retry_at_turnover<T, E, F, Fut>(self, mut attempt: F) -> std::result::Result<T, E>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = std::result::Result<T, E>>,
-        E: TurnoverRetry + From<StoreError> + 'static,
     {
         let mut tries = 1;
         loop {
@@ -414,8 +405,8 @@ fn checked_name(table: Partitioned, name: &str) -> Result<String> {
     }
 }
 
-/// An error that may say a write failed for want of a partition: [`Partitions::with_turnover`] then
-/// repairs the partitions and tries again.
+/// An error that may say a write failed for want of a partition: the one who holds the attempt
+/// (`moderation::retried_at_turnover`) then has the partitions turned over and tries again.
 pub trait TurnoverRetry: std::error::Error {
     fn needs_turnover(&self) -> bool;
 }

@@ -8,7 +8,7 @@ use crate::domain::{AttributeReads, EntityId, Windows};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct ActionRecord {
     pub id: i64,
     pub entity: String,
@@ -21,7 +21,6 @@ pub struct ActionRecord {
     pub dedup_key: String,
     pub created_at: DateTime<Utc>,
     /// The snapshot the rules decided on.
-    #[schema(value_type = Object)]
     pub snapshot: serde_json::Value,
     pub reversed_at: Option<DateTime<Utc>>,
     pub reversed_by: Option<String>,
@@ -56,7 +55,7 @@ pub struct EvaluationRecord {
 
 /// How often a rule held in a window's evaluations: live (it acted, or would have but for the
 /// status or an override), in shadow, and exempted (it held, and so did its `unless`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuleHits {
     pub live: i64,
     pub shadow: i64,
@@ -64,7 +63,7 @@ pub struct RuleHits {
 }
 
 /// A label a live rule recorded on an entity: once, without changing its status.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct LabelRecord {
     pub label: String,
     pub rule: String,

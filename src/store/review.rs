@@ -6,7 +6,6 @@
 //! decide is the use case's rule (`review.rs`): the store locks the row, shows it, and writes.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 
 use super::{
     Result, Store, StoreError, Tx,
@@ -22,7 +21,7 @@ use crate::domain::{
 };
 
 /// One waiting item, with the entity as it is now.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct ReviewItem {
     /// The flag action's id, which is the item's.
     pub id: i64,
@@ -57,7 +56,7 @@ pub struct ReviewFilter {
 }
 
 /// A decision as recorded.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct ReviewOutcome {
     pub item: i64,
     pub entity: String,

@@ -4,7 +4,6 @@
 //! notification is delivered at commit, so a process that hears it reads the new row.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::{PgConnection, postgres::PgListener, types::Json};
 
 use super::{Result, Store, StoreError, audit::record_audit_in};
@@ -22,7 +21,7 @@ pub struct ActiveMarker {
 }
 
 /// One stored version, with its text, as `GET /v1/rules` shows the active one.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RulesVersion {
     pub version: i64,
     /// Hex SHA-256 of `text`.
@@ -31,7 +30,6 @@ pub struct RulesVersion {
     pub message: String,
     pub created_at: DateTime<Utc>,
     /// The backtest report it was published with, if any.
-    #[schema(value_type = Option<Object>)]
     pub backtest: Option<serde_json::Value>,
     pub text: String,
 }
@@ -48,7 +46,7 @@ pub struct ActiveRules {
 }
 
 /// A version as the versions list shows it: without its text.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RulesVersionSummary {
     pub version: i64,
     pub hash: String,
@@ -57,7 +55,6 @@ pub struct RulesVersionSummary {
     pub created_at: DateTime<Utc>,
     /// Whether it is the active one.
     pub active: bool,
-    #[schema(value_type = Option<Object>)]
     pub backtest: Option<serde_json::Value>,
 }
 

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, Utc};
-use serde::Serialize;
 use sqlx::types::Json;
 
 use super::{
@@ -20,8 +19,8 @@ use crate::domain::{
     Snapshot, SnapshotAttributes, Status, Timer, WINDOWS, Windows, parse_half_life,
 };
 
-/// An entity as the read API shows it.
-#[derive(Debug, Clone, Serialize)]
+/// An entity's row as the store reads it (the read API shows it as its `EntityView`, `http/read.rs`).
+#[derive(Debug, Clone)]
 pub struct EntityRecord {
     pub entity: String,
     pub kind: String,
@@ -30,7 +29,6 @@ pub struct EntityRecord {
     pub event_count: i64,
     pub evaluated_event_count: i64,
     /// Of `event_count`, those not folded yet.
-    #[serde(skip)]
     pub unfolded_count: i64,
     pub pending_since: Option<DateTime<Utc>>,
     pub last_event_at: DateTime<Utc>,
@@ -39,29 +37,24 @@ pub struct EntityRecord {
     pub signals: BTreeMap<String, SignalStats>,
     pub author: Option<String>,
     /// Attribute aggregates and context, as far as they were read.
-    #[serde(skip_serializing_if = "SnapshotAttributes::is_empty")]
     pub attributes: SnapshotAttributes,
     /// The latest moderator override, whether or not it is still in force.
-    #[serde(rename = "override")]
     pub override_decision: Option<Override>,
     /// The timed action in force, if any: when it ends and what its end restores.
     pub timer: Option<Timer>,
     /// Postgres' clock when this was read.
     pub read_at: DateTime<Utc>,
     /// The sender's content date (`Snapshot::content_date`).
-    #[serde(skip)]
     pub content_date: Option<NaiveDate>,
     /// When its first event was recorded.
-    #[serde(skip)]
     pub first_event_at: Option<DateTime<Utc>>,
     /// The `traceparent`s of the events received since the last evaluation, oldest first, at
     /// most 32; read only when spans are exported.
-    #[serde(skip)]
     pub traces: Vec<String>,
 }
 
 /// A moderator's decision that automation does not escalate past until it expires.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct Override {
     pub status: Status,
     pub until: DateTime<Utc>,

@@ -54,7 +54,7 @@ pub struct IssuedStatement<'a> {
 }
 
 /// A stored statement.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct StatementRecord {
     pub id: i64,
     /// The platform unique identifier the Transparency Database knows it by.
@@ -74,7 +74,6 @@ pub struct StatementRecord {
     /// and quiesce's own `quiesce_url`, `quiesce_ends_at` and `quiesce_keywords` (never sent
     /// to the database). A statement written before quiesce wrote that schema is shown as it
     /// was written (the 2023 schema) and converted when it is sent.
-    #[schema(schema_with = crate::domain::dsa_schema::statement_openapi)]
     pub statement: serde_json::Value,
 }
 

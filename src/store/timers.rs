@@ -3,7 +3,6 @@
 //! (`store/evaluations.rs` writes the restore behind the version fence).
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 
 use super::{
@@ -14,7 +13,7 @@ use super::{
 use crate::domain::{ActionApplied, AppliedBy, EntityId, Status, Timer};
 
 /// A moderator's early end of a timer, as recorded: the restore action and the entity's state.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct EndedTimer {
     /// The restore action.
     pub action_id: i64,

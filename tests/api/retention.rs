@@ -467,3 +467,77 @@ async fn a_partition_whose_time_is_over_is_analyzed_once_and_the_current_one_is_
     app.maintenance().purge_once().await.unwrap();
     assert_eq!(analyzed_at(&app, &old).await, Some(first));
 }
+
+/// A reversal writes the author's compensation as an event. When no partition takes it (the
+/// partition of the action's time is over, none was made after it), the reversal's use case
+/// has the partitions turned over and tries the whole reversal again: it is made once.
+#[tokio::test]
+async fn a_reversal_whose_compensation_finds_no_partition_is_made_once_after_a_turnover() {
+    let app = spawn_app(short_partitions().with(|s| {
+        s.schedule.debounce_window = Duration::from_millis(20);
+    }))
+    .await;
+    let partition = current_partition(&app, Duration::from_millis(1500)).await;
+    let flags: Vec<_> = (0..10)
+        .map(|i| json!({"id": format!("c{i}"), "entity": "post:c", "type": "flag", "author": "user:9"}))
+        .collect();
+    assert_eq!(app.send(&json!(flags)).await, (10, 0));
+    let worker = app.worker();
+    worker
+        .evaluate_claim(crate::helpers::claim_next(&worker).await)
+        .await;
+    let hide = app.action_ids_of("post:c").await[0];
+
+    // Nothing after this partition: the ones made ahead are dropped, then its time runs out.
+    let ahead: Vec<String> = sqlx::query_scalar!(
+        "SELECT name FROM partitions WHERE parent = 'events'
+           AND lower_bound >= (SELECT upper_bound FROM partitions WHERE name = $1)",
+        partition
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    for name in &ahead {
+        // A table name the catalogue gave: no schema to check it against.
+        sqlx::query(&format!("DROP TABLE \"{name}\""))
+            .execute(&app.pool)
+            .await
+            .unwrap();
+        sqlx::query!("DELETE FROM partitions WHERE name = $1", name)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+    wait_until_over(&app, &partition).await;
+
+    let (status, body) = app
+        .post_json(
+            &format!("/v1/actions/{hide}/reverse"),
+            json!({"moderator": "mod:ana", "reason": "not abuse"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "visible");
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM events WHERE entity = 'user:9' AND signal LIKE 'auto.%.reversed'"
+        ),
+        1,
+        "the compensation is written once"
+    );
+    assert_eq!(
+        scalar!(
+            app,
+            "SELECT count(*) FROM actions WHERE entity = 'post:c' AND reversed_at IS NOT NULL"
+        ),
+        1
+    );
+    // The compensation went to a partition the turnover made for now.
+    assert!(scalar!(
+        app,
+        "SELECT count(*) = 1 FROM partitions WHERE parent = 'events'
+           AND lower_bound <= now() AND upper_bound > now() AND name <> $1",
+        partition
+    ));
+}

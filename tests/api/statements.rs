@@ -1212,8 +1212,20 @@ async fn a_stored_rules_version_of_the_2023_schema_still_goes_in_force_with_the_
         },
     )
     .await;
-    worker.start_kill().unwrap();
-    worker.wait().await.unwrap();
+    // Stopped, not killed: its own submitter may hold the statement's delivery, which a
+    // killed process would leave claimed for twice the delivery timeout (longer than the
+    // wait below); a stop lets the attempt finish.
+    let pid = worker.id().expect("the worker is running") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), worker.wait())
+        .await
+        .expect("the worker stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
     assert_eq!(
         scalar!(
             app,
